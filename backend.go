@@ -1,0 +1,66 @@
+package baton
+
+import (
+	"context"
+	"time"
+)
+
+// Token is a fencing token: a number the lock service hands out with every
+// grant, higher than every grant before it on the same lock, even across the
+// lock service's failover. A fence compares tokens; nothing else about them
+// is meaningful. Tokens are int64 because PostgreSQL bigint, etcd revisions
+// and ZooKeeper zxids all are.
+type Token int64
+
+// Backend is the interface a lock service implements. Application code uses
+// Locker and FencedLocker, which wrap a Backend with name validation, work
+// contexts, detached release and Run; Backend is for those writing one.
+type Backend interface {
+	// Acquire takes the lock req.Name for req.Holder. With req.Wait false
+	// it makes one attempt and returns an error wrapping ErrNotAcquired
+	// (ideally a *NotAcquiredError) when another holder has the lock. With
+	// req.Wait true it blocks until the lock is held or ctx ends. It never
+	// returns a Hold whose lease is already dead.
+	Acquire(ctx context.Context, req Request) (Hold, error)
+	// Close ends every hold and frees the backend's resources.
+	Close() error
+}
+
+// FencedBackend is a Backend whose tokens never go backwards, even when the
+// lock service fails over: etcd, ZooKeeper, PostgreSQL. Only a FencedBackend
+// can be wrapped into a FencedLocker.
+type FencedBackend interface {
+	Backend
+	// TokenSource says in a few words where tokens come from, such as
+	// "create revision of the lock key".
+	TokenSource() string
+}
+
+// Request is one acquisition asked of a Backend.
+type Request struct {
+	Name   string // validated by ValidateName
+	Holder string // stored with the lock
+	Wait   bool   // block until held, or make one attempt
+}
+
+// Hold is one held lock, as a Backend reports it.
+type Hold interface {
+	// Key is the backend's name for the hold: the etcd key, the ZooKeeper
+	// node path, the Redis key.
+	Key() string
+	// Token is the fencing token; zero on a backend that is not fenced.
+	Token() Token
+	// Done is closed when the hold is lost (a refused renewal, a local
+	// deadline passed without a confirmed renewal, a dead session, the key
+	// removed) or released.
+	Done() <-chan struct{}
+	// Err says why Done was closed: a cause matching ErrLeaseLost, or
+	// ErrReleased or ErrClosed; nil before that.
+	Err() error
+	// Deadline is the local deadline: the send time of the last confirmed
+	// renewal plus the TTL, minus the drift margin, on the monotonic clock.
+	Deadline() time.Time
+	// Release frees the lock if it is still ours; it never frees another
+	// holder's. Releasing a lost or released hold returns nil.
+	Release(ctx context.Context) error
+}

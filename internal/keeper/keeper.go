@@ -1,0 +1,193 @@
+// Package keeper renews a lease in the background and keeps its local
+// deadline: the send time of the last confirmed renewal plus the TTL, minus
+// a drift margin, counted on the monotonic clock. The lock service cannot
+// free the lease before that moment, so a holder told to stop at it stops
+// before anyone else can start.
+//
+// Backends use one Keeper per unit of liveness: per etcd session (many locks
+// share it), per Redis key, per PostgreSQL lease row.
+package keeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// RenewFunc makes one renewal. It returns nil when the lease was extended by
+// the full TTL from a moment no earlier than the call's start. An error
+// matching baton.ErrLeaseLost is final (the service refused: the lease is
+// gone); any other error is retried until the local deadline passes. ctx
+// ends at the local deadline: a renewal that lands later cannot help.
+type RenewFunc func(ctx context.Context) error
+
+// ErrDeadline is the cause of a loss by the local deadline.
+var ErrDeadline = errors.New("local deadline passed without a confirmed renewal")
+
+// Keeper renews one lease until stopped or lost. Its goroutine is owned by
+// the Keeper: Stop ends it and waits for it; a loss ends it too.
+type Keeper struct {
+	ttl, every, drift time.Duration
+	renew             RenewFunc
+	log               *slog.Logger
+
+	ctx    context.Context // cancelled by Stop and by a loss
+	cancel context.CancelFunc
+	done   chan struct{}
+	exited chan struct{}
+
+	mu       sync.Mutex
+	lastSent time.Time
+	deadline time.Time
+	err      error
+}
+
+// Start begins renewing a lease created or last renewed by a request sent at
+// sent. cfg gives TTL, RenewEvery, Drift and Logger.
+func Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &Keeper{
+		ttl: cfg.TTL, every: cfg.RenewEvery, drift: cfg.Drift,
+		renew:    renew,
+		log:      cfg.Logger,
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		exited:   make(chan struct{}),
+		lastSent: sent,
+		deadline: sent.Add(cfg.TTL - cfg.Drift),
+	}
+	go k.run()
+	return k
+}
+
+// Done is closed when the lease is lost or the Keeper stopped.
+func (k *Keeper) Done() <-chan struct{} { return k.done }
+
+// Context returns a context cancelled when Done is closed, for requests
+// that are only worth finishing while the lease lives.
+func (k *Keeper) Context() context.Context { return k.ctx }
+
+// Err says why Done was closed: a cause matching baton.ErrLeaseLost, or the
+// cause given to Stop. It is nil before.
+func (k *Keeper) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.err
+}
+
+// Deadline returns the current local deadline.
+func (k *Keeper) Deadline() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.deadline
+}
+
+// LastRenewal returns the send time of the last confirmed renewal (or of the
+// request that created the lease).
+func (k *Keeper) LastRenewal() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastSent
+}
+
+// Lose marks the lease lost with cause (wrapped to match
+// baton.ErrLeaseLost) and stops renewing. Backends call it when they learn
+// of a loss some other way: a deleted key, an expired session. It must not
+// be called from the RenewFunc.
+func (k *Keeper) Lose(cause error) {
+	if !errors.Is(cause, baton.ErrLeaseLost) {
+		cause = fmt.Errorf("%w: %w", baton.ErrLeaseLost, cause)
+	}
+	k.finish(cause)
+	<-k.exited
+}
+
+// Stop ends renewal, waits for the goroutine and, unless the lease was
+// already lost, closes Done with cause. It is idempotent.
+func (k *Keeper) Stop(cause error) {
+	k.finish(cause)
+	<-k.exited
+}
+
+func (k *Keeper) finish(cause error) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.err != nil {
+		return false
+	}
+	k.err = cause
+	close(k.done)
+	k.cancel()
+	return true
+}
+
+func (k *Keeper) run() {
+	defer close(k.exited)
+	next := k.LastRenewal().Add(k.every)
+	var lastErr error
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		deadline := k.Deadline()
+		if !time.Now().Before(deadline) {
+			k.lose(lastErr)
+			return
+		}
+		wakeAt := next
+		if deadline.Before(wakeAt) {
+			wakeAt = deadline
+		}
+		if wake := time.Until(wakeAt); wake > 0 {
+			timer.Reset(wake)
+			select {
+			case <-k.ctx.Done():
+				return
+			case <-timer.C:
+			}
+			continue // recheck deadline and next
+		}
+
+		sent := time.Now()
+		rctx, cancel := context.WithDeadline(k.ctx, deadline)
+		err := k.renew(rctx)
+		cancel()
+		if k.ctx.Err() != nil {
+			return // stopped or lost meanwhile
+		}
+		switch {
+		case err == nil:
+			nd := sent.Add(k.ttl - k.drift)
+			if !time.Now().Before(nd) {
+				k.lose(fmt.Errorf("renewal sent at %s was confirmed only after its own deadline", sent.Format(time.StampMilli)))
+				return
+			}
+			k.mu.Lock()
+			k.lastSent, k.deadline = sent, nd
+			k.mu.Unlock()
+			next = sent.Add(k.every)
+			lastErr = nil
+		case errors.Is(err, baton.ErrLeaseLost):
+			k.finish(err)
+			return
+		default:
+			lastErr = err
+			k.log.Warn("lease renewal failed; retrying until the local deadline", "err", err, "deadline_in", time.Until(deadline).Round(time.Millisecond))
+			next = time.Now().Add(min(max(k.every/8, 10*time.Millisecond), time.Second))
+		}
+	}
+}
+
+func (k *Keeper) lose(lastErr error) {
+	last := k.LastRenewal().Format(time.StampMilli)
+	if lastErr != nil {
+		k.finish(fmt.Errorf("%w: %w (last renewal sent at %s; last error: %w)", baton.ErrLeaseLost, ErrDeadline, last, lastErr))
+		return
+	}
+	k.finish(fmt.Errorf("%w: %w (last renewal sent at %s)", baton.ErrLeaseLost, ErrDeadline, last))
+}

@@ -1,0 +1,198 @@
+package keeper
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+func config(t *testing.T) baton.Config {
+	t.Helper()
+	cfg, err := baton.NewConfig(baton.WithTTL(3*time.Second), baton.WithDrift(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// recorder is a RenewFunc whose outcome the test sets, recording when each
+// call started.
+type recorder struct {
+	mu     sync.Mutex
+	calls  []time.Time
+	result func(ctx context.Context) error
+}
+
+func (r *recorder) renew(ctx context.Context) error {
+	r.mu.Lock()
+	r.calls = append(r.calls, time.Now())
+	f := r.result
+	r.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(ctx)
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+func TestKeeper_RenewsEveryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		r := &recorder{}
+		start := time.Now()
+		k := Start(start, cfg, r.renew)
+		defer k.Stop(baton.ErrReleased)
+
+		if got, want := k.Deadline(), start.Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
+			t.Fatalf("initial deadline %v, want %v", got, want)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if n := r.count(); n != 10 {
+			t.Fatalf("renewals in 10s at 1s interval = %d, want 10", n)
+		}
+		for i, c := range r.calls {
+			if want := start.Add(time.Duration(i+1) * time.Second); !c.Equal(want) {
+				t.Errorf("renewal %d at %v, want %v", i, c.Sub(start), want.Sub(start))
+			}
+		}
+		if got, want := k.Deadline(), r.calls[9].Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
+			t.Errorf("deadline after renewals %v, want send time of last + TTL - drift", got.Sub(start))
+		}
+		select {
+		case <-k.Done():
+			t.Fatalf("lost while renewals succeed: %v", k.Err())
+		default:
+		}
+	})
+}
+
+func TestKeeper_TransientFailures_LostAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		boom := errors.New("connection refused")
+		r := &recorder{result: func(context.Context) error { return boom }}
+		start := time.Now()
+		k := Start(start, cfg, r.renew)
+		defer k.Stop(baton.ErrReleased)
+
+		<-k.Done()
+		lostAt := time.Since(start)
+		if want := cfg.TTL - cfg.Drift; lostAt != want {
+			t.Errorf("lost after %v, want exactly TTL - drift = %v", lostAt, want)
+		}
+		err := k.Err()
+		if !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, ErrDeadline) || !errors.Is(err, boom) {
+			t.Errorf("Err = %v; want it to match ErrLeaseLost, ErrDeadline and the last renewal error", err)
+		}
+		if r.count() < 2 {
+			t.Errorf("renewal attempted %d times before the deadline; want retries", r.count())
+		}
+	})
+}
+
+func TestKeeper_Refused_LostAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		refused := errors.Join(baton.ErrLeaseLost, errors.New("lease not found"))
+		r := &recorder{result: func(context.Context) error { return refused }}
+		start := time.Now()
+		k := Start(start, cfg, r.renew)
+		defer k.Stop(baton.ErrReleased)
+		<-k.Done()
+		if got := time.Since(start); got != cfg.RenewEvery {
+			t.Errorf("lost after %v; want at the first renewal, %v", got, cfg.RenewEvery)
+		}
+		if !errors.Is(k.Err(), baton.ErrLeaseLost) {
+			t.Errorf("Err = %v, want ErrLeaseLost", k.Err())
+		}
+		time.Sleep(5 * time.Second)
+		if n := r.count(); n != 1 {
+			t.Errorf("renewals after refusal = %d, want 1", n)
+		}
+	})
+}
+
+func TestKeeper_RenewalCtxEndsAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		var got time.Time
+		r := &recorder{result: func(ctx context.Context) error {
+			got, _ = ctx.Deadline()
+			<-ctx.Done() // a renewal that hangs
+			return ctx.Err()
+		}}
+		start := time.Now()
+		k := Start(start, cfg, r.renew)
+		defer k.Stop(baton.ErrReleased)
+		<-k.Done()
+		if want := start.Add(cfg.TTL - cfg.Drift); !got.Equal(want) {
+			t.Errorf("renewal ctx deadline %v, want the local deadline %v", got.Sub(start), want.Sub(start))
+		}
+		if lostAt := time.Since(start); lostAt != cfg.TTL-cfg.Drift {
+			t.Errorf("lost after %v, want %v", lostAt, cfg.TTL-cfg.Drift)
+		}
+	})
+}
+
+func TestKeeper_LateConfirmation_IsALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		// The renewal succeeds, but only after TTL - drift have passed since
+		// it was sent: the server may have freed the lock meanwhile.
+		r := &recorder{result: func(ctx context.Context) error {
+			time.Sleep(cfg.TTL)
+			return nil
+		}}
+		k := Start(time.Now(), cfg, r.renew)
+		defer k.Stop(baton.ErrReleased)
+		<-k.Done()
+		if !errors.Is(k.Err(), baton.ErrLeaseLost) {
+			t.Errorf("Err = %v, want ErrLeaseLost", k.Err())
+		}
+	})
+}
+
+func TestKeeper_Stop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		r := &recorder{}
+		k := Start(time.Now(), cfg, r.renew)
+		time.Sleep(1500 * time.Millisecond)
+		k.Stop(baton.ErrReleased)
+		k.Stop(baton.ErrClosed) // idempotent
+		if !errors.Is(k.Err(), baton.ErrReleased) {
+			t.Errorf("Err after Stop = %v, want ErrReleased", k.Err())
+		}
+		n := r.count()
+		time.Sleep(10 * time.Second)
+		if r.count() != n {
+			t.Errorf("renewed after Stop")
+		}
+	})
+}
+
+func TestKeeper_Lose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := Start(time.Now(), config(t), (&recorder{}).renew)
+		gone := errors.New("key deleted")
+		k.Lose(gone)
+		if err := k.Err(); !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, gone) {
+			t.Errorf("Err = %v, want ErrLeaseLost wrapping the cause", err)
+		}
+		k.Stop(baton.ErrReleased)
+		if !errors.Is(k.Err(), gone) {
+			t.Errorf("Stop after Lose replaced the cause: %v", k.Err())
+		}
+	})
+}

@@ -1,0 +1,177 @@
+package baton
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Lease is a held lock. Its work context is cancelled, with a cause, as soon
+// as the lease is lost or released; work done under the lease should use it.
+//
+// A lease is renewed in the background until Release. Losing it is reported
+// three ways, all at once: Done is closed, Err returns a *LostError, and the
+// work context is cancelled with that error as its cause.
+//
+// Holding a lease does not stop a paused process from writing after the
+// lease ended: no check made before a write can. Writes that must not
+// happen twice go through a fence with a FencedLease's token.
+type Lease struct {
+	name   string
+	holder string
+	token  Token
+	hold   Hold
+	logger *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	releaseTimeout time.Duration
+	stop           chan struct{} // closed by Release to end watch
+	watched        chan struct{} // closed when watch returns
+
+	mu  sync.Mutex
+	err error // nil while held
+
+	relOnce sync.Once
+	relErr  error
+}
+
+func newLease(parent context.Context, name, holder string, h Hold, cfg Config) *Lease {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	l := &Lease{
+		name:           name,
+		holder:         holder,
+		token:          h.Token(),
+		hold:           h,
+		logger:         cfg.Logger,
+		ctx:            ctx,
+		cancel:         cancel,
+		releaseTimeout: cfg.ReleaseTimeout,
+		stop:           make(chan struct{}),
+		watched:        make(chan struct{}),
+	}
+	go l.watch()
+	return l
+}
+
+// watch turns the hold's loss signal into the lease's. It is owned by the
+// lease and ends on loss or on Release.
+func (l *Lease) watch() {
+	defer close(l.watched)
+	select {
+	case <-l.hold.Done():
+		lost := &LostError{Name: l.name, Token: l.token, Cause: l.hold.Err()}
+		l.mu.Lock()
+		if l.err == nil {
+			l.err = lost
+		}
+		l.mu.Unlock()
+		l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", lost.Cause)
+		l.cancel(lost)
+	case <-l.stop:
+	}
+}
+
+// Name returns the lock's name.
+func (l *Lease) Name() string { return l.name }
+
+// Holder returns the holder identity stored with the lock.
+func (l *Lease) Holder() string { return l.holder }
+
+// Key returns the backend's key for this hold (the etcd key, the ZooKeeper
+// node, the Redis key), for logs and status.
+func (l *Lease) Key() string { return l.hold.Key() }
+
+// Context returns the work context: it carries the values of the context
+// Acquire was called with, is not cancelled when that context is, and is
+// cancelled with cause *LostError on loss or ErrReleased on Release.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Done returns a channel closed when the lease is lost or released.
+func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lease is held, a *LostError (matching
+// ErrLeaseLost) once it was lost, or ErrReleased after Release.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Deadline returns the local deadline: the send time of the last confirmed
+// renewal plus the TTL, minus the drift margin. The lock service cannot free
+// the lock before it, so work that checks time.Until(Deadline()) knows how
+// long it may still run; it is counted on the monotonic clock.
+func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
+
+// Release frees the lock if it is still ours and cancels the work context
+// with ErrReleased. It runs on a context detached from ctx (keeping its
+// values) and bounded by the release timeout, so it frees the lock at once
+// even when ctx is already cancelled. It is idempotent: later calls return
+// the first call's result. Releasing a lost lease returns nil; Err still
+// reports the loss.
+func (l *Lease) Release(ctx context.Context) error {
+	l.relOnce.Do(func() { l.relErr = l.release(ctx) })
+	return l.relErr
+}
+
+func (l *Lease) release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = ErrReleased
+	}
+	l.mu.Unlock()
+
+	close(l.stop)
+	<-l.watched
+	l.cancel(ErrReleased) // stop the work before the lock is free
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout)
+	defer cancel()
+	if err := l.hold.Release(rctx); err != nil {
+		l.logger.Warn("release failed; the lock stays until its TTL runs out", "lock", l.name, "err", err)
+		return fmt.Errorf("release %q: %w", l.name, err)
+	}
+	return nil
+}
+
+// FencedLease is a Lease with a fencing token, handed out only by a
+// FencedLocker. Pass Token to a Fence with every write that must not come
+// from a stale holder. Its methods are those of Lease, plus Token.
+type FencedLease struct {
+	l *Lease
+}
+
+// Token returns the lease's fencing token.
+func (f *FencedLease) Token() Token { return f.l.token }
+
+// Lease returns the lease without its token, for code that takes a *Lease.
+func (f *FencedLease) Lease() *Lease { return f.l }
+
+// Name returns the lock's name.
+func (f *FencedLease) Name() string { return f.l.Name() }
+
+// Holder returns the holder identity stored with the lock.
+func (f *FencedLease) Holder() string { return f.l.Holder() }
+
+// Key returns the backend's key for this hold.
+func (f *FencedLease) Key() string { return f.l.Key() }
+
+// Context returns the work context; see Lease.Context.
+func (f *FencedLease) Context() context.Context { return f.l.Context() }
+
+// Done returns a channel closed when the lease is lost or released.
+func (f *FencedLease) Done() <-chan struct{} { return f.l.Done() }
+
+// Err returns nil while held, a *LostError after a loss, ErrReleased after
+// Release.
+func (f *FencedLease) Err() error { return f.l.Err() }
+
+// Deadline returns the local deadline; see Lease.Deadline.
+func (f *FencedLease) Deadline() time.Time { return f.l.Deadline() }
+
+// Release frees the lock if it is still ours; see Lease.Release.
+func (f *FencedLease) Release(ctx context.Context) error { return f.l.Release(ctx) }

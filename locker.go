@@ -1,0 +1,152 @@
+package baton
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Locker hands out leases on one lock service. It is safe for concurrent
+// use; two acquisitions of one name through the same Locker exclude each
+// other exactly as two processes do.
+//
+// A Locker gives no fencing tokens: it fits an efficiency lock, where a rare
+// double run only wastes work. For a correctness lock use a FencedLocker,
+// which only fenced backends (etcd, ZooKeeper, PostgreSQL) return.
+type Locker struct {
+	b   Backend
+	cfg Config
+
+	closing  context.Context // cancelled by Close, ending waits in flight
+	shut     context.CancelCauseFunc
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewLocker wraps a backend built with cfg. Backend packages call it; most
+// programs get a Locker from a backend's constructor or from Open.
+func NewLocker(b Backend, cfg Config) *Locker {
+	closing, shut := context.WithCancelCause(context.Background())
+	return &Locker{b: b, cfg: cfg, closing: closing, shut: shut}
+}
+
+// Config returns the configuration the Locker was built with.
+func (l *Locker) Config() Config { return l.cfg }
+
+// Acquire blocks until it holds the lock name or ctx ends. When ctx ends
+// first it returns an error wrapping context.Cause(ctx).
+func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
+	return l.acquire(ctx, name, true)
+}
+
+// TryAcquire makes one attempt at the lock name and returns an error
+// matching ErrNotAcquired (a *NotAcquiredError) at once if another holder
+// has it.
+func (l *Locker) TryAcquire(ctx context.Context, name string) (*Lease, error) {
+	return l.acquire(ctx, name, false)
+}
+
+func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("acquire %q: %w", name, ErrClosed)
+	}
+	l.inflight.Add(1)
+	l.mu.Unlock()
+	defer l.inflight.Done()
+
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
+	defer stop()
+
+	if actx.Err() != nil {
+		return nil, fmt.Errorf("acquire %q: %w", name, context.Cause(actx))
+	}
+	h, err := l.b.Acquire(actx, Request{Name: name, Holder: l.cfg.Holder, Wait: wait})
+	if err != nil {
+		if actx.Err() != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrLeaseLost) {
+			err = context.Cause(actx)
+		}
+		return nil, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	l.cfg.Logger.Debug("lease acquired", "lock", name, "key", h.Key(), "token", int64(h.Token()))
+	return newLease(ctx, name, l.cfg.Holder, h, l.cfg), nil
+}
+
+// Close ends the waits in flight, then every hold made through the Locker,
+// and frees its resources. Leases still held are lost (their work contexts
+// are cancelled) and freed on the lock service where the backend can.
+// Close is idempotent.
+func (l *Locker) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		l.shut(ErrClosed)
+		l.inflight.Wait()
+		l.closeErr = l.b.Close()
+	})
+	return l.closeErr
+}
+
+// Backend returns the backend the Locker wraps.
+func (l *Locker) Backend() Backend { return l.b }
+
+// Fenced returns the FencedLocker view of l and true when its backend gives
+// fencing tokens, and nil and false otherwise. Programs that build a Locker
+// from a URL use it to refuse a fence on a backend that cannot serve one.
+func (l *Locker) Fenced() (*FencedLocker, bool) {
+	if _, ok := l.b.(FencedBackend); !ok {
+		return nil, false
+	}
+	return &FencedLocker{l: l}, true
+}
+
+// FencedLocker hands out FencedLeases, each with a fencing token. Only
+// backends whose tokens never go backwards, even across failover, can build
+// one; that makes the guide's decision rule a compile-time fact.
+type FencedLocker struct {
+	l *Locker
+}
+
+// NewFencedLocker wraps a fenced backend built with cfg.
+func NewFencedLocker(b FencedBackend, cfg Config) *FencedLocker {
+	return &FencedLocker{l: NewLocker(b, cfg)}
+}
+
+// Acquire blocks until it holds the lock name or ctx ends.
+func (f *FencedLocker) Acquire(ctx context.Context, name string) (*FencedLease, error) {
+	lease, err := f.l.Acquire(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &FencedLease{l: lease}, nil
+}
+
+// TryAcquire makes one attempt at the lock name; see Locker.TryAcquire.
+func (f *FencedLocker) TryAcquire(ctx context.Context, name string) (*FencedLease, error) {
+	lease, err := f.l.TryAcquire(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &FencedLease{l: lease}, nil
+}
+
+// Locker returns the unfenced view, for code that takes a *Locker.
+func (f *FencedLocker) Locker() *Locker { return f.l }
+
+// TokenSource says where the backend's tokens come from.
+func (f *FencedLocker) TokenSource() string { return f.l.b.(FencedBackend).TokenSource() }
+
+// Close closes the underlying Locker.
+func (f *FencedLocker) Close() error { return f.l.Close() }

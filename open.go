@@ -1,0 +1,112 @@
+package baton
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// Opener builds a Locker from a parsed URL. Each backend package has one,
+// named Open.
+type Opener func(ctx context.Context, u *url.URL, opts ...Option) (*Locker, error)
+
+// Openers maps URL schemes ("etcd", "zk", "postgres") to backends. It is a
+// plain value, not a global registry: a program lists the backends it links,
+// as package backends does for all of baton's.
+type Openers map[string]Opener
+
+// Open parses rawURL and builds a Locker with the backend registered for its
+// scheme. Errors name the URL without its password.
+func (o Openers) Open(ctx context.Context, rawURL string, opts ...Option) (*Locker, error) {
+	u, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	open, ok := o[u.Scheme]
+	if !ok {
+		return nil, &OptionError{"backend URL", Printable(Redact(rawURL)), fmt.Sprintf("unknown scheme %q; use one of %s", u.Scheme, o.schemes())}
+	}
+	return open(ctx, u, opts...)
+}
+
+func (o Openers) schemes() string {
+	s := make([]string, 0, len(o))
+	for k := range o {
+		s = append(s, k+"://")
+	}
+	slices.Sort(s)
+	return strings.Join(s, ", ")
+}
+
+// ParseURL parses a backend or store URL and checks that it has a scheme.
+// Its errors are *OptionError, on one line, and never contain the password.
+func ParseURL(rawURL string) (*url.URL, error) {
+	shown := Printable(Redact(rawURL))
+	if strings.TrimSpace(rawURL) == "" {
+		return nil, &OptionError{"URL", `""`, "is empty; pass one such as etcd://127.0.0.1:2379"}
+	}
+	noScheme := &OptionError{"URL", shown, "has no scheme; write it as scheme://host:port, such as etcd://127.0.0.1:2379"}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		if !strings.Contains(rawURL, "://") && !strings.HasPrefix(rawURL, "sqlite:") {
+			return nil, noScheme
+		}
+		msg := err.Error()
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			msg = ue.Err.Error() // url.Error repeats the URL, password and all
+		}
+		return nil, &OptionError{"URL", shown, Printable(msg)}
+	}
+	if u.Scheme == "" {
+		return nil, noScheme
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	return u, nil
+}
+
+// Printable returns s as is when it is printable on one line, and quoted
+// with Go escapes otherwise, so error messages stay one line.
+func Printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// Redact returns rawURL with any password replaced by "xxxxx". It also
+// handles strings url.Parse rejects, so error messages never leak one.
+func Redact(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		return u.Redacted()
+	}
+	// Unparseable: cut out whatever sits between "://user:" and the last "@"
+	// of the authority.
+	s := rawURL
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return s
+	}
+	rest := s[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	auth := rest[:end]
+	at := strings.LastIndex(auth, "@")
+	if at < 0 {
+		return s
+	}
+	user := auth[:at]
+	if c := strings.Index(user, ":"); c >= 0 {
+		user = user[:c] + ":xxxxx"
+	}
+	return s[:i+3] + user + auth[at:] + rest[end:]
+}

@@ -1,0 +1,185 @@
+package baton
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Defaults for the options. Zero in Config means "use the default".
+const (
+	// DefaultTTL is how long a lease lives without renewal.
+	DefaultTTL = 15 * time.Second
+	// DefaultRequestTimeout bounds each request to the lock service, so an
+	// unreachable service is reported in seconds instead of hanging.
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultReleaseTimeout bounds Release, which runs on a context detached
+	// from the caller's so that it still happens after the caller gave up.
+	DefaultReleaseTimeout = 5 * time.Second
+	// MaxNameLen is the longest lock name accepted, in bytes.
+	MaxNameLen = 200
+)
+
+// Config is the resolved set of options a backend is built with. Build one
+// with NewConfig; a backend validates it against its own limits with
+// Validate.
+type Config struct {
+	// TTL is the lease's time to live on the lock service. Default DefaultTTL.
+	TTL time.Duration
+	// RenewEvery is the renewal interval. Default TTL/3. Must be below TTL.
+	RenewEvery time.Duration
+	// Drift is subtracted from the lease's end when the holder computes its
+	// local deadline, to allow for clock-rate differences and scheduling
+	// delay. Default TTL/100 + 2ms. Must be below TTL - RenewEvery, or no
+	// renewal could ever land in time.
+	Drift time.Duration
+	// Holder identifies this process in the lock service, for status and
+	// error messages. Default host:pid.
+	Holder string
+	// ReleaseTimeout bounds Release. Default DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
+	// RequestTimeout bounds each request to the lock service (not a whole
+	// wait for a contended lock). Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// Prefix is where locks live on the lock service: a key prefix on etcd
+	// and Redis, a parent node on ZooKeeper. Each backend documents its
+	// default.
+	Prefix string
+	// Logger receives the library's logs. Default: discards everything.
+	Logger *slog.Logger
+}
+
+// Option sets one field of a Config.
+type Option func(*Config)
+
+// WithTTL sets the lease's time to live. Default 15s. A shorter TTL means a
+// faster takeover after a crash and more lost leases when a holder is slow.
+func WithTTL(d time.Duration) Option { return func(c *Config) { c.TTL = d } }
+
+// WithRenewEvery sets how often a held lease is renewed. Default TTL/3.
+func WithRenewEvery(d time.Duration) Option { return func(c *Config) { c.RenewEvery = d } }
+
+// WithDrift sets the safety margin subtracted from the local deadline.
+// Default TTL/100 + 2ms.
+func WithDrift(d time.Duration) Option { return func(c *Config) { c.Drift = d } }
+
+// WithHolder sets the identity stored with every lock. Default host:pid.
+func WithHolder(id string) Option { return func(c *Config) { c.Holder = id } }
+
+// WithReleaseTimeout bounds each Release. Default 5s.
+func WithReleaseTimeout(d time.Duration) Option { return func(c *Config) { c.ReleaseTimeout = d } }
+
+// WithRequestTimeout bounds each request to the lock service. Default 5s.
+func WithRequestTimeout(d time.Duration) Option { return func(c *Config) { c.RequestTimeout = d } }
+
+// WithPrefix sets where locks live on the lock service; see Config.Prefix.
+func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
+
+// WithLogger sets the logger. Default: no logs.
+func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
+
+// NewConfig applies opts over the defaults and validates the result with
+// Validate(0).
+func NewConfig(opts ...Option) (Config, error) {
+	var c Config
+	for _, o := range opts {
+		o(&c)
+	}
+	c.fill()
+	return c, c.Validate(0)
+}
+
+func (c *Config) fill() {
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.RenewEvery == 0 && c.TTL > 0 {
+		c.RenewEvery = c.TTL / 3
+	}
+	if c.Drift == 0 && c.TTL > 0 {
+		c.Drift = c.TTL/100 + 2*time.Millisecond
+	}
+	if c.ReleaseTimeout == 0 {
+		c.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if c.Holder == "" {
+		c.Holder = DefaultHolder()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+}
+
+// Validate checks the timing rules: TTL at least minTTL (the backend's
+// minimum; 0 for none) and positive, RenewEvery positive and below TTL, and
+// Drift non-negative and small enough for a renewal to land before the local
+// deadline.
+func (c Config) Validate(minTTL time.Duration) error {
+	switch {
+	case c.TTL <= 0:
+		return &OptionError{"ttl", c.TTL.String(), "must be positive"}
+	case minTTL > 0 && c.TTL < minTTL:
+		return &OptionError{"ttl", c.TTL.String(), fmt.Sprintf("is below this backend's minimum of %v", minTTL)}
+	case c.RenewEvery <= 0:
+		return &OptionError{"renew interval", c.RenewEvery.String(), "must be positive"}
+	case c.RenewEvery >= c.TTL:
+		return &OptionError{"renew interval", c.RenewEvery.String(), fmt.Sprintf("must be below the TTL (%v); the default is TTL/3", c.TTL)}
+	case c.Drift < 0:
+		return &OptionError{"drift", c.Drift.String(), "must not be negative"}
+	case c.Drift >= c.TTL-c.RenewEvery:
+		return &OptionError{"drift", c.Drift.String(), fmt.Sprintf("must be below TTL - renew interval (%v), or every lease would expire locally before its renewal", c.TTL-c.RenewEvery)}
+	case c.ReleaseTimeout <= 0:
+		return &OptionError{"release timeout", c.ReleaseTimeout.String(), "must be positive"}
+	case c.RequestTimeout <= 0:
+		return &OptionError{"request timeout", c.RequestTimeout.String(), "must be positive"}
+	case len(c.Holder) > MaxNameLen:
+		return &OptionError{"holder", strconv.Quote(c.Holder[:20] + "…"), fmt.Sprintf("is longer than %d bytes", MaxNameLen)}
+	}
+	return nil
+}
+
+// DefaultHolder returns host:pid, the default holder identity.
+func DefaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// ValidateName checks a lock name: 1 to MaxNameLen bytes of letters, digits
+// and the punctuation . _ - : @ + =. Names are used verbatim as keys, paths
+// and SQL values on every backend, so the rule is the same everywhere; "/"
+// is excluded because on etcd and ZooKeeper lock "a" would otherwise cover
+// lock "a/b".
+func ValidateName(name string) error {
+	if name == "" {
+		return &OptionError{"lock name", `""`, "must not be empty"}
+	}
+	if len(name) > MaxNameLen {
+		return &OptionError{"lock name", strconv.Quote(name[:20] + "…"), fmt.Sprintf("is %d bytes; the limit is %d", len(name), MaxNameLen)}
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return &OptionError{"lock name", strconv.Quote(name), fmt.Sprintf("has %q at byte %d; use letters, digits and . _ - : @ + =", name[i], i)}
+		}
+	}
+	return nil
+}
+
+func nameByte(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	}
+	switch b {
+	case '.', '_', '-', ':', '@', '+', '=':
+		return true
+	}
+	return false
+}

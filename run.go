@@ -1,0 +1,58 @@
+package baton
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Run acquires the lock name (blocking, bounded by ctx), runs fn under the
+// lease and releases it. fn's context is cancelled when ctx is, and when the
+// lease is lost, with the *LostError as its cause.
+//
+// Run returns only after fn has returned. Its error is fn's; if the lease was
+// lost before fn returned, the error also matches ErrLeaseLost, even when fn
+// itself returned nil, because fn's work may have overlapped another holder's.
+func (l *Locker) Run(ctx context.Context, name string, fn func(ctx context.Context, lease *Lease) error) error {
+	lease, err := l.Acquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	return runHeld(ctx, lease, func(ctx context.Context) error { return fn(ctx, lease) })
+}
+
+// Run acquires the lock name, raises fence for name to the lease's token,
+// runs fn and releases the lease. Raising the fence before fn runs closes
+// the guide's first gap: from that moment no older holder can write through
+// the fence, even before fn's first write. A stale token (a newer holder has
+// already raised the fence) returns a *StaleTokenError without running fn.
+// A nil fence skips that step. See Locker.Run for the rest.
+func (f *FencedLocker) Run(ctx context.Context, name string, fence Fence, fn func(ctx context.Context, lease *FencedLease) error) error {
+	lease, err := f.Acquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	if fence != nil {
+		if err := fence.Raise(lease.Context(), name, lease.Token()); err != nil {
+			rerr := lease.Release(ctx)
+			return errors.Join(fmt.Errorf("raise fence %q to token %d: %w", name, lease.Token(), err), rerr)
+		}
+	}
+	return runHeld(ctx, lease.l, func(ctx context.Context) error { return fn(ctx, lease) })
+}
+
+func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) error {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	defer stop()
+
+	ferr := fn(wctx)
+	var lost *LostError
+	if errors.As(lease.Err(), &lost) {
+		if ferr == nil || !errors.Is(ferr, ErrLeaseLost) {
+			ferr = errors.Join(ferr, lost)
+		}
+	}
+	return errors.Join(ferr, lease.Release(ctx))
+}

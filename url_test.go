@@ -1,0 +1,115 @@
+package baton_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/baton-go/baton"
+)
+
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"etcd://127.0.0.1:2379", "etcd://127.0.0.1:2379"},
+		{"postgres://app:s3cret@db:5432/x", "postgres://app:xxxxx@db:5432/x"},
+		{"redis://:hunter2@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"postgres://app:s3cr%t@db/x", "postgres://app:xxxxx@db/x"}, // unparseable escape
+		{"zk://u:p@h1:2181,h2:2181/root", "zk://u:xxxxx@h1:2181,h2:2181/root"},
+	} {
+		if got := baton.Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestOpeners_Open_Errors(t *testing.T) {
+	o := baton.Openers{"etcd": func(context.Context, *url.URL, ...baton.Option) (*baton.Locker, error) {
+		return nil, errors.New("not reached")
+	}}
+	for _, tc := range []struct{ in, want string }{
+		{"", "is empty"},
+		{"127.0.0.1:2379", "scheme"},
+		{"mysql://u:pw@h/db", `unknown scheme "mysql"; use one of etcd://`},
+		{"etcd://h:p%zz", "invalid"},
+	} {
+		_, err := o.Open(context.Background(), tc.in)
+		if !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidOption", tc.in, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %q, want it to say %q", tc.in, err, tc.want)
+		}
+		if strings.Contains(err.Error(), "pw") {
+			t.Errorf("Open(%q) error leaks the password: %q", tc.in, err)
+		}
+	}
+}
+
+// FuzzParseURL checks that no input panics ParseURL or Redact, and that a
+// password never survives into an error or a redacted string.
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{
+		"etcd://127.0.0.1:2379", "etcd://a:1,b:2/prefix?ttl=5s", "postgres://u:secret@h/db?sslmode=disable",
+		"redis://:secret@h:6379/0", "zk://h1:2181,h2:2181/baton", "sqlite:/tmp/x.db", "%", "://", "a://b:c@",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		red := baton.Redact(s)
+		u, err := baton.ParseURL(s)
+		if err != nil {
+			if !errors.Is(err, baton.ErrInvalidOption) {
+				t.Fatalf("ParseURL(%q) error %v does not match ErrInvalidOption", s, err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("multi-line error for %q: %q", s, err)
+			}
+		}
+		if err == nil && u.User != nil {
+			if pw, ok := u.User.Password(); ok && len(pw) >= 4 && !strings.Contains(u.User.Username(), pw) && strings.Contains(red, pw) && !strings.Contains(strings.Replace(s, pw, "", 1), pw) {
+				t.Fatalf("Redact(%q) = %q keeps the password %q", s, red, pw)
+			}
+		}
+	})
+}
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"invoices", "invoices@2026-11-30T02:00Z", "a.b_c-d:e+f=g", strings.Repeat("x", baton.MaxNameLen)} {
+		if err := baton.ValidateName(ok); err != nil {
+			t.Errorf("ValidateName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a/b", "a b", "é", strings.Repeat("x", baton.MaxNameLen+1), "x\n"} {
+		err := baton.ValidateName(bad)
+		var oe *baton.OptionError
+		if !errors.As(err, &oe) || oe.Reason == "" {
+			t.Errorf("ValidateName(%q) = %v, want an *OptionError with a reason", bad, err)
+		}
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	c, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TTL != baton.DefaultTTL || c.RenewEvery != baton.DefaultTTL/3 || c.Holder == "" || c.Logger == nil {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	for _, opts := range [][]baton.Option{
+		{baton.WithTTL(-1)},
+		{baton.WithRenewEvery(baton.DefaultTTL)},
+		{baton.WithDrift(-1)},
+		{baton.WithDrift(baton.DefaultTTL)},
+		{baton.WithRequestTimeout(-1)},
+		{baton.WithReleaseTimeout(-1)},
+		{baton.WithHolder(strings.Repeat("h", baton.MaxNameLen+1))},
+	} {
+		if _, err := baton.NewConfig(opts...); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("NewConfig = %v, want ErrInvalidOption", err)
+		}
+	}
+}
