@@ -1,0 +1,112 @@
+// Package batontest is the conformance suite every baton backend runs
+// against its real lock service: mutual exclusion (the guide's three clients
+// racing 500 times), token order, renewal, loss, release semantics, and bad
+// options. A backend's own tests call Run with a Factory.
+package batontest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// Client is one connection to the lock service, as one process would have.
+type Client struct {
+	Locker *baton.Locker
+	// Crash, when set, makes the client stop talking to the service at
+	// once without releasing anything, like kill -9 or a cut cable: its
+	// leases end on the server only when their TTL runs out.
+	Crash func()
+}
+
+// Factory describes a backend to the suite.
+type Factory struct {
+	// New returns a fresh client built with opts on top of the suite's
+	// (TTL), or the construction error. The suite closes its Locker.
+	New func(t testing.TB, opts ...baton.Option) (Client, error)
+	// TTL is the lease TTL the suite uses: the shortest the backend takes,
+	// to keep the suite fast.
+	TTL time.Duration
+	// Fenced says the backend hands out fencing tokens; the Locker must
+	// then be convertible with Locker.Fenced.
+	Fenced bool
+	// Expire, when set, ends the lease on the server as if its TTL had run
+	// out (revoke the etcd lease, delete the Redis key, expire the
+	// ZooKeeper session, move the PostgreSQL row's expiry to the past).
+	Expire func(t testing.TB, l *baton.Lease)
+	// Rounds is the number of rounds of the race; default 500.
+	Rounds int
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, f Factory) {
+	if f.Rounds == 0 {
+		f.Rounds = 500
+	}
+	s := &suite{f: f}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"TryAcquire_Contended", s.tryAcquireContended},
+		{"Acquire_WaitsForRelease", s.acquireWaits},
+		{"Acquire_CancelledByCaller", s.acquireCancelled},
+		{"Acquire_SameLocker_Excludes", s.sameLocker},
+		{"Acquire_MutualExclusion", s.mutualExclusion},
+		{"TryAcquire_Race", s.race},
+		{"Release_Idempotent", s.releaseIdempotent},
+		{"Release_AfterCallerCancelled", s.releaseAfterCancel},
+		{"Release_NeverFreesAnother", s.releaseOnlyOwn},
+		{"Lease_RenewedPastTTL", s.renewal},
+		{"Lease_Lost", s.loss},
+		{"Lease_CrashedHolder_TakenOver", s.crash},
+		{"Token_Increases", s.tokenOrder},
+		{"Locker_Close", s.close},
+		{"Options_Invalid", s.badOptions},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+type suite struct{ f Factory }
+
+func (s *suite) locker(t testing.TB, opts ...baton.Option) *baton.Locker {
+	t.Helper()
+	return s.client(t, opts...).Locker
+}
+
+func (s *suite) client(t testing.TB, opts ...baton.Option) Client {
+	t.Helper()
+	c, err := s.f.New(t, append([]baton.Option{baton.WithTTL(s.f.TTL)}, opts...)...)
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Locker.Close() })
+	return c
+}
+
+// lockName makes a lock name unique to the test.
+func lockName(t testing.TB) string {
+	r := strings.NewReplacer("/", ".", " ", "_", "#", "-")
+	return r.Replace(t.Name()) + fmt.Sprintf("-%d", time.Now().UnixNano()%1e6)
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, l *baton.Locker, name string) *baton.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctxFor(t, 30*time.Second), name)
+	if err != nil {
+		t.Fatalf("Acquire(%q): %v", name, err)
+	}
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	return lease
+}

@@ -1,0 +1,491 @@
+package batontest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+func (s *suite) tryAcquireContended(t *testing.T) {
+	name := lockName(t)
+	a := s.locker(t, baton.WithHolder("holder-a"))
+	b := s.locker(t, baton.WithHolder("holder-b"))
+	mustAcquire(t, a, name)
+
+	_, err := b.TryAcquire(ctxFor(t, 10*time.Second), name)
+	if !errors.Is(err, baton.ErrNotAcquired) {
+		t.Fatalf("TryAcquire on a held lock: err = %v, want ErrNotAcquired", err)
+	}
+	var nae *baton.NotAcquiredError
+	if !errors.As(err, &nae) {
+		t.Fatalf("err %v is not a *NotAcquiredError", err)
+	}
+	if nae.Holder != "holder-a" {
+		t.Errorf("NotAcquiredError.Holder = %q, want holder-a", nae.Holder)
+	}
+	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, context.Canceled) {
+		t.Errorf("contention reported as a failure or cancellation: %v", err)
+	}
+	// The failed attempt must leave nothing behind: after A releases, a
+	// third client gets the lock at once.
+	c := s.locker(t)
+	if _, err := c.TryAcquire(ctxFor(t, 10*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Fatalf("third TryAcquire while A holds: %v", err)
+	}
+}
+
+func (s *suite) acquireWaits(t *testing.T) {
+	name := lockName(t)
+	a := s.locker(t)
+	b := s.locker(t)
+	la := mustAcquire(t, a, name)
+
+	got := make(chan *baton.Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		lb, err := b.Acquire(ctxFor(t, 30*time.Second), name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- lb
+	}()
+	// B must not get the lock while A holds it: release A only after B's
+	// wait has certainly started and check B is still waiting.
+	select {
+	case lb := <-got:
+		_ = lb.Release(context.Background())
+		t.Fatal("B acquired while A held the lock")
+	case err := <-errc:
+		t.Fatalf("B's Acquire failed while waiting: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := la.Release(context.Background()); err != nil {
+		t.Fatalf("release A: %v", err)
+	}
+	select {
+	case lb := <-got:
+		if err := lb.Release(context.Background()); err != nil {
+			t.Fatalf("release B: %v", err)
+		}
+	case err := <-errc:
+		t.Fatalf("B's Acquire after A released: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("B did not acquire within 10s of A's release")
+	}
+}
+
+func (s *suite) acquireCancelled(t *testing.T) {
+	name := lockName(t)
+	a := s.locker(t)
+	b := s.locker(t)
+	la := mustAcquire(t, a, name)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := b.Acquire(ctx, name)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with an expiring ctx: err = %v, want context.DeadlineExceeded", err)
+	}
+	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrLeaseLost) {
+		t.Errorf("cancellation reported as a backend failure or loss: %v", err)
+	}
+	cause := errors.New("caller's own reason")
+	ctx2, cancel2 := context.WithCancelCause(context.Background())
+	cancel2(cause)
+	if _, err := b.Acquire(ctx2, name); !errors.Is(err, cause) {
+		t.Errorf("Acquire on a cancelled ctx: err = %v, want the ctx's cause", err)
+	}
+	// The abandoned wait must not block the lock: after A releases, C gets
+	// it at once.
+	if err := la.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := s.locker(t)
+	lc, err := c.TryAcquire(ctxFor(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatalf("TryAcquire after the waiter gave up and A released: %v", err)
+	}
+	_ = lc.Release(context.Background())
+}
+
+// sameLocker checks that two acquisitions through one Locker exclude each
+// other like two processes do (etcd issue 11360).
+func (s *suite) sameLocker(t *testing.T) {
+	name := lockName(t)
+	l := s.locker(t)
+	mustAcquire(t, l, name)
+	if _, err := l.TryAcquire(ctxFor(t, 10*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Fatalf("second TryAcquire through the same Locker: err = %v, want ErrNotAcquired", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if lease, err := l.Acquire(ctx, name); err == nil {
+		_ = lease.Release(context.Background())
+		t.Fatal("second Acquire through the same Locker succeeded while the first is held")
+	}
+}
+
+// mutualExclusion has clients loop Acquire/Release and checks that no two
+// are ever inside at once.
+func (s *suite) mutualExclusion(t *testing.T) {
+	name := lockName(t)
+	const clients, rounds = 4, 15
+	var inside, maxInside, total atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, clients)
+	for i := range clients {
+		l := s.locker(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				lease, err := l.Acquire(ctxFor(t, 60*time.Second), name)
+				if err != nil {
+					errc <- err
+					return
+				}
+				n := inside.Add(1)
+				for {
+					m := maxInside.Load()
+					if n <= m || maxInside.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				total.Add(1)
+				if err := lease.Release(context.Background()); err != nil {
+					errc <- err
+					return
+				}
+			}
+			_ = i
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatalf("client: %v", err)
+	}
+	if m := maxInside.Load(); m != 1 {
+		t.Fatalf("%d holders inside at once, want 1", m)
+	}
+	if total.Load() != clients*rounds {
+		t.Fatalf("%d critical sections, want %d", total.Load(), clients*rounds)
+	}
+}
+
+// race is the guide's test: three clients race for one lock, many rounds;
+// exactly one wins every round.
+func (s *suite) race(t *testing.T) {
+	name := lockName(t)
+	const clients = 3
+	lockers := make([]*baton.Locker, clients)
+	for i := range lockers {
+		lockers[i] = s.locker(t)
+	}
+	for round := range s.f.Rounds {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		leases := make([]*baton.Lease, clients)
+		errs := make([]error, clients)
+		for i, l := range lockers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				leases[i], errs[i] = l.TryAcquire(context.Background(), name)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winners := 0
+		for i := range clients {
+			switch {
+			case errs[i] == nil:
+				winners++
+			case !errors.Is(errs[i], baton.ErrNotAcquired):
+				t.Fatalf("round %d: client %d: %v", round, i, errs[i])
+			}
+		}
+		if winners != 1 {
+			t.Fatalf("round %d: %d winners, want exactly 1", round, winners)
+		}
+		for _, l := range leases {
+			if l != nil {
+				if err := l.Release(context.Background()); err != nil {
+					t.Fatalf("round %d: release: %v", round, err)
+				}
+			}
+		}
+	}
+}
+
+func (s *suite) releaseIdempotent(t *testing.T) {
+	name := lockName(t)
+	l := s.locker(t)
+	lease := mustAcquire(t, l, name)
+	ctx := lease.Context()
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatalf("first Release: %v", err)
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	if !errors.Is(lease.Err(), baton.ErrReleased) {
+		t.Errorf("Err after Release = %v, want ErrReleased", lease.Err())
+	}
+	select {
+	case <-lease.Done():
+	default:
+		t.Error("Done not closed after Release")
+	}
+	if !errors.Is(context.Cause(ctx), baton.ErrReleased) {
+		t.Errorf("work ctx cause after Release = %v, want ErrReleased", context.Cause(ctx))
+	}
+}
+
+func (s *suite) releaseAfterCancel(t *testing.T) {
+	name := lockName(t)
+	a := s.locker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	lease, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if lease.Context().Err() != nil {
+		t.Fatal("cancelling Acquire's ctx cancelled the lease's work ctx")
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release with a cancelled ctx: %v", err)
+	}
+	b := s.locker(t)
+	lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatalf("lock not free at once after Release with a cancelled ctx: %v", err)
+	}
+	_ = lb.Release(context.Background())
+}
+
+func (s *suite) releaseOnlyOwn(t *testing.T) {
+	if s.f.Expire == nil {
+		t.Skip("backend has no Expire hook")
+	}
+	name := lockName(t)
+	a := s.locker(t)
+	b := s.locker(t)
+	la := mustAcquire(t, a, name)
+	s.f.Expire(t, la)
+	waitDone(t, la, 3*s.f.TTL)
+	lb := mustAcquire(t, b, name)
+	if err := la.Release(context.Background()); err != nil {
+		t.Fatalf("stale Release: %v", err)
+	}
+	// B must still hold it.
+	c := s.locker(t)
+	if _, err := c.TryAcquire(ctxFor(t, 10*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Fatalf("after A's stale Release, TryAcquire = %v; A freed B's lock", err)
+	}
+	if lb.Err() != nil {
+		t.Fatalf("B's lease ended after A's stale Release: %v", lb.Err())
+	}
+}
+
+func waitDone(t testing.TB, l *baton.Lease, d time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(d):
+		t.Fatalf("lease not reported lost within %v", d)
+	}
+}
+
+func (s *suite) renewal(t *testing.T) {
+	name := lockName(t)
+	a := s.locker(t)
+	b := s.locker(t)
+	lease := mustAcquire(t, a, name)
+	end := time.Now().Add(3 * s.f.TTL)
+	for time.Now().Before(end) {
+		if _, err := b.TryAcquire(ctxFor(t, 10*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
+			t.Fatalf("after %v another client's TryAcquire = %v; the lease was not renewed", time.Until(end), err)
+		}
+		if err := lease.Err(); err != nil {
+			t.Fatalf("lease ended while renewing: %v", err)
+		}
+		if left := time.Until(lease.Deadline()); left <= 0 || left > s.f.TTL {
+			t.Fatalf("local deadline %v away, want within (0, TTL]", left)
+		}
+		time.Sleep(s.f.TTL / 4)
+	}
+}
+
+func (s *suite) loss(t *testing.T) {
+	if s.f.Expire == nil {
+		t.Skip("backend has no Expire hook")
+	}
+	name := lockName(t)
+	lease := mustAcquire(t, s.locker(t), name)
+	work := lease.Context()
+	s.f.Expire(t, lease)
+	waitDone(t, lease, 3*s.f.TTL)
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("Err after loss = %v, want ErrLeaseLost", lease.Err())
+	}
+	var lost *baton.LostError
+	if !errors.As(context.Cause(work), &lost) || lost.Name != name {
+		t.Fatalf("work ctx cause = %v, want *LostError for %q", context.Cause(work), name)
+	}
+	// Another client can take it now.
+	mustAcquire(t, s.locker(t), name)
+}
+
+func (s *suite) crash(t *testing.T) {
+	name := lockName(t)
+	a := s.client(t)
+	if a.Crash == nil {
+		t.Skip("backend has no Crash hook")
+	}
+	var prev baton.Token
+	if s.f.Fenced {
+		fa, _ := a.Locker.Fenced()
+		la, err := fa.Acquire(ctxFor(t, 10*time.Second), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev = la.Token()
+	} else {
+		mustAcquire(t, a.Locker, name)
+	}
+	a.Crash()
+	crashed := time.Now()
+	b := s.locker(t)
+	var tok baton.Token
+	if fb, ok := b.Fenced(); ok {
+		lb, err := fb.Acquire(ctxFor(t, 5*s.f.TTL), name)
+		if err != nil {
+			t.Fatalf("takeover after a crashed holder: %v", err)
+		}
+		defer lb.Release(context.Background())
+		tok = lb.Token()
+	} else {
+		lb, err := b.Acquire(ctxFor(t, 5*s.f.TTL), name)
+		if err != nil {
+			t.Fatalf("takeover after a crashed holder: %v", err)
+		}
+		defer lb.Release(context.Background())
+	}
+	took := time.Since(crashed)
+	t.Logf("takeover %v after the crash (TTL %v)", took.Round(time.Millisecond), s.f.TTL)
+	if took > 2*s.f.TTL+2*time.Second {
+		t.Errorf("takeover took %v, want about one TTL (%v)", took, s.f.TTL)
+	}
+	if s.f.Fenced && tok <= prev {
+		t.Errorf("token after takeover %d <= crashed holder's %d", tok, prev)
+	}
+}
+
+func (s *suite) tokenOrder(t *testing.T) {
+	if !s.f.Fenced {
+		if _, ok := s.locker(t).Fenced(); ok {
+			t.Fatal("backend not declared fenced, yet its Locker converts to a FencedLocker")
+		}
+		t.Skip("backend gives no tokens")
+	}
+	name := lockName(t)
+	var prev baton.Token
+	for i := range 20 {
+		fl, ok := s.locker(t).Fenced()
+		if !ok {
+			t.Fatal("fenced backend's Locker does not convert to a FencedLocker")
+		}
+		lease, err := fl.Acquire(ctxFor(t, 10*time.Second), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lease.Token() <= prev {
+			t.Fatalf("holder %d got token %d after %d; tokens must strictly increase", i, lease.Token(), prev)
+		}
+		prev = lease.Token()
+		if i%5 == 4 && s.f.Expire != nil {
+			s.f.Expire(t, lease.Lease()) // ends without release
+			waitDone(t, lease.Lease(), 3*s.f.TTL)
+			continue
+		}
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (s *suite) close(t *testing.T) {
+	name := lockName(t)
+	a := s.locker(t)
+	lease := mustAcquire(t, a, name)
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	waitDone(t, lease, 10*time.Second)
+	if _, err := a.TryAcquire(context.Background(), name+"-x"); !errors.Is(err, baton.ErrClosed) {
+		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+	// Close frees what it held.
+	lb, err := s.locker(t).TryAcquire(ctxFor(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatalf("lock not free after its Locker closed: %v", err)
+	}
+	_ = lb.Release(context.Background())
+}
+
+func (s *suite) badOptions(t *testing.T) {
+	for _, tc := range []struct {
+		desc string
+		opts []baton.Option
+	}{
+		{"zero TTL is the default, negative is not", []baton.Option{baton.WithTTL(-time.Second)}},
+		{"renewal not below TTL", []baton.Option{baton.WithTTL(s.f.TTL), baton.WithRenewEvery(s.f.TTL)}},
+		{"drift eats the renewal window", []baton.Option{baton.WithTTL(s.f.TTL), baton.WithDrift(s.f.TTL)}},
+		{"TTL below any backend's minimum", []baton.Option{baton.WithTTL(time.Millisecond)}},
+	} {
+		t.Run(strings.ReplaceAll(tc.desc, " ", "_"), func(t *testing.T) {
+			err := s.newErr(t, tc.opts...)
+			if !errors.Is(err, baton.ErrInvalidOption) {
+				t.Fatalf("err = %v, want ErrInvalidOption", err)
+			}
+			if !strings.Contains(err.Error(), "invalid") {
+				t.Errorf("message %q does not say what is invalid", err)
+			}
+		})
+	}
+	l := s.locker(t)
+	for _, name := range []string{"", strings.Repeat("x", baton.MaxNameLen+1), "a/b", "sp ace", "nul\x00"} {
+		if _, err := l.TryAcquire(context.Background(), name); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("TryAcquire(%q) = %v, want ErrInvalidOption", name, err)
+		}
+	}
+}
+
+// newErr builds a client with opts and returns the construction error, or
+// the first acquisition's (a backend may learn its minimum TTL from the
+// server).
+func (s *suite) newErr(t *testing.T, opts ...baton.Option) error {
+	t.Helper()
+	c, err := s.f.New(t, opts...)
+	if err != nil {
+		return err
+	}
+	defer c.Locker.Close()
+	lease, err := c.Locker.TryAcquire(ctxFor(t, 10*time.Second), lockName(t))
+	if err == nil {
+		_ = lease.Release(context.Background())
+	}
+	return err
+}

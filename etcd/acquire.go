@@ -1,0 +1,194 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-go/baton"
+)
+
+// Acquire implements baton.Backend.
+//
+// Every acquisition creates its own key, PREFIX/NAME/LEASE-SEQ, on the
+// session's lease, so two acquisitions in one process exclude each other
+// like two processes (concurrency.Mutex keys by lease alone, which lets two
+// goroutines sharing a session both "hold" it: etcd issue 11360). The key
+// with the lowest create revision holds the lock; the others wait in create
+// revision order, each watching only its predecessor.
+func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	s, err := b.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// No request may hold an acquisition past its session's end.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.k.Context(), func() { cancel(errSessionEnded) })
+	defer stop()
+	h, err := b.acquire(sctx, s, req)
+	if err != nil && errors.Is(context.Cause(sctx), errSessionEnded) {
+		return nil, fmt.Errorf("session ended while acquiring: %w", s.k.Err())
+	}
+	return h, err
+}
+
+// errSessionEnded cancels the requests of an acquisition whose session
+// ended.
+var errSessionEnded = errors.New("session ended")
+
+func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (baton.Hold, error) {
+	pfx := b.lockPrefix(req.Name)
+	key := fmt.Sprintf("%s%x-%d", pfx, int64(s.id), b.seq.Add(1))
+
+	// One round trip: create our key and read the first key by create
+	// revision. When that is ours, the lock is held.
+	octx, cancel := b.op(ctx)
+	resp, err := b.client.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, req.Holder, clientv3.WithLease(s.id)),
+			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	cancel()
+	if err != nil {
+		if isLeaseGone(err) {
+			s.k.Lose(fmt.Errorf("etcd lease %x not found when creating %s", int64(s.id), key))
+			return nil, fmt.Errorf("%w: the session lease ended before the lock key was created", baton.ErrLeaseLost)
+		}
+		return nil, b.fail(ctx, "create lock key", err)
+	}
+	if !resp.Succeeded { // cannot happen: the key is unique
+		return nil, b.fail(ctx, "create lock key", fmt.Errorf("key %s already exists", key))
+	}
+	rev := resp.Header.Revision
+	owner := resp.Responses[1].GetResponseRange().Kvs
+	if len(owner) == 0 || owner[0].CreateRevision == rev {
+		return b.held(s, key, rev)
+	}
+	if !req.Wait {
+		b.deleteKey(ctx, key)
+		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: string(owner[0].Value), Token: baton.Token(owner[0].CreateRevision)}
+	}
+	if err := b.wait(ctx, s, pfx, key, rev); err != nil {
+		select {
+		case <-s.k.Done(): // the lease's end takes the key with it
+		default:
+			b.deleteKey(ctx, key)
+		}
+		return nil, err
+	}
+	return b.held(s, key, rev)
+}
+
+// held makes the hold for key, unless the session ended meanwhile.
+func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
+	select {
+	case <-s.k.Done():
+		b.deleteKey(context.Background(), key)
+		return nil, fmt.Errorf("session ended as the lock was granted: %w", s.k.Err())
+	default:
+	}
+	h := newHold(b, s, key, rev)
+	if !b.track(h) {
+		h.lose(baton.ErrClosed)
+		b.deleteKey(context.Background(), key)
+		return nil, baton.ErrClosed
+	}
+	return h, nil
+}
+
+// wait blocks until no key on pfx has a create revision below rev. It
+// returns an error matching baton.ErrLeaseLost as soon as the session ends
+// or our key disappears, never "acquired" on a dead session (etcd issue
+// 19597), and context.Cause(ctx) when ctx ends.
+//
+// concurrency.Mutex watches its predecessor from a revision the server
+// already has, so the server serves that watch from its 100ms catch-up loop
+// and every handoff waits for it. Here the watch starts at the current
+// revision (served at once when the key is deleted), and only then do we
+// check that the predecessor still exists, so no deletion is missed.
+func (b *backend) wait(ctx context.Context, s *session, pfx, key string, rev int64) error {
+	for {
+		// Our key must still be there; find the last key before it.
+		octx, cancel := b.op(ctx)
+		resp, err := b.client.Txn(octx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)).
+			Commit()
+		cancel()
+		if err != nil {
+			return b.fail(ctx, "find predecessor", err)
+		}
+		if !resp.Succeeded {
+			select {
+			case <-s.k.Done():
+				return fmt.Errorf("session ended while waiting: %w", s.k.Err())
+			default:
+				return fmt.Errorf("%w: lock key %s was deleted while waiting", baton.ErrLeaseLost, key)
+			}
+		}
+		preds := resp.Responses[0].GetResponseRange().Kvs
+		if len(preds) == 0 {
+			return nil
+		}
+		if err := b.waitDelete(ctx, s, string(preds[0].Key), preds[0].CreateRevision); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDelete returns when key (created at rev) is gone.
+func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := b.client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithCreatedNotify())
+
+	created := false
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-s.k.Done():
+			return fmt.Errorf("session ended while waiting: %w", s.k.Err())
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				return nil // the caller looks again
+			}
+			if wr.Created && !created {
+				created = true
+				// The watch now sees every later change; check the key
+				// was not deleted before it started.
+				octx, ocancel := b.op(ctx)
+				g, err := b.client.Get(octx, key, clientv3.WithCountOnly())
+				ocancel()
+				if err != nil {
+					return b.fail(ctx, "check predecessor", err)
+				}
+				if g.Count == 0 {
+					return nil
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != rev {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// deleteKey removes key on a detached, bounded context: cleanup must happen
+// even when the caller gave up.
+func (b *backend) deleteKey(ctx context.Context, key string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
+	defer cancel()
+	if _, err := b.client.Delete(dctx, key); err != nil {
+		b.cfg.Logger.Warn("could not delete lock key; it ends with its lease", "key", key, "err", errors.Unwrap(err))
+	}
+}

@@ -1,0 +1,172 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-go/baton"
+)
+
+// DefaultPrefix is where locks live unless baton.WithPrefix says otherwise.
+// Lock NAME is the key range DefaultPrefix + NAME + "/", the layout etcdctl
+// lock uses, so `etcdctl lock /baton/lock/NAME` and a baton lock on NAME
+// exclude each other.
+const DefaultPrefix = "/baton/lock/"
+
+// backend implements baton.FencedBackend on an etcd client.
+type backend struct {
+	client *clientv3.Client
+	owned  bool // close the client on Close
+	cfg    baton.Config
+	prefix string
+	where  string // endpoints, for error messages
+	ttlSec int64
+
+	seq atomic.Uint64 // makes every key of one session unique
+
+	mu     sync.Mutex
+	sess   *session
+	holds  map[*hold]struct{}
+	closed bool
+}
+
+var _ baton.FencedBackend = (*backend)(nil)
+
+// New returns a FencedLocker on client. The client stays the caller's:
+// closing the Locker does not close it. Options: baton.WithTTL (whole
+// seconds, at least the server's minimum lease TTL, 2s with etcd's default
+// election timeout), baton.WithPrefix (default DefaultPrefix), and the rest
+// of baton's.
+func New(client *clientv3.Client, opts ...baton.Option) (*baton.FencedLocker, error) {
+	b, err := newBackend(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	return baton.NewFencedLocker(b, b.cfg), nil
+}
+
+func newBackend(client *clientv3.Client, opts []baton.Option) (*backend, error) {
+	if client == nil {
+		return nil, &baton.OptionError{Option: "etcd client", Value: "nil", Reason: "pass a *clientv3.Client, or use Dial"}
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(time.Second); err != nil {
+		return nil, err
+	}
+	if cfg.TTL%time.Second != 0 {
+		return nil, &baton.OptionError{Option: "ttl", Value: cfg.TTL.String(), Reason: "etcd leases count whole seconds; use a whole number of seconds such as 2s"}
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &backend{
+		client: client,
+		cfg:    cfg,
+		prefix: prefix,
+		where:  "etcd://" + strings.Join(stripSchemes(client.Endpoints()), ","),
+		ttlSec: int64(cfg.TTL / time.Second),
+		holds:  map[*hold]struct{}{},
+	}, nil
+}
+
+func stripSchemes(eps []string) []string {
+	out := make([]string, len(eps))
+	for i, e := range eps {
+		if j := strings.Index(e, "://"); j >= 0 {
+			e = e[j+3:]
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// TokenSource implements baton.FencedBackend.
+func (b *backend) TokenSource() string { return "etcd create revision of the lock key" }
+
+// lockPrefix is the key range of one lock.
+func (b *backend) lockPrefix(name string) string { return b.prefix + name + "/" }
+
+// op bounds one request by the request timeout.
+func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.cfg.RequestTimeout)
+}
+
+// fail classifies err from a request made with a context derived from ctx:
+// the caller's cancellation, or the lock service failing.
+func (b *backend) fail(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
+	}
+	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// Close ends every hold, revokes the session lease (freeing all its keys at
+// once) and closes the client if Dial made it.
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	s := b.sess
+	b.sess = nil
+	holds := make([]*hold, 0, len(b.holds))
+	for h := range b.holds {
+		holds = append(holds, h)
+	}
+	b.mu.Unlock()
+
+	for _, h := range holds {
+		h.lose(baton.ErrClosed)
+	}
+	var err error
+	if s != nil {
+		err = s.close(b)
+	}
+	if b.owned {
+		err = errors.Join(err, b.client.Close())
+	}
+	return err
+}
+
+func (b *backend) track(h *hold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.holds[h] = struct{}{}
+	return true
+}
+
+func (b *backend) untrack(h *hold) {
+	b.mu.Lock()
+	delete(b.holds, h)
+	b.mu.Unlock()
+}
+
+// isLeaseGone reports whether err says the lease no longer exists.
+func isLeaseGone(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound)
+}

@@ -1,0 +1,128 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/baton-go/baton"
+)
+
+// Dial connects to the etcd endpoints (host:port or http://host:port), checks
+// that the cluster answers within the request timeout, and returns a
+// FencedLocker that owns the client: closing the Locker closes it.
+func Dial(ctx context.Context, endpoints []string, opts ...baton.Option) (*baton.FencedLocker, error) {
+	return dial(ctx, clientv3.Config{Endpoints: endpoints}, opts)
+}
+
+func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.FencedLocker, error) {
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if len(cc.Endpoints) == 0 {
+		return nil, &baton.OptionError{Option: "etcd endpoints", Value: "[]", Reason: "give at least one host:port"}
+	}
+	where := "etcd://" + strings.Join(stripSchemes(cc.Endpoints), ",")
+	cc.DialTimeout = cfg.RequestTimeout
+	cc.Logger = zap.NewNop()
+	cc.Context = ctx
+	client, err := clientv3.New(cc)
+	if err != nil {
+		return nil, &baton.UnavailableError{Where: where, Err: err}
+	}
+	// clientv3.New does not wait for a connection; one read does.
+	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	_, err = client.Get(pctx, "/baton/ping", clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		_ = client.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)}
+	}
+	b, err := newBackend(client, opts)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	b.owned = true
+	b.where = where
+	return baton.NewFencedLocker(b, b.cfg), nil
+}
+
+// Open implements baton.Opener for URLs of the form
+//
+//	etcd://[user:password@]host:port[,host:port...][/prefix/]?[ttl=15s]
+//
+// The path, when given, is the key prefix; the query may set ttl,
+// renew-every and request-timeout (Go durations), which options passed in
+// opts override.
+func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+	cc, urlOpts, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	fl, err := dial(ctx, cc, append(urlOpts, opts...))
+	if err != nil {
+		return nil, err
+	}
+	return fl.Locker(), nil
+}
+
+// ParseURL turns an etcd:// URL into a client configuration and options.
+func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
+	var cc clientv3.Config
+	bad := func(reason string) error {
+		return &baton.OptionError{Option: "etcd URL", Value: u.Redacted(), Reason: reason}
+	}
+	if u.Scheme != "etcd" {
+		return cc, nil, bad(`scheme must be "etcd"`)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return cc, nil, bad("want etcd://host:port[,host:port]")
+	}
+	for _, hp := range strings.Split(u.Host, ",") {
+		host, port, ok := strings.Cut(hp, ":")
+		if hp == "" || !ok || host == "" || port == "" {
+			return cc, nil, bad(fmt.Sprintf("endpoint %q: want host:port", hp))
+		}
+		cc.Endpoints = append(cc.Endpoints, "http://"+hp)
+	}
+	if u.User != nil {
+		cc.Username = u.User.Username()
+		cc.Password, _ = u.User.Password()
+	}
+	var opts []baton.Option
+	if p := u.Path; p != "" && p != "/" {
+		opts = append(opts, baton.WithPrefix(p))
+	}
+	q := u.Query()
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "ttl", "renew-every", "request-timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return cc, nil, bad(fmt.Sprintf("%s=%q is not a duration such as 15s", k, v))
+			}
+			switch k {
+			case "ttl":
+				opts = append(opts, baton.WithTTL(d))
+			case "renew-every":
+				opts = append(opts, baton.WithRenewEvery(d))
+			case "request-timeout":
+				opts = append(opts, baton.WithRequestTimeout(d))
+			}
+		default:
+			return cc, nil, bad(fmt.Sprintf("unknown parameter %q; known: ttl, renew-every, request-timeout", k))
+		}
+	}
+	return cc, opts, nil
+}

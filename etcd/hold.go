@@ -1,0 +1,128 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-go/baton"
+)
+
+// hold is one held lock key. It is lost when its session is, or when the
+// key is deleted by someone else (an operator's forced release).
+type hold struct {
+	b   *backend
+	s   *session
+	key string
+	rev int64
+
+	done   chan struct{}
+	mu     sync.Mutex
+	err    error
+	unhook func() bool        // stops relaying the session's end
+	cancel context.CancelFunc // ends the watcher
+	exited chan struct{}
+}
+
+// newHold starts following the hold's liveness: the session's end is
+// relayed at once (nothing in between can block it), and a watcher looks
+// for the deletion of our key.
+func newHold(b *backend, s *session, key string, rev int64) *hold {
+	sctx := s.k.Context()
+	ctx, cancel := context.WithCancel(sctx)
+	h := &hold{b: b, s: s, key: key, rev: rev, done: make(chan struct{}), cancel: cancel, exited: make(chan struct{})}
+	h.unhook = context.AfterFunc(sctx, func() { h.lose(s.k.Err()) })
+	go h.watch(ctx)
+	return h
+}
+
+func (h *hold) Key() string           { return h.key }
+func (h *hold) Token() baton.Token    { return baton.Token(h.rev) }
+func (h *hold) Done() <-chan struct{} { return h.done }
+func (h *hold) Deadline() time.Time   { return h.s.k.Deadline() }
+
+func (h *hold) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// lose marks the hold lost (once) and closes Done.
+func (h *hold) lose(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return
+	}
+	h.err = cause
+	close(h.done)
+}
+
+// watch is owned by the hold and ends with ctx (Release, or the session's
+// end). It turns the deletion of our key into the hold's loss.
+func (h *hold) watch(ctx context.Context) {
+	defer close(h.exited)
+	from := h.rev + 1
+	for {
+		wch := h.b.client.Watch(ctx, h.key, clientv3.WithRev(from))
+		for wr := range wch {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					if ctx.Err() == nil {
+						h.lose(fmt.Errorf("%w: lock key %s was deleted by another client", baton.ErrLeaseLost, h.key))
+					}
+					return
+				}
+			}
+			from = max(from, wr.Header.Revision+1)
+		}
+		// The watch ended: ctx is done, or the stream broke (an error or a
+		// compaction); then look at the key before watching again.
+		if ctx.Err() != nil {
+			return
+		}
+		gctx, cancel := h.b.op(ctx)
+		g, err := h.b.client.Get(gctx, h.key)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != h.rev {
+				h.lose(fmt.Errorf("%w: lock key %s is gone", baton.ErrLeaseLost, h.key))
+				return
+			}
+			from = g.Header.Revision + 1
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Release deletes the key if it is still ours (compare-and-delete by create
+// revision), and ends the watcher.
+func (h *hold) Release(ctx context.Context) error {
+	h.unhook()
+	h.cancel()
+	<-h.exited
+	h.b.untrack(h)
+	h.lose(baton.ErrReleased)
+	_, err := h.b.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+		Then(clientv3.OpDelete(h.key)).
+		Commit()
+	if err != nil {
+		return h.b.fail(context.Background(), "delete lock key", err)
+	}
+	return nil
+}

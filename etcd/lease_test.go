@@ -1,0 +1,274 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+func newLocker(t *testing.T, endpoint string, opts ...baton.Option) *baton.FencedLocker {
+	t.Helper()
+	fl, err := etcd.New(testsvc.Client(t, endpoint), append([]baton.Option{baton.WithTTL(2 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fl.Close() })
+	return fl
+}
+
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestLease_CutOff_StopsBeforeTakeover cuts a holder off from etcd (a proxy
+// that stops forwarding) and checks that its work context is cancelled no
+// later than the moment a second client acquires.
+func TestLease_CutOff_StopsBeforeTakeover(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+	a := newLocker(t, "http://"+proxy.Addr())
+	b := newLocker(t, srv.Endpoint)
+
+	la, err := a.Acquire(timeout(t, 10*time.Second), "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped time.Time
+	stoppedSet := make(chan struct{})
+	context.AfterFunc(la.Context(), func() { stopped = time.Now(); close(stoppedSet) })
+
+	proxy.Block()
+	cut := time.Now()
+	lb, err := b.Acquire(timeout(t, 20*time.Second), "invoices")
+	acquired := time.Now()
+	if err != nil {
+		t.Fatalf("B could not take over from a cut-off holder: %v", err)
+	}
+	defer lb.Release(context.Background())
+	select {
+	case <-stoppedSet:
+	default:
+		t.Fatalf("B acquired %v after the cut while A's work context was still live", acquired.Sub(cut))
+	}
+	if !stopped.Before(acquired) {
+		t.Fatalf("A stopped at +%v, after B acquired at +%v", stopped.Sub(cut), acquired.Sub(cut))
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) {
+		t.Errorf("A's Err = %v, want ErrLeaseLost", la.Err())
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("B's token %d <= A's %d", lb.Token(), la.Token())
+	}
+	t.Logf("cut at 0; A stopped at +%v; B acquired at +%v (margin %v)", stopped.Sub(cut).Round(time.Millisecond), acquired.Sub(cut).Round(time.Millisecond), acquired.Sub(stopped).Round(time.Millisecond))
+	proxy.Unblock()
+}
+
+// TestAcquire_WaiterSessionDies checks etcd issue 19597: a waiter whose
+// session dies stops waiting with a lease-lost error and never reports the
+// lock as acquired.
+func TestAcquire_WaiterSessionDies(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	for _, how := range []string{"cut-off", "revoked"} {
+		t.Run(how, func(t *testing.T) {
+			proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+			holder := newLocker(t, srv.Endpoint)
+			waiter := newLocker(t, "http://"+proxy.Addr())
+			name := "nightly-" + how
+
+			lh, err := holder.Acquire(timeout(t, 10*time.Second), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				lw, err := waiter.Acquire(timeout(t, 30*time.Second), name)
+				if err == nil {
+					_ = lw.Release(context.Background())
+				}
+				errc <- err
+			}()
+			admin := testsvc.Client(t, srv.Endpoint)
+			waiterKey := waitForKeys(t, admin, etcd.DefaultPrefix+name+"/", 2)[1]
+
+			start := time.Now()
+			switch how {
+			case "cut-off":
+				proxy.Block()
+			case "revoked":
+				revokeLeaseOf(t, admin, waiterKey)
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, baton.ErrLeaseLost) {
+					t.Fatalf("waiter returned %v, want ErrLeaseLost", err)
+				}
+				t.Logf("waiter gave up %v after its session died", time.Since(start).Round(time.Millisecond))
+			case <-time.After(5 * time.Second):
+				_ = lh.Release(context.Background())
+				t.Fatalf("waiter still waiting 5s after its session died; after release it returned %v", <-errc)
+			}
+			proxy.Unblock()
+			_ = lh.Release(context.Background())
+		})
+	}
+}
+
+// waitForKeys waits until at least n keys exist under prefix and returns
+// them in create order.
+func waitForKeys(t *testing.T, c *clientv3.Client, prefix string, n int) []string {
+	t.Helper()
+	ctx := timeout(t, 10*time.Second)
+	for {
+		g, err := c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			t.Fatalf("list %s: %v", prefix, err)
+		}
+		if len(g.Kvs) >= n {
+			keys := make([]string, len(g.Kvs))
+			for i, kv := range g.Kvs {
+				keys[i] = string(kv.Key)
+			}
+			return keys
+		}
+		// Watch for the next change instead of polling blindly.
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		<-c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(g.Header.Revision+1))
+		cancel()
+	}
+}
+
+// TestAcquire_FIFO checks that waiters get the lock in the order they
+// started waiting.
+func TestAcquire_FIFO(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	admin := testsvc.Client(t, srv.Endpoint)
+	holder := newLocker(t, srv.Endpoint)
+	lh, err := holder.Acquire(timeout(t, 10*time.Second), "fifo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 5
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range waiters {
+		l := newLocker(t, srv.Endpoint)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease, err := l.Acquire(timeout(t, 30*time.Second), "fifo")
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			_ = lease.Release(context.Background())
+		}()
+		waitForKeys(t, admin, etcd.DefaultPrefix+"fifo/", i+2) // waiter i is queued
+	}
+	_ = lh.Release(context.Background())
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("acquisition order %v, want 0..%d", order, waiters-1)
+		}
+	}
+}
+
+// TestLease_KeyDeleted_IsLost: an operator deleting the holder's key (a
+// forced release) ends the lease at once.
+func TestLease_KeyDeleted_IsLost(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	l := newLocker(t, srv.Endpoint)
+	lease, err := l.Acquire(timeout(t, 10*time.Second), "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testsvc.Client(t, srv.Endpoint).Delete(timeout(t, 5*time.Second), lease.Key()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not lost 5s after its key was deleted")
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !strings.Contains(lease.Err().Error(), "deleted") {
+		t.Errorf("Err = %v, want a loss saying the key was deleted", lease.Err())
+	}
+}
+
+// TestLease_ManyLocksOneSession: one Locker holds many locks on one etcd
+// lease, and a renewal keeps them all.
+func TestLease_ManyLocksOneSession(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	l := newLocker(t, srv.Endpoint)
+	admin := testsvc.Client(t, srv.Endpoint)
+	leases := map[int64]bool{}
+	for _, name := range []string{"a", "b", "c"} {
+		lease, err := l.Acquire(timeout(t, 10*time.Second), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := admin.Get(timeout(t, 5*time.Second), lease.Key())
+		if err != nil || len(g.Kvs) != 1 {
+			t.Fatalf("get %s: %v", lease.Key(), err)
+		}
+		leases[g.Kvs[0].Lease] = true
+		if string(g.Kvs[0].Value) != l.Locker().Config().Holder {
+			t.Errorf("key value %q, want the holder identity %q", g.Kvs[0].Value, l.Locker().Config().Holder)
+		}
+	}
+	if len(leases) != 1 {
+		t.Fatalf("3 locks on %d etcd leases, want 1", len(leases))
+	}
+}
+
+func TestNew_TTLBelowServerMinimum(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	l := newLocker(t, srv.Endpoint, baton.WithTTL(time.Second))
+	_, err := l.TryAcquire(timeout(t, 10*time.Second), "x")
+	if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "at least 2s") {
+		t.Fatalf("TTL 1s on a server whose minimum is 2s: err = %v, want ErrInvalidOption naming the minimum", err)
+	}
+}
+
+func TestNew_TTLNotWholeSeconds(t *testing.T) {
+	_, err := etcd.New(&clientv3.Client{}, baton.WithTTL(1500*time.Millisecond))
+	if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "whole seconds") {
+		t.Fatalf("err = %v, want ErrInvalidOption about whole seconds", err)
+	}
+}
+
+func TestDial_Unreachable(t *testing.T) {
+	port, err := testsvc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = etcd.Dial(context.Background(), []string{"127.0.0.1:" + itoa(port)}, baton.WithRequestTimeout(time.Second))
+	if !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("Dial to a closed port: err = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Dial took %v to fail with a 1s request timeout", d)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:"+itoa(port)) {
+		t.Errorf("error %q does not say where", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
