@@ -1,0 +1,165 @@
+// Package fence opens a fence store by URL, for the baton command and for
+// programs that take the store as configuration. A fence store remembers,
+// per resource, the newest fencing token it has accepted and refuses older
+// ones; it also records which scheduled runs are done. The stores
+// themselves, with the checks inside the caller's transaction, are in
+// fence/postgres and fence/sqlite.
+//
+// Store URLs:
+//
+//	postgres://user:password@host:5432/database?sslmode=disable   (also postgresql://)
+//	sqlite:relative/path.db   sqlite:/absolute/path.db   sqlite:///absolute/path.db
+//
+// A PostgreSQL URL takes every parameter pgx accepts (sslmode,
+// connect_timeout, ...). A SQLite URL takes busy_timeout, a duration such
+// as 10s (default 5s).
+package fence
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/postgres"
+	"github.com/baton-go/baton/fence/sqlite"
+)
+
+// Store is what the baton command needs from a fence store. Both
+// *postgres.Store and *sqlite.Store provide it through Open.
+type Store interface {
+	// Raise raises the fence for resource to token, or returns a
+	// *baton.StaleTokenError if it has seen a newer token.
+	baton.Fence
+	// Newest returns the newest token accepted for resource; zero if none.
+	Newest(ctx context.Context, resource string) (baton.Token, error)
+	// List returns every fence, sorted by resource.
+	List(ctx context.Context) ([]Entry, error)
+	// Done reports whether run runID of resource is marked done.
+	Done(ctx context.Context, resource, runID string) (bool, error)
+	// MarkDone marks run runID of resource done, raising the fence to
+	// token in the same transaction; a stale token writes nothing.
+	MarkDone(ctx context.Context, resource, runID string, token baton.Token) error
+	// Init creates the store's tables if they are missing.
+	Init(ctx context.Context) error
+	// Close frees the store's connections.
+	Close() error
+}
+
+// Entry is one fence: a resource, the newest token it has accepted, and
+// when it last accepted one.
+type Entry struct {
+	Resource  string
+	Token     baton.Token
+	UpdatedAt time.Time
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct{ create bool }
+
+// WithCreate says whether Open creates the store's tables when they are
+// missing, as `baton fence init` does. Default false: Open checks that they
+// exist and otherwise fails with the store's *MissingTableError, whose
+// message says to run `baton fence init --store URL`.
+func WithCreate(create bool) Option { return func(o *options) { o.create = create } }
+
+// Open connects to the fence store at rawURL: postgres:// or postgresql://
+// for fence/postgres, sqlite: for fence/sqlite. An unknown scheme or a
+// malformed URL is a *baton.OptionError; a store that cannot be reached
+// returns an error wrapping baton.ErrUnavailable. Error messages never show
+// the URL's password.
+func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	u, err := baton.ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql":
+		s, err := postgres.Open(ctx, rawURL, postgres.WithCreate(o.create))
+		if err != nil {
+			return nil, err
+		}
+		return pgStore{s}, nil
+	case "sqlite":
+		path, sopts, err := sqliteURL(rawURL, u)
+		if err != nil {
+			return nil, err
+		}
+		s, err := sqlite.Open(ctx, path, append(sopts, sqlite.WithCreate(o.create))...)
+		if err != nil {
+			return nil, err
+		}
+		return sqliteStore{s}, nil
+	}
+	return nil, &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
+		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", u.Scheme)}
+}
+
+// sqliteURL returns the file path and options of a sqlite: URL.
+func sqliteURL(rawURL string, u *url.URL) (string, []sqlite.Option, error) {
+	bad := func(reason string) error {
+		return &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL), Reason: reason}
+	}
+	path := u.Host + u.Path // sqlite:///abs, sqlite://rel/dir
+	if u.Opaque != "" {     // sqlite:rel
+		p, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return "", nil, bad(err.Error())
+		}
+		path = p
+	}
+	if path == "" {
+		return "", nil, bad("has no file path; write sqlite:path/to/fence.db")
+	}
+	var opts []sqlite.Option
+	for k, vs := range u.Query() {
+		switch k {
+		case "busy_timeout":
+			d, err := time.ParseDuration(vs[len(vs)-1])
+			if err != nil {
+				return "", nil, bad(fmt.Sprintf("has busy_timeout %q; write a duration such as 10s", vs[len(vs)-1]))
+			}
+			opts = append(opts, sqlite.WithBusyTimeout(d))
+		default:
+			return "", nil, bad(fmt.Sprintf("has the unknown parameter %q; sqlite: URLs take only busy_timeout", k))
+		}
+	}
+	return path, opts, nil
+}
+
+// pgStore adapts *postgres.Store to Store.
+type pgStore struct{ *postgres.Store }
+
+func (s pgStore) List(ctx context.Context) ([]Entry, error) {
+	es, err := s.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(es))
+	for i, e := range es {
+		out[i] = Entry(e)
+	}
+	return out, nil
+}
+
+// sqliteStore adapts *sqlite.Store to Store.
+type sqliteStore struct{ *sqlite.Store }
+
+func (s sqliteStore) List(ctx context.Context) ([]Entry, error) {
+	es, err := s.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(es))
+	for i, e := range es {
+		out[i] = Entry(e)
+	}
+	return out, nil
+}

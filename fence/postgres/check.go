@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/baton-go/baton"
+	"github.com/jackc/pgx/v5"
+)
+
+// Check raises the fence for resource to token inside the caller's
+// transaction tx, when token is at least as new as the newest token seen,
+// and otherwise returns a *baton.StaleTokenError. Run it before the
+// transaction's writes, and commit them only if it returned nil: the fence
+// row stays locked until tx ends, so no newer holder can raise the fence
+// while these writes are uncommitted, and a newer holder that already raised
+// it makes this check fail. resource must be a valid lock name
+// (baton.ValidateName) and token positive.
+//
+// When the fence already holds exactly token, the usual case for a holder's
+// second and later writes, Check only share-locks the row (SELECT ... FOR
+// SHARE): transactions with the current token then run side by side, and a
+// raise waits for all of them. Otherwise it runs the upsert described in
+// the package documentation.
+func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
+	if err := validate(resource, token); err != nil {
+		return err
+	}
+	op := fmt.Sprintf("check fence %q for token %d", resource, token)
+	var one int32
+	switch err := tx.QueryRow(ctx, s.sql.hold, resource, int64(token)).Scan(&one); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return s.wrap(ctx, op, err, hintNotDone)
+	}
+	// The fence holds another token, or none: raise it or be refused.
+	return s.raise(ctx, tx, resource, token)
+}
+
+// raise runs the fence upsert in tx: nil when token was accepted, a
+// *baton.StaleTokenError when refused.
+func (s *Store) raise(ctx context.Context, tx Querier, resource string, token baton.Token) error {
+	tag, err := tx.Exec(ctx, s.sql.raise, resource, int64(token))
+	if err != nil {
+		return s.wrap(ctx, fmt.Sprintf("raise fence %q to token %d", resource, token), err, hintNotDone)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	return s.stale(ctx, tx, resource, token)
+}
+
+// stale builds the *baton.StaleTokenError for a refused token, reading the
+// newest token with q: in the same transaction, a READ COMMITTED read that
+// sees the raise that refused us.
+func (s *Store) stale(ctx context.Context, q Querier, resource string, token baton.Token) error {
+	var newest int64
+	if err := q.QueryRow(ctx, s.sql.newest, resource).Scan(&newest); err != nil {
+		return errors.Join(&baton.StaleTokenError{Resource: resource, Got: token},
+			s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintNotDone))
+	}
+	return &baton.StaleTokenError{Resource: resource, Got: token, Newest: baton.Token(newest)}
+}
+
+// Raise raises the fence for resource to token in a transaction of its own:
+// token is accepted when it is at least as new as the newest token seen,
+// and otherwise gets a *baton.StaleTokenError. It implements baton.Fence:
+// FencedLocker.Run calls it before its work starts, so that from then on no
+// older holder's fenced write succeeds.
+func (s *Store) Raise(ctx context.Context, resource string, token baton.Token) error {
+	return s.Check(ctx, s.db, resource, token)
+}
+
+// Newest returns the newest token the fence for resource has accepted, or
+// zero if it has never been raised.
+func (s *Store) Newest(ctx context.Context, resource string) (baton.Token, error) {
+	if err := baton.ValidateName(resource); err != nil {
+		return 0, err
+	}
+	var newest int64
+	err := s.db.QueryRow(ctx, s.sql.newest, resource).Scan(&newest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintConnect)
+	}
+	return baton.Token(newest), nil
+}
+
+// validate checks a resource name and a token.
+func validate(resource string, token baton.Token) error {
+	if err := baton.ValidateName(resource); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return &baton.OptionError{Option: "fencing token", Value: strconv.FormatInt(int64(token), 10),
+			Reason: "must be positive; a zero token comes from a lease without fencing, use a FencedLocker's"}
+	}
+	return nil
+}

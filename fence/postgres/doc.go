@@ -1,0 +1,108 @@
+// Package postgres keeps fences in PostgreSQL: the storage-side check that
+// makes a stale lock holder harmless, done in the same transaction as the
+// writes it protects.
+//
+// # What is guaranteed
+//
+// A write made through the Store (Check or WithTx in the caller's
+// transaction, Insert, MarkDone) is committed only if its token is at least
+// as new as the newest token the fence has accepted for its resource, and
+// the fence and the write commit together or not at all. So once a holder
+// with token 42 has raised the fence, no write with token 41 commits,
+// however long its holder was frozen; and a write with token 41 that
+// committed did so before the fence moved to 42. "At least as new", not
+// "newer", because one holder makes many writes with one token.
+//
+// # How
+//
+// The fence table holds one row per resource:
+//
+//	CREATE TABLE IF NOT EXISTS baton_fence (
+//		resource   text        PRIMARY KEY,
+//		last_token bigint      NOT NULL,
+//		updated_at timestamptz NOT NULL DEFAULT now() -- when last_token was first accepted
+//	);
+//
+// The check runs first in the writing transaction. When the fence already
+// holds exactly the token, the usual case once a holder has made its first
+// write, it share-locks the row:
+//
+//	SELECT 1 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
+//
+// Otherwise (a new token, a stale one, or no row yet) it applies the guide's
+// "at least as new" rule as one upsert:
+//
+//	INSERT INTO baton_fence AS cur (resource, last_token) VALUES ($1, $2)
+//	ON CONFLICT (resource) DO UPDATE SET last_token = EXCLUDED.last_token,
+//		updated_at = CASE WHEN cur.last_token < EXCLUDED.last_token THEN now() ELSE cur.updated_at END
+//	WHERE cur.last_token <= EXCLUDED.last_token
+//
+// One affected row means the token was accepted; none means it is stale,
+// and the Store reads the newest token to return a *baton.StaleTokenError
+// (which matches baton.ErrStaleToken).
+//
+// This is safe under READ COMMITTED, PostgreSQL's default, without explicit
+// locks or retries. Both statements lock the fence row until the
+// transaction ends, and both judge the row's newest committed version, not
+// their snapshot: if another transaction holds a conflicting lock they wait
+// for it to end, and if it changed the row they re-evaluate their condition
+// against the new version (PostgreSQL's documented behaviour for SELECT FOR
+// SHARE and for INSERT ... ON CONFLICT DO UPDATE under READ COMMITTED). A
+// raise takes an exclusive row lock, which conflicts with the share locks.
+// So two raises cannot both pass against the same old value, the stored
+// token only grows, and a transaction that passed the check keeps the row
+// locked until it commits or rolls back: no newer token is accepted while
+// its writes are uncommitted, and no older token passes once a newer one
+// has committed. Transactions with the current token share the lock and run
+// side by side; a raise waits for all of them. Under REPEATABLE READ or
+// SERIALIZABLE, a concurrent raise makes the check fail with a
+// serialization error (SQLSTATE 40001) instead of waiting and re-reading;
+// that too writes nothing, and the caller retries the transaction.
+//
+// The guide's idempotent write comes with it: Row and InsertOnce issue
+// INSERT ... ON CONFLICT (key) DO NOTHING, so a redo by the next holder
+// cannot create a duplicate. Insert checks the fence and inserts a row in
+// one statement, and one round trip when the fence holds the token (see its
+// documentation for the SQL); MarkDone records a finished run the same way
+// in the runs table:
+//
+//	CREATE TABLE IF NOT EXISTS baton_runs (
+//		resource text        NOT NULL,
+//		run_id   text        NOT NULL,
+//		token    bigint      NOT NULL,
+//		done_at  timestamptz NOT NULL DEFAULT now(),
+//		PRIMARY KEY (resource, run_id)
+//	);
+//
+// # What is not guaranteed
+//
+//   - Writes that bypass the Store are not fenced: another table, another
+//     database, an email, a payment. Make the fenced table the record of what
+//     happened, and drive side effects from it with a single runner.
+//   - Until the new holder's first check, the fence still accepts the old
+//     holder's token (the guide's first gap). FencedLocker.Run raises the
+//     fence before its work starts to make that gap as short as possible.
+//   - The fence is only as durable as the database. A failover to an
+//     asynchronous standby can lose the newest raise, and with it the
+//     refusal of older tokens; use synchronous replication
+//     (synchronous_commit = on or remote_apply with synchronous standbys)
+//     where that matters.
+//   - A fenced transaction holds the fence row's lock until it ends. One
+//     that stalls (a frozen client, a slow statement) delays the next
+//     holder's raise until it ends, and the transaction that raises the
+//     fence to a new token makes that holder's other transactions wait for
+//     it. Bound the wait with lock_timeout on the writers (a waiting check
+//     then fails with SQLSTATE 55P03 and can be retried) and
+//     idle_in_transaction_session_timeout on the server, which ends a frozen
+//     client's transaction and so releases the lock.
+//
+// # Errors
+//
+// A server that cannot be reached, a refused login and a connection lost in
+// the middle of a transaction return errors wrapping baton.ErrUnavailable
+// (a *baton.UnavailableError naming host:port/database, never the
+// password); a transaction whose connection was lost before COMMIT wrote
+// nothing. A missing table is a *MissingTableError; invalid names and
+// tokens are *baton.OptionError. When ctx ends, the error wraps
+// context.Cause(ctx).
+package postgres

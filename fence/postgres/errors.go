@@ -1,0 +1,116 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/baton-go/baton"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// MissingTableError says that one of the store's tables does not exist.
+type MissingTableError struct {
+	Table string // the table's name, as configured
+	Where string // host:port/database
+}
+
+func (e *MissingTableError) Error() string {
+	return fmt.Sprintf("table %q does not exist in %s; create baton's fence tables with `baton fence init --store URL` (or Store.Init, or WithCreate(true))", e.Table, e.Where)
+}
+
+// Hints appended to an *baton.UnavailableError's cause, saying what happened
+// to the write and what to do.
+const (
+	hintConnect   = "check that PostgreSQL is running and that the store URL (host, port, database, user) is right"
+	hintNotDone   = "the transaction was not committed, so nothing was written; retry when the server is back"
+	hintAmbiguous = "the connection failed during COMMIT, so the transaction may or may not have been committed; check before retrying"
+)
+
+// wrap adds op's context to err from a statement, classifying it: the
+// cause of a cancelled ctx, an *baton.UnavailableError for a connection
+// failure, a *MissingTableError when one of the store's tables is missing.
+// Errors already classified (stale token, unavailable, invalid option) are
+// only given context.
+func (s *Store) wrap(ctx context.Context, op string, err error, hint string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", op, context.Cause(ctx))
+	}
+	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrInvalidOption) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if connFailure(err) {
+		return fmt.Errorf("%s: %w", op, &baton.UnavailableError{Where: s.where, Err: fmt.Errorf("%w; %s", err, hint)})
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		for _, t := range []string{s.cfg.table, s.cfg.runs} {
+			if t != "" && strings.Contains(pgErr.Message, strconv.Quote(t)) {
+				return fmt.Errorf("%s: %w", op, &MissingTableError{Table: t, Where: s.where})
+			}
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// connFailure reports whether err means the connection failed or the server
+// cannot serve, rather than a statement being refused.
+func connFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection_exception
+			pgErr.Code == "57P01", // admin_shutdown, also pg_terminate_backend
+			pgErr.Code == "57P02", // crash_shutdown
+			pgErr.Code == "57P03", // cannot_connect_now: starting up, shutting down
+			pgErr.Code == "53300", // too_many_connections
+			pgErr.Severity == "FATAL", pgErr.Severity == "PANIC":
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		pgconn.SafeToRetry(err),
+		errors.Is(err, pgconn.ErrConnClosed), // a *pgx.Conn used after it died
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNREFUSED):
+		return true
+	}
+	return false
+}
+
+// whereOf says where db connects to, as host:port/database, for messages;
+// never the password.
+func whereOf(db any) string {
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		return where(&db.Config().ConnConfig.Config)
+	case *pgx.Conn:
+		return where(&db.Config().Config)
+	case interface{ Conn() *pgx.Conn }: // pgx.Tx, *pgxpool.Conn
+		if c := db.Conn(); c != nil {
+			return where(&c.Config().Config)
+		}
+	}
+	return ""
+}
+
+func where(cfg *pgconn.Config) string {
+	host := cfg.Host
+	if !strings.HasPrefix(host, "/") { // not a unix socket directory
+		host = net.JoinHostPort(host, strconv.Itoa(int(cfg.Port)))
+	} else {
+		host = host + ":" + strconv.Itoa(int(cfg.Port))
+	}
+	return host + "/" + cfg.Database
+}

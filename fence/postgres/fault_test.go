@@ -1,0 +1,296 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/postgres"
+	"github.com/jackc/pgx/v5"
+)
+
+// terminate ends the backend that runs tx, from another connection, and
+// waits until it is gone.
+func terminate(t *testing.T, ctx context.Context, tx pgx.Tx) {
+	t.Helper()
+	var pid int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, pg.Admin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var ok bool
+	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1, 10000)", pid).Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	}
+}
+
+func TestStore_WithTx_ConnectionKilled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// after the kill: make another write, or go straight to COMMIT
+		writeAfter bool
+	}{{"write after kill", true}, {"commit after kill", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, pool := newStore(t)
+			ctx := t.Context()
+			mustExec(t, pool, invoicesDDL)
+			if err := s.Raise(ctx, "invoices", 5); err != nil {
+				t.Fatal(err)
+			}
+			err := s.WithTx(ctx, "invoices", 6, func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := postgres.InsertOnce(ctx, tx, invoice(1, 6)); err != nil {
+					return err
+				}
+				terminate(t, ctx, tx)
+				if !tc.writeAfter {
+					return nil
+				}
+				_, err := postgres.InsertOnce(ctx, tx, invoice(2, 6))
+				return err
+			})
+			if !errors.Is(err, baton.ErrUnavailable) {
+				t.Fatalf("WithTx with its connection killed: %v, want ErrUnavailable", err)
+			}
+			t.Log(err)
+			if n := count(t, pool, "SELECT count(*) FROM invoices"); n != 0 {
+				t.Errorf("%d invoices written by the killed transaction, want none", n)
+			}
+			if n, err := s.Newest(ctx, "invoices"); err != nil || n != 5 {
+				t.Errorf("Newest = %d, %v; want 5: the killed transaction's raise must not stick", n, err)
+			}
+			// The pool replaced the dead connection.
+			if err := s.Raise(ctx, "invoices", 6); err != nil {
+				t.Errorf("Raise after the kill: %v", err)
+			}
+		})
+	}
+}
+
+// A transaction that passed the check holds the fence row until it ends, so
+// a newer holder's raise waits for its writes to commit, and the older
+// holder's next transaction is refused. Checked on both paths of Check: the
+// first write of a token (the upsert, an exclusive lock) and the next ones
+// (SELECT ... FOR SHARE).
+func TestStore_Raise_WaitsForFencedTx(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		raised bool // the fence holds 41 before the transaction
+	}{{"upsert path", false}, {"share path", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, pool := newStore(t)
+			ctx := t.Context()
+			mustExec(t, pool, invoicesDDL)
+			if tc.raised {
+				if err := s.Raise(ctx, "invoices", 41); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			inside := make(chan int32)
+			release := make(chan struct{})
+			letGo := sync.OnceFunc(func() { close(release) })
+			defer letGo() // also when the test fails before it lets fn return
+			txErr := make(chan error, 1)
+			go func() {
+				txErr <- s.WithTx(ctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := postgres.InsertOnce(ctx, tx, invoice(1, 41)); err != nil {
+						return err
+					}
+					var pid int32
+					if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+						return err
+					}
+					inside <- pid
+					<-release
+					return nil
+				})
+			}()
+			var pid int32
+			select {
+			case pid = <-inside:
+			case err := <-txErr:
+				t.Fatalf("WithTx(41): %v", err)
+			}
+
+			raiseErr := make(chan error, 1)
+			go func() { raiseErr <- s.Raise(ctx, "invoices", 42) }()
+			waitBlockedBy(t, ctx, pool, pid, raiseErr)
+			letGo()
+			if err := <-txErr; err != nil {
+				t.Fatalf("WithTx(41): %v", err)
+			}
+			if err := <-raiseErr; err != nil {
+				t.Fatalf("Raise(42): %v", err)
+			}
+
+			err := s.WithTx(ctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
+				t.Error("fn ran with a stale token")
+				return nil
+			})
+			if !errors.Is(err, baton.ErrStaleToken) {
+				t.Fatalf("WithTx(41) after Raise(42): %v, want ErrStaleToken", err)
+			}
+			if _, err := s.Insert(ctx, "invoices", 41, invoice(2, 41)); !errors.Is(err, baton.ErrStaleToken) {
+				t.Fatalf("Insert(41) after Raise(42): %v, want ErrStaleToken", err)
+			}
+			if n := count(t, pool, "SELECT count(*) FROM invoices WHERE token = 41"); n != 1 {
+				t.Errorf("%d invoices with token 41, want the 1 committed before the raise", n)
+			}
+		})
+	}
+}
+
+// Transactions with the token the fence already holds do not wait for each
+// other: each share-locks the fence row.
+func TestStore_WithTx_SameTokenInParallel(t *testing.T) {
+	s, pool := newStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	mustExec(t, pool, invoicesDDL)
+	if err := s.Raise(ctx, "invoices", 7); err != nil {
+		t.Fatal(err)
+	}
+	// Each transaction waits inside fn for the other to be inside too;
+	// if the fence made them take turns, neither would get there.
+	const n = 2
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	errs := make(chan error, n)
+	for c := range n {
+		go func() {
+			errs <- s.WithTx(ctx, "invoices", 7, func(ctx context.Context, tx pgx.Tx) error {
+				if _, err := postgres.InsertOnce(ctx, tx, invoice(c, 7)); err != nil {
+					return err
+				}
+				arrived.Done()
+				waited := make(chan struct{})
+				go func() { arrived.Wait(); close(waited) }()
+				select {
+				case <-waited:
+					return nil
+				case <-ctx.Done():
+					return fmt.Errorf("the other transaction never got past the fence: %w", ctx.Err())
+				}
+			})
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitBlockedBy waits until some backend is blocked by pid's locks, failing
+// if done delivers first.
+func waitBlockedBy(t *testing.T, ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, pid int32, done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var blocked bool
+		err := db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))", pid).Scan(&blocked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if blocked {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("returned (%v) while the fenced transaction still held the fence row", err)
+		case <-ctx.Done():
+			t.Fatal("nothing blocked on the fenced transaction")
+		case <-tick.C:
+		}
+	}
+}
+
+// Insert's single statement share-locks the fence row until it commits: a
+// newer holder's raise waits for it even while the insert itself waits, here
+// for another transaction that holds the same key.
+func TestStore_Insert_RaiseWaits(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := t.Context()
+	mustExec(t, pool, invoicesDDL)
+	if err := s.Raise(ctx, "invoices", 42); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(context.WithoutCancel(ctx))
+	if _, err := other.Exec(ctx, `INSERT INTO invoices VALUES (1, '2026-10', 1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+
+	insertErr := make(chan error, 1)
+	go func() {
+		ok, err := s.Insert(ctx, "invoices", 42, invoice(1, 42))
+		if err == nil && !ok {
+			err = errors.New("Insert(42) inserted nothing")
+		}
+		insertErr <- err
+	}()
+	waitLockWait(t, ctx, pool, `INSERT INTO "invoices"%`, insertErr)
+
+	raiseErr := make(chan error, 1)
+	go func() { raiseErr <- s.Raise(ctx, "invoices", 43) }()
+	waitLockWait(t, ctx, pool, `INSERT INTO "baton_fence"%`, raiseErr)
+
+	if err := other.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-insertErr; err != nil {
+		t.Fatalf("Insert(42): %v", err)
+	}
+	if err := <-raiseErr; err != nil {
+		t.Fatalf("Raise(43): %v", err)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM invoices WHERE token = 42"); n != 1 {
+		t.Errorf("%d invoices with token 42, want 1", n)
+	}
+}
+
+// waitLockWait waits until a statement matching the LIKE pattern waits for
+// a lock in this database, failing if done delivers first.
+func waitLockWait(t *testing.T, ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, like string, done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var waiting bool
+		err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1)`, like).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s returned (%v) instead of waiting for a lock", like, err)
+		case <-ctx.Done():
+			t.Fatalf("%s never waited for a lock", like)
+		case <-tick.C:
+		}
+	}
+}

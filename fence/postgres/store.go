@@ -1,0 +1,163 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/baton-go/baton"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DB is what a Store needs from its connection: *pgxpool.Pool and *pgx.Conn
+// both satisfy it. A *pgx.Conn is not safe for concurrent use, so a Store
+// built on one is not either; use a pool to share a Store between
+// goroutines.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Querier
+}
+
+// Querier runs statements: pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it.
+// Check and InsertOnce take one so that they run inside the caller's
+// transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store is a fence kept in PostgreSQL: one row per resource holding the
+// newest token seen, and a table of finished runs. It is safe for concurrent
+// use when its DB is (a pool is).
+type Store struct {
+	db    DB
+	pool  *pgxpool.Pool // owned, closed by Close; nil when built by New
+	cfg   config
+	where string // host:port/database, for messages
+	sql   statements
+}
+
+var _ baton.Fence = (*Store)(nil)
+
+// New returns a Store on db. With the default WithCreate(true) it creates
+// the fence and runs tables if they are missing; with WithCreate(false) it
+// checks that they exist and returns a *MissingTableError otherwise. It
+// fails with an error wrapping baton.ErrUnavailable if the server cannot be
+// reached, and with a *baton.OptionError for an invalid table name. The
+// Store does not close db.
+func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, &baton.OptionError{Option: "db", Value: "nil", Reason: "pass a *pgxpool.Pool or a *pgx.Conn"}
+	}
+	s := &Store{
+		db:    db,
+		cfg:   cfg,
+		where: whereOf(db),
+		sql:   newStatements(quoteTable(cfg.table), quoteTable(cfg.runs)),
+	}
+	if cfg.create {
+		err = s.Init(ctx)
+	} else {
+		err = s.checkTables(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open connects to the PostgreSQL database at dsn (a postgres:// URL or a
+// key=value string, as pgx accepts) through a pool the Store owns, and
+// returns New on it. Close the Store to close the pool. An unparseable dsn
+// is a *baton.OptionError; an unreachable server, a refused login or a
+// missing database an error wrapping baton.ErrUnavailable. To bound the
+// connection attempt, give ctx a deadline or put connect_timeout in dsn.
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: parseReason(err)}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, &baton.UnavailableError{Where: where(&pcfg.ConnConfig.Config), Err: fmt.Errorf("%w; %s", err, hintConnect)}
+	}
+	s, err := New(ctx, pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.pool = pool
+	return s, nil
+}
+
+// parseReason returns what pgx found wrong with a connection string, without
+// the string itself, which may hold a password.
+func parseReason(err error) string {
+	msg := err.Error()
+	var pce *pgconn.ParseConfigError
+	if errors.As(err, &pce) {
+		if inner := errors.Unwrap(pce); inner != nil {
+			msg = inner.Error()
+		} else if i := strings.Index(msg, "`: "); i >= 0 {
+			msg = msg[i+3:]
+		}
+	}
+	if pce != nil && pce.ConnString != "" {
+		msg = strings.ReplaceAll(msg, pce.ConnString, baton.Redact(pce.ConnString))
+	}
+	return msg + "; write it as postgres://user@host:port/database"
+}
+
+// Close closes the pool if the Store made it with Open; a Store built with
+// New leaves its DB to the caller. It always returns nil.
+func (s *Store) Close() error {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// Init creates the fence and runs tables if they do not exist. It is safe to
+// run again, and from several processes at once.
+func (s *Store) Init(ctx context.Context) error {
+	op := fmt.Sprintf("create fence tables %q and %q", s.cfg.table, s.cfg.runs)
+	_, err := s.db.Exec(ctx, s.sql.create)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		// Two CREATE TABLE IF NOT EXISTS raced for the same type name;
+		// the other one created the table, so this one will find it.
+		_, err = s.db.Exec(ctx, s.sql.create)
+	}
+	if err != nil {
+		return s.wrap(ctx, op, err, hintConnect)
+	}
+	return nil
+}
+
+// checkTables returns a *MissingTableError unless both tables exist.
+func (s *Store) checkTables(ctx context.Context) error {
+	var db string
+	var fence, runs bool
+	err := s.db.QueryRow(ctx, s.sql.exists, quoteTable(s.cfg.table), quoteTable(s.cfg.runs)).Scan(&db, &fence, &runs)
+	if err != nil {
+		return s.wrap(ctx, "check the fence tables exist", err, hintConnect)
+	}
+	where := s.where
+	if where == "" {
+		where = "database " + db
+	}
+	switch {
+	case !fence:
+		return &MissingTableError{Table: s.cfg.table, Where: where}
+	case !runs:
+		return &MissingTableError{Table: s.cfg.runs, Where: where}
+	}
+	return nil
+}

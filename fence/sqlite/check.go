@@ -1,0 +1,118 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/baton-go/baton"
+)
+
+// Check raises the fence for resource to token inside the caller's
+// transaction tx, when token is at least as new as the newest token seen,
+// and otherwise returns a *baton.StaleTokenError. Run it before the
+// transaction's writes, and commit them only if it returned nil. SQLite has
+// one writer at a time: from this write until tx ends, tx holds the
+// database's write lock, so no other holder can raise the fence while these
+// writes are uncommitted. resource must be a valid lock name
+// (baton.ValidateName) and token positive.
+func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
+	if err := validate(resource, token); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, s.sql.raise, resource, int64(token))
+	if err != nil {
+		return s.wrap(ctx, fmt.Sprintf("check fence %q for token %d", resource, token), err, hintNotDone)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("check fence %q for token %d: count the changed rows: %w", resource, token, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	return s.stale(ctx, tx, resource, token)
+}
+
+// stale builds the *baton.StaleTokenError for a refused token, reading the
+// newest token with q.
+func (s *Store) stale(ctx context.Context, q Querier, resource string, token baton.Token) error {
+	var newest int64
+	if err := q.QueryRowContext(ctx, s.sql.newest, resource).Scan(&newest); err != nil {
+		return errors.Join(&baton.StaleTokenError{Resource: resource, Got: token},
+			s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintNotDone))
+	}
+	return &baton.StaleTokenError{Resource: resource, Got: token, Newest: baton.Token(newest)}
+}
+
+// Raise raises the fence for resource to token in a transaction of its own:
+// token is accepted when it is at least as new as the newest token seen,
+// and otherwise gets a *baton.StaleTokenError. It implements baton.Fence.
+func (s *Store) Raise(ctx context.Context, resource string, token baton.Token) error {
+	return s.Check(ctx, s.db, resource, token)
+}
+
+// WithTx runs fn in a transaction that begins with Check(resource, token)
+// and commits when fn returns nil. A stale token returns the
+// *baton.StaleTokenError without calling fn. When the check or fn fails, or
+// fn panics, the transaction is rolled back, so nothing fn wrote is kept. fn
+// must use tx for its writes, and must not commit or roll it back. fn's
+// error is returned as is.
+func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := validate(resource, token); err != nil {
+		return err
+	}
+	op := fmt.Sprintf("fenced transaction on %q with token %d", resource, token)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap(ctx, op+": begin", err, hintNotDone)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = tx.Rollback() // only fails if the transaction already ended
+		}
+	}()
+	if err := s.Check(ctx, tx, resource, token); err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		return s.wrap(ctx, op+": commit", err, hintNotDone)
+	}
+	return nil
+}
+
+// Newest returns the newest token the fence for resource has accepted, or
+// zero if it has never been raised.
+func (s *Store) Newest(ctx context.Context, resource string) (baton.Token, error) {
+	if err := baton.ValidateName(resource); err != nil {
+		return 0, err
+	}
+	var newest int64
+	err := s.db.QueryRowContext(ctx, s.sql.newest, resource).Scan(&newest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintOpen)
+	}
+	return baton.Token(newest), nil
+}
+
+// validate checks a resource name and a token.
+func validate(resource string, token baton.Token) error {
+	if err := baton.ValidateName(resource); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return &baton.OptionError{Option: "fencing token", Value: strconv.FormatInt(int64(token), 10),
+			Reason: "must be positive; a zero token comes from a lease without fencing, use a FencedLocker's"}
+	}
+	return nil
+}

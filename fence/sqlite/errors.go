@@ -1,0 +1,91 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/baton-go/baton"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// MissingTableError says that one of the store's tables does not exist.
+type MissingTableError struct {
+	Table string // the table's name, as configured
+	Where string // the database file
+}
+
+func (e *MissingTableError) Error() string {
+	return fmt.Sprintf("table %q does not exist in %s; create baton's fence tables with `baton fence init --store URL` (or Store.Init, or WithCreate(true))", e.Table, e.Where)
+}
+
+// Hints appended to an *baton.UnavailableError's cause.
+const (
+	hintOpen    = "check that the file's directory exists and is writable, and that the file is an SQLite database"
+	hintNotDone = "the transaction was not committed, so nothing was written; retry"
+	hintBusy    = "another connection or process held the database's write lock for longer than the busy timeout (WithBusyTimeout); nothing was written; retry"
+)
+
+// wrap adds op's context to err, classifying it: the cause of a cancelled
+// ctx, an *baton.UnavailableError when the file cannot be used or stays
+// locked, a *MissingTableError when one of the store's tables is missing.
+func (s *Store) wrap(ctx context.Context, op string, err error, hint string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", op, context.Cause(ctx))
+	}
+	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrInvalidOption) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if code, ok := unavailable(err); ok {
+		if code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED {
+			hint = hintBusy
+		}
+		return fmt.Errorf("%s: %w", op, &baton.UnavailableError{Where: s.where, Err: fmt.Errorf("%w; %s", err, hint)})
+	}
+	if table, ok := s.missingTable(err); ok {
+		return fmt.Errorf("%s: %w", op, &MissingTableError{Table: table, Where: s.where})
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// unavailable reports whether err means the database file cannot be used
+// now, rather than a statement being refused, and its primary result code.
+func unavailable(err error) (int, bool) {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return 0, false
+	}
+	code := se.Code() & 0xff // primary code; extended codes add bits above
+	switch code {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN,
+		sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY,
+		sqlite3.SQLITE_FULL, sqlite3.SQLITE_NOTADB:
+		return code, true
+	}
+	return code, false
+}
+
+// missingTable reports which of the store's tables err says is missing.
+func (s *Store) missingTable(err error) (string, bool) {
+	const prefix = "no such table: "
+	msg := err.Error()
+	i := strings.Index(msg, prefix)
+	if i < 0 {
+		return "", false
+	}
+	name := msg[i+len(prefix):]
+	if end := strings.IndexFunc(name, func(r rune) bool {
+		return !(r == '_' || r == '.' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}); end >= 0 {
+		name = name[:end]
+	}
+	for _, t := range []string{s.cfg.table, s.cfg.runs} {
+		// SQLite names are case-insensitive; it may add "main.".
+		if strings.EqualFold(name, t) || strings.EqualFold(name, "main."+t) {
+			return t, true
+		}
+	}
+	return "", false
+}

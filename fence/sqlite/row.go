@@ -1,0 +1,134 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/baton-go/baton"
+)
+
+// Row is one row to insert at most once: the guide's idempotent write,
+// INSERT ... ON CONFLICT (Key) DO NOTHING, so that a redo by the next holder
+// cannot create a duplicate.
+type Row struct {
+	// Table is the table's name, optionally qualified by an attached
+	// database's name, with the rules of WithTable.
+	Table string
+	// Columns are the columns to set, with the rules of WithTable for one
+	// part; Values holds their values, in the same order.
+	Columns []string
+	Values  []any
+	// Key names the columns of the unique constraint that makes the row
+	// unique, such as client_id and month. Empty means any unique
+	// constraint (ON CONFLICT DO NOTHING).
+	Key []string
+}
+
+// validate checks the row's shape and names.
+func (r Row) validate() error {
+	if err := validateTable("row table", r.Table); err != nil {
+		return err
+	}
+	if len(r.Columns) == 0 {
+		return &baton.OptionError{Option: "row columns", Value: "[]", Reason: fmt.Sprintf("are empty; name the columns of %q to set", r.Table)}
+	}
+	if len(r.Values) != len(r.Columns) {
+		return &baton.OptionError{Option: "row values", Value: strconv.Itoa(len(r.Values)),
+			Reason: fmt.Sprintf("do not match the %d columns; give one value per column", len(r.Columns))}
+	}
+	for what, names := range map[string][]string{"row column": r.Columns, "row key column": r.Key} {
+		for i, c := range names {
+			if err := validateIdent(what, c, c); err != nil {
+				return err
+			}
+			if slices.Contains(names[:i], c) {
+				return &baton.OptionError{Option: what, Value: strconv.Quote(c), Reason: "is listed twice"}
+			}
+		}
+	}
+	return nil
+}
+
+// insertSQL is the row's INSERT ... ON CONFLICT DO NOTHING.
+func (r Row) insertSQL() string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(quoteTable(r.Table))
+	b.WriteString(" (")
+	for i, c := range r.Columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteIdent(c))
+	}
+	b.WriteString(") VALUES (")
+	for i := range r.Columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?")
+	}
+	b.WriteString(") ON CONFLICT ")
+	if len(r.Key) > 0 {
+		b.WriteString("(")
+		for i, c := range r.Key {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(quoteIdent(c))
+		}
+		b.WriteString(") ")
+	}
+	b.WriteString("DO NOTHING")
+	return b.String()
+}
+
+// InsertOnce inserts row with q, doing nothing if a row with the same key
+// exists: inserted is false then, and err nil. Use it inside WithTx, with
+// its tx, so that the insert is fenced. Key must match a PRIMARY KEY or
+// UNIQUE constraint of the table, or SQLite refuses the statement.
+func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err error) {
+	if err := row.validate(); err != nil {
+		return false, err
+	}
+	return insertOnce(ctx, q, row, "")
+}
+
+func insertOnce(ctx context.Context, q Querier, row Row, where string) (bool, error) {
+	res, err := q.ExecContext(ctx, row.insertSQL(), row.Values...)
+	if err != nil {
+		s := Store{where: where}
+		return false, s.wrap(ctx, fmt.Sprintf("insert into %q", row.Table), err, hintNotDone)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("insert into %q: count the inserted rows: %w", row.Table, err)
+	}
+	return n == 1, nil
+}
+
+// Insert raises the fence for resource to token and inserts row, in one
+// transaction. A stale token returns a *baton.StaleTokenError and inserts
+// nothing; a row whose key exists already returns inserted false and a nil
+// error.
+//
+// Unlike fence/postgres, this takes two statements: SQLite has no
+// data-modifying common table expressions, and one INSERT writes one table,
+// so the fence upsert and the row's INSERT cannot share a statement. They
+// run in one transaction that holds the write lock from BEGIN (with Open's
+// _txlock=immediate); SQLite runs in-process, so the extra statement costs
+// no round trip.
+func (s *Store) Insert(ctx context.Context, resource string, token baton.Token, row Row) (inserted bool, err error) {
+	if err := row.validate(); err != nil {
+		return false, err
+	}
+	err = s.WithTx(ctx, resource, token, func(ctx context.Context, tx *sql.Tx) error {
+		inserted, err = insertOnce(ctx, tx, row, s.where)
+		return err
+	})
+	return inserted, err
+}

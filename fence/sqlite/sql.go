@@ -1,0 +1,60 @@
+package sqlite
+
+import (
+	"fmt"
+	"strings"
+)
+
+// nowSQL is the current time as text, in UTC with milliseconds: sortable
+// and readable in the sqlite3 shell.
+const nowSQL = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`
+
+// timeLayout parses nowSQL's output.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+// statements is the SQL a Store runs, built once from its table names.
+type statements struct {
+	createFence, createRuns string
+	existsFence, existsRuns string // one row, 0 or 1
+	raise                   string // ?1 resource, ?2 token; one change when accepted
+	newest                  string // ?1 resource
+	list                    string
+	done                    string // ?1 resource, ?2 run id
+	markDone                string // ?1 resource, ?2 run id, ?3 token
+}
+
+func newStatements(fence, runs string) statements {
+	return statements{
+		createFence: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	resource   TEXT    NOT NULL PRIMARY KEY,
+	last_token INTEGER NOT NULL,
+	updated_at TEXT    NOT NULL DEFAULT (%s)
+) WITHOUT ROWID`, quoteTable(fence), nowSQL),
+		createRuns: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	resource TEXT    NOT NULL,
+	run_id   TEXT    NOT NULL,
+	token    INTEGER NOT NULL,
+	done_at  TEXT    NOT NULL DEFAULT (%s),
+	PRIMARY KEY (resource, run_id)
+) WITHOUT ROWID`, quoteTable(runs), nowSQL),
+		existsFence: existsSQL(fence),
+		existsRuns:  existsSQL(runs),
+		raise: fmt.Sprintf(`INSERT INTO %s AS cur (resource, last_token, updated_at) VALUES (?1, ?2, %s)
+ON CONFLICT (resource) DO UPDATE SET last_token = excluded.last_token,
+	updated_at = CASE WHEN cur.last_token < excluded.last_token THEN excluded.updated_at ELSE cur.updated_at END
+WHERE cur.last_token <= excluded.last_token`, quoteTable(fence), nowSQL),
+		newest:   fmt.Sprintf(`SELECT last_token FROM %s WHERE resource = ?1`, quoteTable(fence)),
+		list:     fmt.Sprintf(`SELECT resource, last_token, updated_at FROM %s ORDER BY resource`, quoteTable(fence)),
+		done:     fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE resource = ?1 AND run_id = ?2)`, quoteTable(runs)),
+		markDone: fmt.Sprintf(`INSERT INTO %s (resource, run_id, token) VALUES (?1, ?2, ?3) ON CONFLICT (resource, run_id) DO NOTHING`, quoteTable(runs)),
+	}
+}
+
+// existsSQL asks the schema of the table's database whether it exists.
+func existsSQL(table string) string {
+	schema, name := "main", table
+	if i := strings.IndexByte(table, '.'); i >= 0 {
+		schema, name = table[:i], table[i+1:]
+	}
+	return fmt.Sprintf(`SELECT count(*) FROM %s.sqlite_master WHERE type = 'table' AND name = '%s' COLLATE NOCASE`, quoteIdent(schema), name)
+}

@@ -1,0 +1,163 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/baton-go/baton"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+)
+
+// Querier runs statements: *sql.Tx, *sql.DB and *sql.Conn satisfy it. Check
+// and InsertOnce take one so that they run inside the caller's transaction.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Store is a fence kept in an SQLite database file: one row per resource
+// holding the newest token seen, and a table of finished runs. It is safe
+// for concurrent use, and several processes may share the file.
+type Store struct {
+	db    *sql.DB
+	owned bool // Close closes db
+	cfg   config
+	where string // the database file, for messages
+	sql   statements
+}
+
+var _ baton.Fence = (*Store)(nil)
+
+// New returns a Store on db, a database/sql handle on the modernc.org/sqlite
+// driver. With the default WithCreate(true) it creates the fence and runs
+// tables if they are missing; with WithCreate(false) it checks that they
+// exist and returns a *MissingTableError otherwise. For several writers,
+// open db with a busy timeout and _txlock=immediate, as Open does; without a
+// busy timeout, a writer that finds the database locked fails at once. The
+// Store does not close db.
+func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, &baton.OptionError{Option: "db", Value: "nil", Reason: `pass a *sql.DB opened with the "sqlite" driver`}
+	}
+	return newStore(ctx, db, cfg, "")
+}
+
+// newStore builds the Store and creates or checks its tables. where names
+// the file in messages; empty means ask SQLite.
+func newStore(ctx context.Context, db *sql.DB, cfg config, where string) (*Store, error) {
+	s := &Store{db: db, cfg: cfg, where: where, sql: newStatements(cfg.table, cfg.runs)}
+	if s.where == "" {
+		s.where = s.file(ctx)
+	}
+	var err error
+	if cfg.create {
+		err = s.Init(ctx)
+	} else {
+		err = s.checkTables(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open opens (creating if needed) the SQLite database file at path and
+// returns New on it; the Store owns the handle, so Close it. Its
+// connections use WAL journaling (readers do not block the writer), wait up
+// to the busy timeout (WithBusyTimeout, default 5s) for another writer, and
+// begin every transaction with BEGIN IMMEDIATE, so that a fenced
+// transaction holds the write lock from its start. synchronous stays FULL:
+// a fence raise must survive a power loss. A file that cannot be opened or
+// created returns an error wrapping baton.ErrUnavailable.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, &baton.OptionError{Option: "SQLite path", Value: fmt.Sprintf("%q", path),
+			Reason: "must be a file path; an in-memory database cannot fence other processes"}
+	}
+	db, err := sql.Open("sqlite", dsn(path, cfg))
+	if err != nil {
+		return nil, &baton.UnavailableError{Where: path, Err: fmt.Errorf("%w; %s", err, hintOpen)}
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		s := Store{where: path}
+		return nil, s.wrap(ctx, "open SQLite database", err, hintOpen)
+	}
+	s, err := newStore(ctx, db, cfg, path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// dsn is the modernc.org/sqlite URI for path with Open's settings.
+func dsn(path string, cfg config) string {
+	// An SQLite URI's path is percent-decoded, and ? and # end it.
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Set("_txlock", "immediate")
+	return "file:" + esc + "?" + q.Encode()
+}
+
+// file returns the main database's file name, or a description.
+func (s *Store) file(ctx context.Context) string {
+	var name string
+	if err := s.db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&name); err != nil || name == "" {
+		return "SQLite database"
+	}
+	return name
+}
+
+// Close closes the database handle if the Store opened it with Open; a
+// Store built with New leaves its *sql.DB to the caller.
+func (s *Store) Close() error {
+	if s.owned {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// Init creates the fence and runs tables if they do not exist. It is safe to
+// run again, and from several processes at once.
+func (s *Store) Init(ctx context.Context) error {
+	op := fmt.Sprintf("create fence tables %q and %q", s.cfg.table, s.cfg.runs)
+	for _, q := range []string{s.sql.createFence, s.sql.createRuns} {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return s.wrap(ctx, op, err, hintOpen)
+		}
+	}
+	return nil
+}
+
+// checkTables returns a *MissingTableError unless both tables exist.
+func (s *Store) checkTables(ctx context.Context) error {
+	for _, t := range []struct{ name, query string }{
+		{s.cfg.table, s.sql.existsFence},
+		{s.cfg.runs, s.sql.existsRuns},
+	} {
+		var n int
+		if err := s.db.QueryRowContext(ctx, t.query).Scan(&n); err != nil {
+			return s.wrap(ctx, "check the fence tables exist", err, hintOpen)
+		}
+		if n == 0 {
+			return &MissingTableError{Table: t.name, Where: s.where}
+		}
+	}
+	return nil
+}

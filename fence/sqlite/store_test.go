@@ -1,0 +1,245 @@
+package sqlite_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/sqlite"
+)
+
+func TestStore_Raise_Stale(t *testing.T) {
+	s, _, _ := newStore(t)
+	ctx := t.Context()
+	for _, tok := range []baton.Token{5, 5, 7} {
+		if err := s.Raise(ctx, "invoices", tok); err != nil {
+			t.Fatalf("Raise(%d): %v", tok, err)
+		}
+	}
+	err := s.Raise(ctx, "invoices", 6)
+	var stale *baton.StaleTokenError
+	if !errors.As(err, &stale) || !errors.Is(err, baton.ErrStaleToken) {
+		t.Fatalf("Raise(6) after 7: %v, want a *StaleTokenError", err)
+	}
+	if *stale != (baton.StaleTokenError{Resource: "invoices", Got: 6, Newest: 7}) {
+		t.Errorf("stale error %+v, want resource invoices, got 6, newest 7", *stale)
+	}
+	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 7 {
+		t.Errorf("Newest = %d, %v; want 7", n, err)
+	}
+}
+
+func TestStore_List(t *testing.T) {
+	s, _, _ := newStore(t)
+	ctx := t.Context()
+	if got, err := s.List(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("List on an empty store = %v, %v; want none", got, err)
+	}
+	start := time.Now().Add(-time.Second).UTC()
+	for _, r := range []struct {
+		name  string
+		token baton.Token
+	}{{"b", 2}, {"a", 9}, {"c", 4}} {
+		if err := s.Raise(ctx, r.name, r.token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sqlite.Entry{{Resource: "a", Token: 9}, {Resource: "b", Token: 2}, {Resource: "c", Token: 4}}
+	if len(got) != len(want) {
+		t.Fatalf("List = %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i].Resource != want[i].Resource || got[i].Token != want[i].Token || got[i].UpdatedAt.Before(start) || got[i].UpdatedAt.After(time.Now().Add(time.Second)) {
+			t.Errorf("List[%d] = %+v, want %+v updated about now", i, got[i], want[i])
+		}
+	}
+}
+
+func TestStore_New_DB(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	db := openDB(t, path)
+	ctx := t.Context()
+	s, err := sqlite.New(ctx, db, sqlite.WithTable("Fence"), sqlite.WithRunsTable("main.runs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close() // leaves db open
+	if err := s.Raise(ctx, "a", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkDone(ctx, "a", "run-1", 3); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := s.Done(ctx, "a", "run-1"); err != nil || !done {
+		t.Fatalf("Done = %v, %v; want true", done, err)
+	}
+	if n := count(t, db, `SELECT last_token FROM "Fence" WHERE resource = 'a'`); n != 3 {
+		t.Fatalf(`"Fence" holds %d, want 3`, n)
+	}
+	// The tables exist now, under any case.
+	if _, err := sqlite.New(ctx, db, sqlite.WithTable("fence"), sqlite.WithRunsTable("RUNS"), sqlite.WithCreate(false)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStore_New_MissingTable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.db")
+	db := openDB(t, path)
+	ctx := t.Context()
+	_, err := sqlite.New(ctx, db, sqlite.WithCreate(false))
+	var missing *sqlite.MissingTableError
+	if !errors.As(err, &missing) || missing.Table != "baton_fence" {
+		t.Fatalf("New without tables: %v, want a *MissingTableError for baton_fence", err)
+	}
+	for _, want := range []string{`"baton_fence"`, path, "baton fence init --store URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if _, err := sqlite.New(ctx, db, sqlite.WithRunsTable("other_runs")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sqlite.New(ctx, db, sqlite.WithCreate(false))
+	if !errors.As(err, &missing) || missing.Table != "baton_runs" {
+		t.Fatalf("New without the runs table: %v, want a *MissingTableError for baton_runs", err)
+	}
+
+	// A table dropped after New is reported the same way.
+	s, err := sqlite.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db, "DROP TABLE baton_fence")
+	if err := s.Raise(ctx, "a", 1); !errors.As(err, &missing) || missing.Table != "baton_fence" {
+		t.Fatalf("Raise after DROP TABLE: %v, want a *MissingTableError", err)
+	}
+}
+
+func TestStore_Open_Unavailable(t *testing.T) {
+	dir := t.TempDir()
+	notDB := filepath.Join(dir, "not.db")
+	if err := os.WriteFile(notDB, []byte(strings.Repeat("not a database\n", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, path string }{
+		{"no such directory", filepath.Join(dir, "missing", "fence.db")},
+		{"a directory", dir},
+		{"not a database", notDB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := sqlite.Open(t.Context(), tc.path)
+			if err == nil {
+				s.Close()
+				t.Fatal("Open succeeded")
+			}
+			var ue *baton.UnavailableError
+			if !errors.As(err, &ue) || ue.Where != tc.path {
+				t.Fatalf("Open: %v, want an *UnavailableError at %s", err, tc.path)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestStore_New_BadOptions(t *testing.T) {
+	ctx := t.Context()
+	for _, opt := range []sqlite.Option{
+		sqlite.WithTable(""),
+		sqlite.WithTable("fence; DROP TABLE x"),
+		sqlite.WithTable(`fe"nce`),
+		sqlite.WithTable("1fence"),
+		sqlite.WithTable("a.b.c"),
+		sqlite.WithRunsTable("runs-table"),
+		sqlite.WithRunsTable("baton_fence"),
+		sqlite.WithBusyTimeout(-time.Second),
+	} {
+		if _, err := sqlite.New(ctx, nil, opt); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("New: %v, want ErrInvalidOption", err)
+		}
+		if _, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "x.db"), opt); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("Open: %v, want ErrInvalidOption", err)
+		}
+	}
+	for _, path := range []string{"", ":memory:", "file:x.db"} {
+		if _, err := sqlite.Open(ctx, path); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("Open(%q): %v, want ErrInvalidOption", path, err)
+		}
+	}
+}
+
+func TestStore_Row_BadIdentifiers(t *testing.T) {
+	s, db, _ := newStore(t)
+	ctx := t.Context()
+	mustExec(t, db, invoicesDDL)
+	for _, r := range []sqlite.Row{
+		{Table: "invoices;", Columns: []string{"client_id"}, Values: []any{1}},
+		{Table: "invoices", Columns: []string{"client id"}, Values: []any{1}},
+		{Table: "invoices", Columns: []string{"client_id"}, Values: []any{1}, Key: []string{"month)"}},
+		{Table: "invoices", Columns: []string{"client_id"}, Values: []any{1, 2}},
+		{Table: "invoices", Columns: []string{"client_id", "client_id"}, Values: []any{1, 2}},
+		{Table: "invoices"},
+	} {
+		if _, err := s.Insert(ctx, "r", 1, r); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("Insert(%+v): %v, want ErrInvalidOption", r, err)
+		}
+		if _, err := sqlite.InsertOnce(ctx, db, r); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("InsertOnce(%+v): %v, want ErrInvalidOption", r, err)
+		}
+	}
+	if n, err := s.Newest(ctx, "r"); err != nil || n != 0 {
+		t.Errorf("a refused Insert raised the fence to %d (%v)", n, err)
+	}
+}
+
+// SQLite cannot raise the fence and insert in one statement, which is why
+// Insert uses a transaction: no data-modifying CTEs. If this starts to
+// pass, Insert can become one statement as in fence/postgres.
+func TestSQLite_NoDataModifyingCTE(t *testing.T) {
+	_, db, _ := newStore(t)
+	mustExec(t, db, invoicesDDL)
+	_, err := db.Exec(`WITH f AS (INSERT INTO baton_fence (resource, last_token) VALUES ('r', 1) RETURNING 1)
+INSERT INTO invoices (client_id, month, amount, token) SELECT 1, '2026-10', 1, 1 FROM f`)
+	if err == nil {
+		t.Fatal("SQLite accepted an INSERT inside a WITH clause")
+	}
+}
+
+func TestStore_Insert_StaleVsDuplicate(t *testing.T) {
+	s, db, _ := newStore(t)
+	ctx := t.Context()
+	mustExec(t, db, invoicesDDL)
+	insert := func(token int64, client int, want bool) {
+		t.Helper()
+		got, err := s.Insert(ctx, "invoices", baton.Token(token), invoice(client, token))
+		if err != nil || got != want {
+			t.Fatalf("Insert(token %d, client %d) = %v, %v; want %v, nil", token, client, got, err, want)
+		}
+	}
+	insert(5, 1, true)
+	insert(7, 1, false)
+	insert(7, 2, true)
+	got, err := s.Insert(ctx, "invoices", 6, invoice(3, 6))
+	var stale *baton.StaleTokenError
+	if !errors.As(err, &stale) || got || *stale != (baton.StaleTokenError{Resource: "invoices", Got: 6, Newest: 7}) {
+		t.Fatalf("Insert(token 6) = %v, %v; want false and stale (got 6, newest 7)", got, err)
+	}
+	if n := count(t, db, "SELECT count(*) FROM invoices"); n != 2 {
+		t.Errorf("%d invoices, want 2", n)
+	}
+	bad := invoice(4, 9)
+	bad.Values[3] = nil
+	if _, err := s.Insert(ctx, "invoices", 9, bad); err == nil || errors.Is(err, baton.ErrStaleToken) {
+		t.Fatalf("Insert of a NULL token: %v, want the not-null violation", err)
+	}
+	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 7 {
+		t.Errorf("Newest = %d, %v after a failed Insert; want 7", n, err)
+	}
+}

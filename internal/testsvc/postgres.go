@@ -1,0 +1,361 @@
+package testsvc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PostgreSQL start-up and shutdown limits.
+const (
+	pgStartTimeout = 30 * time.Second      // initdb excluded
+	pgPollEvery    = 50 * time.Millisecond // readiness poll interval
+	pgStopTimeout  = 10 * time.Second      // SIGINT, then SIGKILL
+	pgPortTries    = 3                     // ports tried when one is taken
+	pgOpTimeout    = 30 * time.Second      // CREATE/DROP DATABASE
+	pgBinDirs      = "/usr/lib/postgresql/*/bin"
+	pgPackage      = "postgresql"
+	pgSuperuser    = "postgres"
+	pgLogTailLines = 15
+)
+
+// Postgres is one PostgreSQL server shared by every test of a test binary.
+// Its zero value is ready to use: the server starts on the first call to
+// Database or Admin, in a temp dir, on a free loopback port, with trust
+// authentication for the superuser "postgres". Declare one in a test file
+// and stop it from TestMain:
+//
+//	var pg testsvc.Postgres
+//
+//	func TestMain(m *testing.M) {
+//		code := m.Run()
+//		pg.Stop()
+//		os.Exit(code)
+//	}
+//
+// Each test then asks for its own empty database with pg.Database(t).
+//
+// When the process runs as root, initdb and postgres run as the OS user
+// "postgres", since PostgreSQL refuses to run as root. The server is started
+// with PR_SET_PDEATHSIG, so it dies with the test binary even if Stop is
+// never called.
+type Postgres struct {
+	once sync.Once
+	srv  *pgServer
+	err  error // why the server could not start
+
+	mu      sync.Mutex
+	stopped bool
+
+	seq atomic.Int64 // numbers database names
+}
+
+// pgServer is a running postmaster.
+type pgServer struct {
+	dir    string // temp dir: data dir, socket, log
+	port   int
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd.Wait returned
+}
+
+// Database creates a fresh, empty database for tb, drops it (WITH (FORCE),
+// so open connections do not block it) when tb ends, and returns its DSN,
+// a postgres:// URL without a password. It starts the server on first use.
+// If PostgreSQL is not installed or does not start, tb is skipped, or fails
+// under BATON_REQUIRE_SERVICES=1.
+func (p *Postgres) Database(tb testing.TB) string {
+	tb.Helper()
+	srv := p.server(tb)
+	name := dbName(tb.Name(), p.seq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+	defer cancel()
+	if err := srv.admin(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+		tb.Fatalf("create test database %q on %s: %v", name, srv.addr(), err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), pgOpTimeout)
+		defer cancel()
+		if err := srv.admin(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			tb.Errorf("drop test database %q on %s: %v", name, srv.addr(), err)
+		}
+	})
+	return srv.dsn(name)
+}
+
+// Admin returns the DSN of the server's "postgres" database, for a test that
+// must act from outside its own database, such as terminating a backend with
+// pg_terminate_backend. It starts the server on first use, and skips or
+// fails tb like Database.
+func (p *Postgres) Admin(tb testing.TB) string {
+	tb.Helper()
+	return p.server(tb).dsn("postgres")
+}
+
+// Stop stops the server, if it was started, and removes its temp dir. It
+// sends SIGINT (fast shutdown: open connections are ended) and sends
+// SIGKILL if the server has not exited within 10 seconds. Database and Admin
+// fail after Stop. Stop is safe to call more than once.
+func (p *Postgres) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	p.once.Do(func() { p.err = errors.New("server stopped before first use") })
+	if p.srv != nil {
+		p.srv.stop()
+		os.RemoveAll(p.srv.dir)
+	}
+}
+
+// server starts the server once and returns it, or skips or fails tb.
+func (p *Postgres) server(tb testing.TB) *pgServer {
+	tb.Helper()
+	p.mu.Lock()
+	stopped := p.stopped
+	p.mu.Unlock()
+	if stopped {
+		tb.Fatal("testsvc.Postgres used after Stop")
+	}
+	p.once.Do(func() { p.srv, p.err = startPostgres() })
+	if p.err != nil {
+		Unavailable(tb, "PostgreSQL", p.err)
+	}
+	return p.srv
+}
+
+func (s *pgServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *pgServer) dsn(db string) string {
+	return "postgres://" + pgSuperuser + "@" + s.addr() + "/" + db + "?sslmode=disable"
+}
+
+// admin runs one statement in the "postgres" database.
+func (s *pgServer) admin(ctx context.Context, sql string) error {
+	conn, err := pgx.Connect(ctx, s.dsn("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// dbName makes a database name from a test name: lower case, [a-z0-9_],
+// numbered so that it is unique within the binary, at most 63 bytes.
+func dbName(test string, n int64) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(test) {
+		switch {
+		case 'a' <= r && r <= 'z', '0' <= r && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	name := fmt.Sprintf("t%d_%s", n, b.String())
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return name
+}
+
+// startPostgres runs initdb into a new temp dir and starts postgres on a
+// free port, trying another port if the first is taken.
+func startPostgres() (*pgServer, error) {
+	initdb, err := LookBinary("initdb", pgPackage, pgBinDirs)
+	if err != nil {
+		return nil, err
+	}
+	postgres, err := LookBinary("postgres", pgPackage, pgBinDirs)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := pgCredential()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "baton-postgres-")
+	if err != nil {
+		return nil, fmt.Errorf("make temp dir for PostgreSQL: %w", err)
+	}
+	srv, err := startIn(dir, initdb, postgres, cred)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return srv, nil
+}
+
+func startIn(dir, initdb, postgres string, cred *syscall.Credential) (*pgServer, error) {
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, fmt.Errorf("give %s to the postgres user: %w", dir, err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	cmd := exec.Command(initdb, "-D", data, "-A", "trust", "-U", pgSuperuser,
+		"--no-sync", "-E", "UTF8", "--locale=C")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%s failed: %w\n%s", initdb, err, tail(out, pgLogTailLines))
+	}
+
+	var errs []error
+	for try := 0; try < pgPortTries; try++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("find a free port for PostgreSQL: %w", err)
+		}
+		srv, err := runPostgres(dir, postgres, port, cred, try)
+		if err == nil {
+			return srv, nil
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+var errPortTaken = errors.New("port taken")
+
+// runPostgres starts the postmaster on port and waits until it accepts a
+// connection.
+func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try int) (*pgServer, error) {
+	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", try))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("create PostgreSQL log: %w", err)
+	}
+	defer logFile.Close() // the child has its own copy
+	cmd := exec.Command(postgres,
+		"-D", filepath.Join(dir, "data"),
+		"-p", strconv.Itoa(port),
+		"-k", dir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off",
+		"-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=300",
+	)
+	cmd.Dir = dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", postgres, err)
+	}
+	srv := &pgServer{dir: dir, port: port, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		cmd.Wait() // the result is in cmd.ProcessState
+		close(srv.exited)
+	}()
+	if err := srv.waitReady(logPath); err != nil {
+		srv.stop()
+		return nil, err
+	}
+	return srv, nil
+}
+
+// waitReady polls until a connection succeeds, the process exits or
+// pgStartTimeout passes.
+func (s *pgServer) waitReady(logPath string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
+	defer cancel()
+	tick := time.NewTicker(pgPollEvery)
+	defer tick.Stop()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pgx.Connect(cctx, s.dsn("postgres"))
+		ccancel()
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		last = err
+		select {
+		case <-s.exited:
+			log, _ := os.ReadFile(logPath)
+			err := fmt.Errorf("postgres on port %d exited during start-up (%v); log %s:\n%s",
+				s.port, s.cmd.ProcessState, logPath, tail(log, pgLogTailLines))
+			if bytes.Contains(log, []byte("already in use")) {
+				return fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
+		case <-ctx.Done():
+			log, _ := os.ReadFile(logPath)
+			return fmt.Errorf("postgres on port %d did not accept connections within %v (last error: %v); log %s:\n%s",
+				s.port, pgStartTimeout, last, logPath, tail(log, pgLogTailLines))
+		case <-tick.C:
+		}
+	}
+}
+
+// stop sends SIGINT (fast shutdown) and waits, sending SIGKILL after
+// pgStopTimeout.
+func (s *pgServer) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	t := time.NewTimer(pgStopTimeout)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+	case <-t.C:
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// pgCredential returns the credential to run PostgreSQL's binaries with:
+// the "postgres" OS user when running as root, nil (the current user)
+// otherwise.
+func pgCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and PostgreSQL refuses to: need the OS user \"postgres\" to run it as (installed with the Debian package %s): %w", pgPackage, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("user postgres has uid %q: %w", u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("user postgres has gid %q: %w", u.Gid, err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil // and no supplementary groups
+}
+
+// tail returns the last n lines of b.
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
