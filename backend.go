@@ -64,3 +64,34 @@ type Hold interface {
 	// holder's. Releasing a lost or released hold returns nil.
 	Release(ctx context.Context) error
 }
+
+// LockInfo describes one lock as the lock service sees it.
+type LockInfo struct {
+	Name    string
+	Holder  string // empty when no one holds it
+	Key     string // the holder's key
+	Token   Token  // zero on backends without tokens
+	TTLLeft time.Duration
+	// Since is when the holder took the lock, by the holder's own clock;
+	// zero when unknown.
+	Since   time.Time
+	Waiters int // acquisitions queued behind the holder
+}
+
+// Inspector is implemented by backends that can list their locks, for
+// `baton status`.
+type Inspector interface {
+	// Inspect returns the named locks (held or not), or every held lock
+	// when names is empty, sorted by name.
+	Inspect(ctx context.Context, names ...string) ([]LockInfo, error)
+}
+
+// ForceReleaser is implemented by backends that can free a lock held by
+// someone else, for an operator who must clear a hold by hand. The holder
+// learns it lost the lease; a fence still refuses its writes once the next
+// holder has raised it.
+type ForceReleaser interface {
+	// ForceRelease frees the lock name and returns what it was.
+	// A lock no one holds returns an error matching ErrNotAcquired.
+	ForceRelease(ctx context.Context, name string) (LockInfo, error)
+}

@@ -3,6 +3,7 @@ package baton
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below match
@@ -71,10 +72,15 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	if e.Token != 0 {
-		return fmt.Sprintf("lease on %q (token %d) lost: %v", e.Name, e.Token, e.Cause)
+	cause := "unknown cause"
+	if e.Cause != nil {
+		// Causes usually wrap ErrLeaseLost themselves; say it once.
+		cause = strings.TrimPrefix(e.Cause.Error(), ErrLeaseLost.Error()+": ")
 	}
-	return fmt.Sprintf("lease on %q lost: %v", e.Name, e.Cause)
+	if e.Token != 0 {
+		return fmt.Sprintf("lease on %q (token %d) lost: %s", e.Name, e.Token, cause)
+	}
+	return fmt.Sprintf("lease on %q lost: %s", e.Name, cause)
 }
 
 // Is reports whether target is ErrLeaseLost.

@@ -49,7 +49,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	octx, cancel := b.op(ctx)
 	resp, err := b.client.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, req.Holder, clientv3.WithLease(s.id)),
+		Then(clientv3.OpPut(key, encodeValue(req.Holder), clientv3.WithLease(s.id)),
 			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
 		Commit()
 	cancel()
@@ -70,7 +70,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	}
 	if !req.Wait {
 		b.deleteKey(ctx, key)
-		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: string(owner[0].Value), Token: baton.Token(owner[0].CreateRevision)}
+		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: decodeValue(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
 	}
 	if err := b.wait(ctx, s, pfx, key, rev); err != nil {
 		select {

@@ -1,0 +1,28 @@
+// Package backends lists every lock service baton supports, by URL scheme,
+// for programs (like the baton command) that pick one from configuration:
+//
+//	locker, err := backends.Open(ctx, "etcd://127.0.0.1:2379", baton.WithTTL(15*time.Second))
+//
+// Importing it links every backend; a program that uses one backend imports
+// that backend's package instead.
+package backends
+
+import (
+	"context"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
+)
+
+// All maps each URL scheme to its backend.
+func All() baton.Openers {
+	return baton.Openers{
+		"etcd": etcd.Open,
+	}
+}
+
+// Open builds a Locker from a backend URL; see each backend's Open for its
+// URL form.
+func Open(ctx context.Context, rawURL string, opts ...baton.Option) (*baton.Locker, error) {
+	return All().Open(ctx, rawURL, opts...)
+}

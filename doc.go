@@ -1,0 +1,68 @@
+// Package baton makes a job run once across many replicas, and makes a
+// paused, late or cut-off holder harmless.
+//
+// A Locker hands out leases: locks that end on their own after a TTL unless
+// renewed. Backends live in their own packages (etcd, and the others as they
+// land) and return a *Locker, or a *FencedLocker when their tokens never go
+// backwards, even across the lock service's failover. Only a FencedLease
+// carries a Token, so code that needs fencing cannot be handed an
+// efficiency-only lock by mistake: the guide's decision rule is a type.
+//
+//	locker, _ := etcd.New(client, baton.WithTTL(15*time.Second))
+//	err := locker.Run(ctx, "invoices", fence, func(ctx context.Context, lease *baton.FencedLease) error {
+//		// the fence is already raised to lease.Token(); write through it
+//	})
+//
+// # What is guaranteed
+//
+//   - At most one holder per name at a time, as the lock service sees it:
+//     two acquisitions exclude each other whether they come from two
+//     processes or from one Locker.
+//   - A FencedLease's token is higher than that of every earlier holder of
+//     the same name.
+//   - A held lease is renewed every RenewEvery (default TTL/3) until it is
+//     released or lost. Loss is reported three ways at once: Done closes,
+//     Err returns a *LostError, and the work context is cancelled with that
+//     error as its cause.
+//   - Release frees only our own hold, never another holder's, and still
+//     happens when the caller's context is already cancelled.
+//   - Run returns only after its function has returned, and reports a loss
+//     during it even when the function itself returned nil.
+//
+// # What is not
+//
+//   - A lease cannot stop a paused process from writing after its lease
+//     ended: a SIGSTOP, a long GC pause or a suspended VM can strike between
+//     any check and the write that follows it. Writes that must not happen
+//     twice go through a Fence (fence/postgres, fence/sqlite), which refuses
+//     a token older than the newest it has seen, in the same transaction as
+//     the write. FencedLocker.Run raises the fence before the work starts,
+//     so from that moment no older holder can write.
+//   - Side effects outside the fenced store (an email, a payment call) are
+//     not fenced. Record the intent in the fenced store and have a single
+//     sender act on it.
+//
+// # The clock model
+//
+// The holder never trusts the lock service's clock, nor its own wall clock.
+// Its local deadline is the send time of the last renewal the service
+// confirmed, plus the TTL, minus a drift margin (default TTL/100 + 2ms),
+// counted on Go's monotonic clock: the service cannot have freed the lock
+// before that moment, because it extended the lease on receiving a request
+// that was sent no earlier. When the deadline passes without a confirmed
+// renewal the lease is reported lost, before anyone else can hold it.
+//
+// Go's monotonic clock is CLOCK_MONOTONIC, which keeps running while a
+// process is stopped but not while the machine itself is suspended. A
+// holder on a suspended VM wakes believing less time has passed than did;
+// its first renewal then fails, but a write already under way is not
+// stopped. That is what the fence is for.
+//
+// # Errors
+//
+// Errors match the sentinels with errors.Is: ErrNotAcquired (held by someone
+// else), ErrLeaseLost, ErrStaleToken, ErrUnavailable (the lock service
+// failed), ErrInvalidOption, ErrClosed. A caller's cancellation is returned
+// as context.Cause(ctx), so the three outcomes of a failed acquisition,
+// cancelled, contended and failed, are always told apart.
+package baton

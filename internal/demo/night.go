@@ -1,0 +1,289 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/examples/warehouse"
+)
+
+// Config describes one night.
+type Config struct {
+	Etcd     string        // etcd endpoint both runners use
+	Ledger   string        // ledger URL both runners write to
+	Fenced   bool          // runners write through the fence
+	TTL      time.Duration // lease TTL; default 2s
+	Clients  int           // default 10
+	Interval time.Duration // per client; default 300ms
+	Month    string        // default 2026-10
+	// FreezeAfter is how many clients runner 1 bills before it is frozen
+	// (between its lease check and its next write). Default 3.
+	FreezeAfter int
+	// WakeAfter is how many clients runner 2 handles before runner 1 is
+	// woken. Default 2.
+	WakeAfter int
+	// Command makes the command that starts a runner process with args;
+	// Night sets its process group, output and death signal.
+	Command func(args []string) *exec.Cmd
+	// Log, when set, receives every event as it happens.
+	Log func(warehouse.Event)
+}
+
+func (c *Config) defaults() {
+	if c.TTL == 0 {
+		c.TTL = 2 * time.Second
+	}
+	if c.Clients == 0 {
+		c.Clients = 10
+	}
+	if c.Interval == 0 {
+		c.Interval = 300 * time.Millisecond
+	}
+	if c.Month == "" {
+		c.Month = "2026-10"
+	}
+	if c.FreezeAfter == 0 {
+		c.FreezeAfter = 3
+	}
+	if c.WakeAfter == 0 {
+		c.WakeAfter = 2
+	}
+}
+
+// Result is what happened, from the runners' events and the database.
+type Result struct {
+	Fenced      bool
+	Token1      baton.Token   // runner 1's token
+	Token2      baton.Token   // runner 2's token
+	Takeover    time.Duration // from the freeze to runner 2 holding the lock
+	Frozen      time.Duration // how long runner 1 was frozen
+	StaleWrites []int         // clients runner 1 billed after runner 2 took over
+	Rejected    *warehouse.Event
+	Duplicates  []int
+	Billed      map[int]baton.Token // client -> token that billed it
+	Events      []warehouse.Event
+	Runner1Exit int
+	Runner2Exit int
+}
+
+// runner is one runner process and its event stream.
+type runner struct {
+	cmd    *exec.Cmd
+	events chan warehouse.Event
+	exited chan struct{}
+	exit   int
+	stderr lockedBuffer
+}
+
+func start(ctx context.Context, cfg *Config, name string) (*runner, error) {
+	args := RunnerArgs{Etcd: cfg.Etcd, Ledger: cfg.Ledger, Name: name, Fenced: cfg.Fenced, TTL: cfg.TTL,
+		Clients: cfg.Clients, Interval: cfg.Interval, Month: cfg.Month}.Args()
+	r := &runner{cmd: cfg.Command(args), events: make(chan warehouse.Event, 64), exited: make(chan struct{})}
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	r.cmd.Stderr = &r.stderr
+	out, err := r.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		defer close(r.exited)
+		defer close(r.events)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var e warehouse.Event
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				r.events <- e
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		_ = r.cmd.Wait()
+		r.exit = r.cmd.ProcessState.ExitCode()
+	}()
+	return r, nil
+}
+
+func (r *runner) signal(sig syscall.Signal) error {
+	return syscall.Kill(-r.cmd.Process.Pid, sig) // the whole process group
+}
+
+func (r *runner) kill() {
+	_ = r.signal(syscall.SIGCONT)
+	_ = r.signal(syscall.SIGKILL)
+	<-r.exited
+}
+
+// Night runs runner 1, freezes it, runs runner 2, wakes runner 1 while
+// runner 2 is still billing, and reports what reached the database.
+func Night(ctx context.Context, cfg Config) (*Result, error) {
+	cfg.defaults()
+	res := &Result{Fenced: cfg.Fenced}
+	var mu sync.Mutex
+	record := func(e warehouse.Event) {
+		mu.Lock()
+		res.Events = append(res.Events, e)
+		mu.Unlock()
+		if cfg.Log != nil {
+			cfg.Log(e)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+
+	r1, err := start(ctx, &cfg, "runner-1")
+	if err != nil {
+		return nil, err
+	}
+	defer r1.kill()
+	// 1. Runner 1 bills FreezeAfter clients; freeze it right after its
+	// next lease check, before the write.
+	billed := 0
+	if _, err := next(ctx, r1, record, func(e warehouse.Event) bool {
+		switch e.Kind {
+		case "acquired":
+			res.Token1 = e.Token
+		case "billed":
+			billed++
+		}
+		return e.Kind == "checked" && billed == cfg.FreezeAfter
+	}); err != nil {
+		return nil, fmt.Errorf("runner 1 before the freeze: %w", err)
+	}
+	if err := r1.signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("freeze runner 1: %w", err)
+	}
+	frozen := time.Now()
+	record(warehouse.Event{At: frozen, Runner: "runner-1", Kind: "frozen"})
+
+	// 2. Runner 2 starts, waits for the lock, and takes over.
+	r2, err := start(ctx, &cfg, "runner-2")
+	if err != nil {
+		return nil, err
+	}
+	defer r2.kill()
+	handled := 0
+	if _, err := next(ctx, r2, record, func(e warehouse.Event) bool {
+		switch e.Kind {
+		case "acquired":
+			res.Token2 = e.Token
+			res.Takeover = e.At.Sub(frozen)
+		case "billed", "skipped":
+			handled++
+		}
+		return handled == cfg.WakeAfter
+	}); err != nil {
+		return nil, fmt.Errorf("runner 2 taking over: %w", err)
+	}
+
+	// 3. Wake runner 1 while runner 2 is still billing.
+	if err := r1.signal(syscall.SIGCONT); err != nil {
+		return nil, fmt.Errorf("wake runner 1: %w", err)
+	}
+	woke := time.Now()
+	res.Frozen = woke.Sub(frozen)
+	record(warehouse.Event{At: woke, Runner: "runner-1", Kind: "woken"})
+
+	// 4. Let both finish.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, r := range []*runner{r1, r2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = next(ctx, r, record, func(warehouse.Event) bool { return false })
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, errExited) {
+			return nil, err
+		}
+	}
+	<-r1.exited
+	<-r2.exited
+	res.Runner1Exit, res.Runner2Exit = r1.exit, r2.exit
+
+	for _, e := range res.Events {
+		if e.Runner != "runner-1" || e.At.Before(woke) {
+			continue
+		}
+		switch e.Kind {
+		case "billed":
+			res.StaleWrites = append(res.StaleWrites, e.Client)
+		case "rejected":
+			if res.Rejected == nil {
+				e := e
+				res.Rejected = &e
+			}
+		}
+	}
+
+	// 5. Ask the database.
+	ledger, err := warehouse.OpenLedger(ctx, cfg.Ledger)
+	if err != nil {
+		return nil, err
+	}
+	defer ledger.Close()
+	if res.Duplicates, err = ledger.Duplicates(ctx); err != nil {
+		return nil, fmt.Errorf("duplicate check: %w", err)
+	}
+	if res.Billed, err = ledger.Billed(ctx, cfg.Month); err != nil {
+		return nil, fmt.Errorf("read invoices: %w", err)
+	}
+	return res, nil
+}
+
+var errExited = errors.New("runner exited")
+
+// next reads r's events until until returns true (returning that event),
+// the runner exits (errExited), or ctx ends.
+func next(ctx context.Context, r *runner, record func(warehouse.Event), until func(warehouse.Event) bool) (warehouse.Event, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return warehouse.Event{}, fmt.Errorf("%w (runner stderr: %s)", context.Cause(ctx), strings.TrimSpace(r.stderr.String()))
+		case e, ok := <-r.events:
+			if !ok {
+				<-r.exited
+				return warehouse.Event{}, fmt.Errorf("%w with status %d", errExited, r.exit)
+			}
+			record(e)
+			if e.Kind == "error" {
+				return e, fmt.Errorf("%s: %s", e.Runner, e.Err)
+			}
+			if until(e) {
+				return e, nil
+			}
+		}
+	}
+}
+
+// lockedBuffer collects a runner's stderr while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,140 @@
+package demo_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton/examples/warehouse"
+	"github.com/baton-go/baton/internal/demo"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+var pg testsvc.Postgres
+
+const runnerEnv = "BATON_TEST_RUNNER_ARGS"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(runnerEnv); args != "" {
+		var a []string
+		if err := json.Unmarshal([]byte(args), &a); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.Exit(demo.RunnerMain(context.Background(), a, os.Stdout, os.Stderr))
+	}
+	code := m.Run()
+	pg.Stop()
+	os.Exit(code)
+}
+
+// runnerCommand re-executes this test binary as a runner process.
+func runnerCommand(args []string) *exec.Cmd {
+	b, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runnerEnv+"="+string(b))
+	return cmd
+}
+
+func ledgers(t *testing.T) map[string]func(t *testing.T) string {
+	return map[string]func(t *testing.T) string{
+		"postgres": func(t *testing.T) string { return pg.Database(t) },
+		"sqlite":   func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "ledger.db") },
+	}
+}
+
+func night(t *testing.T, ledger string, fenced bool) *demo.Result {
+	t.Helper()
+	srv := testsvc.StartEtcd(t)
+	res, err := demo.Night(context.Background(), demo.Config{
+		Etcd:     strings.TrimPrefix(srv.Endpoint, "http://"),
+		Ledger:   ledger,
+		Fenced:   fenced,
+		TTL:      2 * time.Second,
+		Clients:  10,
+		Interval: 100 * time.Millisecond,
+		Command:  runnerCommand,
+		Log: func(e warehouse.Event) {
+			t.Logf("%s %-9s %-8s client %2d token %d %s", e.At.Format("15:04:05.000"), e.Runner, e.Kind, e.Client, e.Token, e.Err)
+		},
+	})
+	if err != nil {
+		t.Fatalf("night: %v", err)
+	}
+	return res
+}
+
+// TestNight_Fenced is the guide's frozen-holder experiment with real
+// processes: runner 1 is frozen with SIGSTOP past its 2s lease, runner 2
+// takes over with a higher token, runner 1 wakes while runner 2 bills, and
+// its very next write is refused by the fence. Nobody is billed twice.
+func TestNight_Fenced(t *testing.T) {
+	for name, dsn := range ledgers(t) {
+		t.Run(name, func(t *testing.T) {
+			res := night(t, dsn(t), true)
+			t.Logf("tokens %d then %d; takeover %v after the freeze; frozen %v", res.Token1, res.Token2, res.Takeover.Round(time.Millisecond), res.Frozen.Round(time.Millisecond))
+			if res.Token2 <= res.Token1 {
+				t.Errorf("runner 2's token %d is not above runner 1's %d", res.Token2, res.Token1)
+			}
+			if res.Takeover > 2*time.Second+time.Second {
+				t.Errorf("takeover %v after the freeze; want within TTL (2s) + 1s", res.Takeover)
+			}
+			if res.Rejected == nil {
+				t.Fatalf("runner 1's write after waking was not rejected (stale writes accepted: %v)", res.StaleWrites)
+			}
+			if res.Rejected.Client != 4 || res.Rejected.Newest != res.Token2 || res.Rejected.Token != res.Token1 {
+				t.Errorf("rejected %+v; want client 4, token %d refused for newest %d", *res.Rejected, res.Token1, res.Token2)
+			}
+			if len(res.StaleWrites) != 0 {
+				t.Errorf("stale runner 1 billed clients %v after waking", res.StaleWrites)
+			}
+			if len(res.Duplicates) != 0 {
+				t.Errorf("clients billed twice: %v", res.Duplicates)
+			}
+			if res.Runner1Exit == 0 || res.Runner2Exit != 0 {
+				t.Errorf("exit codes: runner 1 %d (want non-zero), runner 2 %d (want 0)", res.Runner1Exit, res.Runner2Exit)
+			}
+			for c := 1; c <= 10; c++ {
+				want := res.Token2
+				if c <= 3 {
+					want = res.Token1
+				}
+				if got, ok := res.Billed[c]; !ok || got != want {
+					t.Errorf("client %d billed with token %d (present %v), want %d", c, got, ok, want)
+				}
+			}
+		})
+	}
+}
+
+// TestNight_Unfenced is the control: the same night without the fence. The
+// woken runner keeps billing, so the assertions of TestNight_Fenced would
+// fail here; the primary key still stops duplicate rows.
+func TestNight_Unfenced(t *testing.T) {
+	res := night(t, "sqlite:"+filepath.Join(t.TempDir(), "ledger.db"), false)
+	t.Logf("stale runner 1 billed clients %v after waking", res.StaleWrites)
+	if len(res.StaleWrites) == 0 {
+		t.Fatal("without the fence the woken runner billed nobody; the experiment would not show what the fence prevents")
+	}
+	if !slices.Contains(res.StaleWrites, 4) {
+		t.Errorf("stale writes %v do not start with client 4", res.StaleWrites)
+	}
+	if res.Rejected != nil {
+		t.Errorf("a write was rejected without a fence: %+v", *res.Rejected)
+	}
+	if len(res.Duplicates) != 0 {
+		t.Errorf("the primary key let duplicates through: %v", res.Duplicates)
+	}
+	for _, c := range res.StaleWrites {
+		if res.Billed[c] != res.Token1 {
+			t.Errorf("client %d: the ledger has token %d, want the stale runner's %d", c, res.Billed[c], res.Token1)
+		}
+	}
+}

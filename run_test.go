@@ -1,0 +1,147 @@
+package baton_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/fence/sqlite"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+// etcdEndpoint is the embedded etcd the examples and tests of this package
+// share, started by TestMain.
+var etcdEndpoint string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "baton-test-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv, err := testsvc.NewEtcd(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "embedded etcd:", err)
+		os.Exit(1)
+	}
+	etcdEndpoint = srv.Endpoint
+	code := m.Run()
+	srv.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func setup(t *testing.T) (*baton.FencedLocker, *sqlite.Store, *clientv3.Client) {
+	t.Helper()
+	c := testsvc.Client(t, etcdEndpoint)
+	locker, err := etcd.New(c, baton.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locker.Close() })
+	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "fence.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return locker, store, c
+}
+
+func TestFencedLocker_Run_RaisesFenceFirst(t *testing.T) {
+	locker, store, _ := setup(t)
+	name := "run-fence-" + t.Name()[len(t.Name())-5:]
+	var seen baton.Token
+	err := locker.Run(context.Background(), name, store, func(ctx context.Context, lease *baton.FencedLease) error {
+		n, err := store.Newest(ctx, name)
+		seen = n
+		if n != lease.Token() {
+			t.Errorf("inside fn the fence is at %d, want the lease's token %d", n, lease.Token())
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen == 0 {
+		t.Fatal("fence not raised before fn")
+	}
+}
+
+func TestFencedLocker_Run_StaleTokenSkipsFn(t *testing.T) {
+	locker, store, _ := setup(t)
+	name := "run-stale"
+	// A newer holder has already raised the fence far ahead.
+	if err := store.Raise(context.Background(), name, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	err := locker.Run(context.Background(), name, store, func(context.Context, *baton.FencedLease) error {
+		ran = true
+		return nil
+	})
+	var st *baton.StaleTokenError
+	if !errors.As(err, &st) || st.Newest != 1<<40 {
+		t.Fatalf("Run with a stale token = %v, want *StaleTokenError naming the newest token", err)
+	}
+	if ran {
+		t.Fatal("fn ran although the fence refused the token")
+	}
+	// The lock was released: another holder gets it at once.
+	l2, err := locker.TryAcquire(context.Background(), name)
+	if err != nil {
+		t.Fatalf("lock not released after the stale fence: %v", err)
+	}
+	_ = l2.Release(context.Background())
+}
+
+func TestLocker_Run_LossCancelsFnAndIsReported(t *testing.T) {
+	locker, _, admin := setup(t)
+	name := "run-lost"
+	fnReturned := make(chan struct{})
+	err := locker.Locker().Run(context.Background(), name, func(ctx context.Context, lease *baton.Lease) error {
+		defer close(fnReturned)
+		// An operator deletes the lock key: the lease is lost.
+		if _, err := admin.Delete(ctx, lease.Key()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			return errors.New("fn's ctx not cancelled within 10s of the loss")
+		}
+		var lost *baton.LostError
+		if !errors.As(context.Cause(ctx), &lost) {
+			t.Errorf("fn's ctx cause = %v, want *LostError", context.Cause(ctx))
+		}
+		return nil // fn itself says it finished
+	})
+	select {
+	case <-fnReturned:
+	default:
+		t.Fatal("Run returned before fn did")
+	}
+	if !errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("Run after a loss = %v, want ErrLeaseLost even though fn returned nil", err)
+	}
+}
+
+func TestLocker_Run_CallerCancelled(t *testing.T) {
+	locker, _, _ := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	err := locker.Locker().Run(ctx, "run-cancel", func(ctx context.Context, _ *baton.Lease) error {
+		cancel()
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("Run cancelled by the caller = %v, want context.Canceled and not a loss", err)
+	}
+}
