@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton/examples/warehouse"
+	"github.com/baton-go/baton/internal/demo"
+	"github.com/baton-go/baton/internal/etcdserver"
+)
+
+func newDemo() *cobra.Command {
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Replay the guide's frozen-holder night on an embedded etcd and an SQLite file",
+		Long: `demo replays the guide's month-end night with real processes and needs no
+running service: it starts an embedded etcd and writes invoices to an SQLite
+file in a temp dir.
+
+Two runners of the invoice job contend for one lock. Runner 1 bills three
+clients, then is frozen with SIGSTOP (as a host suspends a VM) between its
+lease check and its next write. Runner 2 takes over once the lease runs out.
+Runner 1 wakes while runner 2 is still billing. The night is played twice:
+without the fence, the woken runner keeps billing; with it, its very next
+write is refused. Then the database is asked whether anyone got two bills.`,
+		Example: "  baton demo",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), keep)
+		},
+	}
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temp dir with the etcd data and the ledgers")
+	cmd.AddCommand(&cobra.Command{
+		Use:                "runner",
+		Hidden:             true,
+		Short:              "One runner of the demo (started by baton demo)",
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if code := demo.RunnerMain(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+				return &exitError{code: code}
+			}
+			return nil
+		},
+	})
+	return cmd
+}
+
+func runDemo(ctx context.Context, out io.Writer, keep bool) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find baton's own binary to start the runners: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "baton-demo-*")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(dir)
+	}
+	cp, err1 := etcdserver.FreePort()
+	pp, err2 := etcdserver.FreePort()
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("find free ports: %v %v", err1, err2)
+	}
+	srv, err := etcdserver.Start(ctx, etcdserver.Config{
+		Dir:       filepath.Join(dir, "etcd"),
+		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	const ttl, interval, clients = 2 * time.Second, 300 * time.Millisecond, 10
+	fmt.Fprintf(out, "baton demo: the guide's month-end night, replayed with real processes\n\n")
+	fmt.Fprintf(out, "  lock service  embedded etcd at %s (data in %s)\n", strings.TrimPrefix(srv.Endpoint(), "http://"), dir)
+	fmt.Fprintf(out, "  the job       bill %d clients, %v each, under the lock %q with a %v lease\n", clients, interval, warehouse.Job, ttl)
+	fmt.Fprintf(out, "  the fault     runner 1 is frozen with SIGSTOP after 3 clients, between its lease check and its write,\n")
+	fmt.Fprintf(out, "                and woken with SIGCONT after runner 2 has handled 2 clients\n")
+
+	var results []*demo.Result
+	for _, fenced := range []bool{false, true} {
+		title, ledger := "Night 1: no fence (the team's first version)", "unfenced.db"
+		if fenced {
+			title, ledger = "Night 2: the same night, with the fence", "fenced.db"
+		}
+		fmt.Fprintf(out, "\n%s\n", title)
+		start := time.Now()
+		res, err := demo.Night(ctx, demo.Config{
+			Etcd:     strings.TrimPrefix(srv.Endpoint(), "http://"),
+			Ledger:   "sqlite:" + filepath.Join(dir, ledger),
+			Fenced:   fenced,
+			TTL:      ttl,
+			Clients:  clients,
+			Interval: interval,
+			Command: func(args []string) *exec.Cmd {
+				return exec.CommandContext(ctx, self, append([]string{"demo", "runner"}, args...)...)
+			},
+			Log: func(e warehouse.Event) { printEvent(out, start, e) },
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", title, err)
+		}
+		results = append(results, res)
+		fmt.Fprintf(out, "  => %s\n", verdict(res))
+	}
+	printSummary(out, results[0], results[1])
+	return nil
+}
+
+func printEvent(out io.Writer, start time.Time, e warehouse.Event) {
+	at := fmt.Sprintf("%6.2fs", e.At.Sub(start).Seconds())
+	var what string
+	switch e.Kind {
+	case "acquired":
+		what = fmt.Sprintf("holds the lock, fencing token %d", e.Token)
+	case "fenced":
+		what = fmt.Sprintf("raised the fence to %d (its first step)", e.Token)
+	case "checked":
+		return // one line per client is enough
+	case "billed":
+		what = fmt.Sprintf("billed client %d", e.Client)
+	case "skipped":
+		what = fmt.Sprintf("client %d already billed: insert did nothing", e.Client)
+	case "frozen":
+		what = "FROZEN with SIGSTOP: no code runs, no renewal is sent"
+	case "woken":
+		what = "WOKEN with SIGCONT: it does not know its lease ended"
+	case "rejected":
+		what = fmt.Sprintf("write for client %d REJECTED: the fence has seen token %d, this is %d", e.Client, e.Newest, e.Token)
+	case "lost":
+		what = fmt.Sprintf("noticed its lease was lost before client %d; stops", e.Client)
+	case "done":
+		what = "finished its loop"
+	default:
+		what = e.Kind + " " + e.Err
+	}
+	fmt.Fprintf(out, "  %s  %-8s %s\n", at, e.Runner, what)
+}
+
+func verdict(r *demo.Result) string {
+	if len(r.StaleWrites) > 0 {
+		return fmt.Sprintf("the woken runner billed %d clients (%v) after runner 2 took over; duplicate invoices: %d", len(r.StaleWrites), r.StaleWrites, len(r.Duplicates))
+	}
+	if r.Rejected != nil {
+		return fmt.Sprintf("the woken runner's next write was refused; it billed nobody after the takeover; duplicate invoices: %d", len(r.Duplicates))
+	}
+	return fmt.Sprintf("the woken runner wrote nothing after the takeover; duplicate invoices: %d", len(r.Duplicates))
+}
+
+func printSummary(out io.Writer, unfenced, fenced *demo.Result) {
+	fmt.Fprintf(out, "\nWhat happened\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  \tno fence\twith the fence\n")
+	fmt.Fprintf(tw, "  fencing tokens (runner 1, runner 2)\t%d, %d\t%d, %d\n", unfenced.Token1, unfenced.Token2, fenced.Token1, fenced.Token2)
+	fmt.Fprintf(tw, "  takeover after the freeze\t%v\t%v\n", unfenced.Takeover.Round(10*time.Millisecond), fenced.Takeover.Round(10*time.Millisecond))
+	fmt.Fprintf(tw, "  writes by the stale runner accepted\t%d\t%d\n", len(unfenced.StaleWrites), len(fenced.StaleWrites))
+	rej := "-"
+	if r := fenced.Rejected; r != nil {
+		rej = fmt.Sprintf("client %d (token %d < %d)", r.Client, r.Token, r.Newest)
+	}
+	fmt.Fprintf(tw, "  first write after waking\taccepted\trejected: %s\n", rej)
+	fmt.Fprintf(tw, "  duplicate invoices (GROUP BY ... HAVING count(*) > 1)\t%d\t%d\n", len(unfenced.Duplicates), len(fenced.Duplicates))
+	_ = tw.Flush()
+	fmt.Fprintf(out, "\nThe primary key on (client, month) stops duplicate rows; the fence stops the woken runner writing anything at all.\n")
+}

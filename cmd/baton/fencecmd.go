@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence"
+)
+
+func newFence() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "fence",
+		Short: "Create or show fence tables in a database",
+		Long: `A fence store is a table, in the database the job writes to, that keeps the
+newest fencing token per resource and refuses older ones, plus a table of
+runs marked done (baton run --once). baton run --fence needs the tables to
+exist; 'baton fence init' creates them.`,
+	}
+	var store string
+	init := &cobra.Command{
+		Use:     "init --store URL",
+		Short:   "Create the fence tables if they are missing",
+		Example: "  baton fence init --store postgres://app@db:5432/billing\n  baton fence init --store sqlite:/var/lib/app/ledger.db",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := fence.Open(cmd.Context(), store, fence.WithCreate(true))
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			fmt.Fprintf(cmd.OutOrStdout(), "fence tables ready in %s\n", baton.Redact(store))
+			return nil
+		},
+	}
+	show := &cobra.Command{
+		Use:     "show --store URL [RESOURCE...]",
+		Short:   "Show the newest token each fence has accepted",
+		Example: "  baton fence show --store sqlite:ledger.db\n  baton fence show --store postgres://app@db/billing invoices",
+		RunE: func(cmd *cobra.Command, resources []string) error {
+			s, err := fence.Open(cmd.Context(), store)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			entries, err := s.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			want := map[string]bool{}
+			for _, r := range resources {
+				want[r] = true
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "RESOURCE\tNEWEST TOKEN\tRAISED")
+			for _, e := range entries {
+				if len(want) > 0 && !want[e.Resource] {
+					continue
+				}
+				delete(want, e.Resource)
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Resource, e.Token, e.UpdatedAt.Local().Format(time.DateTime))
+			}
+			for r := range want {
+				fmt.Fprintf(tw, "%s\t0\tnever\n", r)
+			}
+			return tw.Flush()
+		},
+	}
+	for _, c := range []*cobra.Command{init, show} {
+		c.Flags().StringVar(&store, "store", "", "fence store URL: postgres://... or sqlite:PATH")
+		_ = c.MarkFlagRequired("store")
+	}
+	cmd.AddCommand(init, show)
+	return cmd
+}

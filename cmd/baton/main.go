@@ -1,0 +1,29 @@
+// Command baton runs a job once across many replicas: it runs a command
+// under a lease on etcd, ZooKeeper, PostgreSQL or Redis, hands it a fencing
+// token, and stops it when the lease is lost. `baton demo` replays the
+// guide's frozen-holder night on an embedded etcd.
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole command, testable: it parses args, runs the subcommand
+// and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return exitCode(stderr, err)
+}

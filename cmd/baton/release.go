@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton"
+)
+
+func newRelease(g *globals) *cobra.Command {
+	var backend string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "release --force NAME",
+		Short: "Free a lock held by someone else (an operator's last resort)",
+		Long: `release --force frees the lock NAME whoever holds it, and prints who held it
+and its token. The holder is told its lease is lost (baton run stops its
+command), and the next waiter gets the lock. If the holder is frozen rather
+than dead, it may still write when it wakes: only a fence stops that, once
+the next holder has raised it.`,
+		Example: "  baton release --force invoices",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			if err := baton.ValidateName(name); err != nil {
+				return err
+			}
+			if !force {
+				return usageError("release frees a lock someone else holds; pass --force to do it: baton release --force %s", name)
+			}
+			locker, err := openBackend(cmd, g, backend)
+			if err != nil {
+				return err
+			}
+			defer locker.Close()
+			fr, ok := locker.Backend().(baton.ForceReleaser)
+			if !ok {
+				return fmt.Errorf("%s cannot free another holder's lock", baton.Redact(backend))
+			}
+			info, err := fr.ForceRelease(cmd.Context(), name)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released %s: it was held by %s (token %d, key %s)\n", name, info.Holder, info.Token, info.Key)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&backend, "backend", envOr("BATON_BACKEND", defaultBackend), "lock service URL (env BATON_BACKEND)")
+	cmd.Flags().BoolVar(&force, "force", false, "really free the lock")
+	return cmd
+}

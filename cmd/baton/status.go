@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/backends"
+)
+
+func newStatus(g *globals) *cobra.Command {
+	var backend string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [NAME...]",
+		Short: "Show who holds each lock, its token, and how long its lease has left",
+		Long: `status lists every held lock on the backend, or the named locks, held or not:
+NAME, HOLDER, TOKEN, TTL LEFT (until the lock service may free it), SINCE (by
+the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
+		Example: `  baton status
+  baton status invoices stock --json`,
+		RunE: func(cmd *cobra.Command, names []string) error {
+			for _, n := range names {
+				if err := baton.ValidateName(n); err != nil {
+					return err
+				}
+			}
+			locker, err := openBackend(cmd, g, backend)
+			if err != nil {
+				return err
+			}
+			defer locker.Close()
+			insp, ok := locker.Backend().(baton.Inspector)
+			if !ok {
+				return fmt.Errorf("%s cannot list its locks", baton.Redact(backend))
+			}
+			infos, err := insp.Inspect(cmd.Context(), names...)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), infos)
+			}
+			writeTable(cmd.OutOrStdout(), infos)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&backend, "backend", envOr("BATON_BACKEND", defaultBackend), "lock service URL (env BATON_BACKEND)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, one array of objects")
+	return cmd
+}
+
+// openBackend opens the backend URL with the logger, saying what to do when
+// it cannot be reached.
+func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.Option) (*baton.Locker, error) {
+	opts = append(opts, baton.WithLogger(g.logger(cmd.ErrOrStderr())))
+	locker, err := backends.Open(cmd.Context(), backend, opts...)
+	if err != nil && errors.Is(err, baton.ErrUnavailable) {
+		return nil, fmt.Errorf("%w; start one with `baton serve` or pass --backend", err)
+	}
+	return locker, err
+}
+
+type statusJSON struct {
+	Name       string     `json:"name"`
+	Holder     string     `json:"holder,omitempty"`
+	Key        string     `json:"key,omitempty"`
+	Token      int64      `json:"token,omitempty"`
+	TTLLeftSec *float64   `json:"ttl_left_seconds,omitempty"`
+	Since      *time.Time `json:"since,omitempty"`
+	Waiters    int        `json:"waiters"`
+}
+
+func writeJSON(w io.Writer, infos []baton.LockInfo) error {
+	out := make([]statusJSON, 0, len(infos))
+	for _, i := range infos {
+		s := statusJSON{Name: i.Name, Holder: i.Holder, Key: i.Key, Token: int64(i.Token), Waiters: i.Waiters}
+		if i.Holder != "" && i.TTLLeft >= 0 {
+			sec := i.TTLLeft.Seconds()
+			s.TTLLeftSec = &sec
+		}
+		if !i.Since.IsZero() {
+			since := i.Since
+			s.Since = &since
+		}
+		out = append(out, s)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeTable(w io.Writer, infos []baton.LockInfo) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL LEFT\tSINCE\tWAITERS")
+	for _, i := range infos {
+		if i.Holder == "" {
+			fmt.Fprintf(tw, "%s\t(free)\t-\t-\t-\t%d\n", i.Name, i.Waiters)
+			continue
+		}
+		tok, ttl, since := "-", "?", "-"
+		if i.Token != 0 {
+			tok = fmt.Sprint(i.Token)
+		}
+		if i.TTLLeft >= 0 {
+			ttl = i.TTLLeft.String()
+		}
+		if !i.Since.IsZero() {
+			since = i.Since.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", i.Name, i.Holder, tok, ttl, since, i.Waiters)
+	}
+	_ = tw.Flush()
+}
