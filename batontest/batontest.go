@@ -61,7 +61,7 @@ func Run(t *testing.T, f Factory) {
 		{"Release_Idempotent", s.releaseIdempotent},
 		{"Release_AfterCallerCancelled", s.releaseAfterCancel},
 		{"Release_NeverFreesAnother", s.releaseOnlyOwn},
-		{"Lease_RenewedPastTTL", s.renewal},
+		{"Lease_RenewedFor5TTL", s.renewal},
 		{"Lease_Lost", s.loss},
 		{"Lease_CrashedHolder_TakenOver", s.crash},
 		{"Token_Increases", s.tokenOrder},

@@ -110,13 +110,21 @@ func (h *hold) watch(ctx context.Context) {
 }
 
 // Release deletes the key if it is still ours (compare-and-delete by create
-// revision), and ends the watcher.
+// revision), and ends the watcher. A lost hold is not deleted: its key is
+// gone, or goes with its session's lease, and the service may be
+// unreachable, which would only make Release wait.
 func (h *hold) Release(ctx context.Context) error {
 	h.unhook()
 	h.cancel()
 	<-h.exited
 	h.b.untrack(h)
+	h.mu.Lock()
+	lost := h.err != nil
+	h.mu.Unlock()
 	h.lose(baton.ErrReleased)
+	if lost {
+		return nil
+	}
 	_, err := h.b.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 		Then(clientv3.OpDelete(h.key)).

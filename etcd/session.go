@@ -76,8 +76,15 @@ func (b *backend) renewer(id clientv3.LeaseID) keeper.RenewFunc {
 	}
 }
 
-// close stops renewing and revokes the lease, deleting every key on it.
+// close stops renewing and revokes the lease, deleting every key on it. A
+// session already lost is not revoked: its lease expired or cannot be
+// reached, and trying would only make Close wait.
 func (s *session) close(b *backend) error {
+	select {
+	case <-s.k.Done():
+		return nil
+	default:
+	}
 	s.k.Stop(baton.ErrClosed)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
 	defer cancel()

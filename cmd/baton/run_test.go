@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton/fence"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+func etcdBackend(t *testing.T) string {
+	t.Helper()
+	return "etcd://" + strings.TrimPrefix(testsvc.StartEtcd(t).Endpoint, "http://")
+}
+
+// TestRun_ThreeTogether starts three `baton run --wait 0` on one name, 50
+// rounds: exactly one runs the command, two exit 75. The winner's command
+// holds the lock until the test has seen both others give up, so the three
+// attempts always overlap.
+func TestRun_ThreeTogether(t *testing.T) {
+	backend := etcdBackend(t)
+	dir := t.TempDir()
+	const rounds = 50
+	for round := range rounds {
+		gate := filepath.Join(dir, fmt.Sprintf("go-%d", round))
+		script := fmt.Sprintf(`echo "$BATON_TOKEN"; while [ ! -e %s ]; do sleep 0.01; done`, gate)
+		var procs []*execResult
+		for range 3 {
+			procs = append(procs, startBaton(t, "run", "--backend", backend, "--ttl", "5s", "--wait", "0", "invoices", "--", "sh", "-c", script))
+		}
+		// Two must give up with 75 while the third holds the lock.
+		waitFor(t, 30*time.Second, func() bool { return countExited(procs, 75) == 2 }, func() string {
+			return fmt.Sprintf("round %d: exits %v", round, exits(procs))
+		})
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		winners := 0
+		for _, p := range procs {
+			r := p.wait(t)
+			switch r.code {
+			case 0:
+				winners++
+				if _, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64); err != nil {
+					t.Errorf("round %d: winner printed %q, want its token", round, r.stdout)
+				}
+			case exitNotAcquired:
+				if !strings.Contains(r.stderr, "is held by") {
+					t.Errorf("round %d: exit 75 without saying who holds it: %q", round, r.stderr)
+				}
+			default:
+				t.Fatalf("round %d: exit %d, stderr %q", round, r.code, r.stderr)
+			}
+		}
+		if winners != 1 {
+			t.Fatalf("round %d: %d winners, want exactly 1", round, winners)
+		}
+	}
+}
+
+// TestRun_TokensIncrease runs 20 commands in a row and checks BATON_TOKEN
+// strictly increases and ETCD_LOCK_REV matches it, as etcdctl lock sets it.
+func TestRun_TokensIncrease(t *testing.T) {
+	backend := etcdBackend(t)
+	var prev int64
+	for i := range 20 {
+		r := runBaton(t, nil, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN $ETCD_LOCK_REV $BATON_LOCK $ETCD_LOCK_KEY"`)
+		if r.code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, r.code, r.stderr)
+		}
+		f := strings.Fields(r.stdout)
+		if len(f) != 4 {
+			t.Fatalf("run %d printed %q", i, r.stdout)
+		}
+		tok, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || f[1] != f[0] || f[2] != "invoices" || !strings.HasPrefix(f[3], "/baton/lock/invoices/") {
+			t.Fatalf("run %d: env %q: want token = ETCD_LOCK_REV, BATON_LOCK=invoices and the lock key", i, r.stdout)
+		}
+		if tok <= prev {
+			t.Fatalf("run %d: token %d after %d", i, tok, prev)
+		}
+		prev = tok
+	}
+}
+
+// TestRun_LeaseLost freezes the etcd server (a `baton serve` process) with
+// SIGSTOP while a command runs: renewals stop, the lease is lost, the
+// command gets SIGTERM, and baton exits 76 saying which lock and token.
+func TestRun_LeaseLost(t *testing.T) {
+	cp, _ := testsvc.FreePort()
+	pp, _ := testsvc.FreePort()
+	serve := startBaton(t, "serve", "--data-dir", t.TempDir(), "--listen", fmt.Sprintf("127.0.0.1:%d", cp), "--peer-listen", fmt.Sprintf("127.0.0.1:%d", pp))
+	backend := fmt.Sprintf("etcd://127.0.0.1:%d", cp)
+	waitFor(t, 30*time.Second, func() bool { return runInProcess("status", "--backend", backend).code == 0 }, func() string { return "baton serve not answering" })
+
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	script := fmt.Sprintf(`trap 'echo got SIGTERM; exit 0' TERM; touch %s; sleep 60 & wait`, started)
+	run := startBaton(t, "run", "--backend", backend, "--ttl", "2s", "--grace", "5s", "invoices", "--", "sh", "-c", script)
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return "command did not start: " + run.stderr.String() })
+
+	if err := syscall.Kill(serve.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	defer syscall.Kill(serve.cmd.Process.Pid, syscall.SIGCONT)
+	r := run.wait(t)
+	took := time.Since(frozen)
+	if r.code != exitLeaseLost {
+		t.Fatalf("exit %d, want 76; stderr %q", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "got SIGTERM") {
+		t.Errorf("the command did not get SIGTERM; stdout %q", r.stdout)
+	}
+	for _, want := range []string{`lease on "invoices"`, "token", "last renewal sent at", "SIGTERM"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %q", want, r.stderr)
+		}
+	}
+	t.Logf("baton exited 76 %v after the server froze (TTL 2s)", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("took %v to stop the command after the freeze; want about one TTL", took)
+	}
+}
+
+// TestRun_Fence: a stale token at the fence exits 77 without running the
+// command; --once skips a run already done and marks a successful one.
+func TestRun_Fence(t *testing.T) {
+	backend := etcdBackend(t)
+	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatalf("fence init: %d %s", r.code, r.stderr)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	touch := []string{"sh", "-c", "echo ran >> " + marker}
+
+	r := runBaton(t, nil, append([]string{"run", "--backend", backend, "--fence", store, "--once", "2026-10-31", "invoices", "--"}, touch...)...)
+	if r.code != 0 {
+		t.Fatalf("first run: exit %d %s", r.code, r.stderr)
+	}
+	r = runBaton(t, nil, append([]string{"run", "--backend", backend, "--fence", store, "--once", "2026-10-31", "invoices", "--"}, touch...)...)
+	if r.code != 0 || !strings.Contains(r.stderr, "already done") {
+		t.Fatalf("second run of a done run id: exit %d, stderr %q; want 0 and a line saying so", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(marker); strings.Count(string(b), "ran") != 1 {
+		t.Fatalf("command ran %d times, want once", strings.Count(string(b), "ran"))
+	}
+
+	// A newer holder raised the fence far ahead: our token is stale.
+	s, err := fence.Open(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Raise(context.Background(), "invoices", 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	r = runBaton(t, nil, append([]string{"run", "--backend", backend, "--fence", store, "invoices", "--"}, touch...)...)
+	if r.code != exitStale {
+		t.Fatalf("stale token: exit %d, want 77; stderr %q", r.code, r.stderr)
+	}
+	oneLine(t, r)
+	if b, _ := os.ReadFile(marker); strings.Count(string(b), "ran") != 1 {
+		t.Fatal("the command ran despite the stale token")
+	}
+}
+
+// TestRun_SignalPassedOn: SIGTERM to baton reaches the command, baton exits
+// with the command's code and frees the lock.
+func TestRun_SignalPassedOn(t *testing.T) {
+	backend := etcdBackend(t)
+	started := filepath.Join(t.TempDir(), "started")
+	p := startBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", fmt.Sprintf(`trap 'exit 42' TERM; touch %s; sleep 60 & wait`, started))
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return p.stderr.String() })
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.wait(t); r.code != 42 {
+		t.Fatalf("exit %d after SIGTERM, want the command's 42; stderr %q", r.code, r.stderr)
+	}
+	if r := runBaton(t, nil, "run", "--backend", backend, "invoices", "--", "true"); r.code != 0 {
+		t.Fatalf("lock not free after the interrupted run: %d %s", r.code, r.stderr)
+	}
+}
+
+// TestRun_BadInput: every usage problem is one line and the right code.
+func TestRun_BadInput(t *testing.T) {
+	backend := etcdBackend(t)
+	closed, _ := testsvc.FreePort()
+	store := "sqlite:" + filepath.Join(t.TempDir(), "empty.db")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"run", "--backend", "mysql://db/x", "n", "--", "true"}, exitUsage, "unknown scheme"},
+		{[]string{"run", "--backend", "etcd://h:1%zz", "n", "--", "true"}, exitUsage, "invalid"},
+		{[]string{"run", "--backend", backend, "--ttl", "1s", "n", "--", "true"}, exitUsage, "at least 2s"},
+		{[]string{"run", "--backend", backend, "--ttl", "1500ms", "n", "--", "true"}, exitUsage, "whole seconds"},
+		{[]string{"run", "--backend", backend, "n", "true"}, exitUsage, "put -- between"},
+		{[]string{"run", "--backend", backend, "n", "--"}, exitUsage, "no command"},
+		{[]string{"run", "--backend", backend}, exitUsage, "needs a lock name"},
+		{[]string{"run", "--backend", backend, "a/b", "--", "true"}, exitUsage, "lock name"},
+		{[]string{"run", "--backend", backend, "--once", "x", "n", "--", "true"}, exitUsage, "--once needs --fence"},
+		{[]string{"run", "--backend", backend, "--fence", store, "n", "--", "true"}, exitFailure, "baton fence init"},
+		{[]string{"run", "--backend", fmt.Sprintf("etcd://127.0.0.1:%d?request-timeout=1s", closed), "n", "--", "true"}, exitUnavailable, "baton serve"},
+		{[]string{"run", "--bogus"}, exitUsage, "unknown flag"},
+		{[]string{"release", "n"}, exitUsage, "--force"},
+		{[]string{"fence", "show"}, exitUsage, "required flag"},
+	} {
+		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
+			r := runInProcess(tc.args...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, tc.code, tc.want)
+			}
+			oneLine(t, r)
+			if strings.Contains(r.stderr, "pw") {
+				t.Errorf("password leaked: %q", r.stderr)
+			}
+		})
+	}
+}
+
+func TestStatusAndForceRelease(t *testing.T) {
+	backend := etcdBackend(t)
+	started := filepath.Join(t.TempDir(), "started")
+	holder := startBaton(t, "run", "--backend", backend, "--id", "server-1", "invoices", "--", "sh", "-c", fmt.Sprintf(`trap 'exit 0' TERM; touch %s; sleep 60 & wait`, started))
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+
+	r := runInProcess("status", "--backend", backend)
+	if r.code != 0 || !strings.Contains(r.stdout, "invoices") || !strings.Contains(r.stdout, "server-1") {
+		t.Fatalf("status: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = runInProcess("status", "--backend", backend, "--json", "invoices", "stock")
+	if r.code != 0 || !strings.Contains(r.stdout, `"holder": "server-1"`) || !strings.Contains(r.stdout, `"name": "stock"`) {
+		t.Fatalf("status --json: %d %q", r.code, r.stdout)
+	}
+	r = runInProcess("release", "--force", "--backend", backend, "invoices")
+	if r.code != 0 || !strings.Contains(r.stdout, "server-1") {
+		t.Fatalf("release --force: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if got := holder.wait(t); got.code != exitLeaseLost {
+		t.Fatalf("holder after a forced release: exit %d, want 76; %q", got.code, got.stderr)
+	}
+}
+
+// TestRun_Etcd34 uses Debian's etcd 3.4 server as the backend.
+func TestRun_Etcd34(t *testing.T) {
+	srv := testsvc.StartEtcdBinary(t)
+	backend := "etcd://" + strings.TrimPrefix(srv.Endpoint, "http://")
+	r := runBaton(t, nil, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN $ETCD_LOCK_REV"`)
+	f := strings.Fields(r.stdout)
+	if r.code != 0 || len(f) != 2 || f[0] != f[1] {
+		t.Fatalf("etcd %s: exit %d, stdout %q, stderr %q", srv.Version, r.code, r.stdout, r.stderr)
+	}
+}
+
+// execResult is a baton process started in the background.
+type execResult struct {
+	cmd            *exec.Cmd
+	stdout, stderr *lockedBuffer
+	done           chan struct{}
+	code           int
+}
+
+func startBaton(t *testing.T, args ...string) *execResult {
+	t.Helper()
+	p := &execResult{cmd: batonCmd(args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
+	return p
+}
+
+func (p *execResult) exited() (int, bool) {
+	select {
+	case <-p.done:
+		return p.code, true
+	default:
+		return 0, false
+	}
+}
+
+func (p *execResult) wait(t *testing.T) result {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("baton did not exit within 60s; stderr %q", p.stderr.String())
+	}
+	return result{code: p.code, stdout: p.stdout.String(), stderr: p.stderr.String()}
+}
+
+func countExited(ps []*execResult, code int) int {
+	n := 0
+	for _, p := range ps {
+		if c, ok := p.exited(); ok && c == code {
+			n++
+		}
+	}
+	return n
+}
+
+func exits(ps []*execResult) []string {
+	var out []string
+	for _, p := range ps {
+		if c, ok := p.exited(); ok {
+			out = append(out, fmt.Sprintf("%d (%s)", c, strings.TrimSpace(p.stderr.String())))
+		} else {
+			out = append(out, "running")
+		}
+	}
+	return out
+}
+
+// waitFor polls cond, which reads state another process changes (a file, an
+// exit status), until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, cond func() bool, say func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %s", d, say())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
