@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
