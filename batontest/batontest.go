@@ -40,6 +40,10 @@ type Factory struct {
 	Expire func(t testing.TB, l *baton.Lease)
 	// Rounds is the number of rounds of the race; default 500.
 	Rounds int
+	// Observe says the backend implements baton.Observer, so elections can
+	// be watched; the election case fails instead of skipping when it
+	// cannot.
+	Observe bool
 }
 
 // Run runs the whole suite.
@@ -67,6 +71,7 @@ func Run(t *testing.T, f Factory) {
 		{"Token_Increases", s.tokenOrder},
 		{"Locker_Close", s.close},
 		{"Options_Invalid", s.badOptions},
+		{"Election_CrashedLeaders_Observed", s.election},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

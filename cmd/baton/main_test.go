@@ -19,6 +19,11 @@ import (
 const mainEnv = "BATON_TEST_AS_BATON"
 
 func TestMain(m *testing.M) {
+	// A command started by baton run or elect (it has BATON_TOKEN) may be
+	// this binary in writer mode; otherwise the binary may be baton itself.
+	if db := os.Getenv(writerEnv); db != "" && os.Getenv("BATON_TOKEN") != "" {
+		os.Exit(fencedWriter(db))
+	}
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(realMain())
 	}

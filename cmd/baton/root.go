@@ -48,7 +48,7 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g), newStatus(g), newRelease(g), newFence(), newServe(g), newDemo(), newVersion())
+	root.AddCommand(newRun(g), newElect(g), newStatus(g), newRelease(g), newFence(), newServe(g), newDemo(), newVersion())
 	return root
 }
 

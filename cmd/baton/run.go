@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -177,17 +178,14 @@ func runLocked(ctx context.Context, g *globals, f runFlags, name string, argv []
 		}
 	}
 
-	env := append(os.Environ(), "BATON_LOCK="+name, "BATON_HOLDER="+lease.Holder())
-	if fenced {
-		env = append(env, "BATON_TOKEN="+strconv.FormatInt(int64(token), 10))
-	}
-	if u, err := baton.ParseURL(f.backend); err == nil && u.Scheme == "etcd" {
-		env = append(env, "ETCD_LOCK_KEY="+lease.Key(), "ETCD_LOCK_REV="+strconv.FormatInt(int64(token), 10))
-	}
-	code, err := supervise(lease, argv, env, f.grace, stdin, stdout, stderr, log)
+	res, err := supervise(lease, argv, commandEnv(f.backend, name, lease, token, fenced), f.grace, stdin, stdout, stderr, log)
 	if err != nil {
 		return err
 	}
+	if res.lost != nil {
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; stopped %s (%s)", res.lost, argv[0], res.status)}
+	}
+	code := res.code
 	if code == 0 && f.once != "" {
 		if err := store.MarkDone(bg, name, f.once, token); err != nil {
 			return fmt.Errorf("mark run %q of %s done: %w", f.once, name, err)
@@ -262,47 +260,53 @@ func interrupted(ctx context.Context, err error) error {
 	return err
 }
 
+// supervised is how a supervised command ended.
+type supervised struct {
+	code     int   // its exit code (128+N if killed by signal N)
+	lost     error // the lease's loss, if that is why it was stopped
+	signaled bool  // baton got SIGINT, SIGTERM or SIGHUP and passed it on
+	status   string
+}
+
 // supervise runs argv in its own process group until it exits, passing on
 // SIGINT/SIGTERM/SIGHUP, and stops it when the lease is lost: SIGTERM to the
-// group at once, SIGKILL after grace. It returns the command's exit code, or
-// an error for a lost lease or a command that could not start.
-func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log interface {
-	Info(string, ...any)
-}) (int, error) {
+// group at once, SIGKILL after grace.
+func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) (supervised, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so a loss can stop all of it; and killed if
+	// baton itself dies, since nothing would renew the lease or stop it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
 	if err := cmd.Start(); err != nil {
-		return 0, &exitError{code: 127, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
+		return supervised{}, &exitError{code: 127, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 
-	var lost error
+	var res supervised
 	var kill <-chan time.Time
 	for {
 		select {
 		case <-exited:
-			if lost != nil {
-				return 0, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; stopped %s (%s)", lost, argv[0], status(cmd.ProcessState))}
-			}
-			return exitStatus(cmd.ProcessState), nil
+			res.code, res.status = exitStatus(cmd.ProcessState), status(cmd.ProcessState)
+			return res, nil
 		case s := <-sigs:
 			log.Info("passing signal on to the command", "signal", s)
+			res.signaled = true
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
 		case <-lease.Done():
-			if lost != nil || !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+			if res.lost != nil || !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 				continue
 			}
-			lost = lease.Err()
-			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", lost, argv[0], grace)
+			res.lost = lease.Err()
+			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			kill = time.After(grace)
 		case <-kill:

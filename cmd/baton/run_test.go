@@ -275,8 +275,16 @@ type execResult struct {
 
 func startBaton(t *testing.T, args ...string) *execResult {
 	t.Helper()
-	p := &execResult{cmd: batonCmd(args...), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	return startCmd(t, batonCmd(args...))
+}
+
+func startCmd(t *testing.T, cmd *exec.Cmd) *execResult {
+	t.Helper()
+	p := &execResult{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	// A command baton started in its own process group may outlive a
+	// killed baton for a moment and hold the output pipes open.
+	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,146 @@
+package batontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// election runs three contenders for one election, crashes each leader in
+// turn, and checks that a new one takes office within about one TTL with a
+// higher token, and that an observer saw every term in order, including the
+// empty one at the start and at the end.
+func (s *suite) election(t *testing.T) {
+	name := lockName(t)
+	obsLocker := s.locker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	terms, err := obsLocker.Observe(ctx, name)
+	if errors.Is(err, baton.ErrInvalidOption) || err != nil && !s.f.Observe {
+		t.Skipf("backend does not observe elections: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	seen := make(chan baton.Term, 64)
+	go func() {
+		defer close(seen)
+		for tm := range terms {
+			seen <- tm
+		}
+	}()
+	first := <-seen
+	if !first.NoLeader() {
+		t.Fatalf("first term %+v, want no leader yet", first)
+	}
+
+	type contender struct {
+		c     Client
+		id    string
+		lease *baton.Lease
+		tok   baton.Token
+	}
+	won := make(chan *contender, 3)
+	errc := make(chan error, 3)
+	cs := make([]*contender, 3)
+	for i := range cs {
+		id := fmt.Sprintf("contender-%d", i)
+		cs[i] = &contender{c: s.client(t, baton.WithHolder(id)), id: id}
+		go func(c *contender) {
+			if fl, ok := c.c.Locker.Fenced(); ok {
+				l, err := fl.Campaign(ctx, name)
+				if err != nil {
+					errc <- err
+					return
+				}
+				c.lease, c.tok = l.Lease(), l.Token()
+			} else {
+				l, err := c.c.Locker.Campaign(ctx, name)
+				if err != nil {
+					errc <- err
+					return
+				}
+				c.lease = l
+			}
+			won <- c
+		}(cs[i])
+	}
+
+	var order []*contender
+	var crashed time.Time
+	for round := range 3 {
+		var leader *contender
+		select {
+		case leader = <-won:
+			if !crashed.IsZero() {
+				took := time.Since(crashed)
+				t.Logf("leader %d took office %v after its predecessor crashed (TTL %v)", round, took.Round(time.Millisecond), s.f.TTL)
+				if took > s.f.TTL+time.Second {
+					t.Errorf("takeover took %v, want within TTL + 1s = %v", took, s.f.TTL+time.Second)
+				}
+			}
+		case err := <-errc:
+			t.Fatalf("round %d: campaign failed: %v", round, err)
+		case <-time.After(2*s.f.TTL + 5*time.Second):
+			t.Fatalf("round %d: no leader within 2 TTL + 5s", round)
+		}
+		order = append(order, leader)
+		if s.f.Fenced && round > 0 && leader.tok <= order[round-1].tok {
+			t.Errorf("leader %d token %d after %d", round, leader.tok, order[round-1].tok)
+		}
+		now, err := obsLocker.Leader(ctxFor(t, 10*time.Second), name)
+		if err != nil {
+			t.Fatalf("Leader: %v", err)
+		}
+		if now.Leader != leader.id || (s.f.Fenced && now.Token != leader.tok) {
+			t.Errorf("Leader() = %q token %d, want %q token %d", now.Leader, now.Token, leader.id, leader.tok)
+		}
+		if round < 2 {
+			if leader.c.Crash == nil {
+				// Without a crash hook, resign instead.
+				_ = leader.lease.Release(context.Background())
+			} else {
+				crashed = time.Now()
+				leader.c.Crash()
+			}
+		} else {
+			_ = leader.lease.Release(context.Background())
+		}
+	}
+
+	// The observer saw each leader in order, then no leader.
+	want := make([]string, 0, 4)
+	for _, c := range order {
+		want = append(want, c.id)
+	}
+	want = append(want, "")
+	var got []string
+	deadline := time.After(2*s.f.TTL + 10*time.Second)
+	for len(got) < len(want) {
+		select {
+		case tm, ok := <-seen:
+			if !ok {
+				t.Fatalf("observation ended early; saw %q, want %q", got, want)
+			}
+			got = append(got, tm.Leader)
+			if !tm.NoLeader() && s.f.Fenced {
+				for _, c := range order {
+					if c.id == tm.Leader && c.tok != tm.Token {
+						t.Errorf("observed %s with token %d, its lease has %d", c.id, tm.Token, c.tok)
+					}
+				}
+			}
+		case <-deadline:
+			t.Fatalf("observed %q, want %q", got, want)
+		}
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("observed leaders %q, want %q in that order", got, want)
+		}
+	}
+}

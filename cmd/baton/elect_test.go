@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/sqlite"
+)
+
+// writerEnv names the SQLite file a fenced writer writes to.
+const writerEnv = "BATON_TEST_WRITER_DB"
+
+// fencedWriter is the command the election tests run under baton elect: it
+// writes a row every 50ms through the fence with its BATON_TOKEN, until it
+// is stopped or refused. It records its pid so the test can freeze it.
+func fencedWriter(path string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	token, err := strconv.ParseInt(os.Getenv("BATON_TOKEN"), 10, 64)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writer: BATON_TOKEN:", err)
+		return 2
+	}
+	holder := os.Getenv("BATON_HOLDER")
+	_ = os.WriteFile(filepath.Join(filepath.Dir(path), "pid-"+holder), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writer:", err)
+		return 1
+	}
+	defer db.Close()
+	store, err := sqlite.New(context.Background(), db)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "writer:", err)
+		return 1
+	}
+	for n := 0; ; n++ {
+		// Writes use a context the signal does not cancel: a write begun
+		// before SIGTERM lands is exactly what the fence must stop.
+		err := store.WithTx(context.Background(), "mailer", baton.Token(token), func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO writes (holder, token, n) VALUES (?, ?, ?)`, holder, token, n)
+			return err
+		})
+		if errors.Is(err, baton.ErrStaleToken) {
+			fmt.Println("writer: refused:", err)
+			return 77
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "writer:", err)
+			return 1
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestElect_FrozenLeader starts three `baton elect` on one election: exactly
+// one runs its command. The leader (baton and its command) is frozen with
+// SIGSTOP past the TTL; another takes over; on SIGCONT the frozen one stops
+// its command, and not one of its fenced writes is accepted after the new
+// leader's first.
+func TestElect_FrozenLeader(t *testing.T) {
+	backend := etcdBackend(t)
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "writes.db")
+	store := "sqlite:" + dbPath
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	db, err := sql.Open("sqlite", "file:"+dbPath+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE writes (holder text, token bigint, n int)`); err != nil {
+		t.Fatal(err)
+	}
+
+	electors := map[string]*execResult{}
+	for i := range 3 {
+		id := fmt.Sprintf("elector-%d", i)
+		p := batonCmd("elect", "--backend", backend, "--ttl", "2s", "--grace", "2s", "--fence", store, "--id", id, "mailer", "--", os.Args[0])
+		p.Env = append(p.Env, writerEnv+"="+dbPath)
+		electors[id] = startCmd(t, p)
+	}
+	// Exactly one leads and writes.
+	leaderOf := func(min int) (string, int64) {
+		var holder string
+		var token int64
+		waitFor(t, 30*time.Second, func() bool {
+			err := db.QueryRow(`SELECT holder, token FROM writes GROUP BY holder, token HAVING count(*) >= ? ORDER BY max(rowid) DESC LIMIT 1`, min).Scan(&holder, &token)
+			return err == nil
+		}, func() string { return "no writes" })
+		return holder, token
+	}
+	first, firstToken := leaderOf(3)
+	var holders int
+	_ = db.QueryRow(`SELECT count(DISTINCT holder) FROM writes`).Scan(&holders)
+	if holders != 1 {
+		t.Fatalf("%d electors wrote, want exactly the leader", holders)
+	}
+	pidb, err := os.ReadFile(filepath.Join(dir, "pid-"+first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdPid, _ := strconv.Atoi(string(pidb))
+	electPid := electors[first].cmd.Process.Pid
+
+	// Freeze the leader: baton elect and its command.
+	for _, pg := range []int{electPid, cmdPid} {
+		if err := syscall.Kill(-pg, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frozen := time.Now()
+	var second string
+	var secondToken int64
+	waitFor(t, 30*time.Second, func() bool {
+		return db.QueryRow(`SELECT holder, token FROM writes WHERE token > ? ORDER BY rowid LIMIT 1`, firstToken).Scan(&second, &secondToken) == nil
+	}, func() string { return "no takeover" })
+	t.Logf("%s (token %d) frozen; %s took over with token %d after %v", first, firstToken, second, secondToken, time.Since(frozen).Round(time.Millisecond))
+	if second == first {
+		t.Fatalf("the frozen elector %s wrote with a new token", first)
+	}
+	for _, pg := range []int{electPid, cmdPid} {
+		_ = syscall.Kill(-pg, syscall.SIGCONT)
+	}
+	// The woken elector notices, stops its command and campaigns again.
+	waitFor(t, 30*time.Second, func() bool {
+		return strings.Contains(electors[first].stderr.String(), "leadership of mailer lost")
+	}, func() string { return electors[first].stderr.String() })
+	waitFor(t, 10*time.Second, func() bool { return syscall.Kill(cmdPid, 0) != nil }, func() string { return "the frozen leader's command still runs" })
+
+	var late int
+	if err := db.QueryRow(`SELECT count(*) FROM writes WHERE token = ? AND rowid > (SELECT min(rowid) FROM writes WHERE token = ?)`, firstToken, secondToken).Scan(&late); err != nil {
+		t.Fatal(err)
+	}
+	if late != 0 {
+		t.Fatalf("%d writes with the frozen leader's token %d were accepted after the new leader's first", late, firstToken)
+	}
+	var distinct int
+	_ = db.QueryRow(`SELECT count(DISTINCT token) FROM writes`).Scan(&distinct)
+	if distinct != 2 {
+		t.Errorf("%d tokens wrote, want the two leaders'", distinct)
+	}
+}
+
+// TestElect_Observe prints each change of leader, including no leader.
+func TestElect_Observe(t *testing.T) {
+	backend := etcdBackend(t)
+	obs := startBaton(t, "elect", "--observe", "--backend", backend, "mailer")
+	waitFor(t, 30*time.Second, func() bool { return strings.Contains(obs.stdout.String(), "no leader") }, func() string { return obs.stderr.String() })
+	r := runBaton(t, nil, "elect", "--backend", backend, "--id", "one-shot", "mailer", "--", "true")
+	if r.code != 0 {
+		t.Fatalf("elect with a command that ends: exit %d %s", r.code, r.stderr)
+	}
+	waitFor(t, 30*time.Second, func() bool { return strings.Count(obs.stdout.String(), "no leader") == 2 }, func() string { return obs.stdout.String() })
+	lines := strings.Split(strings.TrimSpace(obs.stdout.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "leader one-shot") {
+		t.Fatalf("observed %q; want no leader, one-shot, no leader", lines)
+	}
+	_ = obs.cmd.Process.Signal(syscall.SIGTERM)
+	if got := obs.wait(t); got.code != 0 {
+		t.Errorf("observer exit %d after SIGTERM; %q", got.code, got.stderr)
+	}
+}

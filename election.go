@@ -1,0 +1,97 @@
+package baton
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Leader election is a long-lived lock: the holder of the lock named for
+// the election leads, for as long as its lease lasts. Campaign is Acquire
+// under the name election code expects, resigning is releasing the lease,
+// and Run (campaign, run the leader's work in a context cancelled on loss,
+// release) is the leader's loop. What elections add is looking at the
+// leader from outside: Leader, and Observe, which reports every change of
+// leader, including to none.
+
+// Term is one leader's tenure, as observers see it.
+type Term struct {
+	Election string    // the election's (lock's) name
+	Leader   string    // the leader's holder identity; "" when no one leads
+	Token    Token     // the leader's fencing token on fenced backends
+	Key      string    // the backend's key for the leader's hold
+	Since    time.Time // when it took office, by its own clock; zero if unknown
+}
+
+// NoLeader reports whether the term says that no one leads.
+func (t Term) NoLeader() bool { return t.Leader == "" && t.Key == "" }
+
+// Observer is implemented by backends that can report changes of a lock's
+// holder.
+type Observer interface {
+	// Observe sends the current term of the election at once, then every
+	// change of leader in order, including to no leader. The channel is
+	// unbuffered, so a slow reader slows the observation but loses no
+	// change. It is closed when ctx ends, or when the backend can no longer
+	// observe (the caller can tell the two apart by ctx.Err()).
+	Observe(ctx context.Context, name string) (<-chan Term, error)
+}
+
+// Campaign blocks until this process leads the election name, or ctx ends.
+// It never reports leadership on a session that has already died. Resign by
+// releasing the lease; leadership lost is reported by the lease like any
+// loss.
+func (l *Locker) Campaign(ctx context.Context, name string) (*Lease, error) {
+	return l.Acquire(ctx, name)
+}
+
+// Campaign blocks until this process leads the election name, or ctx ends;
+// the lease's token fences the leader's writes.
+func (f *FencedLocker) Campaign(ctx context.Context, name string) (*FencedLease, error) {
+	return f.Acquire(ctx, name)
+}
+
+// Leader returns the election's current term; Term.NoLeader is true when no
+// one leads.
+func (l *Locker) Leader(ctx context.Context, name string) (Term, error) {
+	if err := ValidateName(name); err != nil {
+		return Term{}, err
+	}
+	insp, ok := l.b.(Inspector)
+	if !ok {
+		return Term{}, fmt.Errorf("leader of %q: this backend cannot look up holders", name)
+	}
+	infos, err := insp.Inspect(ctx, name)
+	if err != nil {
+		return Term{}, fmt.Errorf("leader of %q: %w", name, err)
+	}
+	for _, i := range infos {
+		if i.Name == name && i.Key != "" {
+			return Term{Election: name, Leader: i.Holder, Token: i.Token, Key: i.Key, Since: i.Since}, nil
+		}
+	}
+	return Term{Election: name}, nil
+}
+
+// Observe reports the election's terms: the current one at once, then every
+// change of leader, in order, including to none; see Observer.
+func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	obs, ok := l.b.(Observer)
+	if !ok {
+		return nil, fmt.Errorf("observe %q: this backend cannot report changes of leader", name)
+	}
+	return obs.Observe(ctx, name)
+}
+
+// Leader returns the election's current term; see Locker.Leader.
+func (f *FencedLocker) Leader(ctx context.Context, name string) (Term, error) {
+	return f.l.Leader(ctx, name)
+}
+
+// Observe reports the election's terms; see Locker.Observe.
+func (f *FencedLocker) Observe(ctx context.Context, name string) (<-chan Term, error) {
+	return f.l.Observe(ctx, name)
+}

@@ -1,0 +1,122 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/baton-go/baton"
+)
+
+var _ baton.Observer = (*backend)(nil)
+
+// Observe implements baton.Observer. It reads the lock's keys, then watches
+// the lock's key range from the next revision, applying every event in
+// order and sending a term each time the key with the lowest create
+// revision changes. Unlike concurrency.Election.Observe, it reports a term
+// with no leader when the last key goes.
+func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
+	if err := baton.ValidateName(name); err != nil {
+		return nil, err
+	}
+	pfx := b.lockPrefix(name)
+	keys, rev, err := b.snapshot(ctx, pfx)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan baton.Term)
+	go b.observe(ctx, name, pfx, keys, rev, ch)
+	return ch, nil
+}
+
+// snapshot reads the keys of a lock, by key, and the revision read at.
+func (b *backend) snapshot(ctx context.Context, pfx string) (map[string]*mvccpb.KeyValue, int64, error) {
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	resp, err := b.client.Get(octx, pfx, clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, b.fail(ctx, "list election keys", err)
+	}
+	keys := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		keys[string(kv.Key)] = kv
+	}
+	return keys, resp.Header.Revision, nil
+}
+
+// observe is owned by Observe's caller through ctx; it closes ch when ctx
+// ends or the watch fails for good.
+func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string]*mvccpb.KeyValue, rev int64, ch chan<- baton.Term) {
+	defer close(ch)
+	cur := term(name, keys)
+	if !send(ctx, ch, cur) {
+		return
+	}
+	for {
+		wch := b.client.Watch(ctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					break // read the keys again below
+				}
+				return
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					delete(keys, string(ev.Kv.Key))
+				} else {
+					keys[string(ev.Kv.Key)] = ev.Kv
+				}
+				rev = ev.Kv.ModRevision
+				if next := term(name, keys); next.Key != cur.Key {
+					cur = next
+					if !send(ctx, ch, cur) {
+						return
+					}
+				}
+			}
+			rev = max(rev, wr.Header.Revision)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// Compacted past our revision: start again from a fresh read.
+		var err error
+		if keys, rev, err = b.snapshot(ctx, pfx); err != nil {
+			return
+		}
+		if next := term(name, keys); next.Key != cur.Key {
+			cur = next
+			if !send(ctx, ch, cur) {
+				return
+			}
+		}
+	}
+}
+
+// term is the leader among keys: the one with the lowest create revision.
+func term(name string, keys map[string]*mvccpb.KeyValue) baton.Term {
+	var first *mvccpb.KeyValue
+	for _, kv := range keys {
+		if first == nil || kv.CreateRevision < first.CreateRevision {
+			first = kv
+		}
+	}
+	if first == nil {
+		return baton.Term{Election: name}
+	}
+	v := decodeValue(first.Value)
+	return baton.Term{Election: name, Leader: v.Holder, Token: baton.Token(first.CreateRevision), Key: string(first.Key), Since: v.Since}
+}
+
+func send(ctx context.Context, ch chan<- baton.Term, t baton.Term) bool {
+	select {
+	case ch <- t:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
