@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 func runnerCommand(args []string) *exec.Cmd {
 	b, _ := json.Marshal(args)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), runnerEnv+"="+string(b))
+	cmd.Env = append(os.Environ(), runnerEnv+"="+string(b), "GORACE=atexit_sleep_ms=20")
 	return cmd
 }
 
