@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
@@ -36,6 +37,12 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	srv.Stop()
 	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

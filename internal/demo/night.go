@@ -215,8 +215,19 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	<-r2.exited
 	res.Runner1Exit, res.Runner2Exit = r1.exit, r2.exit
 
+	// Runner 1 emits nothing while frozen, so every event of its read after
+	// the freeze happened after it woke. (Its timestamps cannot tell: it may
+	// write before this process has read the clock after SIGCONT.)
+	afterFreeze := false
 	for _, e := range res.Events {
-		if e.Runner != "runner-1" || e.At.Before(woke) {
+		if e.Runner != "runner-1" {
+			continue
+		}
+		if e.Kind == "frozen" {
+			afterFreeze = true
+			continue
+		}
+		if !afterFreeze {
 			continue
 		}
 		switch e.Kind {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/baton-go/baton/examples/warehouse"
 	"github.com/baton-go/baton/internal/demo"
 	"github.com/baton-go/baton/internal/testsvc"
@@ -32,6 +34,12 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	pg.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
