@@ -12,12 +12,16 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/redis"
+	"github.com/baton-go/baton/redlock"
 )
 
 // All maps each URL scheme to its backend.
 func All() baton.Openers {
 	return baton.Openers{
-		"etcd": etcd.Open,
+		"etcd":    etcd.Open,
+		"redis":   redis.Open,
+		"redlock": redlock.Open,
 	}
 }
 

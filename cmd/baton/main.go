@@ -10,9 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 func main() {
+	// go-redis logs dial failures through a process-wide logger; baton
+	// reports them as errors on one line instead.
+	goredis.SetLogger(quietRedis{})
 	ctx, stop := signalContext()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -24,6 +29,11 @@ func main() {
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
+
+// quietRedis drops go-redis's own log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // run is the whole command, testable: it parses args, runs the subcommand
 // and returns the exit code.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 
 // realMain is main without os.Exit, for the re-executed test binary.
 func realMain() int {
+	goredis.SetLogger(quietRedis{})
 	ctx, stop := signalContext()
 	defer stop()
 	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)

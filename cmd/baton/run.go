@@ -128,10 +128,7 @@ func runLocked(ctx context.Context, g *globals, f runFlags, name string, argv []
 	}
 	locker, err := backends.Open(ctx, f.backend, opts...)
 	if err != nil {
-		if errors.Is(err, baton.ErrUnavailable) {
-			return fmt.Errorf("%w; start one with `baton serve` or pass --backend", err)
-		}
-		return err
+		return withHint(f.backend, err)
 	}
 	defer locker.Close()
 

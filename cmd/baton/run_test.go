@@ -371,3 +371,22 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRun_Redis: the Redis backends work from the CLI, give no token, and
+// refuse --fence with a message that names the fenced backends.
+func TestRun_Redis(t *testing.T) {
+	single := testsvc.StartRedis(t)
+	nodes := testsvc.StartRedisNodes(t, 3)
+	for _, backend := range []string{"redis://" + single.Addr, "redlock://" + strings.Join(testsvc.RedisAddrs(nodes), ",")} {
+		r := runBaton(t, nil, "run", "--backend", backend, "--ttl", "2s", "stock", "--", "sh", "-c", `echo "lock=$BATON_LOCK token=${BATON_TOKEN:-none}"`)
+		if r.code != 0 || strings.TrimSpace(r.stdout) != "lock=stock token=none" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", backend, r.code, r.stdout, r.stderr)
+		}
+		store := "sqlite:" + filepath.Join(t.TempDir(), "f.db")
+		r = runInProcess("run", "--backend", backend, "--fence", store, "stock", "--", "true")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "etcd://, zk:// or postgres://") {
+			t.Errorf("%s --fence: exit %d, stderr %q; want 2 naming the fenced backends", backend, r.code, r.stderr)
+		}
+		oneLine(t, r)
+	}
+}

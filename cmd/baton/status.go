@@ -61,10 +61,18 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.Option) (*baton.Locker, error) {
 	opts = append(opts, baton.WithLogger(g.logger(cmd.ErrOrStderr())))
 	locker, err := backends.Open(cmd.Context(), backend, opts...)
-	if err != nil && errors.Is(err, baton.ErrUnavailable) {
-		return nil, fmt.Errorf("%w; start one with `baton serve` or pass --backend", err)
+	return locker, withHint(backend, err)
+}
+
+// withHint adds what to do to an unreachable lock service's error.
+func withHint(backend string, err error) error {
+	if err == nil || !errors.Is(err, baton.ErrUnavailable) {
+		return err
 	}
-	return locker, err
+	if u, perr := baton.ParseURL(backend); perr == nil && u.Scheme == "etcd" {
+		return fmt.Errorf("%w; start one with `baton serve` or pass --backend", err)
+	}
+	return fmt.Errorf("%w; check that it runs and is reachable, or pass --backend", err)
 }
 
 type statusJSON struct {

@@ -36,10 +36,11 @@ type Keeper struct {
 	renew             RenewFunc
 	log               *slog.Logger
 
-	ctx    context.Context // cancelled by Stop and by a loss
-	cancel context.CancelFunc
-	done   chan struct{}
-	exited chan struct{}
+	ctx      context.Context // cancelled by Stop and by a loss
+	cancel   context.CancelFunc
+	renewals sync.WaitGroup // renewals in flight
+	done     chan struct{}
+	exited   chan struct{}
 
 	mu       sync.Mutex
 	lastSent time.Time
@@ -129,6 +130,7 @@ func (k *Keeper) finish(cause error) bool {
 
 func (k *Keeper) run() {
 	defer close(k.exited)
+	defer k.renewals.Wait()
 	next := k.LastRenewal().Add(k.every)
 	var lastErr error
 	timer := time.NewTimer(0)
@@ -154,9 +156,13 @@ func (k *Keeper) run() {
 		}
 
 		sent := time.Now()
-		rctx, cancel := context.WithDeadline(k.ctx, deadline)
-		err := k.renew(rctx)
-		cancel()
+		err, ok := k.renewOnce(deadline)
+		if !ok {
+			if k.ctx.Err() == nil { // the deadline passed first
+				k.lose(lastErr)
+			}
+			return
+		}
 		if k.ctx.Err() != nil {
 			return // stopped or lost meanwhile
 		}
@@ -179,6 +185,34 @@ func (k *Keeper) run() {
 			lastErr = err
 			k.log.Warn("lease renewal failed; retrying until the local deadline", "err", err, "deadline_in", time.Until(deadline).Round(time.Millisecond))
 			next = time.Now().Add(min(max(k.every/8, 10*time.Millisecond), time.Second))
+		}
+	}
+}
+
+// renewOnce runs one renewal with ctx ending at deadline. It returns the
+// renewal's error and true, or false when the deadline passed or the
+// Keeper stopped first: a RenewFunc whose client ignores its context cannot
+// hold the loss past the deadline. The renewal's goroutine is awaited when
+// the Keeper's goroutine ends.
+func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
+	rctx, cancel := context.WithDeadline(k.ctx, deadline)
+	defer cancel()
+	res := make(chan error, 1)
+	k.renewals.Add(1)
+	go func() {
+		defer k.renewals.Done()
+		res <- k.renew(rctx)
+	}()
+	select {
+	case err := <-res:
+		return err, true
+	case <-rctx.Done():
+		// Prefer an answer that arrived together with the deadline.
+		select {
+		case err := <-res:
+			return err, true
+		default:
+			return nil, false
 		}
 	}
 }

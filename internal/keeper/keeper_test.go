@@ -134,13 +134,13 @@ func TestKeeper_RenewalCtxEndsAtDeadline(t *testing.T) {
 		}}
 		start := time.Now()
 		k := Start(start, cfg, r.renew)
-		defer k.Stop(baton.ErrReleased)
 		<-k.Done()
-		if want := start.Add(cfg.TTL - cfg.Drift); !got.Equal(want) {
-			t.Errorf("renewal ctx deadline %v, want the local deadline %v", got.Sub(start), want.Sub(start))
-		}
 		if lostAt := time.Since(start); lostAt != cfg.TTL-cfg.Drift {
 			t.Errorf("lost after %v, want %v", lostAt, cfg.TTL-cfg.Drift)
+		}
+		k.Stop(baton.ErrReleased) // awaits the renewal, which wrote got
+		if want := start.Add(cfg.TTL - cfg.Drift); !got.Equal(want) {
+			t.Errorf("renewal ctx deadline %v, want the local deadline %v", got.Sub(start), want.Sub(start))
 		}
 	})
 }
@@ -194,5 +194,27 @@ func TestKeeper_Lose(t *testing.T) {
 		if !errors.Is(k.Err(), gone) {
 			t.Errorf("Stop after Lose replaced the cause: %v", k.Err())
 		}
+	})
+}
+
+// TestKeeper_RenewalIgnoringCtx_LostAtDeadline: a renewal whose client
+// ignores its context (a long read timeout) cannot delay the loss.
+func TestKeeper_RenewalIgnoringCtx_LostAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		r := &recorder{result: func(context.Context) error {
+			time.Sleep(10 * time.Second) // a client with a 10s read timeout
+			return errors.New("i/o timeout")
+		}}
+		start := time.Now()
+		k := Start(start, cfg, r.renew)
+		<-k.Done()
+		if lostAt := time.Since(start); lostAt != cfg.TTL-cfg.Drift {
+			t.Errorf("lost after %v, want at the local deadline %v", lostAt, cfg.TTL-cfg.Drift)
+		}
+		if !errors.Is(k.Err(), ErrDeadline) {
+			t.Errorf("Err = %v, want ErrDeadline", k.Err())
+		}
+		k.Stop(baton.ErrReleased) // waits for the stuck renewal to return
 	})
 }

@@ -1,0 +1,163 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// attempt is what one run of the acquire script found.
+type attempt struct {
+	held   bool
+	holder string        // the holder's value, or the reserved waiter's
+	pttl   time.Duration // the key's remaining TTL; negative when free or without expiry
+	head   bool          // we are first in the wait queue
+}
+
+// try runs the acquire script once. With wait it joins (or refreshes its
+// place in) the wait queue when the lock is not free.
+func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (attempt, error) {
+	w := "0"
+	if wait {
+		w = "1"
+	}
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), w, b.wake.channel).Slice()
+	if err != nil {
+		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
+	}
+	if len(res) == 0 {
+		return attempt{}, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("empty reply %v", res))
+	}
+	if n, _ := res[0].(int64); n == 1 {
+		return attempt{held: true}, nil
+	}
+	if len(res) < 4 {
+		return attempt{}, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("unexpected reply %v", res))
+	}
+	a := attempt{}
+	a.holder, _ = res[1].(string)
+	pttl, _ := res[2].(int64)
+	a.pttl = time.Duration(pttl) * time.Millisecond
+	head, _ := res[3].(int64)
+	a.head = head == 1
+	return a, nil
+}
+
+// Acquire implements baton.Backend.
+//
+// One attempt is one script run: SET key value NX PX ttl, unless a live
+// waiter was there first (then the lock is reserved for it). A waiting
+// acquisition joins the lock's FIFO queue and sleeps until the holder's
+// release hands the lock to it (the release script sets the key to the
+// waiter's value and publishes on the waiter's Locker channel), or until a
+// timed retry: just after the key's remaining TTL when first in line (a
+// crashed holder is taken over right after its key expires), and every
+// RenewEvery regardless, which keeps the waiter's place alive.
+func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	k := b.keys(req.Name)
+	value := newValue(req.Holder)
+
+	// With the Locker's subscription up, even the first attempt may join
+	// the queue: a handoff cannot be missed.
+	var wake <-chan struct{}
+	queued := false
+	if req.Wait && b.wake.ready() {
+		wake = b.wake.register(value)
+		defer b.wake.unregister(value)
+		queued = true
+	}
+	var lastQueued time.Time // send time of the last attempt that found us queued
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		sent := time.Now()
+		a, err := b.try(ctx, k, value, queued)
+		if err != nil {
+			if queued {
+				b.leave(ctx, k, value)
+			}
+			return nil, err
+		}
+		if a.held {
+			return b.held(ctx, k, value, sent)
+		}
+		if !req.Wait {
+			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: holderOf(a.holder)}
+		}
+		if !queued {
+			// Subscribe before joining the queue, so that the handoff
+			// message cannot be published before anyone listens.
+			octx, cancel := b.op(ctx)
+			err := b.wake.start(octx)
+			cancel()
+			if err != nil {
+				return nil, b.fail(ctx, "subscribe to "+b.wake.channel, err)
+			}
+			wake = b.wake.register(value)
+			defer b.wake.unregister(value)
+			queued = true
+			continue
+		}
+		lastQueued = sent
+		timer.Reset(b.retryIn(a))
+		select {
+		case <-ctx.Done():
+			b.leave(ctx, k, value)
+			return nil, context.Cause(ctx)
+		case <-wake:
+			// The release script set the key to our value with our TTL
+			// after it ran our last attempt, which we sent at lastQueued.
+			return b.held(ctx, k, value, lastQueued)
+		case <-timer.C:
+		}
+	}
+}
+
+// retryIn is how long a queued waiter sleeps before its next attempt, when
+// no handoff wakes it first: at most RenewEvery, which keeps its entry in
+// the queue alive and bounds how stale lastQueued can be; and, when it is
+// first in line, just past the key's remaining TTL, with jitter, so a
+// crashed holder is taken over right after its key expires.
+func (b *backend) retryIn(a attempt) time.Duration {
+	d := b.cfg.RenewEvery
+	if a.head && a.pttl > 0 {
+		d = min(d, a.pttl+jitter(a.pttl))
+	}
+	return max(d, time.Millisecond)
+}
+
+// jitter returns a random duration in [1ms, 1ms + d/20), so waiters that
+// saw the same TTL do not retry in step.
+func jitter(d time.Duration) time.Duration {
+	return time.Millisecond + rand.N(d/20+1)
+}
+
+// leave takes a waiter out of the queue when it gives up, and frees the
+// lock if it was handed to it meanwhile, passing it on to the next waiter.
+func (b *backend) leave(ctx context.Context, k keys, value string) {
+	if _, err := b.release(ctx, k, value); err != nil {
+		b.cfg.Logger.Warn("could not leave the wait queue; the entry ends after one TTL", "key", k.lock, "err", errors.Unwrap(err))
+	}
+}
+
+// held makes the hold for value, whose key was set by a request sent at
+// sent, unless its local deadline already passed or the backend closed.
+func (b *backend) held(ctx context.Context, k keys, value string, sent time.Time) (baton.Hold, error) {
+	if !time.Now().Before(sent.Add(b.cfg.TTL - b.cfg.Drift)) {
+		b.leave(ctx, k, value)
+		return nil, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("the answer came %v after the request, past the lease's local deadline (TTL %v - drift %v)", time.Since(sent).Round(time.Millisecond), b.cfg.TTL, b.cfg.Drift))
+	}
+	h := newHold(b, k, value, sent)
+	if !b.track(h) {
+		_ = h.end(ctx, baton.ErrClosed)
+		return nil, baton.ErrClosed
+	}
+	return h, nil
+}

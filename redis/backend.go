@@ -1,0 +1,229 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+)
+
+// DefaultPrefix is where locks live unless baton.WithPrefix says otherwise:
+// lock NAME is the Redis key DefaultPrefix + NAME.
+const DefaultPrefix = "baton:lock:"
+
+// MinTTL is the shortest lease TTL accepted. A lease is renewed every TTL/3
+// and counts its local deadline as TTL - drift from the send time of its
+// last confirmed renewal, so at 200ms a renewal has about 130ms to be
+// answered: a few round trips to a nearby server plus a scheduling hiccup
+// or a GC pause on a busy host. Below that a holder loses its lease to its
+// own machine's hiccups more often than to crashes, which is what the TTL
+// is for; Redis's PX millisecond granularity is not the limit.
+const MinTTL = 200 * time.Millisecond
+
+// wakeChannelPrefix names the Pub/Sub channel each Locker is told on when
+// a lock it waits for is handed to it. Channels are server-wide (not per
+// database), so the rest is a random Locker id.
+const wakeChannelPrefix = "baton:wake:"
+
+// backend implements baton.Backend on one Redis server (or a Cluster,
+// through redis.UniversalClient).
+type backend struct {
+	client goredis.UniversalClient
+	owned  bool // close the client on Close
+	cfg    baton.Config
+	prefix string
+	where  string // for error messages, without password
+	wake   *waker
+
+	bg sync.WaitGroup // renewals abandoned at their deadline
+
+	mu     sync.Mutex
+	holds  map[*hold]struct{}
+	closed bool
+}
+
+var _ baton.Backend = (*backend)(nil)
+
+// New returns a Locker on client, an efficiency lock: no fencing tokens
+// (see the package documentation). The client stays the caller's: closing
+// the Locker does not close it. For prompt cancellation set
+// ContextTimeoutEnabled in the client's options (Open does); renewals are
+// bounded by the local deadline either way.
+//
+// Options: baton.WithTTL (at least MinTTL; default 15s),
+// baton.WithPrefix (default DefaultPrefix; no braces, which would change
+// the key's Cluster hash slot), baton.WithRequestTimeout bounding each
+// command, and the rest of baton's.
+func New(client goredis.UniversalClient, opts ...baton.Option) (*baton.Locker, error) {
+	b, err := newBackend(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	return baton.NewLocker(b, b.cfg), nil
+}
+
+func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, error) {
+	if client == nil {
+		return nil, &baton.OptionError{Option: "redis client", Value: "nil", Reason: "pass a redis.UniversalClient, or use Open"}
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(MinTTL); err != nil {
+		return nil, err
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, &baton.OptionError{Option: "prefix", Value: strconv.Quote(prefix), Reason: "must not contain braces: the lock's queue keys use {KEY} to share its Cluster hash slot"}
+	}
+	id := make([]byte, 8)
+	_, _ = rand.Read(id) // never fails (crypto/rand)
+	b := &backend{
+		client: client,
+		cfg:    cfg,
+		prefix: prefix,
+		where:  describe(client),
+		holds:  map[*hold]struct{}{},
+	}
+	b.wake = newWaker(client, wakeChannelPrefix+hex.EncodeToString(id))
+	return b, nil
+}
+
+// describe names the server(s) a client talks to, without credentials.
+func describe(c goredis.UniversalClient) string {
+	switch c := c.(type) {
+	case *goredis.Client:
+		o := c.Options()
+		return fmt.Sprintf("redis://%s/%d", o.Addr, o.DB)
+	case *goredis.ClusterClient:
+		return "redis://" + strings.Join(c.Options().Addrs, ",")
+	}
+	return "redis"
+}
+
+// keys are the Redis keys of one lock.
+type keys struct {
+	name string
+	lock string // K
+	q, w string // {K}:q, {K}:w
+}
+
+func (b *backend) keys(name string) keys {
+	k := b.prefix + name
+	return keys{name: name, lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w"}
+}
+
+func (k keys) all() []string { return []string{k.lock, k.q, k.w} }
+
+// newValue makes an acquisition's value: 128 random bits from crypto/rand,
+// unique to this acquisition, then the holder identity for status.
+func newValue(holder string) string {
+	r := make([]byte, 16)
+	_, _ = rand.Read(r) // never fails (crypto/rand)
+	return hex.EncodeToString(r) + " " + holder
+}
+
+// holderOf returns the holder identity stored in a value, or the value
+// itself when someone other than baton set the key.
+func holderOf(v string) string {
+	if len(v) > 33 && v[32] == ' ' {
+		if _, err := hex.DecodeString(v[:32]); err == nil {
+			return v[33:]
+		}
+	}
+	return v
+}
+
+func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
+
+// op bounds one request by the request timeout.
+func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.cfg.RequestTimeout)
+}
+
+// fail classifies err from a request made with a context derived from ctx:
+// the caller's cancellation, or the lock service failing.
+func (b *backend) fail(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
+	}
+	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// Close ends every hold, freeing its key on the server (and handing it to
+// the next waiter), stops waking waiters, and closes the client if Open
+// made it.
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	holds := make([]*hold, 0, len(b.holds))
+	for h := range b.holds {
+		holds = append(holds, h)
+	}
+	b.mu.Unlock()
+
+	var errs []error
+	for _, h := range holds {
+		errs = append(errs, h.end(context.Background(), baton.ErrClosed))
+	}
+	b.wake.close()
+	b.bg.Wait()
+	if b.owned {
+		errs = append(errs, b.client.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (b *backend) track(h *hold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.holds[h] = struct{}{}
+	return true
+}
+
+func (b *backend) untrack(h *hold) {
+	b.mu.Lock()
+	delete(b.holds, h)
+	b.mu.Unlock()
+}
+
+// release runs the release script on a detached context bounded by the
+// release timeout: cleanup must happen even when the caller gave up. It
+// reports whether the lock was still ours.
+func (b *backend) release(ctx context.Context, k keys, value string) (bool, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
+	defer cancel()
+	n, err := releaseScript.Run(rctx, b.client, k.all(), value).Int()
+	if err != nil {
+		return false, b.fail(context.Background(), "release "+k.lock, err)
+	}
+	return n == 1, nil
+}

@@ -1,0 +1,157 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+)
+
+// DefaultPort is used when a redis:// URL names a host without a port.
+const DefaultPort = "6379"
+
+// Open implements baton.Opener for URLs of the form
+//
+//	redis://[user:password@]host[:port][/db][?ttl=15s&renew-every=5s&request-timeout=5s&prefix=baton:lock:]
+//
+// It connects, checks that the server answers PING within the request
+// timeout, and returns a Locker that owns the client: closing the Locker
+// closes it. Options in opts override those in the URL.
+func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+	ro, urlOpts, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(urlOpts, opts...)
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	clientOptions(ro, cfg)
+	client := goredis.NewClient(ro)
+	if err := ping(ctx, client, cfg.RequestTimeout); err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	b, err := newBackend(client, opts)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	b.owned = true
+	return baton.NewLocker(b, b.cfg), nil
+}
+
+// clientOptions sets the client options baton relies on for a client it
+// makes itself: context deadlines honoured on every command, and dial,
+// read and write timeouts of the request timeout.
+func clientOptions(o *goredis.Options, cfg baton.Config) {
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout = cfg.RequestTimeout
+	o.ReadTimeout = cfg.RequestTimeout
+	o.WriteTimeout = cfg.RequestTimeout
+	o.MaxRetries = -1   // the keeper retries renewals and the waiter its attempts, within their deadlines
+	o.DialerRetries = 1 // a refused connection is reported at once, not after five tries
+}
+
+// ping checks that client's server answers within timeout, and returns a
+// *baton.UnavailableError naming it otherwise (or the cause of ctx).
+func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		o := client.Options()
+		return &baton.UnavailableError{Where: fmt.Sprintf("redis://%s/%d", o.Addr, o.DB), Err: fmt.Errorf("no answer to PING within %v: %w", timeout, err)}
+	}
+	return nil
+}
+
+// ParseURL turns a redis:// URL into client options and baton options.
+func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
+	bad := func(reason string) error {
+		return &baton.OptionError{Option: "redis URL", Value: baton.Printable(u.Redacted()), Reason: reason}
+	}
+	if u.Scheme != "redis" {
+		return nil, nil, bad(`scheme must be "redis"`)
+	}
+	addr, err := hostPort(u.Host)
+	if u.Opaque != "" || err != nil {
+		return nil, nil, bad("want redis://[user:password@]host[:port][/db]")
+	}
+	o := &goredis.Options{Addr: addr}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		db, err := strconv.Atoi(p)
+		if err != nil || db < 0 || strconv.Itoa(db) != p {
+			return nil, nil, bad(fmt.Sprintf("path %q: want a database number such as /0", u.Path))
+		}
+		o.DB = db
+	}
+	opts, err := queryOptions(u.Query())
+	if err != nil {
+		return nil, nil, bad(err.Error())
+	}
+	return o, opts, nil
+}
+
+// hostPort checks a URL host and adds the default port when it has none.
+func hostPort(h string) (string, error) {
+	if h == "" || strings.Contains(h, ",") {
+		return "", fmt.Errorf("want one host")
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		host, port = strings.Trim(h, "[]"), DefaultPort
+		if strings.ContainsAny(host, "[]") {
+			return "", fmt.Errorf("bad host %q", h)
+		}
+	}
+	if host == "" {
+		return "", fmt.Errorf("no host in %q", h)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return "", fmt.Errorf("bad port %q", port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// queryOptions reads the query parameters every Redis URL may have.
+func queryOptions(q url.Values) ([]baton.Option, error) {
+	var opts []baton.Option
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "ttl", "renew-every", "request-timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s=%s is not a duration such as 15s", k, strconv.Quote(v))
+			}
+			switch k {
+			case "ttl":
+				opts = append(opts, baton.WithTTL(d))
+			case "renew-every":
+				opts = append(opts, baton.WithRenewEvery(d))
+			case "request-timeout":
+				opts = append(opts, baton.WithRequestTimeout(d))
+			}
+		case "prefix":
+			opts = append(opts, baton.WithPrefix(v))
+		default:
+			return nil, fmt.Errorf("unknown parameter %s; known: ttl, renew-every, request-timeout, prefix", strconv.Quote(k))
+		}
+	}
+	return opts, nil
+}

@@ -1,0 +1,89 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
+)
+
+// hold is one held lock key, renewed by its own keeper.
+type hold struct {
+	b     *backend
+	k     keys
+	value string
+	kp    *keeper.Keeper
+
+	endOnce sync.Once
+	endErr  error
+}
+
+func newHold(b *backend, k keys, value string, sent time.Time) *hold {
+	h := &hold{b: b, k: k, value: value}
+	h.kp = keeper.Start(sent, b.cfg, h.renew)
+	return h
+}
+
+func (h *hold) Key() string           { return h.k.lock }
+func (h *hold) Token() baton.Token    { return 0 }
+func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
+func (h *hold) Err() error            { return h.kp.Err() }
+func (h *hold) Deadline() time.Time   { return h.kp.Deadline() }
+
+// renew is the keeper's RenewFunc: compare-and-PEXPIRE. A refusal (the key
+// expired, was deleted, or holds another value) ends the lease at once.
+//
+// The command runs on its own goroutine and renew returns when ctx ends
+// (the local deadline), even on a client that does not honour context
+// deadlines: the loss must be reported at the deadline, not when the
+// client's read timeout fires. The goroutine is tracked and awaited by
+// Close.
+func (h *hold) renew(ctx context.Context) error {
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	h.b.bg.Go(func() {
+		octx, cancel := h.b.op(ctx)
+		defer cancel()
+		n, err := renewScript.Run(octx, h.b.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
+		done <- result{n, err}
+	})
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("renew %s: no answer before the local deadline: %w", h.k.lock, ctx.Err())
+	case r := <-done:
+		switch {
+		case r.err != nil:
+			return h.b.fail(context.Background(), "renew "+h.k.lock, r.err)
+		case r.n != 1:
+			return fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
+		}
+		return nil
+	}
+}
+
+// Release deletes the key if it still holds our value (compare-and-delete)
+// and hands the lock to the first waiter. Releasing a lost hold returns nil.
+func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
+
+// end frees the key if it is still ours, then stops renewing with cause
+// (unless the lease was already lost). The key goes first so the next
+// waiter is handed the lock without waiting for the keeper's goroutine to
+// exit; a renewal racing with the release is refused and changes nothing
+// on the server. It runs once.
+func (h *hold) end(ctx context.Context, cause error) error {
+	h.endOnce.Do(func() {
+		_, err := h.b.release(ctx, h.k, h.value)
+		h.kp.Stop(cause)
+		h.b.untrack(h)
+		if err != nil && h.kp.Err() == cause { // not already lost
+			h.endErr = err
+		}
+	})
+	return h.endErr
+}

@@ -1,0 +1,136 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+)
+
+var (
+	_ baton.Inspector     = (*backend)(nil)
+	_ baton.ForceReleaser = (*backend)(nil)
+)
+
+// Inspect implements baton.Inspector. Holder is the identity stored in the
+// key's value (or the raw value, for a key set by another tool), TTLLeft
+// the key's PTTL, Waiters the length of its wait queue. Since is not
+// recorded. Without names it lists every key under the prefix, with SCAN
+// (on every master of a Cluster).
+func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	listed := len(names) == 0
+	if listed {
+		var err error
+		if names, err = b.scan(octx); err != nil {
+			return nil, b.fail(ctx, "list locks", err)
+		}
+	}
+	for _, n := range names {
+		if err := baton.ValidateName(n); err != nil {
+			return nil, err
+		}
+	}
+	type cmds struct {
+		get  *goredis.StringCmd
+		pttl *goredis.DurationCmd
+		wait *goredis.IntCmd
+	}
+	cs := make([]cmds, len(names))
+	_, err := b.client.Pipelined(octx, func(p goredis.Pipeliner) error {
+		for i, n := range names {
+			k := b.keys(n)
+			cs[i] = cmds{p.Get(octx, k.lock), p.PTTL(octx, k.lock), p.ZCard(octx, k.q)}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, b.fail(ctx, "inspect locks", err)
+	}
+	out := make([]baton.LockInfo, 0, len(names))
+	for i, n := range names {
+		info := baton.LockInfo{Name: n, Waiters: int(cs[i].wait.Val())}
+		if v, err := cs[i].get.Result(); err == nil {
+			info.Holder = holderOf(v)
+			info.Key = b.keys(n).lock
+			info.TTLLeft = cs[i].pttl.Val()
+			if info.TTLLeft < 0 {
+				info.TTLLeft = -1 // no expiry: not set by baton
+			}
+		}
+		if listed && info.Key == "" {
+			continue // released since the scan
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b baton.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// scan lists the lock names under the prefix.
+func (b *backend) scan(ctx context.Context) ([]string, error) {
+	var mu sync.Mutex
+	var names []string
+	each := func(ctx context.Context, c goredis.UniversalClient) error {
+		it := c.Scan(ctx, 0, escapeGlob(b.prefix)+"*", 256).Iterator()
+		for it.Next(ctx) {
+			n := strings.TrimPrefix(it.Val(), b.prefix)
+			if baton.ValidateName(n) == nil {
+				mu.Lock()
+				names = append(names, n)
+				mu.Unlock()
+			}
+		}
+		return it.Err()
+	}
+	var err error
+	if cc, ok := b.client.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return each(ctx, c) })
+	} else {
+		err = each(ctx, b.client)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), err
+}
+
+// escapeGlob escapes the characters SCAN MATCH treats specially.
+func escapeGlob(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// ForceRelease implements baton.ForceReleaser: it deletes the key whoever
+// holds it and hands the lock to the first waiter. The holder learns that
+// its lease is lost at its next renewal, at most RenewEvery later; until
+// then it may still be working, which is why this is for an operator who
+// knows the holder is gone.
+func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
+	if err := baton.ValidateName(name); err != nil {
+		return baton.LockInfo{}, err
+	}
+	k := b.keys(name)
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	pttl, _ := b.client.PTTL(octx, k.lock).Result()
+	v, err := forceScript.Run(octx, b.client, k.all()).Text()
+	if errors.Is(err, goredis.Nil) {
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+	}
+	if err != nil {
+		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err)
+	}
+	return baton.LockInfo{Name: name, Holder: holderOf(v), Key: k.lock, TTLLeft: max(pttl, time.Duration(-1))}, nil
+}

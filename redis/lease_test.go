@@ -1,0 +1,422 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redis"
+)
+
+// TestGuide_RedisCLICheck is the guide's redis-cli session in Go: while
+// baton holds the lock, a second SET NX gets nothing, and PTTL is just
+// under the TTL.
+func TestGuide_RedisCLICheck(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	const ttl = 15 * time.Minute // the guide's PX 900000
+	l := newLocker(t, srv.Addr, baton.WithTTL(ttl))
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	if lease.Key() != "baton:lock:invoices" {
+		t.Errorf("key %q, want baton:lock:invoices", lease.Key())
+	}
+	cli := client(t, srv.Addr)
+	ctx := timeout(t, 5*time.Second)
+	ok, err := cli.SetNX(ctx, lease.Key(), "test-2", 900*time.Second).Result()
+	if err != nil || ok {
+		t.Fatalf("SET %s test-2 NX PX 900000 = %v, %v; want (nil)", lease.Key(), ok, err)
+	}
+	pttl, err := cli.PTTL(ctx, lease.Key()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("PTTL %s = %d", lease.Key(), pttl.Milliseconds())
+	if pttl > ttl || pttl < ttl-5*time.Second {
+		t.Errorf("PTTL %v, want just under %v", pttl, ttl)
+	}
+	v, err := cli.Get(ctx, lease.Key()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(v, " "+l.Config().Holder) || len(v) != 33+len(l.Config().Holder) {
+		t.Errorf("value %q, want 32 hex digits (128 random bits), a space and the holder", v)
+	}
+	// A second acquisition's value differs: unique per acquisition.
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cli.Exists(ctx, lease.Key()).Result(); n != 0 {
+		t.Fatal("key still there after Release")
+	}
+	lease2, err := l.Acquire(ctx, "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease2.Release(context.Background())
+	if v2, _ := cli.Get(ctx, lease.Key()).Result(); v2 == v {
+		t.Errorf("two acquisitions stored the same value %q", v)
+	}
+}
+
+// TestExpiredEarly_OldHolderStopsAndTouchesNothing stands in for a jump of
+// the Redis server's wall clock, which ends keys early (libfaketime cannot
+// be loaded into Debian's redis-server): a third client makes the holder's
+// key expire now with PEXPIRE key 1. The holder cannot tell this apart
+// from a clock jump. A waiter takes over; the old holder's work context is
+// cancelled at the latest on its next renewal; its renewals and its
+// release leave the new holder's key alone.
+func TestExpiredEarly_OldHolderStopsAndTouchesNothing(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	const ttlA = time.Second
+	a := newLocker(t, srv.Addr, baton.WithTTL(ttlA), baton.WithHolder("old"))
+	b := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("new"))
+	cli := client(t, srv.Addr)
+
+	la, err := a.Acquire(timeout(t, 5*time.Second), "stock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lostAt time.Time
+	lost := make(chan struct{})
+	context.AfterFunc(la.Context(), func() { lostAt = time.Now(); close(lost) })
+
+	got := make(chan *baton.Lease, 1)
+	go func() {
+		lb, err := b.Acquire(timeout(t, 10*time.Second), "stock")
+		if err != nil {
+			t.Errorf("B: %v", err)
+		}
+		got <- lb
+	}()
+	waitQueued(t, cli, la.Key(), 1)
+
+	cfg := a.Config()
+	lastRenewal := la.Deadline().Add(cfg.Drift - cfg.TTL)
+	nextRenewal := lastRenewal.Add(cfg.RenewEvery)
+	jump := time.Now()
+	if err := cli.PExpire(timeout(t, 5*time.Second), la.Key(), time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lb := <-got
+	if lb == nil {
+		t.FailNow()
+	}
+	defer lb.Release(context.Background())
+	tookOver := time.Now()
+	<-lost
+	t.Logf("key ended at 0; B acquired at +%v; A's work ctx cancelled at +%v; A's next renewal was due at +%v",
+		tookOver.Sub(jump).Round(time.Millisecond), lostAt.Sub(jump).Round(time.Millisecond), nextRenewal.Sub(jump).Round(time.Millisecond))
+	// A learns at its next renewal: allow that renewal's round trip on a
+	// loaded machine.
+	if late := lostAt.Sub(nextRenewal); late > 150*time.Millisecond {
+		t.Errorf("A's work ctx was cancelled %v after its next renewal was due", late)
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) || !strings.Contains(la.Err().Error(), "no longer holds") {
+		t.Errorf("A's Err = %v, want a refused renewal", la.Err())
+	}
+
+	// Nothing of B's was touched: A's refused renewal did not shorten B's
+	// key to A's TTL, and A's release does not delete it.
+	if err := la.Release(context.Background()); err != nil {
+		t.Errorf("A's release after the loss: %v", err)
+	}
+	ctx := timeout(t, 5*time.Second)
+	v, err := cli.Get(ctx, lb.Key()).Result()
+	if err != nil || !strings.HasSuffix(v, " new") {
+		t.Fatalf("B's key after A's release = %q, %v; want B's value", v, err)
+	}
+	if pttl := cli.PTTL(ctx, lb.Key()).Val(); pttl <= ttlA {
+		t.Errorf("B's key PTTL %v, at most A's TTL %v: A's renewal reset it", pttl, ttlA)
+	}
+	if lb.Err() != nil {
+		t.Errorf("B's lease ended: %v", lb.Err())
+	}
+}
+
+// waitQueued waits until at least n waiters are queued on the lock key.
+func waitQueued(t *testing.T, c *goredis.Client, key string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.ZCard(timeout(t, time.Second), "{"+key+"}:q").Val() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d waiters queued on %s after 10s", n, key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRenewal_1sLeaseFor10s: renewal every TTL/3 keeps a 1s lease for 10s;
+// another client cannot take it meanwhile.
+func TestRenewal_1sLeaseFor10s(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10s")
+	}
+	t.Parallel()
+	srv := testsvc.StartRedis(t)
+	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
+	b := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
+	lease, err := a.Acquire(timeout(t, 5*time.Second), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	cli := client(t, srv.Addr)
+	start := time.Now()
+	minPTTL := time.Second
+	for time.Since(start) < 10*time.Second {
+		if _, err := b.TryAcquire(timeout(t, 5*time.Second), "report"); !errors.Is(err, baton.ErrNotAcquired) {
+			t.Fatalf("after %v another client's TryAcquire = %v", time.Since(start), err)
+		}
+		if err := lease.Err(); err != nil {
+			t.Fatalf("lease ended after %v: %v", time.Since(start), err)
+		}
+		minPTTL = min(minPTTL, cli.PTTL(timeout(t, time.Second), lease.Key()).Val())
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The claim is that the key never expired (checked above by b's
+	// attempts); the lowest PTTL shows how much margin renewal left, which
+	// on a loaded machine can be well below 2/3 of the TTL.
+	t.Logf("held for %v; lowest PTTL seen %v", time.Since(start).Round(time.Millisecond), minPTTL)
+	if minPTTL <= 0 {
+		t.Errorf("PTTL fell to %v: the key expired while held", minPTTL)
+	}
+}
+
+// TestRenewal_ServerFrozen_LostAtLocalDeadline freezes the server: no
+// renewal is answered, and the lease must be reported lost at its local
+// deadline, not when the client's read timeout fires.
+func TestRenewal_ServerFrozen_LostAtLocalDeadline(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartRedis(t)
+	// A client that ignores context deadlines, with a long read timeout:
+	// the worst case for a user's own client.
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second, MaxRetries: -1})
+	defer c.Close()
+	l, err := redis.New(c, baton.WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "frozen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	deadline := lease.Deadline()
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not lost 5s after the server froze")
+	}
+	late := time.Since(deadline)
+	t.Logf("lost %v after the local deadline: %v", late.Round(time.Millisecond), lease.Err())
+	// At the local deadline, not when the client's 10s read timeout fires;
+	// the margin allows for a loaded machine.
+	if late > time.Second {
+		t.Errorf("lost %v after the local deadline", late)
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Errorf("Err = %v", lease.Err())
+	}
+	srv.Resume()
+	_ = lease.Release(context.Background())
+}
+
+// TestAcquire_FIFO_NoHerd queues five waiters in order behind a holder.
+// Each release hands the lock to the first waiter, so they get it in
+// arrival order, and a handoff costs one script run (the release) plus
+// none by the other waiters: no herd.
+func TestAcquire_FIFO_NoHerd(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	holder := newLocker(t, srv.Addr)
+	lh, err := holder.Acquire(timeout(t, 5*time.Second), "fifo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 5
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for i := range waiters {
+		l := newLocker(t, srv.Addr)
+		wg.Go(func() {
+			lease, err := l.Acquire(timeout(t, 30*time.Second), "fifo")
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			<-release
+			_ = lease.Release(context.Background())
+		})
+		waitQueued(t, cli, lh.Key(), int64(i+1))
+	}
+	before := scriptCalls(t, cli)
+	_ = lh.Release(context.Background())
+	for range waiters {
+		release <- struct{}{}
+	}
+	wg.Wait()
+	calls := scriptCalls(t, cli) - before
+	t.Logf("order %v; %d script calls for %d handoffs", order, calls, waiters)
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("acquisition order %v, want 0..%d", order, waiters-1)
+		}
+	}
+	// One release per holder; a waiter's timed refresh may add a few.
+	if calls > 2*(waiters+1) {
+		t.Errorf("%d script calls for %d handoffs: waiters are polling or herding", calls, waiters)
+	}
+}
+
+// scriptCalls counts EVAL and EVALSHA calls the server has run.
+func scriptCalls(t *testing.T, c *goredis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(timeout(t, time.Second), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				var k int64
+				for _, r := range rest {
+					if r < '0' || r > '9' {
+						break
+					}
+					k = k*10 + int64(r-'0')
+				}
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// TestScripts_NOSCRIPT: after SCRIPT FLUSH (or a server restart) EVALSHA
+// answers NOSCRIPT and the scripts are sent again with EVAL.
+func TestScripts_NOSCRIPT(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	l := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
+	for i := range 2 {
+		if err := cli.ScriptFlush(timeout(t, time.Second)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := l.Acquire(timeout(t, 5*time.Second), "flushed")
+		if err != nil {
+			t.Fatalf("round %d: acquire after SCRIPT FLUSH: %v", i, err)
+		}
+		if err := cli.ScriptFlush(timeout(t, time.Second)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatalf("round %d: release after SCRIPT FLUSH: %v", i, err)
+		}
+		if n := cli.Exists(timeout(t, time.Second), lease.Key()).Val(); n != 0 {
+			t.Fatalf("round %d: key left after release", i)
+		}
+	}
+}
+
+func TestInspect_ForceRelease(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	l := newLocker(t, srv.Addr, baton.WithHolder("web-1:42"), baton.WithTTL(10*time.Second))
+	insp := l.Backend().(baton.Inspector)
+	fr := l.Backend().(baton.ForceReleaser)
+
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(timeout(t, 5*time.Second), "stock"); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := insp.Inspect(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 || infos[0].Name != "invoices" || infos[1].Name != "stock" {
+		t.Fatalf("Inspect() = %+v, want invoices and stock", infos)
+	}
+	if i := infos[0]; i.Holder != "web-1:42" || i.TTLLeft <= 9*time.Second || i.Key != "baton:lock:invoices" || i.Token != 0 {
+		t.Errorf("Inspect invoices = %+v", i)
+	}
+	infos, err = insp.Inspect(timeout(t, 5*time.Second), "nobody")
+	if err != nil || len(infos) != 1 || infos[0].Holder != "" {
+		t.Fatalf("Inspect(nobody) = %+v, %v; want one free lock", infos, err)
+	}
+
+	info, err := fr.ForceRelease(timeout(t, 5*time.Second), "invoices")
+	if err != nil || info.Holder != "web-1:42" {
+		t.Fatalf("ForceRelease = %+v, %v", info, err)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("holder not told within one renewal interval of a forced release")
+	}
+	if _, err := fr.ForceRelease(timeout(t, 5*time.Second), "invoices"); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Errorf("ForceRelease of a free lock = %v, want ErrNotAcquired", err)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	u, _ := url.Parse(srv.URL() + "/3?ttl=2s&prefix=jobs:")
+	l, err := redis.Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, ok := l.Fenced(); ok {
+		t.Fatal("a Redis Locker converts to a FencedLocker: it must not, it gives no tokens")
+	}
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	cli := goredis.NewClient(&goredis.Options{Addr: srv.Addr, DB: 3})
+	defer cli.Close()
+	if pttl := cli.PTTL(timeout(t, time.Second), "jobs:x").Val(); pttl <= time.Second || pttl > 2*time.Second {
+		t.Errorf("PTTL of jobs:x in db 3 = %v, want the URL's 2s TTL", pttl)
+	}
+}
+
+func TestOpen_Unreachable(t *testing.T) {
+	port, err := testsvc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("redis://app:secret@127.0.0.1:" + itoa(port))
+	start := time.Now()
+	_, err = redis.Open(context.Background(), u, baton.WithRequestTimeout(time.Second))
+	if !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("Open on a closed port = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %v to fail", d)
+	}
+	if strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), itoa(port)) {
+		t.Errorf("error %q: want the address and no password", err)
+	}
+}

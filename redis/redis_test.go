@@ -1,0 +1,103 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redis"
+)
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(holderEnv); args != "" {
+		os.Exit(holderMain(args))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// client returns a go-redis client for addr, closed when tb ends, set up
+// as a program using baton should set it up (context deadlines honoured).
+func client(tb testing.TB, addr string) *goredis.Client {
+	tb.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newLocker(tb testing.TB, addr string, opts ...baton.Option) *baton.Locker {
+	tb.Helper()
+	l, err := redis.New(client(tb, addr), opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func timeout(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// factory is the conformance factory for a Redis server at addr: each
+// client has its own connection pool, as a process would.
+func factory(addr string) batontest.Factory {
+	return batontest.Factory{
+		TTL: time.Second,
+		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
+			c := client(t, addr)
+			l, err := redis.New(c, opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			return batontest.Client{Locker: l, Crash: func() { _ = c.Close() }}, nil
+		},
+		// The key disappears as if its TTL ran out (or the server's clock
+		// jumped); the holder can only tell at its next renewal.
+		Expire: func(t testing.TB, l *baton.Lease) {
+			if err := client(t, addr).Del(timeout(t, 5*time.Second), l.Key()).Err(); err != nil {
+				t.Fatalf("DEL %s: %v", l.Key(), err)
+			}
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	if v, err := testsvc.RedisVersion(); err == nil {
+		t.Logf("redis-server %s at %s", v, srv.Addr)
+	}
+	batontest.Run(t, factory(srv.Addr))
+}
+
+func TestNew_Invalid(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		opts []baton.Option
+		want string
+	}{
+		{[]baton.Option{baton.WithTTL(100 * time.Millisecond)}, "minimum"},
+		{[]baton.Option{baton.WithPrefix("jobs:{a}:")}, "braces"},
+	} {
+		_, err := redis.New(c, tc.opts...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New = %v, want an option error saying %q", err, tc.want)
+		}
+	}
+	if _, err := redis.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+func itoa(i int) string { return fmt.Sprint(i) }

@@ -1,0 +1,142 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The lock's keys, all in one hash slot so the scripts also run on Redis
+// Cluster (a key without braces hashes over its whole name, and "{K}:q"
+// hashes over K):
+//
+//	K        the lock: a string holding the holder's value, with PX TTL
+//	{K}:q    the wait queue: a sorted set of waiters' values, scored by
+//	         arrival (server time in microseconds)
+//	{K}:w    the waiters' entries: value -> "DEADLINE_MS TTL_MS CHANNEL",
+//	         where DEADLINE_MS (server time) ends an entry its waiter
+//	         stopped refreshing, TTL_MS is the waiter's lease TTL and
+//	         CHANNEL is where it is told that it was handed the lock
+//
+// Every script runs atomically, so no client can act between a check and
+// the write that depends on it. go-redis's Script.Run sends EVALSHA and
+// falls back to EVAL when the server answers NOSCRIPT (a restarted server,
+// SCRIPT FLUSH), which also loads the script for the next call.
+
+// luaHelpers are shared by the scripts that may hand the lock on.
+const luaHelpers = `
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+end
+
+-- live_head returns the first waiter whose entry has not run out, and its
+-- entry, dropping dead ones on the way.
+local function live_head(q, w, now)
+  while true do
+    local h = redis.call('zrange', q, 0, 0)[1]
+    if not h then return false, false end
+    local e = redis.call('hget', w, h)
+    if e and tonumber(string.match(e, '^(%d+)')) > now then return h, e end
+    redis.call('zrem', q, h)
+    redis.call('hdel', w, h)
+  end
+end
+
+-- handoff gives the free lock to the first live waiter, with that waiter's
+-- own TTL, and tells it on its channel. The caller checked that q exists.
+local function handoff(k, q, w)
+  local now = now_ms()
+  local h, e = live_head(q, w, now)
+  if not h then return end
+  local _, ttl, ch = string.match(e, '^(%d+) (%d+) (.+)$')
+  redis.call('set', k, h, 'px', ttl)
+  redis.call('zrem', q, h)
+  redis.call('hdel', w, h)
+  redis.call('publish', ch, h)
+end
+`
+
+// acquireScript takes the lock for ARGV[1] (the acquisition's value) with
+// TTL ARGV[2] ms, when it is free and no live waiter was there first.
+// ARGV[3] is "1" to join (or stay in) the wait queue when the lock is not
+// free, with ARGV[4] as the channel to be told on; "0" for one attempt.
+//
+// It returns {1} when held: newly set, or handed to us while we waited
+// (then its expiry is reset to our TTL, so the caller's send time bounds
+// the server's expiry). Otherwise {0, V, PTTL, HEAD}: V the holder's value
+// (or the first waiter's, when the lock is free but reserved for it), PTTL
+// the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
+// first in the queue.
+var acquireScript = goredis.NewScript(luaHelpers + `
+local k, q, w = KEYS[1], KEYS[2], KEYS[3]
+local v, ttl, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local queued = redis.call('exists', q) == 1
+if not queued and redis.call('set', k, v, 'nx', 'px', ttl) then
+  return {1}
+end
+local cur = redis.call('get', k)
+if cur == v then
+  redis.call('pexpire', k, ttl)
+  return {1}
+end
+local head, now, t = false, 0, false
+if queued or wait then
+  now, t = now_ms()
+  head = live_head(q, w, now)
+end
+if not cur and (not head or head == v) then
+  redis.call('set', k, v, 'px', ttl)
+  if head then
+    redis.call('zrem', q, v)
+    redis.call('hdel', w, v)
+  end
+  return {1}
+end
+if wait then
+  if not redis.call('zscore', q, v) then
+    redis.call('zadd', q, tonumber(t[1]) * 1000000 + tonumber(t[2]), v)
+    if not head then head = v end
+  end
+  redis.call('hset', w, v, (now + ttl) .. ' ' .. ttl .. ' ' .. ARGV[4])
+  for _, key in ipairs({q, w}) do
+    if redis.call('pttl', key) < 2 * ttl then redis.call('pexpire', key, 2 * ttl) end
+  end
+end
+local first = 0
+if head == v then first = 1 end
+return {0, cur or head or '', redis.call('pttl', k), first}
+`)
+
+// releaseScript leaves the wait queue and, if the lock holds ARGV[1],
+// deletes it and hands it to the first live waiter. It returns 1 when the
+// lock was ours. Release, a waiter giving up and Close all use it.
+var releaseScript = goredis.NewScript(luaHelpers + `
+local k, q, w, v = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local queued = redis.call('exists', q) == 1
+if queued then
+  redis.call('zrem', q, v)
+  redis.call('hdel', w, v)
+end
+if redis.call('get', k) ~= v then return 0 end
+redis.call('del', k)
+if queued then handoff(k, q, w) end
+return 1
+`)
+
+// renewScript resets the lock's TTL to ARGV[2] ms if it still holds
+// ARGV[1] (compare-and-PEXPIRE). It returns 1 when renewed, 0 when the key
+// is gone or holds someone else's value.
+var renewScript = goredis.NewScript(`
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// forceScript deletes the lock whoever holds it, hands it to the first
+// live waiter, and returns the value it held (nil when it was free).
+var forceScript = goredis.NewScript(luaHelpers + `
+local k, q, w = KEYS[1], KEYS[2], KEYS[3]
+local cur = redis.call('get', k)
+if not cur then return false end
+redis.call('del', k)
+if redis.call('exists', q) == 1 then handoff(k, q, w) end
+return cur
+`)

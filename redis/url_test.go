@@ -1,0 +1,81 @@
+package redis_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/redis"
+)
+
+func TestParseURL(t *testing.T) {
+	u, err := baton.ParseURL("redis://app:pw@10.0.0.1:6380/2?ttl=10s&request-timeout=2s&prefix=jobs:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, opts, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Addr != "10.0.0.1:6380" || o.DB != 2 || o.Username != "app" || o.Password != "pw" {
+		t.Errorf("client options %s db %d user %q password %q", o.Addr, o.DB, o.Username, o.Password)
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TTL != 10*time.Second || cfg.RequestTimeout != 2*time.Second || cfg.Prefix != "jobs:" {
+		t.Errorf("options from the URL not applied: ttl %v, request timeout %v, prefix %q", cfg.TTL, cfg.RequestTimeout, cfg.Prefix)
+	}
+	for raw, addr := range map[string]string{"redis://h": "h:6379", "redis://[::1]:7000/": "[::1]:7000", "redis://h:1/0": "h:1"} {
+		u, _ := baton.ParseURL(raw)
+		if o, _, err := redis.ParseURL(u); err != nil || o.Addr != addr {
+			t.Errorf("ParseURL(%q) = %v, %v; want address %s", raw, o, err, addr)
+		}
+	}
+
+	for _, bad := range []string{"redis://", "redis://h:1,h:2", "redis://h:0", "redis://h:port", "redis://h:1/x", "redis://h:1/-1", "redis://h:1/01",
+		"redis://h:1?ttl=ten", "redis://h:1?colour=red", "redis:opaque", "etcd://h:1"} {
+		u, err := baton.ParseURL(bad)
+		if err == nil {
+			_, _, err = redis.ParseURL(u)
+		}
+		if !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("ParseURL(%q) = %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	u, _ = baton.ParseURL("redis://app:secret@h:1?colour=red")
+	if _, _, err := redis.ParseURL(u); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("error %v shows the password", err)
+	}
+}
+
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"redis://127.0.0.1:6379", "redis://u:p@h:1/3?ttl=5s", "redis://[::1]/1", "redis://h:1?renew-every=1s&prefix=a:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := baton.ParseURL(s)
+		if err != nil {
+			return
+		}
+		o, _, err := redis.ParseURL(u)
+		if err != nil {
+			if !errors.Is(err, baton.ErrInvalidOption) {
+				t.Fatalf("error %v is not an option error", err)
+			}
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("multi-line error %q", err)
+			}
+			if p, ok := u.User.Password(); ok && len(p) > 3 && strings.Contains(err.Error(), p) {
+				t.Fatalf("error %q shows the password", err)
+			}
+			return
+		}
+		if o.Addr == "" || o.DB < 0 {
+			t.Fatalf("accepted %q with address %q db %d", s, o.Addr, o.DB)
+		}
+	})
+}

@@ -1,0 +1,347 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+)
+
+// DefaultPrefix is where locks live unless baton.WithPrefix says otherwise:
+// lock NAME is the key DefaultPrefix + NAME on every node, the same key the
+// redis package uses.
+const DefaultPrefix = "baton:lock:"
+
+// MinTTL is the shortest lease TTL accepted. Redlock spends part of the TTL
+// on the acquisition itself (a per-node timeout of TTL/10 at most) and the
+// drift margin, and must renew on a majority every TTL/3; at 500ms that
+// leaves 50ms per node, ample on a LAN and with room for a busy host.
+const MinTTL = 500 * time.Millisecond
+
+// nodeTimeoutShare is the largest share of the TTL one node may take to
+// answer: an acquisition waits at most TTL/10 for the slowest node of the
+// majority, so a dead node costs a small part of the lease's validity.
+const nodeTimeoutShare = 10
+
+const wakeChannelPrefix = "baton:wake:"
+
+// node is one independent Redis server.
+type node struct {
+	client goredis.UniversalClient
+	where  string
+	wake   *waker
+}
+
+// backend implements baton.Backend on N independent Redis nodes.
+type backend struct {
+	nodes       []*node
+	quorum      int
+	owned       bool // close the clients on Close
+	cfg         baton.Config
+	prefix      string
+	where       string
+	nodeTimeout time.Duration
+	channel     string
+
+	bg sync.WaitGroup // node requests abandoned at their deadline
+
+	mu     sync.Mutex
+	holds  map[*hold]struct{}
+	closed bool
+}
+
+var _ baton.Backend = (*backend)(nil)
+
+// New returns a Locker on Redlock over clients, one per independent Redis
+// node (not replicas of each other): an odd number, at least 3. It is an
+// efficiency lock with no fencing token (see the package documentation).
+// The clients stay the caller's: closing the Locker does not close them.
+//
+// Options: baton.WithTTL (at least MinTTL; default 15s), baton.WithDrift
+// (default TTL/100 + 2ms: the clock drift allowed between this host and
+// the nodes), baton.WithRequestTimeout (each node's answer is awaited at
+// most min(request timeout, TTL/10)), baton.WithPrefix (default
+// DefaultPrefix; no braces), and the rest of baton's.
+func New(clients []goredis.UniversalClient, opts ...baton.Option) (*baton.Locker, error) {
+	b, err := newBackend(clients, opts)
+	if err != nil {
+		return nil, err
+	}
+	return baton.NewLocker(b, b.cfg), nil
+}
+
+func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backend, error) {
+	if n := len(clients); n < 3 || n%2 == 0 {
+		return nil, &baton.OptionError{Option: "redlock nodes", Value: strconv.Itoa(n), Reason: "need an odd number of independent nodes, at least 3, so that a majority is well defined"}
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(MinTTL); err != nil {
+		return nil, err
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, &baton.OptionError{Option: "prefix", Value: strconv.Quote(prefix), Reason: "must not contain braces: the lock's queue keys use {KEY} to share its Cluster hash slot"}
+	}
+	id := make([]byte, 8)
+	_, _ = rand.Read(id) // never fails (crypto/rand)
+	b := &backend{
+		quorum:      len(clients)/2 + 1,
+		cfg:         cfg,
+		prefix:      prefix,
+		nodeTimeout: min(cfg.RequestTimeout, cfg.TTL/nodeTimeoutShare),
+		channel:     wakeChannelPrefix + hex.EncodeToString(id),
+		holds:       map[*hold]struct{}{},
+	}
+	addrs := make([]string, len(clients))
+	for i, c := range clients {
+		if c == nil {
+			return nil, &baton.OptionError{Option: "redlock node", Value: strconv.Itoa(i), Reason: "is a nil client"}
+		}
+		w := describe(c)
+		addrs[i] = w
+		b.nodes = append(b.nodes, &node{client: c, where: "redis://" + w, wake: newWaker(c, b.channel)})
+	}
+	b.where = "redlock://" + strings.Join(addrs, ",")
+	return b, nil
+}
+
+// describe names the server a client talks to.
+func describe(c goredis.UniversalClient) string {
+	if c, ok := c.(*goredis.Client); ok {
+		return c.Options().Addr
+	}
+	return "?"
+}
+
+// keys are the Redis keys of one lock, the same on every node.
+type keys struct {
+	name string
+	lock string
+	q, w string
+}
+
+func (b *backend) keys(name string) keys {
+	k := b.prefix + name
+	return keys{name: name, lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w"}
+}
+
+func (k keys) all() []string { return []string{k.lock, k.q, k.w} }
+
+// newValue makes an acquisition's value: 128 random bits from crypto/rand,
+// unique to this acquisition, then the holder identity.
+func newValue(holder string) string {
+	r := make([]byte, 16)
+	_, _ = rand.Read(r) // never fails (crypto/rand)
+	return hex.EncodeToString(r) + " " + holder
+}
+
+// holderOf returns the holder identity stored in a value.
+func holderOf(v string) string {
+	if len(v) > 33 && v[32] == ' ' {
+		if _, err := hex.DecodeString(v[:32]); err == nil {
+			return v[33:]
+		}
+	}
+	return v
+}
+
+func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
+
+// errPending marks a node whose answer each did not wait for, because
+// stop said the answers so far were enough.
+var errPending = errors.New("answer not awaited")
+
+// each runs f on every node in parallel, each bounded by timeout (and
+// ctx), and returns the per-node results and errors. It returns early when
+// stop (if not nil) says the answers so far settle the question; nodes not
+// heard from then have errPending. Requests run on goroutines tracked by
+// the backend and hand their result over on a buffered channel; each
+// returns at its deadline even on a client that does not honour context
+// deadlines, so a dead or frozen node costs the node timeout at most, not
+// the client's read timeout.
+func each[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) ([]T, []error) {
+	vals, errs, _ := eachSettled(ctx, b, timeout, f, stop)
+	return vals, errs
+}
+
+// eachSettled is each, and also returns a channel closed when every
+// request has returned, awaited or not.
+func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) ([]T, []error, <-chan struct{}) {
+	type answer struct {
+		i   int
+		v   T
+		err error
+	}
+	n := len(b.nodes)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	answers := make(chan answer, n) // buffered: abandoned requests never block
+	settled := make(chan struct{})
+	var running atomic.Int64
+	running.Store(int64(n))
+	for i, nd := range b.nodes {
+		b.bg.Go(func() {
+			v, err := f(ctx, nd)
+			answers <- answer{i, v, err}
+			if running.Add(-1) == 0 {
+				close(settled)
+			}
+		})
+	}
+	vals := make([]T, n)
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = errPending
+	}
+	early := false
+	defer func() {
+		if !early {
+			cancel()
+		}
+	}()
+	for range n {
+		select {
+		case a := <-answers:
+			vals[a.i], errs[a.i] = a.v, a.err
+			if stop != nil && stop(vals, errs) {
+				// Requests not awaited run on to the node timeout, not cut
+				// short: a slow node still gets its renewal or its unlock.
+				// The context's own timer cancels it then.
+				early = true
+				return vals, errs, settled
+			}
+		case <-ctx.Done():
+			for i, err := range errs {
+				if err == errPending {
+					errs[i] = &baton.UnavailableError{Where: b.nodes[i].where, Err: fmt.Errorf("no answer within %v", timeout)}
+				}
+			}
+			return vals, errs, settled
+		}
+	}
+	return vals, errs, settled
+}
+
+// count returns how many errs are nil and how many are failures (not nil
+// and not errPending).
+func count(errs []error) (ok, failed int) {
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case err != errPending:
+			failed++
+		}
+	}
+	return ok, failed
+}
+
+// err wraps a node's failure with where it happened. A deadline is said
+// in words, not wrapped: the node being slow is the service failing, not
+// the caller's context ending.
+func (n *node) err(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: no answer in time (%v)", what, err)}
+	}
+	return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// unavailable reports that no majority could answer.
+func (b *backend) unavailable(ctx context.Context, what string, errs []error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: a majority (%d of %d) of nodes did not answer: %w", what, b.quorum, len(b.nodes), errors.Join(errs...))}
+}
+
+// Close ends every hold (freeing its keys on every node), stops the
+// subscriptions, and closes the clients if Open made them.
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	holds := make([]*hold, 0, len(b.holds))
+	for h := range b.holds {
+		holds = append(holds, h)
+	}
+	b.mu.Unlock()
+
+	var errs []error
+	for _, h := range holds {
+		errs = append(errs, h.end(context.Background(), baton.ErrClosed))
+	}
+	for _, n := range b.nodes {
+		n.wake.close()
+	}
+	b.bg.Wait()
+	if b.owned {
+		for _, n := range b.nodes {
+			errs = append(errs, n.client.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *backend) track(h *hold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.holds[h] = struct{}{}
+	return true
+}
+
+func (b *backend) untrack(h *hold) {
+	b.mu.Lock()
+	delete(b.holds, h)
+	b.mu.Unlock()
+}
+
+// releaseTimeout bounds a release on every node.
+func (b *backend) releaseTimeout() time.Duration {
+	return min(b.cfg.ReleaseTimeout, b.cfg.RequestTimeout)
+}
+
+// unlock deletes the lock on every node where it holds value, on a
+// detached context bounded by timeout. With leave it also leaves the wait
+// queues; with notify it tells each node's first waiter. It returns an
+// error only when no majority answered.
+func (b *backend) unlock(ctx context.Context, k keys, value string, leave, notify bool, timeout time.Duration) error {
+	l, nt := "0", "0"
+	if leave {
+		l = "1"
+	}
+	if notify {
+		nt = "1"
+	}
+	_, errs := each(context.WithoutCancel(ctx), b, timeout, func(ctx context.Context, n *node) (struct{}, error) {
+		if err := unlockScript.Run(ctx, n.client, k.all(), value, l, nt).Err(); err != nil {
+			return struct{}{}, n.err("release "+k.lock, err)
+		}
+		return struct{}{}, nil
+	}, nil)
+	_, failed := count(errs)
+	if failed > len(b.nodes)-b.quorum {
+		return b.unavailable(context.Background(), "release "+k.lock, errs)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
+)
+
+// hold is one lock held on a majority, renewed by its own keeper.
+type hold struct {
+	b     *backend
+	k     keys
+	value string
+	kp    *keeper.Keeper
+
+	// settled is closed when every node's acquire request has returned;
+	// the release waits for it, or a late SET on a slow node would land
+	// after the release and leave our value there for a whole TTL.
+	settled <-chan struct{}
+
+	endOnce sync.Once
+	endErr  error
+}
+
+func newHold(b *backend, k keys, value string, start time.Time, settled <-chan struct{}) *hold {
+	h := &hold{b: b, k: k, value: value, settled: settled}
+	h.kp = keeper.Start(start, b.cfg, h.renew)
+	return h
+}
+
+func (h *hold) Key() string           { return h.k.lock }
+func (h *hold) Token() baton.Token    { return 0 }
+func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
+func (h *hold) Err() error            { return h.kp.Err() }
+func (h *hold) Deadline() time.Time   { return h.kp.Deadline() }
+
+// errRefused marks a node that no longer holds our value.
+var errRefused = errors.New("key no longer holds this lease's value")
+
+// renew is the keeper's RenewFunc: compare-and-PEXPIRE on every node in
+// parallel. It succeeds when a majority renewed, which extends the lease
+// on each of them from a moment no earlier than the send time. When so
+// many nodes refuse that no majority can renew any more, the lease is lost
+// at once; failures short of that are retried by the keeper until the
+// local deadline. A node that lost our key (it restarted, or never had
+// it) is not written to: renewal only extends, it never re-acquires.
+func (h *hold) renew(ctx context.Context) error {
+	_, errs := each(ctx, h.b, min(h.b.cfg.RequestTimeout, h.b.cfg.TTL-h.b.cfg.Drift), func(ctx context.Context, n *node) (struct{}, error) {
+		v, err := renewScript.Run(ctx, n.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
+		switch {
+		case err != nil:
+			return struct{}{}, n.err("renew "+h.k.lock, err)
+		case v != 1:
+			return struct{}{}, fmt.Errorf("%s: %w", n.where, errRefused)
+		}
+		return struct{}{}, nil
+	}, func(_ []struct{}, errs []error) bool {
+		ok, refused := 0, 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, errRefused):
+				refused++
+			}
+		}
+		return ok >= h.b.quorum || refused > len(h.b.nodes)-h.b.quorum
+	})
+	ok, refused := 0, 0
+	var failed []error
+	for _, err := range errs {
+		switch {
+		case err == errPending:
+		case err == nil:
+			ok++
+		case errors.Is(err, errRefused):
+			refused++
+			failed = append(failed, err)
+		default:
+			failed = append(failed, err)
+		}
+	}
+	switch {
+	case ok >= h.b.quorum:
+		if len(failed) > 0 {
+			h.b.cfg.Logger.Debug("renewed on a majority", "key", h.k.lock, "renewed", ok, "nodes", len(h.b.nodes), "err", errors.Join(failed...))
+		}
+		return nil
+	case refused > len(h.b.nodes)-h.b.quorum:
+		return fmt.Errorf("%w: %d of %d nodes refused the renewal of %s, so no majority holds it: %w", baton.ErrLeaseLost, refused, len(h.b.nodes), h.k.lock, errors.Join(failed...))
+	}
+	return &baton.UnavailableError{Where: h.b.where, Err: fmt.Errorf("renew %s: %d of %d nodes renewed, %d needed: %w", h.k.lock, ok, len(h.b.nodes), h.b.quorum, errors.Join(failed...))}
+}
+
+// Release deletes the key on every node where it still holds our value
+// (also nodes that failed to answer the acquisition) and wakes each node's
+// first waiter. Releasing a lost hold returns nil.
+func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
+
+// end frees the keys, then stops renewing with cause (unless the lease was
+// already lost). It runs once.
+func (h *hold) end(ctx context.Context, cause error) error {
+	h.endOnce.Do(func() {
+		<-h.settled // bounded by the node timeout
+		err := h.b.unlock(ctx, h.k, h.value, true, true, h.b.releaseTimeout())
+		h.kp.Stop(cause)
+		h.b.untrack(h)
+		if err != nil && h.kp.Err() == cause {
+			h.endErr = err
+		}
+	})
+	return h.endErr
+}

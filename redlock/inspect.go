@@ -1,0 +1,176 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+)
+
+var (
+	_ baton.Inspector     = (*backend)(nil)
+	_ baton.ForceReleaser = (*backend)(nil)
+)
+
+// nodeView is one node's view of one lock.
+type nodeView struct {
+	value   string
+	pttl    time.Duration
+	waiters int
+}
+
+// Inspect implements baton.Inspector. A lock is shown as held when one
+// value is set on a majority of the nodes; TTLLeft is the shortest PTTL
+// among its nodes, Waiters the longest queue. Without names it lists the keys
+// under the prefix on every node that answers.
+func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
+	listed := len(names) == 0
+	if listed {
+		var err error
+		if names, err = b.scan(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range names {
+		if err := baton.ValidateName(n); err != nil {
+			return nil, err
+		}
+	}
+	views, errs := each(ctx, b, b.cfg.RequestTimeout, func(ctx context.Context, n *node) ([]nodeView, error) {
+		out := make([]nodeView, len(names))
+		gets := make([]*goredis.StringCmd, len(names))
+		pttls := make([]*goredis.DurationCmd, len(names))
+		qs := make([]*goredis.IntCmd, len(names))
+		_, err := n.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, name := range names {
+				k := b.keys(name)
+				gets[i], pttls[i], qs[i] = p.Get(ctx, k.lock), p.PTTL(ctx, k.lock), p.ZCard(ctx, k.q)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return nil, n.err("inspect", err)
+		}
+		for i := range names {
+			out[i] = nodeView{value: gets[i].Val(), pttl: pttls[i].Val(), waiters: int(qs[i].Val())}
+		}
+		return out, nil
+	}, nil)
+	if failedMajority(b, errs) {
+		return nil, b.unavailable(ctx, "inspect locks", errs)
+	}
+	out := make([]baton.LockInfo, 0, len(names))
+	for i, name := range names {
+		info := baton.LockInfo{Name: name}
+		count := map[string]int{}
+		ttl := map[string]time.Duration{}
+		for j, v := range views {
+			if errs[j] != nil {
+				continue
+			}
+			nv := v[i]
+			info.Waiters = max(info.Waiters, nv.waiters)
+			if nv.value == "" {
+				continue
+			}
+			count[nv.value]++
+			if t, ok := ttl[nv.value]; !ok || nv.pttl < t {
+				ttl[nv.value] = nv.pttl
+			}
+		}
+		for v, c := range count {
+			if c >= b.quorum {
+				info.Holder, info.Key, info.TTLLeft = holderOf(v), b.keys(name).lock, max(ttl[v], -1)
+			}
+		}
+		if listed && info.Key == "" {
+			continue
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(a, b baton.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func failedMajority(b *backend, errs []error) bool {
+	_, failed := count(errs)
+	return failed > len(b.nodes)-b.quorum
+}
+
+// scan lists the lock names under the prefix on every node.
+func (b *backend) scan(ctx context.Context) ([]string, error) {
+	var mu sync.Mutex
+	set := map[string]bool{}
+	_, errs := each(ctx, b, b.cfg.RequestTimeout, func(ctx context.Context, n *node) (struct{}, error) {
+		it := n.client.Scan(ctx, 0, escapeGlob(b.prefix)+"*", 256).Iterator()
+		for it.Next(ctx) {
+			name := strings.TrimPrefix(it.Val(), b.prefix)
+			if baton.ValidateName(name) == nil {
+				mu.Lock()
+				set[name] = true
+				mu.Unlock()
+			}
+		}
+		if err := it.Err(); err != nil {
+			return struct{}{}, n.err("scan", err)
+		}
+		return struct{}{}, nil
+	}, nil)
+	if failedMajority(b, errs) {
+		return nil, b.unavailable(ctx, "list locks", errs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func escapeGlob(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// ForceRelease implements baton.ForceReleaser: it deletes the key on every
+// node, whoever holds it, and wakes each node's first waiter. The holder
+// learns at its next renewal that its lease is lost.
+func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
+	infos, err := b.Inspect(ctx, name)
+	if err != nil {
+		return baton.LockInfo{}, err
+	}
+	k := b.keys(name)
+	vals, errs := each(ctx, b, b.cfg.RequestTimeout, func(ctx context.Context, n *node) (string, error) {
+		v, err := forceScript.Run(ctx, n.client, k.all()).Text()
+		if errors.Is(err, goredis.Nil) {
+			return "", nil
+		}
+		if err != nil {
+			return "", n.err("delete "+k.lock, err)
+		}
+		return v, nil
+	}, nil)
+	if failedMajority(b, errs) {
+		return baton.LockInfo{}, b.unavailable(ctx, "delete "+k.lock, errs)
+	}
+	info := infos[0]
+	if info.Key == "" && !slices.ContainsFunc(vals, func(v string) bool { return v != "" }) {
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+	}
+	return info, nil
+}

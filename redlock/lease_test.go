@@ -1,0 +1,219 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redlock"
+)
+
+// TestKilledNodes: with 2 of 5 nodes killed Redlock still acquires (and
+// renews); with 3 killed it reports, within the per-node timeout, that the
+// lock service is unavailable: no majority can answer. That is a failure
+// of the service, not contention and not the caller's cancellation.
+func TestKilledNodes(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	l := newLocker(t, nodes, baton.WithTTL(2*time.Second))
+	nodes[0].Kill()
+	nodes[3].Kill()
+
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "two-dead")
+	if err != nil {
+		t.Fatalf("Acquire with 2 of 5 nodes dead: %v", err)
+	}
+	end := time.Now().Add(2 * time.Second)
+	for time.Now().Before(end) {
+		if err := lease.Err(); err != nil {
+			t.Fatalf("lease on 3 live nodes ended: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatalf("Release with 2 of 5 nodes dead: %v", err)
+	}
+
+	nodes[4].Kill()
+	for _, wait := range []bool{false, true} {
+		start := time.Now()
+		var err error
+		if wait {
+			_, err = l.Acquire(timeout(t, 5*time.Second), "three-dead")
+		} else {
+			_, err = l.TryAcquire(timeout(t, 5*time.Second), "three-dead")
+		}
+		took := time.Since(start)
+		t.Logf("wait=%v with 3 of 5 dead: %v after %v", wait, err, took.Round(time.Millisecond))
+		if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("wait=%v: err = %v, want ErrUnavailable only", wait, err)
+		}
+		if took > time.Second {
+			t.Errorf("wait=%v: took %v to report it, want about the per-node timeout (TTL/10)", wait, took)
+		}
+		if err != nil && !strings.Contains(err.Error(), nodes[4].Addr) {
+			t.Errorf("error does not name the dead nodes: %v", err)
+		}
+	}
+}
+
+// TestNodeKilledMidHold: a node dying while the lease is held does not end
+// it while a majority renews; losing the majority does, at the local
+// deadline at the latest.
+func TestNodeKilledMidHold(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	const ttl = 2 * time.Second
+	l := newLocker(t, nodes, baton.WithTTL(ttl))
+	other := newLocker(t, nodes, baton.WithTTL(ttl))
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "mid-hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[1].Kill()
+	nodes[2].Pause() // frozen: connections open, no answers
+	defer nodes[2].Resume()
+	end := time.Now().Add(3 * ttl)
+	for time.Now().Before(end) {
+		if err := lease.Err(); err != nil {
+			t.Fatalf("lease ended with 3 of 5 nodes renewing: %v", err)
+		}
+		if _, err := other.TryAcquire(timeout(t, 5*time.Second), "mid-hold"); !errors.Is(err, baton.ErrNotAcquired) {
+			t.Fatalf("another client's TryAcquire = %v, want ErrNotAcquired", err)
+		}
+		time.Sleep(ttl / 5)
+	}
+	deadline := lease.Deadline()
+	nodes[4].Kill() // 2 of 5 left: no majority can renew
+	select {
+	case <-lease.Done():
+	case <-time.After(3 * ttl):
+		t.Fatal("lease not lost 3 TTLs after the majority was gone")
+	}
+	lostAfter := time.Since(deadline)
+	t.Logf("lost %v after the local deadline that stood when the majority went: %v", lostAfter.Round(time.Millisecond), lease.Err())
+	if lostAfter > 200*time.Millisecond {
+		t.Errorf("lost %v after the local deadline", lostAfter)
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Errorf("Err = %v", lease.Err())
+	}
+}
+
+// TestRefusedByMajority: when the key is gone from a majority of nodes (it
+// expired early, or was deleted), the next renewal is refused and the
+// lease ends at once; the key on the minority is not extended.
+func TestRefusedByMajority(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	l := newLocker(t, nodes, baton.WithTTL(2*time.Second))
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := l.Config()
+	next := lease.Deadline().Add(cfg.Drift - cfg.TTL + cfg.RenewEvery)
+	for _, c := range cs[:2] {
+		if err := c.PExpire(timeout(t, time.Second), lease.Key(), time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("lease not lost after its key ended on 2 of 3 nodes")
+	}
+	t.Logf("lost %v after the next renewal was due: %v", time.Since(next).Round(time.Millisecond), lease.Err())
+	if late := time.Since(next); late > 150*time.Millisecond {
+		t.Errorf("lost %v after the next renewal was due", late)
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !strings.Contains(lease.Err().Error(), "refused") {
+		t.Errorf("Err = %v, want a refusal", lease.Err())
+	}
+	// Another client takes it at once on the two free nodes plus... the
+	// third still holds the old value until it expires, so a majority is
+	// free: 2 of 3.
+	lb, err := newLocker(t, nodes).TryAcquire(timeout(t, 5*time.Second), "refused")
+	if err != nil {
+		t.Fatalf("TryAcquire after the loss: %v", err)
+	}
+	_ = lb.Release(context.Background())
+}
+
+func TestNew_Invalid(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	for _, tc := range []struct {
+		desc string
+		err  func() error
+		want string
+	}{
+		{"two nodes", func() error { _, err := redlock.New(cs[:2]); return err }, "odd number"},
+		{"four nodes", func() error { _, err := redlock.New(append(cs, cs[0])); return err }, "odd number"},
+		{"short TTL", func() error { _, err := redlock.New(cs, baton.WithTTL(200*time.Millisecond)); return err }, "minimum"},
+	} {
+		err := tc.err()
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an option error saying %q", tc.desc, err, tc.want)
+		}
+	}
+}
+
+func TestOpen_InspectForceRelease(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	u, err := baton.ParseURL("redlock://" + strings.Join(testsvc.RedisAddrs(nodes), ",") + "?ttl=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := redlock.Open(context.Background(), u, baton.WithHolder("cron-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, ok := l.Fenced(); ok {
+		t.Fatal("a Redlock Locker converts to a FencedLocker: it must not, it gives no tokens")
+	}
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := l.Backend().(baton.Inspector).Inspect(timeout(t, 5*time.Second))
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("Inspect = %+v, %v", infos, err)
+	}
+	if i := infos[0]; i.Name != "nightly" || i.Holder != "cron-1" || i.TTLLeft <= time.Second || i.TTLLeft > 2*time.Second {
+		t.Errorf("Inspect = %+v", i)
+	}
+	info, err := l.Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 5*time.Second), "nightly")
+	if err != nil || info.Holder != "cron-1" {
+		t.Fatalf("ForceRelease = %+v, %v", info, err)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("holder not told within a renewal of the forced release")
+	}
+	if _, err := l.Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 5*time.Second), "nightly"); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Errorf("ForceRelease of a free lock = %v", err)
+	}
+}
+
+func TestOpen_Unreachable(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	nodes[0].Kill()
+	nodes[1].Kill()
+	u, _ := url.Parse("redlock://app:secret@" + strings.Join(testsvc.RedisAddrs(nodes), ","))
+	_, err := redlock.Open(context.Background(), u, baton.WithRequestTimeout(time.Second))
+	if !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("Open with 2 of 3 nodes dead = %v, want ErrUnavailable", err)
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("error shows the password: %v", err)
+	}
+}

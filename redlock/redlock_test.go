@@ -1,0 +1,82 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redlock"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// clients returns one go-redis client per node, connected (as Open
+// leaves them: the first request on a new client also dials, which a
+// per-node timeout of TTL/10 may not cover), closed when tb ends.
+func clients(tb testing.TB, nodes []*testsvc.Redis) []goredis.UniversalClient {
+	tb.Helper()
+	out := make([]goredis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		c := goredis.NewClient(&goredis.Options{Addr: n.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		tb.Cleanup(func() { _ = c.Close() })
+		select {
+		case <-n.Exited():
+		default:
+			_ = c.Ping(timeout(tb, 5*time.Second)).Err()
+		}
+		out[i] = c
+	}
+	return out
+}
+
+func newLocker(tb testing.TB, nodes []*testsvc.Redis, opts ...baton.Option) *baton.Locker {
+	tb.Helper()
+	l, err := redlock.New(clients(tb, nodes), opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func timeout(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// TestConformance runs the suite, the guide's 500-round race included, on
+// five independent nodes.
+func TestConformance(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 5)
+	batontest.Run(t, batontest.Factory{
+		TTL: 2 * time.Second,
+		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
+			cs := clients(t, nodes)
+			l, err := redlock.New(cs, opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			return batontest.Client{Locker: l, Crash: func() {
+				for _, c := range cs {
+					_ = c.Close()
+				}
+			}}, nil
+		},
+		Expire: func(t testing.TB, l *baton.Lease) {
+			for _, c := range clients(t, nodes) {
+				if err := c.Del(timeout(t, 5*time.Second), l.Key()).Err(); err != nil {
+					t.Fatalf("DEL %s: %v", l.Key(), err)
+				}
+			}
+		},
+	})
+}

@@ -1,0 +1,77 @@
+package redlock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/redlock"
+)
+
+func TestParseURL(t *testing.T) {
+	u, err := baton.ParseURL("redlock://app:pw@h1:7001,h2,h3:7003/1?ttl=10s&drift=50ms&prefix=jobs:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os, opts, err := redlock.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, o := range os {
+		addrs = append(addrs, o.Addr)
+		if o.DB != 1 || o.Username != "app" || o.Password != "pw" {
+			t.Errorf("node %s: db %d user %q password %q", o.Addr, o.DB, o.Username, o.Password)
+		}
+	}
+	if got := strings.Join(addrs, ","); got != "h1:7001,h2:6379,h3:7003" {
+		t.Errorf("nodes %s", got)
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TTL != 10*time.Second || cfg.Drift != 50*time.Millisecond || cfg.Prefix != "jobs:" {
+		t.Errorf("options from the URL not applied: ttl %v, drift %v, prefix %q", cfg.TTL, cfg.Drift, cfg.Prefix)
+	}
+	for _, bad := range []string{"redlock://", "redlock://h:1", "redlock://a:1,b:1", "redlock://a:1,b:1,c:1,d:1", "redlock://a:1,a:1,b:1",
+		"redlock://a:1,,b:1", "redlock://a:1,b:x,c:1", "redlock://a,b,c/x", "redlock://a,b,c?ttl=ten", "redlock://a,b,c?colour=red", "redis://a,b,c"} {
+		u, err := baton.ParseURL(bad)
+		if err == nil {
+			_, _, err = redlock.ParseURL(u)
+		}
+		if !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("ParseURL(%q) = %v, want ErrInvalidOption", bad, err)
+		}
+	}
+}
+
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"redlock://a:1,b:2,c:3", "redlock://u:p@a,b,c/2?ttl=5s", "redlock://[::1]:1,[::1]:2,[::1]:3?drift=1ms"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := baton.ParseURL(s)
+		if err != nil {
+			return
+		}
+		nodes, _, err := redlock.ParseURL(u)
+		if err != nil {
+			if !errors.Is(err, baton.ErrInvalidOption) {
+				t.Fatalf("error %v is not an option error", err)
+			}
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("multi-line error %q", err)
+			}
+			if p, ok := u.User.Password(); ok && len(p) > 3 && strings.Contains(err.Error(), p) {
+				t.Fatalf("error %q shows the password", err)
+			}
+			return
+		}
+		if len(nodes) < 3 || len(nodes)%2 == 0 {
+			t.Fatalf("accepted %q with %d nodes", s, len(nodes))
+		}
+	})
+}
