@@ -116,17 +116,17 @@ func describe(c goredis.UniversalClient) string {
 
 // keys are the Redis keys of one lock.
 type keys struct {
-	name string
-	lock string // K
-	q, w string // {K}:q, {K}:w
+	name    string
+	lock    string // K
+	q, w, o string // {K}:q, {K}:w, {K}:o
 }
 
 func (b *backend) keys(name string) keys {
 	k := b.prefix + name
-	return keys{name: name, lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w"}
+	return keys{name: name, lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w", o: "{" + k + "}:o"}
 }
 
-func (k keys) all() []string { return []string{k.lock, k.q, k.w} }
+func (k keys) all() []string { return []string{k.lock, k.q, k.w, k.o} }
 
 // newValue makes an acquisition's value: 128 random bits from crypto/rand,
 // unique to this acquisition, then the holder identity for status.

@@ -420,3 +420,60 @@ func TestOpen_Unreachable(t *testing.T) {
 		t.Errorf("error %q: want the address and no password", err)
 	}
 }
+
+// TestObserve_Handoff: a release that hands the lock straight to a waiter
+// is one change (A to B), with no empty term between, and a DEL from
+// outside (an expiry) shows as no leader.
+func TestObserve_Handoff(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
+	b := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("b"))
+	obs := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
+	terms, err := obs.Observe(timeout(t, 30*time.Second), "mailer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case tm := <-terms:
+			if tm.NoLeader() {
+				return "-"
+			}
+			return tm.Leader
+		case <-time.After(10 * time.Second):
+			t.Fatal("no term within 10s")
+			return ""
+		}
+	}
+	if got := next(); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	la, err := a.Acquire(timeout(t, 5*time.Second), "mailer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "a" {
+		t.Fatalf("term %q, want a", got)
+	}
+	got := make(chan *baton.Lease, 1)
+	go func() {
+		lb, err := b.Acquire(timeout(t, 10*time.Second), "mailer")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lb
+	}()
+	waitQueued(t, client(t, srv.Addr), la.Key(), 1)
+	_ = la.Release(context.Background())
+	if got := next(); got != "b" {
+		t.Fatalf("after a handoff the term is %q, want b directly", got)
+	}
+	lb := <-got
+	if err := client(t, srv.Addr).Del(timeout(t, time.Second), lb.Key()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "-" {
+		t.Fatalf("after the key vanished the term is %q, want no leader", got)
+	}
+}

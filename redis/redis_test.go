@@ -53,7 +53,8 @@ func timeout(tb testing.TB, d time.Duration) context.Context {
 // client has its own connection pool, as a process would.
 func factory(addr string) batontest.Factory {
 	return batontest.Factory{
-		TTL: time.Second,
+		TTL:     time.Second,
+		Observe: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
 			c := client(t, addr)
 			l, err := redis.New(c, opts...)

@@ -13,6 +13,10 @@ import goredis "github.com/redis/go-redis/v9"
 //	         where DEADLINE_MS (server time) ends an entry its waiter
 //	         stopped refreshing, TTL_MS is the waiter's lease TTL and
 //	         CHANNEL is where it is told that it was handed the lock
+//	{K}:o    the holder's changes, for observers: a stream, capped at about
+//	         64 entries, with one entry {v: VALUE} each time a script gives
+//	         the lock to VALUE or frees it (v empty); an expiry writes
+//	         nothing, observers notice it by the key's PTTL
 //
 // Every script runs atomically, so no client can act between a check and
 // the write that depends on it. go-redis's Script.Run sends EVALSHA and
@@ -39,17 +43,32 @@ local function live_head(q, w, now)
   end
 end
 
+-- note records a change of holder (v empty: freed) for observers.
+local function note(o, v)
+  redis.call('xadd', o, 'MAXLEN', '~', '64', '*', 'v', v)
+  redis.call('pexpire', o, 86400000)
+end
+
 -- handoff gives the free lock to the first live waiter, with that waiter's
 -- own TTL, and tells it on its channel. The caller checked that q exists.
+-- It returns the new holder's value, or false when no waiter was live.
 local function handoff(k, q, w)
   local now = now_ms()
   local h, e = live_head(q, w, now)
-  if not h then return end
+  if not h then return false end
   local _, ttl, ch = string.match(e, '^(%d+) (%d+) (.+)$')
   redis.call('set', k, h, 'px', ttl)
   redis.call('zrem', q, h)
   redis.call('hdel', w, h)
   redis.call('publish', ch, h)
+  return h
+end
+
+-- freed notes the lock's next state after its holder left.
+local function freed(k, q, w, o, queued)
+  local h = false
+  if queued then h = handoff(k, q, w) end
+  note(o, h or '')
 end
 `
 
@@ -65,10 +84,11 @@ end
 // the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
 // first in the queue.
 var acquireScript = goredis.NewScript(luaHelpers + `
-local k, q, w = KEYS[1], KEYS[2], KEYS[3]
+local k, q, w, o = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local v, ttl, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local queued = redis.call('exists', q) == 1
 if not queued and redis.call('set', k, v, 'nx', 'px', ttl) then
+  note(o, v)
   return {1}
 end
 local cur = redis.call('get', k)
@@ -83,6 +103,7 @@ if queued or wait then
 end
 if not cur and (not head or head == v) then
   redis.call('set', k, v, 'px', ttl)
+  note(o, v)
   if head then
     redis.call('zrem', q, v)
     redis.call('hdel', w, v)
@@ -108,7 +129,7 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // deletes it and hands it to the first live waiter. It returns 1 when the
 // lock was ours. Release, a waiter giving up and Close all use it.
 var releaseScript = goredis.NewScript(luaHelpers + `
-local k, q, w, v = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local k, q, w, o, v = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 local queued = redis.call('exists', q) == 1
 if queued then
   redis.call('zrem', q, v)
@@ -116,7 +137,7 @@ if queued then
 end
 if redis.call('get', k) ~= v then return 0 end
 redis.call('del', k)
-if queued then handoff(k, q, w) end
+freed(k, q, w, o, queued)
 return 1
 `)
 
@@ -133,10 +154,20 @@ return 0
 // forceScript deletes the lock whoever holds it, hands it to the first
 // live waiter, and returns the value it held (nil when it was free).
 var forceScript = goredis.NewScript(luaHelpers + `
-local k, q, w = KEYS[1], KEYS[2], KEYS[3]
+local k, q, w, o = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local cur = redis.call('get', k)
 if not cur then return false end
 redis.call('del', k)
-if redis.call('exists', q) == 1 then handoff(k, q, w) end
+freed(k, q, w, o, redis.call('exists', q) == 1)
 return cur
+`)
+
+// stateScript reads a lock's holder value (false when free), its PTTL in
+// ms, and the ID of the last entry of its change stream ("0-0" when none),
+// at one moment, for observers.
+var stateScript = goredis.NewScript(`
+local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
+local id = '0-0'
+if last then id = last[1] end
+return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id}
 `)

@@ -1,0 +1,128 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+)
+
+var _ baton.Observer = (*backend)(nil)
+
+// Observe implements baton.Observer. The scripts that give the lock to a
+// holder or free it append the change to the lock's stream {K}:o, so an
+// observer reads every such change in order with XREAD. A lease that
+// expires writes nothing; the observer reads the lock's state again when
+// the holder's PTTL runs out, and when the holder it finds is not the last
+// one the stream named and no change is waiting in the stream, the old
+// holder's key must have expired: it reports a term with no leader before
+// the stream's next change.
+func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
+	if err := baton.ValidateName(name); err != nil {
+		return nil, err
+	}
+	k := b.keys(name)
+	st, err := b.state(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan baton.Term)
+	go b.observe(ctx, k, st, ch)
+	return ch, nil
+}
+
+// lockState is what stateScript reads.
+type lockState struct {
+	value string        // the holder's value; "" when free
+	pttl  time.Duration // the key's remaining TTL
+	last  string        // the change stream's last entry ID
+}
+
+func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	res, err := stateScript.Run(octx, b.client, []string{k.lock, k.o}).Slice()
+	if err != nil {
+		return lockState{}, b.fail(ctx, "read lock state", err)
+	}
+	var st lockState
+	if len(res) != 3 {
+		return lockState{}, b.fail(ctx, "read lock state", errors.New("unexpected reply"))
+	}
+	st.value, _ = res[0].(string)
+	if ms, ok := res[1].(int64); ok && ms > 0 {
+		st.pttl = time.Duration(ms) * time.Millisecond
+	}
+	st.last, _ = res[2].(string)
+	return st, nil
+}
+
+func (b *backend) term(name, value string) baton.Term {
+	if value == "" {
+		return baton.Term{Election: name}
+	}
+	return baton.Term{Election: name, Leader: holderOf(value), Key: b.keys(name).lock}
+}
+
+// observe is owned by Observe's caller through ctx; it closes ch when ctx
+// ends or Redis fails.
+func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- baton.Term) {
+	defer close(ch)
+	cur, last, pttl := st.value, st.last, st.pttl
+	if !send(ctx, ch, b.term(k.name, cur)) {
+		return
+	}
+	for {
+		// Wait for the next change, or for the holder's key to run out.
+		block := time.Minute
+		if cur != "" {
+			block = min(block, max(pttl+5*time.Millisecond, 10*time.Millisecond))
+		}
+		res, err := b.client.XRead(ctx, &goredis.XReadArgs{Streams: []string{k.o, last}, Block: block, Count: 64}).Result()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return
+		}
+		for _, s := range res {
+			for _, m := range s.Messages {
+				last = m.ID
+				v, _ := m.Values["v"].(string)
+				if v != cur {
+					cur = v
+					if !send(ctx, ch, b.term(k.name, cur)) {
+						return
+					}
+				}
+			}
+		}
+		// Look at the key: an expired holder left no entry.
+		now, err := b.state(ctx, k)
+		if err != nil {
+			return
+		}
+		pttl = now.pttl
+		if cur != "" && now.value != cur && now.last == last {
+			// No change is waiting in the stream, yet the holder is not
+			// the last one it named: that one expired. The stream tells
+			// who comes next.
+			cur = ""
+			if !send(ctx, ch, b.term(k.name, "")) {
+				return
+			}
+		}
+	}
+}
+
+func send(ctx context.Context, ch chan<- baton.Term, t baton.Term) bool {
+	select {
+	case ch <- t:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
