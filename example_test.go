@@ -3,6 +3,7 @@ package baton_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,4 +89,77 @@ func ExampleFencedLocker_Run() {
 	_ = db.QueryRow(`SELECT count(*) FROM invoices`).Scan(&n)
 	fmt.Println("invoices:", n)
 	// Output: invoices: 3
+}
+
+// runScheduler is the README's election example: one replica runs the
+// nightly scheduler for as long as it leads; the others wait their turn.
+func runScheduler(ctx context.Context, locker *baton.FencedLocker, schedule func(ctx context.Context, token baton.Token) error) error {
+	for {
+		// Run campaigns (blocks until this replica leads), runs schedule in
+		// a context cancelled when leadership is lost or ctx ends, waits
+		// for it to return, and resigns.
+		err := locker.Run(ctx, "scheduler", nil, func(ctx context.Context, lease *baton.FencedLease) error {
+			return schedule(ctx, lease.Token())
+		})
+		switch {
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case errors.Is(err, baton.ErrLeaseLost):
+			continue // leadership lost: campaign again
+		default:
+			return err
+		}
+	}
+}
+
+// Example_leaderElection runs the scheduler on one replica and
+// watches who leads from another.
+func Example_leaderElection() {
+	ctx := context.Background()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdEndpoint}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	locker, err := etcd.New(client, baton.WithTTL(15*time.Second), baton.WithHolder("replica-1"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer locker.Close()
+
+	// Anyone can watch the election: every change of leader, in order.
+	watch, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	terms, err := locker.Observe(watch, "scheduler")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("leader:", describe(<-terms))
+
+	night, endNight := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- runScheduler(night, locker, func(ctx context.Context, token baton.Token) error {
+			<-ctx.Done() // schedule jobs until leadership or the night ends
+			return nil
+		})
+	}()
+	fmt.Println("leader:", describe(<-terms))
+	endNight()
+	<-done
+	fmt.Println("leader:", describe(<-terms))
+	// Output:
+	// leader: none
+	// leader: replica-1
+	// leader: none
+}
+
+func describe(t baton.Term) string {
+	if t.NoLeader() {
+		return "none"
+	}
+	return t.Leader
 }
