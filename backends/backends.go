@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/postgres"
 	"github.com/baton-go/baton/redis"
 	"github.com/baton-go/baton/redlock"
 )
@@ -19,9 +20,11 @@ import (
 // All maps each URL scheme to its backend.
 func All() baton.Openers {
 	return baton.Openers{
-		"etcd":    etcd.Open,
-		"redis":   redis.Open,
-		"redlock": redlock.Open,
+		"etcd":       etcd.Open,
+		"postgres":   postgres.Open,
+		"postgresql": postgres.Open,
+		"redis":      redis.Open,
+		"redlock":    redlock.Open,
 	}
 }
 

@@ -82,7 +82,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 	}
 	switch u.Scheme {
 	case "postgres", "postgresql":
-		s, err := postgres.Open(ctx, rawURL, postgres.WithCreate(o.create))
+		s, err := postgres.Open(ctx, stripLockParams(u), postgres.WithCreate(o.create))
 		if err != nil {
 			return nil, err
 		}
@@ -100,6 +100,22 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 	}
 	return nil, &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
 		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", u.Scheme)}
+}
+
+// lockParams are the query parameters a postgres:// backend URL gives the
+// lock service (see package postgres, the lock backend); they mean nothing
+// to the fence store, so one URL can name both.
+var lockParams = []string{"ttl", "renew-every", "request-timeout", "table"}
+
+// stripLockParams returns u without the lock service's parameters.
+func stripLockParams(u *url.URL) string {
+	q := u.Query()
+	for _, p := range lockParams {
+		q.Del(p)
+	}
+	v := *u
+	v.RawQuery = q.Encode()
+	return v.String()
 }
 
 // sqliteURL returns the file path and options of a sqlite: URL.

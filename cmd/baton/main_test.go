@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,6 +14,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/baton-go/baton/internal/testsvc"
 )
 
 // mainEnv makes the test binary act as the baton command, so the tests run
@@ -28,8 +31,19 @@ func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(realMain())
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	pg.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
+
+// pg is the PostgreSQL the tests share, started on first use.
+var pg testsvc.Postgres
 
 // realMain is main without os.Exit, for the re-executed test binary.
 func realMain() int {

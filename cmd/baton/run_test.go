@@ -390,3 +390,26 @@ func TestRun_Redis(t *testing.T) {
 		oneLine(t, r)
 	}
 }
+
+// TestRun_Postgres: PostgreSQL as the lock service and the fence store, in
+// one database: tokens from its sequence, the fence raised before the
+// command runs.
+func TestRun_Postgres(t *testing.T) {
+	dsn := pg.Database(t) + "&ttl=2s" // one URL for both: the fence ignores the lock's parameters
+	if r := runInProcess("fence", "init", "--store", dsn); r.code != 0 {
+		t.Fatalf("fence init: %s", r.stderr)
+	}
+	var prev int64
+	for i := range 3 {
+		r := runBaton(t, nil, "run", "--backend", dsn, "--fence", dsn, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN"`)
+		tok, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
+		if r.code != 0 || err != nil || tok <= prev {
+			t.Fatalf("run %d: exit %d, token %q after %d, stderr %q", i, r.code, r.stdout, prev, r.stderr)
+		}
+		prev = tok
+	}
+	r := runInProcess("fence", "show", "--store", dsn, "invoices")
+	if r.code != 0 || !strings.Contains(r.stdout, strconv.FormatInt(prev, 10)) {
+		t.Fatalf("fence show: %q %q; want the newest token %d", r.stdout, r.stderr, prev)
+	}
+}

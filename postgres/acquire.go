@@ -1,0 +1,209 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton"
+)
+
+// Timing of a waiter's own re-checks.
+const (
+	// recheckMargin is added to the time the database says a lease or a
+	// waiter's row has left, so that the re-check lands after it ended.
+	recheckMargin = time.Millisecond
+	// minRecheck keeps a waiter that lost a race from spinning.
+	minRecheck = time.Millisecond
+)
+
+// errTooSlow means an acquisition was confirmed only after the lease's
+// local deadline, so the lease was given back at once.
+var errTooSlow = errors.New("the lock was granted, but the answer came after the lease's local deadline")
+
+// Acquire implements baton.Backend.
+//
+// One statement (attemptSQL, after locking the row in the same round trip)
+// takes the lock when its row is free or expired by the database's clock
+// and no live waiter is queued ahead; with req.Wait it queues the caller in
+// the same statement when it cannot. A release hands the lock to the first
+// waiter in the same transaction and NOTIFYs it with its token, so the
+// waiter holds the lock without another round trip. A waiter also looks again on its own, when the holder's lease
+// or the place of the waiter ahead of it ends by the database's clock (as
+// the database reported it), and at least every RenewEvery, which keeps
+// its own place alive; that look claims a hand-off whose NOTIFY was lost.
+// Waiters get the lock in the order they queued.
+func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	var key string
+	var wake <-chan int64
+	if req.Wait {
+		lis, err := b.listener(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Known to the listener before the statement that queues us can
+		// commit, so its NOTIFY cannot arrive unrouted.
+		key = strconv.FormatUint(b.waiterSeq.Add(1), 10)
+		wake = lis.register(key)
+		defer lis.unregister(key)
+	}
+	var ticket int64 // our place in the queue, once queued
+	defer func() {
+		if ticket != 0 {
+			b.leaveQueue(ctx, req.Name, ticket)
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		sent := time.Now()
+		r, err := b.attempt(ctx, req, ticket, key)
+		if err != nil {
+			return nil, err
+		}
+		if r.ticket != nil {
+			ticket = *r.ticket
+		}
+		if r.token != nil {
+			ticket = 0 // the statement took us off the queue
+			h, err := b.held(ctx, req.Name, baton.Token(*r.token), sent)
+			if errors.Is(err, errTooSlow) && req.Wait && ctx.Err() == nil {
+				continue
+			}
+			return h, err
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if !req.Wait {
+			return nil, r.notAcquired(req.Name)
+		}
+		timer.Reset(r.recheckIn(b.cfg.RenewEvery))
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-timer.C:
+		case token := <-wake:
+			// Handed to us. The lease was granted after our last
+			// statement was sent, so it lasts at least TTL from then:
+			// that is the keeper's start. If that leaves too little,
+			// look again instead, which claims and extends it.
+			if token > 0 && time.Since(sent) < (b.cfg.TTL-b.cfg.Drift)/2 {
+				ticket = 0 // the hand-off took us off the queue
+				return b.held(ctx, req.Name, baton.Token(token), sent)
+			}
+		}
+	}
+}
+
+// result is what attemptSQL returns.
+type result struct {
+	token       *int64   // set when acquired
+	ticket      *int64   // set when queued (or still queued)
+	holder      *string  // the holder when the statement began, if any
+	holderToken *int64   // its token
+	holderLeft  *float64 // seconds its lease has left by the database's clock; nil when expired
+	ahead       int64    // live waiters queued ahead of us
+	aheadLeft   *float64 // seconds until the soonest of their rows expires
+	next        *string  // the first of them's holder identity
+}
+
+// attempt runs attemptSQL after locking the lock's row, in one round trip
+// and one transaction: attemptSQL then reads the queue with a snapshot
+// taken under the row's lock, so it sees every hand-off and every waiter
+// that came and went before it (a snapshot taken before waiting for the
+// lock could count waiters that have since left, and queue behind them
+// while the lock stays free).
+func (b *backend) attempt(ctx context.Context, req baton.Request, ticket int64, key string) (result, error) {
+	b.attempts.Add(1)
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	var r result
+	var batch pgx.Batch
+	batch.Queue(b.sql.lockRow, req.Name)
+	batch.Queue(b.sql.attempt, req.Name, req.Holder, b.cfg.TTL, ticket, req.Wait, b.channel, key, b.now()).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&r.token, &r.ticket, &r.holder, &r.holderToken, &r.holderLeft, &r.ahead, &r.aheadLeft, &r.next)
+	})
+	if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
+		return r, b.fail(ctx, fmt.Sprintf("acquire %q", req.Name), err)
+	}
+	return r, nil
+}
+
+// notAcquired says who holds the lock; a lock that is free but has waiters
+// queued is being handed to the first of them, who is named instead.
+func (r result) notAcquired(name string) error {
+	e := &baton.NotAcquiredError{Name: name}
+	switch {
+	case r.holderLeft != nil && r.holder != nil && r.holderToken != nil:
+		e.Holder, e.Token = *r.holder, baton.Token(*r.holderToken)
+	case r.next != nil:
+		e.Holder = *r.next + " (first in line)"
+	}
+	return e
+}
+
+// recheckIn is how long a waiter sleeps unless woken: until the holder's
+// lease ends (when first in line) or the row of the first waiter ahead
+// expires (when not), as the database reported it, and never longer than
+// bound.
+func (r result) recheckIn(bound time.Duration) time.Duration {
+	left := r.holderLeft
+	if r.ahead > 0 {
+		left = r.aheadLeft
+	}
+	if left == nil {
+		return minRecheck // free when the statement began, and still not ours: look again
+	}
+	d := seconds(*left) + recheckMargin
+	return max(min(d, bound), minRecheck)
+}
+
+// held makes the hold for a granted lease, or gives the lease back when
+// the caller gave up or the grant came too late to be of use.
+func (b *backend) held(ctx context.Context, name string, token baton.Token, sent time.Time) (baton.Hold, error) {
+	if ctx.Err() != nil {
+		b.freeDetached(ctx, name, token)
+		return nil, context.Cause(ctx)
+	}
+	if took := time.Since(sent); took >= b.cfg.TTL-b.cfg.Drift {
+		b.freeDetached(ctx, name, token)
+		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("acquire %q: %w (it took %v; TTL %v)", name, errTooSlow, took.Round(time.Millisecond), b.cfg.TTL)}
+	}
+	h := newHold(b, name, token, sent)
+	if !b.track(h) {
+		_ = h.end(ctx, baton.ErrClosed)
+		return nil, baton.ErrClosed
+	}
+	return h, nil
+}
+
+func (b *backend) freeDetached(ctx context.Context, name string, token baton.Token) {
+	fctx, cancel := b.detached(ctx)
+	defer cancel()
+	if err := b.free(fctx, name, token); err != nil {
+		b.cfg.Logger.Warn("could not give back a lease nobody will use", "lock", name, "token", int64(token), "err", err)
+	}
+}
+
+// leaveQueue takes us off the queue. If the lock was handed to us
+// meanwhile (or an acquisition we never heard back from took it), it frees
+// it and hands it on; all under the row's lock, so no hand-off can pick us
+// after we left.
+func (b *backend) leaveQueue(ctx context.Context, name string, ticket int64) {
+	fctx, cancel := b.detached(ctx)
+	defer cancel()
+	var batch pgx.Batch
+	batch.Queue(b.sql.lockRow, name)
+	batch.Queue(b.sql.leave, name, ticket)
+	batch.Queue(b.sql.freeOur, name, ticket)
+	batch.Queue(b.sql.handOff, name)
+	if err := b.pool.SendBatch(fctx, &batch).Close(); err != nil {
+		b.cfg.Logger.Warn("could not leave the queue; the place expires within one TTL", "lock", name, "ticket", ticket, "err", err)
+	}
+}

@@ -1,0 +1,193 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+)
+
+// MinTTL is the shortest lease TTL accepted. A lease must outlive a
+// renewal's round trip, a commit and a scheduling delay on a loaded client
+// several times over, since it is renewed every TTL/3 by default; below a
+// second, a busy client or a slow commit loses leases it still holds.
+const MinTTL = time.Second
+
+// backend implements baton.FencedBackend on a pgx pool.
+type backend struct {
+	pool    *pgxpool.Pool
+	owned   bool // close the pool on Close
+	cfg     baton.Config
+	n       names
+	sql     statements
+	where   string // host:port/database, for messages; never a password
+	channel string // this Locker's NOTIFY channel
+
+	// now is the client's wall clock. It is used only for holder_clock, a
+	// record of what the holder believed the time was; expiry is never
+	// computed from it. Tests replace it to play a client with a wrong
+	// clock.
+	now func() time.Time
+
+	waiterSeq atomic.Uint64 // numbers this Locker's waiters
+	attempts  atomic.Int64  // acquisition statements sent, for tests
+	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
+
+	lisMu sync.Mutex // held while the listener starts
+	lis   *listener  // started by the first wait; guarded by lisMu
+
+	mu     sync.Mutex
+	holds  map[*hold]struct{}
+	closed bool
+}
+
+var _ baton.FencedBackend = (*backend)(nil)
+
+// New returns a FencedLocker on pool, creating the lock tables if they are
+// missing (see Init). The pool stays the caller's: closing the Locker does
+// not close it. Waiters listen for wake-ups on one extra connection per
+// Locker, made with the pool's connection settings, opened by the first
+// Acquire that has to wait and closed by Close.
+//
+// Options: baton.WithTTL (at least MinTTL; default 15s), baton.WithPrefix
+// (the lease table, default DefaultTable, optionally schema-qualified), and
+// the rest of baton's. An unreachable server is an error wrapping
+// baton.ErrUnavailable; a bad option a *baton.OptionError.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...baton.Option) (*baton.FencedLocker, error) {
+	b, err := newBackend(ctx, pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	return baton.NewFencedLocker(b, b.cfg), nil
+}
+
+func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*backend, error) {
+	if pool == nil {
+		return nil, &baton.OptionError{Option: "pgx pool", Value: "nil", Reason: "pass a *pgxpool.Pool, or use Dial"}
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(MinTTL); err != nil {
+		return nil, err
+	}
+	n, err := newNames(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Prefix = n.table
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails on Linux; a zero id is still a valid channel
+	b := &backend{
+		pool:    pool,
+		cfg:     cfg,
+		n:       n,
+		sql:     newStatements(n),
+		where:   where(&pool.Config().ConnConfig.Config),
+		channel: "baton." + hex.EncodeToString(id[:]),
+		now:     time.Now,
+		holds:   map[*hold]struct{}{},
+	}
+	if err := b.ensureSchema(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// where names a server and database for messages: host:port/database.
+func where(c *pgconn.Config) string {
+	return fmt.Sprintf("postgres://%s:%d/%s", c.Host, c.Port, c.Database)
+}
+
+// TokenSource implements baton.FencedBackend.
+func (b *backend) TokenSource() string {
+	return "PostgreSQL sequence " + b.n.tokenSeq + ", drawn under the lease row's lock"
+}
+
+// op bounds one request by the request timeout. The request is detached
+// from ctx's cancellation: a statement is never cut off half way by the
+// caller (the server could still commit it, leaving a lease nobody knows
+// of); the caller's cancellation is looked at once it returns.
+func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), b.cfg.RequestTimeout)
+}
+
+// detached bounds cleanup (a release, a waiter leaving the queue) by the
+// release timeout, whatever became of ctx.
+func (b *backend) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
+}
+
+// fail classifies err from a request made for a caller whose context is
+// ctx: the caller's cancellation, or the lock service failing.
+func (b *backend) fail(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		err = fmt.Errorf("%w; the lock tables %s were dropped after this Locker was built: create them again with postgres.Init", err, b.n.table)
+	}
+	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
+}
+
+// Close ends every hold (freeing its lease row, so the next waiter gets the
+// lock at once), stops the listener and closes the pool if Dial made it.
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	holds := make([]*hold, 0, len(b.holds))
+	for h := range b.holds {
+		holds = append(holds, h)
+	}
+	b.mu.Unlock()
+	b.lisMu.Lock() // waits for a listener being started
+	lis := b.lis
+	b.lis = nil
+	b.lisMu.Unlock()
+
+	var errs []error
+	for _, h := range holds {
+		errs = append(errs, h.end(context.Background(), baton.ErrClosed))
+	}
+	if lis != nil {
+		lis.stop()
+	}
+	if b.owned {
+		b.pool.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func (b *backend) track(h *hold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.holds[h] = struct{}{}
+	return true
+}
+
+func (b *backend) untrack(h *hold) {
+	b.mu.Lock()
+	delete(b.holds, h)
+	b.mu.Unlock()
+}

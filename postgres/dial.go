@@ -1,0 +1,204 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+)
+
+// urlParams are baton's own query parameters, taken out of a URL before
+// the rest reaches pgx.
+var urlParams = []string{"ttl", "renew-every", "request-timeout", "table"}
+
+// Dial connects to the PostgreSQL database at dsn (a postgres:// URL or a
+// key=value string, as pgx accepts), checks that it answers within the
+// request timeout, creates the lock tables if they are missing, and returns
+// a FencedLocker that owns its pool: closing the Locker closes it. Unless
+// dsn sets application_name, the Locker's connections carry
+// "baton HOLDER", so pg_stat_activity shows whose they are.
+func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedLocker, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: redactDSN(dsn), Reason: parseReason(err)}
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	cc := pcfg.ConnConfig
+	if cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = appName(cfg.Holder)
+	}
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = cfg.RequestTimeout
+	}
+	w := where(&cc.Config)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, &baton.UnavailableError{Where: w, Err: err}
+	}
+	// pgxpool connects lazily; one round trip says whether anyone answers.
+	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	err = pool.Ping(pctx)
+	cancel()
+	if err != nil {
+		pool.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)
+		}
+		return nil, &baton.UnavailableError{Where: w, Err: err}
+	}
+	b, err := newBackend(ctx, pool, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b.owned = true
+	return baton.NewFencedLocker(b, b.cfg), nil
+}
+
+// appName is the default application_name: "baton HOLDER", cut to
+// PostgreSQL's 63 bytes.
+func appName(holder string) string {
+	s := "baton " + holder
+	for len(s) > maxIdentLen {
+		s = s[:len(s)-1]
+	}
+	return strings.ToValidUTF8(s, "")
+}
+
+// Open implements baton.Opener for URLs of the form
+//
+//	postgres://[user[:password]@]host[:port]/database[?param=value&...]
+//	postgresql://...
+//
+// baton's own parameters are ttl, renew-every and request-timeout (Go
+// durations such as 15s) and table (the lease table, as baton.WithPrefix);
+// options passed in opts override them. Every other parameter (sslmode,
+// connect_timeout, application_name, ...) goes to pgx as it is.
+func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+	dsn, urlOpts, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	fl, err := Dial(ctx, dsn, append(urlOpts, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return fl.Locker(), nil
+}
+
+// ParseURL splits a postgres:// or postgresql:// URL into the DSN for pgx,
+// without baton's own parameters, and the options those parameters set.
+// Its errors are *baton.OptionError and never show the password.
+func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
+	bad := func(reason string) error {
+		return &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Printable(redactURL(u)), Reason: reason}
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return "", nil, bad(`scheme must be "postgres" or "postgresql"`)
+	}
+	if u.Opaque != "" {
+		return "", nil, bad("want postgres://[user@]host[:port]/database")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", nil, bad("the query is malformed; write it as ?key=value&key=value")
+	}
+	for k, vs := range q {
+		if !slices.Contains(urlParams, k) {
+			continue
+		}
+		v := vs[len(vs)-1]
+		q.Del(k)
+		if k == "table" {
+			if _, err := newNames(v); err != nil {
+				var oe *baton.OptionError
+				if errors.As(err, &oe) {
+					return "", nil, bad("table=" + oe.Value + " " + oe.Reason)
+				}
+				return "", nil, bad(err.Error())
+			}
+			opts = append(opts, baton.WithPrefix(v))
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return "", nil, bad(fmt.Sprintf("%s=%q is not a duration such as 15s", k, baton.Printable(v)))
+		}
+		switch k {
+		case "ttl":
+			opts = append(opts, baton.WithTTL(d))
+		case "renew-every":
+			opts = append(opts, baton.WithRenewEvery(d))
+		case "request-timeout":
+			opts = append(opts, baton.WithRequestTimeout(d))
+		}
+	}
+	rest := *u
+	rest.RawQuery = q.Encode()
+	dsn = rest.String()
+	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		return "", nil, bad(parseReason(err))
+	}
+	return dsn, opts, nil
+}
+
+// parseReason returns what pgx found wrong with a connection string,
+// without the string, which may hold a password.
+func parseReason(err error) string {
+	msg := err.Error()
+	var pce *pgconn.ParseConfigError
+	if errors.As(err, &pce) {
+		msg = "cannot parse it"
+		if inner := errors.Unwrap(pce); inner != nil {
+			msg = inner.Error()
+		}
+		if pce.ConnString != "" {
+			msg = strings.ReplaceAll(msg, pce.ConnString, redactDSN(pce.ConnString))
+		}
+	}
+	return baton.Printable(msg) + "; write it as postgres://user@host:port/database"
+}
+
+// redactURL shows u without its password, in the user part or the query.
+func redactURL(u *url.URL) string {
+	c := *u
+	if q, err := url.ParseQuery(c.RawQuery); err == nil {
+		for _, k := range []string{"password", "sslpassword"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
+		c.RawQuery = q.Encode()
+	} else {
+		c.RawQuery = "..."
+	}
+	return c.Redacted()
+}
+
+var kvPassword = regexp.MustCompile(`(?i)((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+
+// redactDSN shows a URL or key=value connection string without passwords.
+func redactDSN(dsn string) string {
+	if strings.Contains(dsn, "://") {
+		if u, err := url.Parse(dsn); err == nil {
+			return baton.Printable(redactURL(u))
+		}
+		dsn = baton.Redact(dsn)
+	}
+	return baton.Printable(kvPassword.ReplaceAllString(dsn, "${1}xxxxx"))
+}

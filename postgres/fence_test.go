@@ -1,0 +1,107 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton"
+	fencepg "github.com/baton-go/baton/fence/postgres"
+	"github.com/baton-go/baton/postgres"
+)
+
+// TestCheckLease_WithFence writes invoices through a fence/postgres Store
+// in the same database as the locks, checking the lease in the same
+// transaction as the fence (the guide's save_invoice, plus the lease).
+// The lease check closes the guide's first gap: once A's lease has expired
+// by the database's clock, A's writes are refused even though B has not
+// raised the fence yet; once B has, the fence refuses them too.
+func TestCheckLease_WithFence(t *testing.T) {
+	const ttl = time.Second
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("runner-1"))
+	b := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("runner-2"))
+	// The fence writes through one connection of its own, as the guide's
+	// save_invoice does.
+	conn, err := pgx.Connect(timeout(t, 10*time.Second), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	store, err := fencepg.New(timeout(t, 10*time.Second), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, admin, `CREATE TABLE invoices (client_id int PRIMARY KEY, token bigint NOT NULL)`)
+
+	save := func(lease *baton.FencedLease, client int) error {
+		return store.WithTx(timeout(t, 10*time.Second), "invoices", lease.Token(), func(ctx context.Context, tx pgx.Tx) error {
+			if err := postgres.CheckLease(ctx, tx, lease); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO invoices VALUES ($1, $2) ON CONFLICT (client_id) DO NOTHING`, client, int64(lease.Token()))
+			return err
+		})
+	}
+
+	la, err := a.Acquire(timeout(t, 10*time.Second), "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := save(la, 1); err != nil {
+		t.Fatalf("A's write while it holds the lease: %v", err)
+	}
+
+	// A's lease ends by the database's clock; nobody has taken the lock.
+	execSQL(t, admin, `UPDATE baton_lock SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE name = 'invoices'`)
+	err = save(la, 2)
+	if !errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("A's write after its lease expired: %v, want ErrLeaseLost", err)
+	}
+	var lost *baton.LostError
+	if !errors.As(err, &lost) || lost.Token != la.Token() {
+		t.Errorf("error %v is not a *LostError for token %d", err, la.Token())
+	}
+	// The fence alone would still have taken it: the guide's first gap.
+	if err := store.Raise(timeout(t, 10*time.Second), "invoices", la.Token()); err != nil {
+		t.Fatalf("fence refused A's token before B raised it: %v", err)
+	}
+
+	lb, err := b.Acquire(timeout(t, 10*time.Second), "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := save(lb, 2); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	err = save(la, 3)
+	var stale *baton.StaleTokenError
+	if !errors.As(err, &stale) || stale.Got != la.Token() || stale.Newest != lb.Token() {
+		t.Fatalf("A's write after B raised the fence: %v, want a *StaleTokenError (got %d, newest %d)", err, la.Token(), lb.Token())
+	}
+
+	rows, err := admin.Query(timeout(t, 10*time.Second), `SELECT client_id, token FROM invoices ORDER BY client_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (c [2]int64, err error) {
+		err = r.Scan(&c[0], &c[1])
+		return c, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]int64{{1, int64(la.Token())}, {2, int64(lb.Token())}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("invoices %v, want %v", got, want)
+	}
+
+	// A lease of another backend is refused plainly.
+	if err := postgres.CheckLease(context.Background(), admin, nil); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("CheckLease(nil) = %v, want ErrInvalidOption", err)
+	}
+}

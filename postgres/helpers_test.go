@@ -1,0 +1,98 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/postgres"
+)
+
+var pg testsvc.Postgres
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(helperMain(mode))
+	}
+	code := m.Run()
+	pg.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines leaked: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// timeout returns a context that ends after d or with the test.
+func timeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newPool opens a pool on dsn, closed when t ends.
+func newPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// dial returns a Locker on dsn that owns its pool, closed when t ends.
+func dial(t testing.TB, dsn string, opts ...baton.Option) *baton.FencedLocker {
+	t.Helper()
+	fl, err := postgres.Dial(timeout(t, 30*time.Second), dsn, opts...)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { _ = fl.Close() })
+	return fl
+}
+
+// queryRow scans one row of sql into dst.
+func queryRow(t testing.TB, pool *pgxpool.Pool, sql string, args []any, dst ...any) {
+	t.Helper()
+	if err := pool.QueryRow(timeout(t, 10*time.Second), sql, args...).Scan(dst...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// execSQL runs sql.
+func execSQL(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(timeout(t, 10*time.Second), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// waitFor polls cond every 5ms until it holds or d passes. It is for
+// conditions in the database, which offers nothing to wait on.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// queued returns how many live waiters are queued for name.
+func queued(t testing.TB, admin *pgxpool.Pool, name string) int {
+	var n int
+	queryRow(t, admin, `SELECT count(*) FROM baton_lock_waiters WHERE name = $1 AND expires_at > clock_timestamp()`, []any{name}, &n)
+	return n
+}

@@ -1,0 +1,94 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
+)
+
+// hold is one held lease row, renewed by its own keeper. It is lost when a
+// renewal is refused (the row holds another token, or its expiry passed by
+// the database's clock) or when the local deadline passes without a
+// confirmed renewal.
+type hold struct {
+	b     *backend
+	name  string
+	token baton.Token
+	kp    *keeper.Keeper
+
+	endOnce sync.Once
+	endErr  error
+}
+
+func newHold(b *backend, name string, token baton.Token, sent time.Time) *hold {
+	h := &hold{b: b, name: name, token: token}
+	h.kp = keeper.Start(sent, b.cfg, h.renew)
+	return h
+}
+
+func (h *hold) Key() string           { return h.b.n.key(h.name) }
+func (h *hold) Token() baton.Token    { return h.token }
+func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
+func (h *hold) Err() error            { return h.kp.Err() }
+func (h *hold) Deadline() time.Time   { return h.kp.Deadline() }
+
+// renew is the keeper's RenewFunc: one UPDATE that extends the row's expiry
+// from the database's clock, only while the row still holds our token and
+// has not expired. ctx ends at the local deadline.
+func (h *hold) renew(ctx context.Context) error {
+	octx, cancel := context.WithTimeout(ctx, h.b.cfg.RequestTimeout)
+	defer cancel()
+	tag, err := h.b.pool.Exec(octx, h.b.sql.renew, h.name, int64(h.token), h.b.cfg.TTL)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("renew %q: no answer before the local deadline: %w", h.name, err)
+	case err != nil:
+		return h.b.fail(context.Background(), fmt.Sprintf("renew %q", h.name), err)
+	case tag.RowsAffected() == 0:
+		return fmt.Errorf("%w: renewal refused: the lease row of %q in %s no longer holds token %d, or its expiry passed by the database's clock", baton.ErrLeaseLost, h.name, h.b.n.table, h.token)
+	}
+	return nil
+}
+
+// Release frees the row if it still holds our token and wakes the first
+// waiter. Releasing a lost hold returns nil without asking the server: its
+// row has expired or holds another token, and the server may be out of
+// reach, which would only make Release wait.
+func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
+
+// end stops renewing with cause and, unless the hold was already lost,
+// frees the row. It runs once.
+func (h *hold) end(ctx context.Context, cause error) error {
+	h.endOnce.Do(func() {
+		h.kp.Stop(cause)
+		h.b.untrack(h)
+		if !errors.Is(h.kp.Err(), cause) {
+			return // lost before: nothing of ours to free
+		}
+		fctx, cancel := context.WithTimeout(ctx, h.b.cfg.ReleaseTimeout)
+		defer cancel()
+		h.endErr = h.b.free(fctx, h.name, h.token)
+	})
+	return h.endErr
+}
+
+// free releases the row (name, token) and hands the lock to the first
+// waiter, in one round trip and one transaction that holds the row's lock
+// throughout: the waiter it picks is read after every queued waiter has
+// committed its place, and its NOTIFY is sent when the hand-off commits.
+func (b *backend) free(ctx context.Context, name string, token baton.Token) error {
+	var batch pgx.Batch
+	batch.Queue(b.sql.release, name, int64(token))
+	batch.Queue(b.sql.handOff, name)
+	if err := b.pool.SendBatch(ctx, &batch).Close(); err != nil {
+		return b.fail(context.Background(), fmt.Sprintf("release %q", name), fmt.Errorf("%w; the lock stays taken until its TTL runs out", err))
+	}
+	return nil
+}

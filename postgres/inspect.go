@@ -1,0 +1,128 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton"
+)
+
+var (
+	_ baton.Inspector     = (*backend)(nil)
+	_ baton.ForceReleaser = (*backend)(nil)
+)
+
+// Inspect implements baton.Inspector. TTLLeft is computed by the database
+// from its own clock; Since is when the lock was acquired by the
+// database's clock (not the holder's); Waiters counts live waiter rows.
+func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
+	for _, n := range names {
+		if err := baton.ValidateName(n); err != nil {
+			return nil, err
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	var rows pgx.Rows
+	var err error
+	if len(names) == 0 {
+		rows, err = b.pool.Query(octx, b.sql.inspect)
+	} else {
+		rows, err = b.pool.Query(octx, b.sql.inspectNames, names)
+	}
+	if err != nil {
+		return nil, b.fail(ctx, "list locks", err)
+	}
+	var out []baton.LockInfo
+	seen := map[string]bool{}
+	for rows.Next() {
+		var (
+			name    string
+			holder  *string
+			token   *int64
+			since   *time.Time
+			left    *float64
+			waiters int64
+		)
+		if err := rows.Scan(&name, &holder, &token, &since, &left, &waiters); err != nil {
+			rows.Close()
+			return nil, b.fail(ctx, "list locks", err)
+		}
+		if seen[name] { // a name asked for twice
+			continue
+		}
+		seen[name] = true
+		info := baton.LockInfo{Name: name, Waiters: int(waiters)}
+		if holder != nil {
+			info.Holder = *holder
+			info.Key = b.n.key(name)
+			info.Token = baton.Token(deref(token))
+			info.TTLLeft = seconds(deref(left))
+			if since != nil {
+				info.Since = *since
+			}
+		}
+		out = append(out, info)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, b.fail(ctx, "list locks", err)
+	}
+	return out, nil
+}
+
+// ForceRelease implements baton.ForceReleaser: it expires the holder's row
+// now, whoever holds it, and hands the lock to the first waiter. The holder learns of
+// it at its next renewal, which is refused.
+func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
+	if err := baton.ValidateName(name); err != nil {
+		return baton.LockInfo{}, err
+	}
+	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	var batch pgx.Batch
+	info := baton.LockInfo{Name: name, Key: b.n.key(name)}
+	var (
+		token   int64
+		left    float64
+		waiters int64
+		found   bool
+	)
+	batch.Queue(b.sql.lockRow, name)
+	batch.Queue(b.sql.forceRelease, name).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&info.Holder, &token, &info.Since, &left, &waiters)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	batch.Queue(b.sql.handOff, name)
+	if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
+		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
+	}
+	if !found {
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+	}
+	info.Token = baton.Token(token)
+	info.TTLLeft = seconds(left)
+	info.Waiters = int(waiters)
+	return info, nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// seconds turns the database's count of seconds into a Duration, to the
+// microsecond PostgreSQL keeps.
+func seconds(s float64) time.Duration {
+	return time.Duration(s*1e6) * time.Microsecond
+}

@@ -1,0 +1,99 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+func TestInspect_ForceRelease(t *testing.T) {
+	const ttl = 2 * time.Second
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("holder-a"))
+	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("waiter-w"))
+	insp := a.Locker().Backend().(baton.Inspector)
+	fr := a.Locker().Backend().(baton.ForceReleaser)
+
+	la, err := a.Acquire(timeout(t, 10*time.Second), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *baton.FencedLease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(timeout(t, 30*time.Second), "report")
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- l
+	}()
+	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "report") == 1 })
+
+	infos, err := insp.Inspect(timeout(t, 10*time.Second), "report", "free-one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 || infos[0].Name != "free-one" || infos[1].Name != "report" {
+		t.Fatalf("Inspect(report, free-one) = %+v", infos)
+	}
+	if f := infos[0]; f.Holder != "" || f.Token != 0 || f.Waiters != 0 {
+		t.Errorf("free lock shown as %+v", f)
+	}
+	r := infos[1]
+	if r.Holder != "holder-a" || r.Token != la.Token() || r.Key != la.Key() || r.Waiters != 1 {
+		t.Errorf("held lock shown as %+v; want holder-a, token %d, key %s, 1 waiter", r, la.Token(), la.Key())
+	}
+	if r.TTLLeft <= 0 || r.TTLLeft > ttl {
+		t.Errorf("TTLLeft %v, want within (0, %v]", r.TTLLeft, ttl)
+	}
+	if d := time.Since(r.Since); d < -5*time.Second || d > 5*time.Second {
+		t.Errorf("Since %v is %v from now", r.Since, d)
+	}
+	all, err := insp.Inspect(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].Name != "report" {
+		t.Errorf("Inspect() = %+v, want only the held lock", all)
+	}
+
+	info, err := fr.ForceRelease(timeout(t, 10*time.Second), "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Holder != "holder-a" || info.Token != la.Token() || info.Waiters != 1 {
+		t.Errorf("ForceRelease returned %+v", info)
+	}
+	var lw *baton.FencedLease
+	select {
+	case lw = <-got:
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(ttl / 2):
+		t.Fatal("the waiter was not woken by the forced release")
+	}
+	defer lw.Release(context.Background())
+	select {
+	case <-la.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("the forced-out holder did not learn it lost the lease")
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) || !strings.Contains(la.Err().Error(), "refused") {
+		t.Errorf("forced-out holder's Err = %v, want a refused renewal", la.Err())
+	}
+	if lw.Token() <= la.Token() {
+		t.Errorf("token after a forced release %d <= %d", lw.Token(), la.Token())
+	}
+	if _, err := fr.ForceRelease(timeout(t, 10*time.Second), "nobody"); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Errorf("ForceRelease of a free lock = %v, want ErrNotAcquired", err)
+	}
+	if _, err := insp.Inspect(context.Background(), "bad/name"); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("Inspect(bad/name) = %v, want ErrInvalidOption", err)
+	}
+}

@@ -1,0 +1,210 @@
+package postgres
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/baton-go/baton"
+)
+
+// Reconnection of the listener.
+const (
+	relistenMin = 50 * time.Millisecond
+	relistenMax = 2 * time.Second
+)
+
+// listener is a Locker's dedicated connection that LISTENs on the Locker's
+// own channel and routes each NOTIFY to the waiter its payload names,
+// "KEY TOKEN": a release hands the lock to the first live waiter in the
+// queue and notifies only that waiter, on its Locker's channel, with the
+// token it now holds. One release wakes one waiter: no herd.
+//
+// Its goroutine is owned by the listener: stop ends it and waits for it.
+// When the connection breaks it reconnects with backoff and wakes every
+// waiter, since a wake-up may have been lost meanwhile; waiters also look
+// again on their own timers, so a lost NOTIFY delays a waiter, never
+// strands it.
+type listener struct {
+	cfg     *pgx.ConnConfig
+	channel string
+	timeout time.Duration
+	log     *slog.Logger
+	deaf    *atomic.Bool // drop every NOTIFY (tests)
+
+	ctx    context.Context // cancelled by stop
+	cancel context.CancelFunc
+	exited chan struct{}
+
+	mu      sync.Mutex
+	waiters map[string]chan int64
+}
+
+// startListener connects and LISTENs, and returns once the server has
+// confirmed the LISTEN: no NOTIFY sent after it returns is missed.
+func startListener(ctx context.Context, cfg *pgx.ConnConfig, channel string, timeout time.Duration, log *slog.Logger, deaf *atomic.Bool) (*listener, error) {
+	l := &listener{
+		cfg:     cfg,
+		channel: channel,
+		timeout: timeout,
+		log:     log,
+		deaf:    deaf,
+		exited:  make(chan struct{}),
+		waiters: map[string]chan int64{},
+	}
+	conn, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	go l.run(conn)
+	return l, nil
+}
+
+func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, l.cfg.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(cctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
+		l.close(conn)
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (l *listener) close(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// run is the listener's goroutine.
+func (l *listener) run(conn *pgx.Conn) {
+	defer close(l.exited)
+	backoff := relistenMin
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for {
+		for conn != nil {
+			n, err := conn.WaitForNotification(l.ctx)
+			if err != nil {
+				l.close(conn)
+				conn = nil
+				if l.ctx.Err() != nil {
+					return
+				}
+				l.log.Warn("lock wake-up listener lost its connection; reconnecting", "channel", l.channel, "err", err)
+				l.wakeAll()
+				break
+			}
+			if n == nil || l.deaf.Load() {
+				continue
+			}
+			key, tok, _ := strings.Cut(n.Payload, " ")
+			token, _ := strconv.ParseInt(tok, 10, 64)
+			l.wake(key, token)
+		}
+		timer.Reset(backoff)
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		c, err := l.connect(l.ctx)
+		if err != nil {
+			if l.ctx.Err() != nil {
+				return
+			}
+			backoff = min(2*backoff, relistenMax)
+			continue
+		}
+		backoff = relistenMin
+		conn = c
+		l.wakeAll() // anything sent while we were away is lost: look again
+	}
+}
+
+// register returns the channel the waiter key is signalled on: with the
+// token it was handed, or 0 to look again. It holds at most one signal (a
+// token wins over 0) and is never closed.
+func (l *listener) register(key string) <-chan int64 {
+	ch := make(chan int64, 1)
+	l.mu.Lock()
+	l.waiters[key] = ch
+	l.mu.Unlock()
+	return ch
+}
+
+func (l *listener) unregister(key string) {
+	l.mu.Lock()
+	delete(l.waiters, key)
+	l.mu.Unlock()
+}
+
+func (l *listener) wake(key string, token int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	signal(l.waiters[key], token)
+}
+
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ch := range l.waiters {
+		signal(ch, 0)
+	}
+}
+
+// signal leaves v in ch, or keeps the one there if it is larger. The
+// waiter only receives, and l.mu orders the senders.
+func signal(ch chan int64, v int64) {
+	if ch == nil {
+		return
+	}
+	select {
+	case old := <-ch:
+		v = max(v, old)
+	default:
+	}
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+// stop ends the goroutine, closing the connection, and waits for it.
+func (l *listener) stop() {
+	l.cancel()
+	<-l.exited
+}
+
+// listener returns the Locker's listener, starting it on first use.
+func (b *backend) listener(ctx context.Context) (*listener, error) {
+	b.lisMu.Lock()
+	defer b.lisMu.Unlock()
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, baton.ErrClosed
+	}
+	if b.lis != nil {
+		return b.lis, nil
+	}
+	l, err := startListener(ctx, b.pool.Config().ConnConfig, b.channel, b.cfg.RequestTimeout, b.cfg.Logger, &b.deaf)
+	if err != nil {
+		return nil, b.fail(ctx, "listen for wake-ups", err)
+	}
+	b.lis = l
+	return l, nil
+}

@@ -1,0 +1,43 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/postgres"
+)
+
+// factory builds the conformance factory for the database at dsn. Each
+// client has its own pool, as a process would.
+func factory(t *testing.T, dsn string) batontest.Factory {
+	admin := newPool(t, dsn)
+	return batontest.Factory{
+		TTL:    postgres.MinTTL,
+		Fenced: true,
+		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
+			pool, err := pgxpool.New(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			fl, err := postgres.New(timeout(t, 10*time.Second), pool, opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			return batontest.Client{Locker: fl.Locker(), Crash: pool.Close}, nil
+		},
+		// The row's expiry moved to the past, as if its TTL had run out.
+		Expire: func(t testing.TB, l *baton.Lease) {
+			execSQL(t, admin, `UPDATE baton_lock SET expires_at = '-infinity' WHERE name = $1`, l.Name())
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	batontest.Run(t, factory(t, pg.Database(t)))
+}

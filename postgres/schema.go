@@ -1,0 +1,86 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+)
+
+// Execer runs a statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Init creates the lock tables and sequences for table ("" means
+// DefaultTable) if they do not exist: the lease table, its waiters table
+// and the token and ticket sequences, as shown in the package
+// documentation. It is safe to run again, and from several processes at
+// once. New and Dial run it when the tables are missing; run it yourself
+// (or the SQL) where the Locker's database user may not create tables.
+func Init(ctx context.Context, db Execer, table string) error {
+	n, err := newNames(table)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return &baton.OptionError{Option: "db", Value: "nil", Reason: "pass a *pgxpool.Pool or a *pgx.Conn"}
+	}
+	// No arguments: pgx sends it with the simple protocol, all statements
+	// in one implicit transaction, so the advisory lock covers them all.
+	if _, err := db.Exec(ctx, n.replacer().Replace(createSQL)); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("create lock tables %s: %w", n.table, context.Cause(ctx))
+		}
+		return &baton.UnavailableError{Where: whereOf(db), Err: fmt.Errorf("create lock tables %s: %w%s", n.table, err, privilegeHint(err))}
+	}
+	return nil
+}
+
+// ensureSchema creates the tables unless they all exist already, so a
+// user without CREATE privilege works once they do.
+func (b *backend) ensureSchema(ctx context.Context) error {
+	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	var ok bool
+	err := b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq).Scan(&ok)
+	if err != nil {
+		return b.fail(ctx, "look for the lock tables", fmt.Errorf("%w; check the URL, and that the server is up", err))
+	}
+	if ok {
+		return nil
+	}
+	if _, err := b.pool.Exec(octx, b.sql.create); err != nil {
+		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, privilegeHint(err)))
+	}
+	return nil
+}
+
+// privilegeHint says what to do when the user may not create the tables.
+func privilegeHint(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42501" || pgErr.Code == "3F000") { // insufficient_privilege, invalid_schema_name
+		return "; create them once as a user who may (postgres.Init, or the SQL in the postgres package documentation), and grant this user SELECT, INSERT, UPDATE, DELETE on the tables and USAGE on the sequences"
+	}
+	return ""
+}
+
+// whereOf names the server behind db, when db says.
+func whereOf(db any) string {
+	switch db := db.(type) {
+	case interface{ Config() *pgx.ConnConfig }: // *pgx.Conn
+		return where(&db.Config().Config)
+	case interface{ Conn() *pgx.Conn }: // pgx.Tx, *pgxpool.Conn
+		if c := db.Conn(); c != nil {
+			return where(&c.Config().Config)
+		}
+	case interface{ Config() *pgxpool.Config }:
+		return where(&db.Config().ConnConfig.Config)
+	}
+	return ""
+}

@@ -1,0 +1,190 @@
+package postgres
+
+import "strings"
+
+// statements is the SQL one Locker runs, built once from its table name.
+// Every decision about time is made by the database's clock_timestamp();
+// the client sends the TTL as an interval, never a point in time. The doc
+// comment of the package shows them with the default names.
+//
+// One lock is one row of the lease table, and that row's lock (FOR UPDATE,
+// or the lock ON CONFLICT DO UPDATE takes) serializes everything done to
+// the lock and its queue: acquisitions, renewals, releases, hand-offs and
+// waiters leaving. Tokens are drawn from the sequence only while holding
+// it, so they follow the order in which the lock is held.
+type statements struct {
+	exists string // $1..$4: the quoted names; whether all four objects exist
+	create string // the schema, one simple-protocol round trip
+
+	// attempt takes the lock, claims it when it was handed to us, or
+	// queues for it, in one statement:
+	//   $1 name, $2 holder, $3 TTL (interval), $4 our ticket (0: none yet),
+	//   $5 queue when not acquired, $6 our NOTIFY channel, $7 our waiter
+	//   key, $8 the holder's own clock (recorded, never compared).
+	// It returns: the token when acquired; our ticket when queued; the
+	// holder, its token and the seconds its lease has left by the
+	// database's clock (NULL when expired), as of the statement's start;
+	// the number of live waiters ahead of us, the seconds until the
+	// soonest of their places expires, and the first one's holder.
+	attempt string
+	renew   string // $1 name, $2 token, $3 TTL; one row when extended
+	lockRow string // $1 name; the lock's row, locked for the transaction
+	release string // $1 name, $2 token; frees our row, locks it either way
+	// handOff grants a free lock to the first live waiter, takes it off
+	// the queue and NOTIFYs it with the token: $1 name.
+	handOff string
+	leave   string // $1 name, $2 ticket; leave the queue
+	freeOur string // $1 name, $2 ticket; free a lease handed to ticket
+	// inspect, inspectNames and forceRelease serve baton status and
+	// baton release --force.
+	inspect      string
+	inspectNames string // $1 names (text[])
+	forceRelease string // $1 name
+	check        string // $1 name, $2 token; true while the lease lives
+}
+
+func newStatements(n names) statements {
+	r := n.replacer()
+	return statements{
+		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
+		create:       r.Replace(createSQL),
+		attempt:      r.Replace(attemptSQL),
+		renew:        r.Replace(renewSQL),
+		lockRow:      r.Replace(lockRowSQL),
+		release:      r.Replace(releaseSQL),
+		handOff:      r.Replace(handOffSQL),
+		leave:        r.Replace(leaveSQL),
+		freeOur:      r.Replace(freeOurSQL),
+		inspect:      r.Replace(inspectSQL),
+		inspectNames: r.Replace(inspectNamesSQL),
+		forceRelease: r.Replace(forceReleaseSQL),
+		check:        r.Replace(checkSQL),
+	}
+}
+
+// replacer fills a statement template with n's quoted names.
+func (n names) replacer() *strings.Replacer {
+	return strings.NewReplacer(
+		"{lease}", n.lease,
+		"{waiters}", n.waiters,
+		"{token_seq}", "'"+n.tokenSeq+"'", // nextval takes the name as text
+		"{ticket_seq}", "'"+n.ticketSeq+"'",
+		"{lock_key}", "'"+n.table+"'",
+		"{token_seq_name}", n.tokenSeq,
+		"{ticket_seq_name}", n.ticketSeq,
+	)
+}
+
+// createSQL is the schema. The advisory lock serializes concurrent
+// creators: two CREATE ... IF NOT EXISTS can otherwise both find the name
+// free and one fails on the catalog's unique index.
+const createSQL = `SELECT pg_advisory_xact_lock(hashtext('baton lock schema'), hashtext({lock_key}));
+CREATE SEQUENCE IF NOT EXISTS {token_seq_name} AS bigint;
+CREATE SEQUENCE IF NOT EXISTS {ticket_seq_name} AS bigint;
+CREATE TABLE IF NOT EXISTS {lease} (
+	name         text        PRIMARY KEY,
+	holder       text        NOT NULL,
+	token        bigint      NOT NULL,
+	ticket       bigint      NOT NULL DEFAULT 0,
+	acquired_at  timestamptz NOT NULL,
+	expires_at   timestamptz NOT NULL,
+	holder_clock timestamptz
+);
+CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
+	name       text        NOT NULL,
+	ticket     bigint      NOT NULL,
+	channel    text        NOT NULL,
+	waiter     text        NOT NULL,
+	holder       text        NOT NULL,
+	ttl          interval    NOT NULL,
+	holder_clock timestamptz,
+	expires_at   timestamptz NOT NULL,
+	PRIMARY KEY (name, ticket)
+)`
+
+const attemptSQL = `WITH ahead AS (
+	SELECT count(*) AS n, min(expires_at) AS soonest,
+		(array_agg(holder ORDER BY ticket))[1] AS first
+	FROM {waiters}
+	WHERE name = $1 AND expires_at > clock_timestamp()
+		AND ($4::bigint = 0 OR ticket < $4::bigint)
+), acq AS (
+	INSERT INTO {lease} AS l (name, holder, token, ticket, acquired_at, expires_at, holder_clock)
+	SELECT $1, $2, nextval({token_seq}), CASE WHEN ahead.n = 0 THEN $4::bigint ELSE -1 END,
+		clock_timestamp(), clock_timestamp() + $3::interval, $8::timestamptz
+	FROM ahead
+	ON CONFLICT (name) DO UPDATE SET
+		holder = EXCLUDED.holder,
+		token = CASE WHEN $4::bigint <> 0 AND l.ticket = $4::bigint THEN l.token ELSE nextval({token_seq}) END,
+		ticket = CASE WHEN $4::bigint <> 0 AND l.ticket = $4::bigint THEN l.ticket ELSE EXCLUDED.ticket END,
+		acquired_at = CASE WHEN $4::bigint <> 0 AND l.ticket = $4::bigint THEN l.acquired_at ELSE clock_timestamp() END,
+		expires_at = clock_timestamp() + $3::interval,
+		holder_clock = EXCLUDED.holder_clock
+	WHERE (l.expires_at <= clock_timestamp() AND EXCLUDED.ticket >= 0)
+		OR ($4::bigint <> 0 AND l.ticket = $4::bigint)
+	RETURNING l.token
+), deq AS (
+	DELETE FROM {waiters} WHERE name = $1 AND ticket = $4::bigint AND EXISTS (SELECT FROM acq)
+), reg AS (
+	INSERT INTO {waiters} (name, ticket, channel, waiter, holder, ttl, holder_clock, expires_at)
+	SELECT $1, coalesce(nullif($4::bigint, 0), nextval({ticket_seq})), $6, $7, $2, $3::interval, $8::timestamptz,
+		clock_timestamp() + $3::interval
+	WHERE $5::bool AND NOT EXISTS (SELECT FROM acq)
+	ON CONFLICT (name, ticket) DO UPDATE SET expires_at = EXCLUDED.expires_at, holder_clock = EXCLUDED.holder_clock
+	RETURNING ticket
+)
+SELECT (SELECT token FROM acq), (SELECT ticket FROM reg), cur.holder, cur.token,
+	CASE WHEN cur.expires_at > clock_timestamp() THEN extract(epoch FROM cur.expires_at - clock_timestamp())::float8 END,
+	ahead.n, extract(epoch FROM ahead.soonest - clock_timestamp())::float8, ahead.first
+FROM ahead LEFT JOIN {lease} cur ON cur.name = $1`
+
+const renewSQL = `UPDATE {lease} SET expires_at = clock_timestamp() + $3::interval
+WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`
+
+const lockRowSQL = `SELECT FROM {lease} WHERE name = $1 FOR UPDATE`
+
+// releaseSQL frees the row if it holds our token, and locks it either way
+// (for the hand-off that follows in the same transaction).
+const releaseSQL = `UPDATE {lease} SET expires_at = CASE WHEN token = $2 THEN '-infinity' ELSE expires_at END
+WHERE name = $1`
+
+const handOffSQL = `WITH head AS (
+	SELECT ticket, channel, waiter, holder, ttl, holder_clock FROM {waiters}
+	WHERE name = $1 AND expires_at > clock_timestamp()
+	ORDER BY ticket LIMIT 1
+), handed AS (
+	UPDATE {lease} l SET holder = head.holder, token = nextval({token_seq}), ticket = head.ticket,
+		acquired_at = clock_timestamp(), expires_at = clock_timestamp() + head.ttl, holder_clock = head.holder_clock
+	FROM head WHERE l.name = $1 AND l.expires_at <= clock_timestamp()
+	RETURNING l.token, head.ticket, head.channel, head.waiter
+), gone AS (
+	DELETE FROM {waiters} w USING handed WHERE w.name = $1 AND w.ticket = handed.ticket
+)
+SELECT pg_notify(channel, waiter || ' ' || token) FROM handed`
+
+const leaveSQL = `DELETE FROM {waiters} WHERE name = $1 AND ticket = $2`
+
+const freeOurSQL = `UPDATE {lease} SET expires_at = '-infinity' WHERE name = $1 AND ticket = $2 AND ticket > 0`
+
+const inspectSQL = `SELECT t.name, t.holder, t.token, t.acquired_at,
+	extract(epoch FROM t.expires_at - now())::float8,
+	(SELECT count(*) FROM {waiters} w WHERE w.name = t.name AND w.expires_at > now())
+FROM {lease} t WHERE t.expires_at > now() ORDER BY t.name`
+
+const inspectNamesSQL = `SELECT n.name, t.holder, t.token, t.acquired_at,
+	extract(epoch FROM t.expires_at - now())::float8,
+	(SELECT count(*) FROM {waiters} w WHERE w.name = n.name AND w.expires_at > now())
+FROM unnest($1::text[]) AS n(name)
+LEFT JOIN {lease} t ON t.name = n.name AND t.expires_at > now()
+ORDER BY n.name`
+
+const forceReleaseSQL = `WITH cur AS (
+	SELECT name, holder, token, acquired_at, expires_at FROM {lease}
+	WHERE name = $1 AND expires_at > clock_timestamp() FOR UPDATE
+)
+UPDATE {lease} t SET expires_at = '-infinity' FROM cur WHERE t.name = cur.name
+RETURNING cur.holder, cur.token, cur.acquired_at,
+	greatest(extract(epoch FROM cur.expires_at - clock_timestamp())::float8, 0),
+	(SELECT count(*) FROM {waiters} w WHERE w.name = $1 AND w.expires_at > clock_timestamp())`
+
+const checkSQL = `SELECT EXISTS (SELECT FROM {lease} WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp())`
