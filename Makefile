@@ -26,7 +26,7 @@ lint:
 bench: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 $(PKGS)
 
-## fuzz: a short fuzzing pass over every parser.
+## fuzz: a short fuzzing pass over every URL parser.
+FUZZ_PKGS = . ./etcd/ ./zk/ ./postgres/ ./redis/ ./redlock/
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParseURL -fuzztime 30s .
-	$(GO) test -run '^$$' -fuzz FuzzParseURL -fuzztime 30s ./etcd/
+	for p in $(FUZZ_PKGS); do $(GO) test -run '^$$' -fuzz FuzzParseURL -fuzztime 30s $$p || exit 1; done

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-go/baton/postgres"
 	"github.com/baton-go/baton/redis"
 	"github.com/baton-go/baton/redlock"
+	"github.com/baton-go/baton/zk"
 )
 
 // All maps each URL scheme to its backend.
@@ -25,6 +26,7 @@ func All() baton.Openers {
 		"postgresql": postgres.Open,
 		"redis":      redis.Open,
 		"redlock":    redlock.Open,
+		"zk":         zk.Open,
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 type electFlags struct {
 	backend string
 	ttl     time.Duration
+	ttlSet  bool // --ttl given: it then overrides a ttl= in the URL
 	grace   time.Duration
 	fence   string
 	id      string
@@ -69,6 +70,7 @@ then every change of leader, including "no leader", one line each.`,
 			case len(args) == 1:
 				return usageError("no command after --: baton elect %s -- COMMAND [ARGS...]", args[0])
 			}
+			f.ttlSet = cmd.Flags().Changed("ttl")
 			return lead(cmd, g, f, args[0], args[1:])
 		},
 	}
@@ -91,7 +93,10 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		return err
 	}
 	log := g.logger(stderr)
-	opts := []baton.Option{baton.WithTTL(f.ttl)}
+	var opts []baton.Option
+	if f.ttlSet {
+		opts = append(opts, baton.WithTTL(f.ttl))
+	}
 	if f.id != "" {
 		opts = append(opts, baton.WithHolder(f.id))
 	}
@@ -190,7 +195,7 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
-	locker, err := openBackend(cmd, g, f.backend)
+	locker, err := openBackend(cmd, g, f.backend, baton.WithTTL(lookTTL))
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	pg.Stop()
+	zkSrv.Stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
@@ -42,8 +43,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// pg is the PostgreSQL the tests share, started on first use.
-var pg testsvc.Postgres
+// pg and zkSrv are the PostgreSQL and ZooKeeper the tests share, each
+// started on first use.
+var (
+	pg    testsvc.Postgres
+	zkSrv testsvc.ZooKeeper
+)
 
 // realMain is main without os.Exit, for the re-executed test binary.
 func realMain() int {

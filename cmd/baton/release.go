@@ -29,7 +29,7 @@ the next holder has raised it.`,
 			if !force {
 				return usageError("release frees a lock someone else holds; pass --force to do it: baton release --force %s", name)
 			}
-			locker, err := openBackend(cmd, g, backend)
+			locker, err := openBackend(cmd, g, backend, baton.WithTTL(lookTTL))
 			if err != nil {
 				return err
 			}

@@ -28,6 +28,7 @@ const defaultBackend = "etcd://127.0.0.1:2379"
 type runFlags struct {
 	backend string
 	ttl     time.Duration
+	ttlSet  bool // --ttl given: it then overrides a ttl= in the URL
 	wait    time.Duration
 	grace   time.Duration
 	fence   string
@@ -87,12 +88,13 @@ Exit codes:
 			case len(args) == 1:
 				return usageError("no command after --: baton run %s -- COMMAND [ARGS...]", args[0])
 			}
+			f.ttlSet = cmd.Flags().Changed("ttl")
 			return runLocked(cmd.Context(), g, f, args[0], args[1:], cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.backend, "backend", envOr("BATON_BACKEND", defaultBackend), "lock service URL: etcd://h:p[,h:p], zk://h:p/root, postgres://..., redis://h:p/db, redlock://h:p,h:p,h:p (env BATON_BACKEND)")
-	fl.DurationVar(&f.ttl, "ttl", 15*time.Second, "lease time to live: how soon another server can take over after this one dies")
+	fl.DurationVar(&f.ttl, "ttl", 15*time.Second, "lease time to live: how soon another server can take over after this one dies (overrides the URL's ttl=)")
 	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
 	fl.StringVar(&f.fence, "fence", "", "fence store URL (postgres://... or sqlite:PATH); raise the fence for NAME before COMMAND starts")
@@ -122,7 +124,10 @@ func runLocked(ctx context.Context, g *globals, f runFlags, name string, argv []
 		return usageError("--once needs --fence: the fence store records which runs are done")
 	}
 	log := g.logger(stderr)
-	opts := []baton.Option{baton.WithTTL(f.ttl), baton.WithLogger(log)}
+	opts := []baton.Option{baton.WithLogger(log)}
+	if f.ttlSet {
+		opts = append(opts, baton.WithTTL(f.ttl))
+	}
 	if f.id != "" {
 		opts = append(opts, baton.WithHolder(f.id))
 	}

@@ -413,3 +413,38 @@ func TestRun_Postgres(t *testing.T) {
 		t.Fatalf("fence show: %q %q; want the newest token %d", r.stdout, r.stderr, prev)
 	}
 }
+
+// TestRun_ZooKeeper: a zk:// backend runs the command with a czxid token,
+// works with --fence, and baton status shows its holder and waiters.
+func TestRun_ZooKeeper(t *testing.T) {
+	backend := "zk://" + zkSrv.Addr(t) + "/baton-cli"
+	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	started := filepath.Join(t.TempDir(), "started")
+	holder := startBaton(t, "run", "--backend", backend, "--fence", store, "--ttl", "4s", "--id", "zk-holder", "invoices", "--",
+		"sh", "-c", fmt.Sprintf(`echo "$BATON_TOKEN" > %s; trap 'exit 0' TERM; sleep 60 & wait`, started))
+	waitFor(t, 30*time.Second, func() bool { b, _ := os.ReadFile(started); return len(b) > 0 }, func() string { return holder.stderr.String() })
+	waiter := startBaton(t, "run", "--backend", backend, "--ttl", "4s", "--wait", "30s", "invoices", "--", "true")
+	waitFor(t, 30*time.Second, func() bool {
+		r := runInProcess("status", "--backend", backend, "--json", "invoices")
+		return strings.Contains(r.stdout, `"holder": "zk-holder"`) && strings.Contains(r.stdout, `"waiters": 1`)
+	}, func() string { return runInProcess("status", "--backend", backend, "invoices").stdout })
+	b, _ := os.ReadFile(started)
+	tok, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || tok <= 0 {
+		t.Fatalf("BATON_TOKEN %q", b)
+	}
+	r := runInProcess("fence", "show", "--store", store, "invoices")
+	if !strings.Contains(r.stdout, strconv.FormatInt(tok, 10)) {
+		t.Errorf("fence not raised to the czxid %d: %q", tok, r.stdout)
+	}
+	_ = holder.cmd.Process.Signal(syscall.SIGTERM)
+	if got := holder.wait(t); got.code != 0 {
+		t.Fatalf("holder exit %d: %s", got.code, got.stderr)
+	}
+	if got := waiter.wait(t); got.code != 0 {
+		t.Fatalf("waiter exit %d: %s", got.code, got.stderr)
+	}
+}

@@ -31,7 +31,7 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 					return err
 				}
 			}
-			locker, err := openBackend(cmd, g, backend)
+			locker, err := openBackend(cmd, g, backend, baton.WithTTL(lookTTL))
 			if err != nil {
 				return err
 			}
@@ -55,6 +55,12 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, one array of objects")
 	return cmd
 }
+
+// lookTTL is the TTL of the commands that only look (status, release,
+// elect --observe): they hold no lease, but a backend's session needs one
+// the server accepts (ZooKeeper's maximum session timeout is tickTime x 20,
+// 40s by default; its minimum 4s).
+const lookTTL = 5 * time.Second
 
 // openBackend opens the backend URL with the logger, saying what to do when
 // it cannot be reached.

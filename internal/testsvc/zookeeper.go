@@ -1,0 +1,557 @@
+package testsvc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ZooKeeper start-up and shutdown limits, and where Debian's package keeps
+// its jars.
+const (
+	zkTickTime       = 500 * time.Millisecond // sessions 1s .. 10s
+	zkStartTimeout   = 60 * time.Second       // JVM start-up on a loaded machine
+	zkPollEvery      = 50 * time.Millisecond
+	zkStopTimeout    = 10 * time.Second // SIGTERM, then SIGKILL
+	zkPortTries      = 3
+	zkPackage        = "zookeeper"
+	zkJar            = "/usr/share/java/zookeeper.jar"
+	zkLogJar         = "/usr/share/java/slf4j-simple.jar" // optional: server logs
+	zkMainClass      = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+	zkLogTailLines   = 15
+	zkFourLetterWait = 2 * time.Second
+)
+
+// ZooKeeper is one standalone ZooKeeper server shared by every test of a
+// test binary, started from Debian's zookeeper package (Java and the jars
+// under /usr/share/java). Its zero value is ready to use: the server starts
+// on the first call to Addr or Server, in a temp dir, on a free loopback
+// port, with tickTime 500ms (so sessions may last 1s to 10s), every
+// four-letter command allowed and the admin server off. Declare one in a
+// test file and stop it from TestMain:
+//
+//	var zkServer testsvc.ZooKeeper
+//
+//	func TestMain(m *testing.M) {
+//		code := m.Run()
+//		zkServer.Stop()
+//		os.Exit(code)
+//	}
+//
+// The JVM takes a second or two to start, which is why tests share it. The
+// server is started with PR_SET_PDEATHSIG, so it dies with the test binary
+// even if Stop is never called.
+type ZooKeeper struct {
+	once sync.Once
+	dir  string // temp dir, removed by Stop
+	srv  *ZKServer
+	err  error
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// Addr returns the server's client address, 127.0.0.1:PORT, starting the
+// server on first use. If Java or the jars are missing, or the server does
+// not start, tb is skipped, or fails under BATON_REQUIRE_SERVICES=1.
+func (z *ZooKeeper) Addr(tb testing.TB) string {
+	tb.Helper()
+	return z.Server(tb).Addr
+}
+
+// Server returns the shared server, starting it on first use; see Addr.
+func (z *ZooKeeper) Server(tb testing.TB) *ZKServer {
+	tb.Helper()
+	z.mu.Lock()
+	stopped := z.stopped
+	z.mu.Unlock()
+	if stopped {
+		tb.Fatal("testsvc.ZooKeeper used after Stop")
+	}
+	z.once.Do(func() {
+		z.dir, z.err = os.MkdirTemp("", "baton-zookeeper-")
+		if z.err == nil {
+			z.srv, z.err = startStandalone(z.dir)
+			if z.err != nil {
+				os.RemoveAll(z.dir)
+			}
+		}
+	})
+	if z.err != nil {
+		Unavailable(tb, "ZooKeeper", z.err)
+	}
+	return z.srv
+}
+
+// Stop stops the server, if it was started, and removes its temp dir. It is
+// safe to call more than once.
+func (z *ZooKeeper) Stop() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.stopped {
+		return
+	}
+	z.stopped = true
+	z.once.Do(func() { z.err = errors.New("server stopped before first use") })
+	if z.srv != nil {
+		z.srv.Stop()
+		os.RemoveAll(z.dir)
+	}
+}
+
+// StartZooKeeper starts a standalone server for tb alone (tickTime 500ms,
+// free loopback port, temp dir), stopped when tb ends. Prefer a shared
+// ZooKeeper unless the test stops, kills or restarts the server.
+func StartZooKeeper(tb testing.TB) *ZKServer {
+	tb.Helper()
+	srv, err := startStandalone(tb.TempDir())
+	if err != nil {
+		if errors.As(err, new(*MissingError)) {
+			Unavailable(tb, "ZooKeeper", err)
+		}
+		tb.Fatalf("ZooKeeper did not start: %v", err)
+	}
+	tb.Cleanup(srv.Stop)
+	return srv
+}
+
+// ZKServer is one ZooKeeper server process: standalone, or a member of an
+// ensemble. It can be stopped, killed and started again with the same
+// ports and data.
+type ZKServer struct {
+	// ID is the server's myid in an ensemble, 0 when standalone.
+	ID int
+	// Addr is the client address, 127.0.0.1:PORT.
+	Addr string
+
+	java, dir, cfg string
+	peerPorts      [2]int // quorum and election ports; zero when standalone
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logPath string
+	starts  int
+}
+
+// zkJava finds java and the ZooKeeper jar, or says which package is missing.
+func zkJava() (string, error) {
+	java, err := LookBinary("java", "default-jre-headless", "/usr/lib/jvm/*/bin")
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(zkJar); err != nil {
+		return "", &MissingError{Binary: zkJar, Package: zkPackage}
+	}
+	return java, nil
+}
+
+// zkConfig is a zoo.cfg for one server.
+func zkConfig(dataDir string, clientPort int, members []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tickTime=%d\n", zkTickTime.Milliseconds())
+	b.WriteString("initLimit=20\nsyncLimit=10\n")
+	fmt.Fprintf(&b, "dataDir=%s\n", dataDir)
+	fmt.Fprintf(&b, "clientPort=%d\nclientPortAddress=127.0.0.1\n", clientPort)
+	b.WriteString("4lw.commands.whitelist=*\nadmin.enableServer=false\nmaxClientCnxns=0\n")
+	b.WriteString("reconfigEnabled=false\nstandaloneEnabled=true\n")
+	for _, m := range members {
+		b.WriteString(m + "\n")
+	}
+	return b.String()
+}
+
+// startStandalone writes a config into dir and starts a standalone server
+// on a free port, trying another port when the first is taken.
+func startStandalone(dir string) (*ZKServer, error) {
+	java, err := zkJava()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for try := range zkPortTries {
+		port, err := FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("free port for ZooKeeper: %w", err)
+		}
+		sdir := filepath.Join(dir, fmt.Sprintf("zk-%d", try))
+		s := &ZKServer{Addr: "127.0.0.1:" + strconv.Itoa(port), java: java, dir: sdir, cfg: filepath.Join(sdir, "zoo.cfg")}
+		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), port, nil)); err != nil {
+			return nil, err
+		}
+		if err = s.Start(); err == nil {
+			return s, nil
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (s *ZKServer) writeConfig(cfg string) error {
+	if err := os.MkdirAll(filepath.Join(s.dir, "data"), 0o755); err != nil {
+		return fmt.Errorf("ZooKeeper data dir: %w", err)
+	}
+	if s.ID > 0 {
+		if err := os.WriteFile(filepath.Join(s.dir, "data", "myid"), []byte(strconv.Itoa(s.ID)+"\n"), 0o644); err != nil {
+			return fmt.Errorf("ZooKeeper myid: %w", err)
+		}
+	}
+	if err := os.WriteFile(s.cfg, []byte(cfg), 0o644); err != nil {
+		return fmt.Errorf("ZooKeeper config: %w", err)
+	}
+	return nil
+}
+
+// Start starts the server process (again, after Stop or Kill) and waits
+// until it serves clients: for a standalone server, until it answers the
+// srvr command with its mode; for an ensemble member, until it is running
+// (call ZKEnsemble.WaitServing to wait for a quorum).
+func (s *ZKServer) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		select {
+		case <-s.exited:
+		default:
+			return fmt.Errorf("ZooKeeper server %s is already running", s.Addr)
+		}
+	}
+	s.starts++
+	s.logPath = filepath.Join(s.dir, fmt.Sprintf("zookeeper-%d.log", s.starts))
+	logFile, err := os.Create(s.logPath)
+	if err != nil {
+		return fmt.Errorf("create ZooKeeper log: %w", err)
+	}
+	defer logFile.Close() // the child has its own copy
+	cp := zkJar
+	if _, err := os.Stat(zkLogJar); err == nil {
+		cp += ":" + zkLogJar
+	}
+	cmd := exec.Command(s.java,
+		"-Xmx256m", "-XX:+UseSerialGC",
+		"-Djava.net.preferIPv4Stack=true",
+		"-Dzookeeper.admin.enableServer=false",
+		"-Dzookeeper.forceSync=no", // test data need not survive a power cut
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+		"-cp", cp, zkMainClass, s.cfg)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.java, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // the result is in cmd.ProcessState
+		close(exited)
+	}()
+	s.cmd, s.exited = cmd, exited
+	if err := s.waitStarted(); err != nil {
+		s.stopLocked(true)
+		return err
+	}
+	return nil
+}
+
+// waitStarted polls until the server answers srvr (standalone: with its
+// mode), exits, or zkStartTimeout passes. Called with s.mu held.
+func (s *ZKServer) waitStarted() error {
+	deadline := time.Now().Add(zkStartTimeout)
+	var last error
+	for {
+		out, err := FourLetter(s.Addr, "srvr")
+		switch {
+		case err == nil && (s.ID > 0 || strings.Contains(out, "Mode:")):
+			return nil
+		case err == nil:
+			last = errors.New(firstLine(out))
+		default:
+			last = err
+		}
+		select {
+		case <-s.exited:
+			log, _ := os.ReadFile(s.logPath)
+			err := fmt.Errorf("ZooKeeper on %s exited during start-up (%v); log %s:\n%s", s.Addr, s.cmd.ProcessState, s.logPath, tail(log, zkLogTailLines))
+			if bytes.Contains(log, []byte("Address already in use")) {
+				return fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
+		case <-time.After(zkPollEvery):
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(s.logPath)
+			return fmt.Errorf("ZooKeeper on %s not serving within %v (last: %v); log %s:\n%s", s.Addr, zkStartTimeout, last, s.logPath, tail(log, zkLogTailLines))
+		}
+	}
+}
+
+// Stop stops the server with SIGTERM, and SIGKILL after 10s. It is safe to
+// call more than once, and on a server that is not running.
+func (s *ZKServer) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked(false)
+}
+
+// Kill stops the server at once with SIGKILL, as a crash would, and waits
+// for the process to exit.
+func (s *ZKServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopLocked(true)
+}
+
+func (s *ZKServer) stopLocked(kill bool) {
+	if s.cmd == nil {
+		return
+	}
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	if kill {
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	t := time.NewTimer(zkStopTimeout)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+	case <-t.C:
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+	}
+}
+
+// Running reports whether the server process is running.
+func (s *ZKServer) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// LogTail returns the last lines of the server's current log, for a test
+// that wants to show what the server said.
+func (s *ZKServer) LogTail(lines int) string {
+	s.mu.Lock()
+	path := s.logPath
+	s.mu.Unlock()
+	b, _ := os.ReadFile(path)
+	return tail(b, lines)
+}
+
+// FourLetter sends a four-letter command (srvr, cons, wchc, wchp, ...) to
+// the server and returns its answer.
+func (s *ZKServer) FourLetter(cmd string) (string, error) { return FourLetter(s.Addr, cmd) }
+
+// Mode returns the server's role from srvr: "standalone", "leader" or
+// "follower"; an error when it is not serving.
+func (s *ZKServer) Mode() (string, error) {
+	out, err := s.FourLetter("srvr")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return strings.TrimSpace(m), nil
+		}
+	}
+	return "", fmt.Errorf("ZooKeeper %s is not serving: %s", s.Addr, firstLine(out))
+}
+
+// FourLetter sends a four-letter command to the ZooKeeper server at addr
+// and returns its whole answer. The server must allow the command
+// (4lw.commands.whitelist; the servers started here allow all).
+func FourLetter(addr, cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, zkFourLetterWait)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(zkFourLetterWait))
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return string(b), fmt.Errorf("%s on %s: %w", cmd, addr, err)
+	}
+	return string(b), nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
+
+// ZKEnsemble is a ZooKeeper ensemble of servers on loopback, each in its
+// own process with its own data dir, for a failover test. Only the test
+// that needs one should start one: three JVMs are heavy on a small machine.
+type ZKEnsemble struct {
+	Servers []*ZKServer // Servers[i].ID == i+1
+}
+
+// StartZKEnsemble starts n servers (n odd, usually 3) on free loopback
+// ports, waits until they have a leader, and stops them when tb ends. It
+// skips like StartZooKeeper when Java or the jars are missing.
+func StartZKEnsemble(tb testing.TB, n int) *ZKEnsemble {
+	tb.Helper()
+	java, err := zkJava()
+	if err != nil {
+		Unavailable(tb, "ZooKeeper", err)
+	}
+	var lastErr error
+	for range zkPortTries {
+		e, err := startEnsemble(tb.TempDir(), java, n)
+		if err == nil {
+			tb.Cleanup(e.Stop)
+			return e
+		}
+		lastErr = err
+	}
+	tb.Fatalf("ZooKeeper ensemble did not start: %v", lastErr)
+	return nil
+}
+
+func startEnsemble(dir, java string, n int) (*ZKEnsemble, error) {
+	e := &ZKEnsemble{}
+	var members []string
+	ports := make([][3]int, n)
+	for i := range n {
+		for j := range 3 {
+			p, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			ports[i][j] = p
+		}
+		members = append(members, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[i][1], ports[i][2]))
+	}
+	for i := range n {
+		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i+1))
+		s := &ZKServer{ID: i + 1, Addr: "127.0.0.1:" + strconv.Itoa(ports[i][0]), java: java, dir: sdir,
+			cfg: filepath.Join(sdir, "zoo.cfg"), peerPorts: [2]int{ports[i][1], ports[i][2]}}
+		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), ports[i][0], members)); err != nil {
+			return nil, err
+		}
+		e.Servers = append(e.Servers, s)
+	}
+	// Start all, then wait: the members find each other while starting.
+	errc := make(chan error, n)
+	for _, s := range e.Servers {
+		go func() { errc <- s.Start() }()
+	}
+	var errs []error
+	for range n {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	if err := e.WaitServing(zkStartTimeout); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Addrs returns every member's client address.
+func (e *ZKEnsemble) Addrs() []string {
+	out := make([]string, len(e.Servers))
+	for i, s := range e.Servers {
+		out[i] = s.Addr
+	}
+	return out
+}
+
+// ByAddr returns the member whose client address is addr (as
+// zk.Conn.Server reports it), or nil.
+func (e *ZKEnsemble) ByAddr(addr string) *ZKServer {
+	for _, s := range e.Servers {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	return nil
+}
+
+// Leader returns the member that currently leads.
+func (e *ZKEnsemble) Leader() (*ZKServer, error) {
+	for _, s := range e.Servers {
+		if m, err := s.Mode(); err == nil && m == "leader" {
+			return s, nil
+		}
+	}
+	return nil, errors.New("no ZooKeeper member says it leads")
+}
+
+// WaitServing waits until every running member serves clients as leader or
+// follower, and exactly one leads.
+func (e *ZKEnsemble) WaitServing(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		leaders, serving, running := 0, 0, 0
+		var last error
+		for _, s := range e.Servers {
+			if !s.Running() {
+				continue
+			}
+			running++
+			m, err := s.Mode()
+			if err != nil {
+				last = err
+				continue
+			}
+			serving++
+			if m == "leader" {
+				leaders++
+			}
+		}
+		if running > 0 && serving == running && leaders == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ZooKeeper ensemble: %d of %d running members serving, %d leaders, after %v (last: %v)", serving, running, leaders, timeout, last)
+		}
+		time.Sleep(zkPollEvery)
+	}
+}
+
+// Stop stops every member.
+func (e *ZKEnsemble) Stop() {
+	var wg sync.WaitGroup
+	for _, s := range e.Servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Stop() }()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,270 @@
+package zk
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+)
+
+// backend implements baton.FencedBackend on a go-zookeeper connection. The
+// ZooKeeper session is the lease: every candidate node of the backend is an
+// ephemeral node of the connection's session.
+type backend struct {
+	conn  *zkgo.Conn
+	cfg   baton.Config
+	set   Settings
+	acl   []zkgo.ACL
+	root  string // election nodes live under it; no trailing slash
+	where string // servers, for error messages
+
+	cs *connState // the connection's session state, fed by events or polls
+
+	owned   bool              // Close closes conn
+	polling bool              // the state comes from polling conn.State
+	events  <-chan zkgo.Event // conn's event channel when owned, drained on Close
+
+	calls   sync.WaitGroup     // requests in flight, each in its own goroutine
+	workers sync.WaitGroup     // reaper and poller
+	life    context.Context    // cancelled by Close: ends reaper and poller
+	end     context.CancelFunc // cancels life
+
+	reaper *reaper
+
+	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
+
+	mu     sync.Mutex
+	sess   *session
+	holds  map[*hold]struct{}
+	closed bool
+}
+
+// hooks let tests observe the recipe from inside.
+type hooks struct {
+	// predecessorEvent is called each time a waiter's watch on its
+	// predecessor fires.
+	predecessorEvent func(waiter, predecessor string)
+}
+
+var _ baton.FencedBackend = (*backend)(nil)
+
+// New returns a FencedLocker on conn with the default Settings; see
+// Settings.New.
+func New(conn *zkgo.Conn, opts ...baton.Option) (*baton.FencedLocker, error) {
+	return Settings{}.New(conn, opts...)
+}
+
+// New returns a FencedLocker on conn, a connection the caller made with
+// zk.Connect and keeps: closing the Locker deletes the nodes it created but
+// does not close conn.
+//
+// baton.WithTTL must be the session timeout conn negotiated with the
+// server: go-zookeeper does not report it for a connection made elsewhere,
+// so New cannot check it, and a TTL longer than the real session timeout
+// would make the local deadline too late. Use Dial, which checks it, when
+// you can. Nor can New subscribe to conn's session events (go-zookeeper
+// delivers them only to the channel and callback given to zk.Connect), so it
+// polls conn.State every few milliseconds: it sees every disconnection that
+// lasts longer than that, which is every one that can cost the session.
+// baton.WithPrefix sets the root node (default DefaultRoot).
+func (s Settings) New(conn *zkgo.Conn, opts ...baton.Option) (*baton.FencedLocker, error) {
+	if conn == nil {
+		return nil, &baton.OptionError{Option: "ZooKeeper connection", Value: "nil", Reason: "pass a *zk.Conn, or use Dial"}
+	}
+	b, err := newBackend(conn, newConnState(), s, opts, "")
+	if err != nil {
+		return nil, err
+	}
+	b.polling = true
+	b.start()
+	return baton.NewFencedLocker(b, b.cfg), nil
+}
+
+func newBackend(conn *zkgo.Conn, cs *connState, set Settings, opts []baton.Option, where string) (*backend, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	root, err := cleanRoot(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	acl := set.ACL
+	if len(acl) == 0 {
+		acl = zkgo.WorldACL(zkgo.PermAll)
+		if set.Auth != nil {
+			acl = zkgo.AuthACL(zkgo.PermAll)
+		}
+	}
+	b := &backend{
+		conn:  conn,
+		cfg:   cfg,
+		set:   set,
+		acl:   acl,
+		root:  root,
+		where: where,
+		cs:    cs,
+		holds: map[*hold]struct{}{},
+	}
+	b.life, b.end = context.WithCancel(context.Background())
+	b.reaper = newReaper(b)
+	return b, nil
+}
+
+// start launches the backend's own goroutines: the reaper, and, for a
+// connection made elsewhere, the poller that follows its state.
+func (b *backend) start() {
+	b.cs.record(b.conn.State())
+	b.workers.Add(1)
+	go b.reaper.run()
+	if b.polling {
+		b.workers.Add(1)
+		go b.poll()
+	}
+}
+
+// pollEvery is how often New's backend looks at a connection's state. It
+// must be far below a third of the session timeout: go-zookeeper notices a
+// silent connection after two thirds of it, and the server expires the
+// session one third later.
+func (b *backend) pollEvery() time.Duration {
+	return min(max(b.cfg.TTL/50, 2*time.Millisecond), 20*time.Millisecond)
+}
+
+// poll follows the state of a connection the backend did not make.
+func (b *backend) poll() {
+	defer b.workers.Done()
+	t := time.NewTicker(b.pollEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-b.life.Done():
+			return
+		case <-t.C:
+			b.cs.record(b.conn.State())
+		}
+	}
+}
+
+// observe returns the connection's state, looking at it first when it
+// comes from polling: a decision about a session must not rest on a poll
+// that is a few milliseconds old.
+func (b *backend) observe() snap {
+	if b.polling {
+		b.cs.record(b.conn.State())
+	}
+	return b.cs.snapshot()
+}
+
+// place names the servers in error messages.
+func (b *backend) place() string {
+	if b.where != "" {
+		return b.where
+	}
+	return "zk://" + b.conn.Server()
+}
+
+// TokenSource implements baton.FencedBackend.
+func (b *backend) TokenSource() string { return "ZooKeeper czxid of the holder's node" }
+
+// lockDir is the election node of lock name.
+func (b *backend) lockDir(name string) string { return b.root + "/" + name }
+
+// Close ends every hold, removes the backend's nodes and, when Dial made
+// the connection, closes it (which ends the session, and with it every
+// ephemeral node at once). A connection given to New stays open; its
+// nodes are deleted one by one, each bounded by the release timeout.
+func (b *backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	s := b.sess
+	b.sess = nil
+	holds := make([]*hold, 0, len(b.holds))
+	for h := range b.holds {
+		holds = append(holds, h)
+	}
+	b.holds = map[*hold]struct{}{}
+	b.mu.Unlock()
+
+	for _, h := range holds {
+		h.shut(baton.ErrClosed)
+	}
+	if s != nil {
+		s.k.Stop(baton.ErrClosed)
+	}
+	var err error
+	if !b.owned {
+		// The session outlives us: delete what we created.
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
+		for _, h := range holds {
+			err = errors.Join(err, b.deleteNode(ctx, h.s.id, h.path))
+		}
+		b.reaper.drain(ctx)
+		cancel()
+	}
+	b.end()
+	b.workers.Wait()
+	if b.owned {
+		b.conn.Close()
+		b.drainEvents()
+	}
+	b.calls.Wait()
+	return err
+}
+
+// drainEvents waits for go-zookeeper's connection loop to end, which it
+// signals by closing the event channel, for at most the release timeout: a
+// loop stuck on a dead network ends later on its own read deadline.
+func (b *backend) drainEvents() {
+	t := time.NewTimer(b.cfg.ReleaseTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-b.events:
+			if !ok {
+				return
+			}
+		case <-t.C:
+			b.cfg.Logger.Warn("ZooKeeper connection loop still running after Close; it ends on its own read deadline", "where", b.place())
+			return
+		}
+	}
+}
+
+func (b *backend) track(h *hold) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.holds[h] = struct{}{}
+	return true
+}
+
+// heldOn returns the holds on session s.
+func (b *backend) heldOn(s *session) []*hold {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*hold
+	for h := range b.holds {
+		if h.s == s && h.Err() == nil {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func (b *backend) untrack(h *hold) {
+	b.mu.Lock()
+	delete(b.holds, h)
+	b.mu.Unlock()
+}

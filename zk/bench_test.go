@@ -1,0 +1,301 @@
+package zk_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/zk"
+)
+
+// cycler is what every contender in a benchmark does: take and give back
+// one lock.
+type cycler interface {
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+}
+
+type batonCycler struct {
+	l     *baton.FencedLocker
+	lease *baton.FencedLease
+}
+
+func (c *batonCycler) lock(ctx context.Context) (err error) {
+	c.lease, err = c.l.Acquire(ctx, "bench")
+	return err
+}
+func (c *batonCycler) unlock(ctx context.Context) error { return c.lease.Release(ctx) }
+
+// zkLockCycler is go-zookeeper's own recipe, zk.Lock.
+type zkLockCycler struct{ l *zkgo.Lock }
+
+func (c *zkLockCycler) lock(context.Context) error   { return c.l.Lock() }
+func (c *zkLockCycler) unlock(context.Context) error { return c.l.Unlock() }
+
+// newCyclers builds n contenders of one kind, each with its own connection
+// and session, as n processes would have.
+func newCyclers(b testing.TB, addr, kind string, n int) []cycler {
+	b.Helper()
+	out := make([]cycler, n)
+	for i := range out {
+		switch kind {
+		case "baton":
+			fl := dial(b, []string{addr}, zk.Settings{}, baton.WithTTL(10*time.Second), baton.WithPrefix("/bench-baton"))
+			out[i] = &batonCycler{l: fl}
+		case "zk.Lock":
+			conn := adminConn(b, addr)
+			out[i] = &zkLockCycler{l: zkgo.NewLock(conn, "/bench-zklock/bench", zkgo.WorldACL(zkgo.PermAll))}
+		}
+	}
+	// Warm up: the first cycle creates the parents and the session.
+	for _, c := range out[:1] {
+		if err := c.lock(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.unlock(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
+}
+
+// warm runs both recipes for a while, once per test binary, so that the
+// server's JIT has compiled its request path before anything is measured:
+// -count runs each sub-benchmark back to back, and the first would
+// otherwise pay for the cold JVM.
+var warm sync.Once
+
+func warmUp(b testing.TB, addr string) {
+	warm.Do(func() {
+		ctx := context.Background()
+		end := time.Now().Add(3 * time.Second)
+		for _, kind := range []string{"baton", "zk.Lock"} {
+			cs := newCyclers(b, addr, kind, 2)
+			var wg sync.WaitGroup
+			for _, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(end) {
+						if c.lock(ctx) != nil || c.unlock(ctx) != nil {
+							b.Error("warm-up cycle failed")
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			end = time.Now().Add(3 * time.Second)
+		}
+	})
+}
+
+// BenchmarkCycle measures one uncontended acquire + release, against
+// zk.Lock on the same server, in the same run. Compare with
+//
+//	go test -run '^$' -bench . -count 5 ./zk/ > bench.txt
+//	go run golang.org/x/perf/cmd/benchstat@latest -col /lib bench.txt
+//
+// -count repeats each sub-benchmark back to back; on a machine shared with
+// other work, run go test five times with -count 1 instead, so the two
+// alternate.
+func BenchmarkCycle(b *testing.B) {
+	addr := zkServer.Addr(b)
+	warmUp(b, addr)
+	for _, kind := range []string{"baton", "zk.Lock"} {
+		b.Run("lib="+kind, func(b *testing.B) {
+			c := newCyclers(b, addr, kind, 1)[0]
+			ctx := context.Background()
+			for b.Loop() {
+				if err := c.lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := c.unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkContended has 8 contenders, each on its own session, loop
+// lock/unlock on one name, reports lock cycles per second, and checks
+// mutual exclusion as it goes.
+func BenchmarkContended(b *testing.B) {
+	addr := zkServer.Addr(b)
+	warmUp(b, addr)
+	const contenders = 8
+	for _, kind := range []string{"baton", "zk.Lock"} {
+		b.Run(fmt.Sprintf("clients=%d/lib=%s", contenders, kind), func(b *testing.B) {
+			cs := newCyclers(b, addr, kind, contenders)
+			ctx := context.Background()
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var inside, overlaps atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for _, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for left.Add(-1) >= 0 {
+						if err := c.lock(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+						if inside.Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						inside.Add(-1)
+						if err := c.unlock(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+			if n := overlaps.Load(); n != 0 {
+				b.Fatalf("mutual exclusion broken %d times", n)
+			}
+		})
+	}
+}
+
+// BenchmarkPaired alternates baton and zk.Lock in short rounds within one
+// loop, so that both see the same machine, and reports each one's figure
+// and baton's speed relative to zk.Lock (above 1: baton is faster). On a
+// machine shared with other work, whose load swings within seconds, these
+// ratios are steadier than those of the separate sub-benchmarks above.
+func BenchmarkPaired(b *testing.B) {
+	addr := zkServer.Addr(b)
+	warmUp(b, addr)
+	ctx := context.Background()
+	// round runs cycles lock cycles spread over the contenders cs and
+	// returns how long they took.
+	round := func(b *testing.B, cs []cycler, cycles int) time.Duration {
+		var left atomic.Int64
+		left.Store(int64(cycles))
+		var inside, overlaps atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for _, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for left.Add(-1) >= 0 {
+					if err := c.lock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					inside.Add(-1)
+					if err := c.unlock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := overlaps.Load(); n != 0 {
+			b.Fatalf("mutual exclusion broken %d times", n)
+		}
+		return time.Since(start)
+	}
+	for _, clients := range []int{1, 8} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			bc, zc := newCyclers(b, addr, "baton", clients), newCyclers(b, addr, "zk.Lock", clients)
+			const per = 16 // cycles of each per round
+			var tb, tz time.Duration
+			n := 0
+			for b.Loop() {
+				tb += round(b, bc, per)
+				tz += round(b, zc, per)
+				n += per
+			}
+			b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
+			b.ReportMetric(float64(tz.Microseconds())/float64(n), "zk.Lock-us/cycle")
+			b.ReportMetric(float64(tz)/float64(tb), "speedup")
+		})
+	}
+}
+
+// serverPackets returns how many packets the server has received and sent
+// since it started (the srvr command).
+func serverPackets(t testing.TB, addr string) (received, sent int) {
+	t.Helper()
+	out, err := testsvc.FourLetter(addr, "srvr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "Received: "); ok {
+			received, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+		if v, ok := strings.CutPrefix(line, "Sent: "); ok {
+			sent, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return received, sent
+}
+
+// TestRecipe_RequestsPerCycle counts, on the server, the requests of a lock
+// cycle: the extra safety (GUID names, the czxid, session states) must
+// cost no request over zk.Lock's, neither uncontended nor with 8
+// contenders. It counts requests, not time, so it holds on a busy machine.
+func TestRecipe_RequestsPerCycle(t *testing.T) {
+	addr := zkServer.Addr(t)
+	ctx := timeout(t, time.Minute)
+	perCycle := map[string]float64{}
+	for _, clients := range []int{1, 8} {
+		for _, kind := range []string{"baton", "zk.Lock"} {
+			cs := newCyclers(t, addr, kind, clients)
+			const cycles = 40
+			r0, _ := serverPackets(t, addr)
+			var wg sync.WaitGroup
+			for _, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range cycles {
+						if err := c.lock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+						if err := c.unlock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			r1, _ := serverPackets(t, addr)
+			// One packet is the srvr command; pings and session
+			// confirmations add a few over the run.
+			perCycle[fmt.Sprintf("%s/%d", kind, clients)] = float64(r1-r0-1) / float64(cycles*clients)
+		}
+		b, z := perCycle[fmt.Sprintf("baton/%d", clients)], perCycle[fmt.Sprintf("zk.Lock/%d", clients)]
+		t.Logf("%d client(s): requests per cycle: baton %.2f, zk.Lock %.2f", clients, b, z)
+		if b > z+0.25 { // an extra request per cycle would show as +1
+			t.Errorf("%d client(s): baton makes %.2f requests per cycle, zk.Lock %.2f", clients, b, z)
+		}
+	}
+	if b := perCycle["baton/1"]; b > 3.25 {
+		t.Errorf("an uncontended cycle takes %.2f requests, want 3 (create, list, delete)", b)
+	}
+}

@@ -1,0 +1,225 @@
+package zk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+)
+
+// Dial connects to the ZooKeeper servers (host:port) with the default
+// Settings; see Settings.Dial.
+func Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.FencedLocker, error) {
+	return Settings{}.Dial(ctx, servers, opts...)
+}
+
+// Dial connects to the ZooKeeper servers (host:port), asking for a session
+// timeout equal to the TTL (baton.WithTTL; default 15s), and returns a
+// FencedLocker that owns the connection: closing the Locker closes it,
+// which ends the session and every node it holds.
+//
+// It waits, within the request timeout, for a session, and checks the
+// session timeout the server granted: a server grants from 2 to 20 times
+// its tickTime (unless minSessionTimeout and maxSessionTimeout say
+// otherwise) and silently raises or lowers a request outside that range,
+// which would make the local deadline wrong; Dial refuses that with a
+// *baton.OptionError that names the limit. With s.Auth it adds the digest
+// identity to the connection before any request.
+func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.FencedLocker, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cleanRoot(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if len(servers) == 0 {
+		return nil, &baton.OptionError{Option: "ZooKeeper servers", Value: "[]", Reason: "give at least one host:port"}
+	}
+	where := "zk://" + strings.Join(servers, ",")
+	cs := newConnState()
+	tap := &logTap{log: cfg.Logger, cs: cs}
+	conn, events, err := zkgo.Connect(servers, cfg.TTL,
+		zkgo.WithLogger(tap),
+		zkgo.WithLogInfo(true), // the granted session timeout is only in an info line
+		zkgo.WithEventCallback(func(ev zkgo.Event) {
+			if ev.Type == zkgo.EventSession {
+				cs.record(ev.State)
+			}
+		}),
+	)
+	if err != nil {
+		return nil, &baton.UnavailableError{Where: where, Err: err}
+	}
+	b, err := newBackend(conn, cs, s, opts, where)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	b.owned, b.events = true, events
+	b.start()
+	if err := b.handshake(ctx); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return baton.NewFencedLocker(b, b.cfg), nil
+}
+
+// handshake waits for the first session and the timeout the server
+// granted, checks it against the TTL, and authenticates.
+func (b *backend) handshake(ctx context.Context) error {
+	t := time.NewTimer(b.cfg.RequestTimeout)
+	defer t.Stop()
+	for {
+		v := b.observe()
+		if v.connected() && v.timeout != 0 {
+			if v.timeout != b.cfg.TTL {
+				return b.timeoutError(v.timeout)
+			}
+			break
+		}
+		select {
+		case <-v.changed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+			if v.connected() {
+				return &baton.UnavailableError{Where: b.place(), Err: errors.New("go-zookeeper did not report the session timeout the server granted; cannot check it against the TTL")}
+			}
+			return &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("no ZooKeeper server answered within %v", b.cfg.RequestTimeout)}
+		}
+	}
+	if a := b.set.Auth; a != nil {
+		_, err := call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.AddAuth("digest", a.auth()) })
+		if err != nil {
+			return b.fail(ctx, "authenticate as "+a.String(), err)
+		}
+	}
+	return nil
+}
+
+// logTap receives go-zookeeper's log lines: it passes them on to the
+// Logger at debug level, and reads from one of them the session timeout
+// the server granted, which go-zookeeper does not report otherwise.
+type logTap struct {
+	log *slog.Logger
+	cs  *connState
+}
+
+// authenticatedFormat is go-zookeeper's log line after each handshake
+// (conn.go, Conn.loop), with the session id and the granted timeout in ms.
+const authenticatedFormat = "authenticated: id=%d, timeout=%d"
+
+// Printf implements zk.Logger.
+func (t *logTap) Printf(format string, args ...any) {
+	if format == authenticatedFormat && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok {
+			t.cs.setTimeout(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	t.log.Debug("go-zookeeper: " + fmt.Sprintf(format, args...))
+}
+
+// Open implements baton.Opener for URLs of the form
+//
+//	zk://[user:password@]host:port[,host:port...][/root][?session-timeout=15s]
+//
+// The user and password, when given, are a digest identity (and the nodes
+// baton creates are then readable and writable by that identity only). The
+// path is the root under which locks live (default DefaultRoot). The query
+// may set session-timeout (the TTL), request-timeout (Go durations) and
+// on-suspend=cancel|continue (Settings.ContinueWhileSuspended); options
+// passed in opts override the URL's.
+func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+	servers, set, urlOpts, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	fl, err := set.Dial(ctx, servers, append(urlOpts, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return fl.Locker(), nil
+}
+
+// ParseURL turns a zk:// URL (see Open) into the servers, the Settings and
+// baton's options. Its errors are *baton.OptionError, on one line, and
+// never contain the password.
+func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, err error) {
+	bad := func(reason string) error {
+		return &baton.OptionError{Option: "ZooKeeper URL", Value: baton.Printable(u.Redacted()), Reason: reason}
+	}
+	if u.Scheme != "zk" {
+		return nil, set, nil, bad(`scheme must be "zk"`)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return nil, set, nil, bad("want zk://host:port[,host:port][/root]")
+	}
+	for _, hp := range strings.Split(u.Host, ",") {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil || host == "" {
+			return nil, set, nil, bad(fmt.Sprintf("server %s: want host:port", baton.Printable(strconv.Quote(hp))))
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, set, nil, bad(fmt.Sprintf("server %s: port must be 1 to 65535", baton.Printable(strconv.Quote(hp))))
+		}
+		servers = append(servers, hp)
+	}
+	if u.User != nil {
+		pw, ok := u.User.Password()
+		if u.User.Username() == "" || !ok {
+			return nil, set, nil, bad("digest authentication needs both a user and a password: zk://user:password@host:port")
+		}
+		set.Auth = &Digest{User: u.User.Username(), Password: pw}
+	}
+	if p := u.Path; p != "" && p != "/" {
+		if _, err := cleanRoot(p); err != nil {
+			var oe *baton.OptionError
+			if errors.As(err, &oe) {
+				return nil, set, nil, bad("root " + oe.Value + " " + oe.Reason)
+			}
+			return nil, set, nil, bad(err.Error())
+		}
+		opts = append(opts, baton.WithPrefix(p))
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, set, nil, bad("query: " + baton.Printable(err.Error()))
+	}
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "session-timeout", "request-timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, set, nil, bad(fmt.Sprintf("%s=%s is not a duration such as 4s", k, baton.Printable(strconv.Quote(v))))
+			}
+			if k == "session-timeout" {
+				opts = append(opts, baton.WithTTL(d))
+			} else {
+				opts = append(opts, baton.WithRequestTimeout(d))
+			}
+		case "on-suspend":
+			switch v {
+			case "cancel":
+				set.ContinueWhileSuspended = false
+			case "continue":
+				set.ContinueWhileSuspended = true
+			default:
+				return nil, set, nil, bad(fmt.Sprintf("on-suspend=%s: want cancel (the default) or continue", baton.Printable(strconv.Quote(v))))
+			}
+		default:
+			return nil, set, nil, bad(fmt.Sprintf("unknown parameter %s; known: session-timeout, request-timeout, on-suspend", baton.Printable(strconv.Quote(k))))
+		}
+	}
+	return servers, set, opts, nil
+}

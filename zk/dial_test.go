@@ -1,0 +1,231 @@
+package zk_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/zk"
+)
+
+func TestParseURL(t *testing.T) {
+	u, err := baton.ParseURL("zk://app:s3cret@10.0.0.1:2181,10.0.0.2:2181/jobs/locks?session-timeout=4s&request-timeout=2s&on-suspend=continue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers, set, opts, err := zk.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(servers, ","); got != "10.0.0.1:2181,10.0.0.2:2181" {
+		t.Errorf("servers %s", got)
+	}
+	if set.Auth == nil || set.Auth.User != "app" || set.Auth.Password != "s3cret" {
+		t.Errorf("auth %v", set.Auth)
+	}
+	if !set.ContinueWhileSuspended {
+		t.Error("on-suspend=continue not applied")
+	}
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TTL != 4*time.Second || cfg.RequestTimeout != 2*time.Second || cfg.Prefix != "/jobs/locks" {
+		t.Errorf("options from the URL not applied: ttl %v, request timeout %v, prefix %q", cfg.TTL, cfg.RequestTimeout, cfg.Prefix)
+	}
+
+	for _, bad := range []string{
+		"zk://", "zk://host", "zk://h:1,,h:2", "zk://h:0", "zk://h:99999", "zk://h:1?session-timeout=ten",
+		"zk://h:1?colour=red", "zk:opaque", "zk://h:1/a//b", "zk://h:1/zookeeper/x", "zk://h:1/a/../b",
+		"zk://user@h:1", "zk://h:1?on-suspend=maybe", "etcd://h:1",
+	} {
+		u, err := baton.ParseURL(bad)
+		if err == nil {
+			_, _, _, err = zk.ParseURL(u)
+		}
+		if !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("ParseURL(%q) = %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	// The password never shows, in errors or in the Settings.
+	u, _ = baton.ParseURL("zk://app:s3cret@h:1?colour=red")
+	if _, _, _, err := zk.ParseURL(u); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error %v shows the password", err)
+	}
+	if s := (zk.Digest{User: "app", Password: "s3cret"}); strings.Contains(s.String()+s.GoString(), "s3cret") {
+		t.Errorf("Digest prints its password: %s %#v", s, s)
+	}
+}
+
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"zk://127.0.0.1:2181", "zk://a:1,b:2/p?session-timeout=5s", "zk://u:p@h:1/r", "zk://h:1?on-suspend=continue", "zk://[::1]:2181/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := baton.ParseURL(s)
+		if err != nil {
+			return
+		}
+		servers, _, opts, err := zk.ParseURL(u)
+		if err != nil {
+			if !errors.Is(err, baton.ErrInvalidOption) {
+				t.Fatalf("error %v is not an option error", err)
+			}
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("multi-line error %q", err)
+			}
+			if pw, ok := u.User.Password(); ok && len(pw) > 3 && strings.Contains(err.Error(), pw) {
+				t.Fatalf("error %q shows the password", err)
+			}
+			return
+		}
+		if len(servers) == 0 {
+			t.Fatal("no servers and no error")
+		}
+		for _, s := range servers {
+			if _, port, ok := strings.Cut(s, ":"); !ok || port == "" {
+				t.Fatalf("server %q without a port", s)
+			}
+		}
+		if _, err := baton.NewConfig(opts...); err != nil && !errors.Is(err, baton.ErrInvalidOption) {
+			t.Fatalf("options give %v", err)
+		}
+	})
+}
+
+// TestDial_SessionTimeoutOutsideServerLimits: the test server grants 1s to
+// 10s (tickTime 500ms x 2 ... x 20); Dial refuses a TTL outside that,
+// naming the limit, instead of holding a session of another length.
+func TestDial_SessionTimeoutOutsideServerLimits(t *testing.T) {
+	addr := zkServer.Addr(t)
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want string
+	}{
+		{500 * time.Millisecond, "1s or more"},
+		{30 * time.Second, "10s or less"},
+	} {
+		_, err := zk.Dial(timeout(t, 20*time.Second), []string{addr}, baton.WithTTL(tc.ttl))
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "tickTime") {
+			t.Errorf("TTL %v: err = %v, want ErrInvalidOption naming %q and tickTime", tc.ttl, err, tc.want)
+		}
+	}
+	fl, err := zk.Dial(timeout(t, 20*time.Second), []string{addr}, baton.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("TTL 10s, the server's maximum: %v", err)
+	}
+	_ = fl.Close()
+	for _, ttl := range []time.Duration{50 * time.Millisecond, 1500*time.Millisecond + 500*time.Microsecond} {
+		if _, err := zk.Dial(context.Background(), []string{addr}, baton.WithTTL(ttl)); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("TTL %v: err = %v, want ErrInvalidOption before dialling", ttl, err)
+		}
+	}
+}
+
+func TestDial_Unreachable(t *testing.T) {
+	port, err := testsvc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	where := "127.0.0.1:" + strconv.Itoa(port)
+	start := time.Now()
+	_, err = zk.Dial(context.Background(), []string{where}, baton.WithRequestTimeout(time.Second))
+	if !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("Dial to a closed port: err = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Dial took %v to fail with a 1s request timeout", d)
+	}
+	if !strings.Contains(err.Error(), where) {
+		t.Errorf("error %q does not say where", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("caller gave up")
+	cancel(cause)
+	if _, err := zk.Dial(ctx, []string{where}); !errors.Is(err, cause) {
+		t.Errorf("Dial with a cancelled ctx: %v, want the ctx's cause", err)
+	}
+}
+
+// TestDial_DigestAuth: with a user and password the nodes are the
+// identity's alone; another identity, or none, cannot take the lock, and is
+// told it is a permission problem, not contention.
+func TestDial_DigestAuth(t *testing.T) {
+	addr := zkServer.Addr(t)
+	root := "/" + uniqueName(t)
+	name := "invoices"
+	alice := zk.Settings{Auth: &zk.Digest{User: "alice", Password: "s3cret"}}
+	a := dial(t, []string{addr}, alice, baton.WithPrefix(root), baton.WithHolder("alice-1"))
+	ctx := timeout(t, 20*time.Second)
+	la, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acl, _, err := zk.ConnOf(a.Locker()).GetACL(la.Key()) // reading an ACL needs READ or ADMIN on the node
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acl) != 1 || acl[0].Scheme != "digest" || !strings.HasPrefix(acl[0].ID, "alice:") || acl[0].Perms != zkgo.PermAll {
+		t.Errorf("node ACL %+v, want digest alice with all permissions", acl)
+	}
+
+	for who, set := range map[string]zk.Settings{
+		"anonymous": {},
+		"mallory":   {Auth: &zk.Digest{User: "alice", Password: "guess"}},
+	} {
+		l := dial(t, []string{addr}, set, baton.WithPrefix(root))
+		_, err := l.TryAcquire(ctx, name)
+		if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrNotAcquired) || !strings.Contains(err.Error(), "ACL") {
+			t.Errorf("%s: TryAcquire = %v; want ErrUnavailable saying the ACL refuses it", who, err)
+		}
+		if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "guess") {
+			t.Errorf("%s: error shows a password: %v", who, err)
+		}
+	}
+	a2 := dial(t, []string{addr}, alice, baton.WithPrefix(root))
+	var nae *baton.NotAcquiredError
+	if _, err := a2.TryAcquire(ctx, name); !errors.As(err, &nae) || nae.Holder != "alice-1" || nae.Token != la.Token() {
+		t.Fatalf("same identity: TryAcquire = %v; want held by alice-1 (token %d)", err, la.Token())
+	}
+}
+
+// TestOpen_URL builds a Locker from a zk:// URL and uses it as the CLI
+// would, with a fence.
+func TestOpen_URL(t *testing.T) {
+	addr := zkServer.Addr(t)
+	root := "/" + uniqueName(t)
+	u, err := baton.ParseURL("zk://" + addr + root + "?session-timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := zk.Open(timeout(t, 20*time.Second), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fl, ok := l.Fenced()
+	if !ok {
+		t.Fatal("a zk:// Locker does not give fencing tokens")
+	}
+	if l.Config().TTL != 2*time.Second {
+		t.Errorf("TTL %v, want the URL's 2s", l.Config().TTL)
+	}
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	if !strings.HasPrefix(lease.Key(), root+"/x/") || lease.Token() <= 0 {
+		t.Errorf("key %s token %d; want a node under %s/x and a positive token", lease.Key(), lease.Token(), root)
+	}
+	if !strings.Contains(fl.TokenSource(), "czxid") {
+		t.Errorf("token source %q", fl.TokenSource())
+	}
+}

@@ -1,0 +1,36 @@
+package zk
+
+import (
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+)
+
+// Test access to a Locker's backend.
+
+func backendOf(l *baton.Locker) *backend { return l.Backend().(*backend) }
+
+// ConnOf returns the connection l's backend uses.
+func ConnOf(l *baton.Locker) *zkgo.Conn { return backendOf(l).conn }
+
+// ConnStatus is what the backend knows of its connection.
+type ConnStatus struct {
+	Connected bool
+	Drops     uint64          // disconnections so far
+	Changed   <-chan struct{} // closed at the next change
+}
+
+// StatusOf returns l's view of its connection.
+func StatusOf(l *baton.Locker) ConnStatus {
+	v := backendOf(l).cs.snapshot()
+	return ConnStatus{Connected: v.connected(), Drops: v.mark.drops, Changed: v.changed}
+}
+
+// OnPredecessorEvent calls fn each time one of l's waiters sees the watch
+// on its predecessor fire.
+func OnPredecessorEvent(l *baton.Locker, fn func(waiter, predecessor string)) {
+	backendOf(l).hooks.Store(&hooks{predecessorEvent: fn})
+}
+
+// ReaperPending returns how many nodes l's reaper still has to delete.
+func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }

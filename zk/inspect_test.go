@@ -1,0 +1,94 @@
+package zk_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/zk"
+)
+
+// TestInspect_HoldersAndWaiters: status shows the holder, its token and
+// node, and how many wait; a forced release deletes the holder's node, the
+// holder learns it lost the lease, and the next in line gets the lock.
+func TestInspect_HoldersAndWaiters(t *testing.T) {
+	addr := zkServer.Addr(t)
+	root := "/" + uniqueName(t)
+	ctx := timeout(t, 30*time.Second)
+	holder := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root), baton.WithHolder("web-1:42"))
+	lease, err := holder.Acquire(ctx, "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := adminConn(t, addr)
+	got := make(chan *baton.FencedLease, 2)
+	for i := range 2 {
+		w := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root))
+		go func() {
+			l, err := w.Acquire(ctx, "invoices")
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- l
+		}()
+		waitChildren(t, admin, root+"/invoices", i+2)
+	}
+	status := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root)).Locker().Backend()
+	insp := status.(baton.Inspector)
+	infos, err := insp.Inspect(ctx, "invoices", "stock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 2 {
+		t.Fatalf("Inspect returned %+v, want invoices and stock", infos)
+	}
+	inv, stock := infos[0], infos[1]
+	if inv.Name != "invoices" || inv.Holder != "web-1:42" || inv.Token != lease.Token() || inv.Key != lease.Key() || inv.Waiters != 2 || inv.TTLLeft != -1 {
+		t.Errorf("invoices: %+v; want holder web-1:42, token %d, key %s, 2 waiters, TTL left -1 (unknown)", inv, lease.Token(), lease.Key())
+	}
+	if time.Since(inv.Since) > time.Minute || inv.Since.After(time.Now()) {
+		t.Errorf("since %v", inv.Since)
+	}
+	if stock.Name != "stock" || stock.Holder != "" || stock.Key != "" {
+		t.Errorf("stock, never taken: %+v", stock)
+	}
+	all, err := insp.Inspect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].Name != "invoices" {
+		t.Errorf("Inspect() = %+v, want the one held lock", all)
+	}
+
+	info, err := status.(baton.ForceReleaser).ForceRelease(ctx, "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Key != lease.Key() {
+		t.Errorf("forced release of %s, want %s", info.Key, lease.Key())
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder not told within 5s that its node was deleted")
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !strings.Contains(lease.Err().Error(), "deleted") {
+		t.Errorf("holder's Err = %v, want a loss saying the node was deleted", lease.Err())
+	}
+	next := <-got
+	if next == nil || next.Token() <= lease.Token() {
+		t.Fatalf("next holder %v", next)
+	}
+	_ = next.Release(ctx)
+	last := <-got
+	if last != nil {
+		_ = last.Release(ctx)
+	}
+	if _, err := status.(baton.ForceReleaser).ForceRelease(ctx, "stock"); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Errorf("ForceRelease of a free lock = %v, want ErrNotAcquired", err)
+	}
+	_ = lease.Release(context.Background()) // lost: nil, and harmless
+}

@@ -1,0 +1,394 @@
+package zk
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+)
+
+// The recipe, as the ZooKeeper documentation and the guide describe it:
+// every contender creates an ephemeral, sequential node under one election
+// node; the smallest sequence number leads; every other contender watches
+// only the node just before its own, and looks again whenever that watch
+// fires. The functions here are the recipe's steps, kept apart so that a
+// leader election can reuse them: createAndList, listCandidates,
+// predecessor and watchNode.
+//
+// Node names follow Curator and go-zookeeper's zk.Lock:
+// _c_<guid>-lock-<sequence>. The "_c_<guid>-" part is the protection: a
+// create whose answer was lost when the connection dropped is found again
+// by its GUID instead of being left behind as a node that nobody will ever
+// delete while the session lives. Since the names match, a baton lock, a
+// Curator InterProcessMutex and a zk.Lock on the same election node exclude
+// each other.
+const (
+	protectedPrefix = "_c_"
+	lockMarker      = "lock-"
+	seqDigits       = 10 // ZooKeeper appends %010d
+)
+
+// candidate is one contender's node under an election node.
+type candidate struct {
+	name string // node name, relative to the election node
+	seq  int64  // the sequence number ZooKeeper appended
+}
+
+// newGUID returns 32 random hex digits.
+func newGUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
+	return hex.EncodeToString(b[:])
+}
+
+// candidatePrefix is the path we ask ZooKeeper to create; it appends the
+// sequence number.
+func candidatePrefix(dir, guid string) string {
+	return dir + "/" + protectedPrefix + guid + "-" + lockMarker
+}
+
+// parseSeq returns the sequence number at the end of a sequential node's
+// name, and false for a name that has none (not a candidate).
+func parseSeq(name string) (int64, bool) {
+	if len(name) < seqDigits {
+		return 0, false
+	}
+	digits := name[len(name)-seqDigits:]
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	return n, err == nil
+}
+
+// orderCandidates keeps the children that are candidates and sorts them in
+// the order they queued: by sequence number, which the election node's
+// counter hands out in creation order.
+func orderCandidates(children []string) []candidate {
+	out := make([]candidate, 0, len(children))
+	for _, c := range children {
+		if seq, ok := parseSeq(c); ok {
+			out = append(out, candidate{name: c, seq: seq})
+		}
+	}
+	slices.SortFunc(out, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.seq, b.seq), strings.Compare(a.name, b.name))
+	})
+	return out
+}
+
+// predecessor returns our position among cands and the candidate just
+// before us (meaningful when pos > 0); pos is -1 when our node is not
+// among them.
+func predecessor(cands []candidate, ours string) (pos int, pred candidate) {
+	for i, c := range cands {
+		if c.name == ours {
+			if i > 0 {
+				return i, cands[i-1]
+			}
+			return 0, candidate{}
+		}
+	}
+	return -1, candidate{}
+}
+
+// listCandidates lists the election node dir's candidates in order. An
+// election node that does not exist has none.
+func (b *backend) listCandidates(ctx context.Context, dir string) ([]candidate, error) {
+	kids, err := retryRead(b, ctx, func() ([]string, error) {
+		kids, _, err := b.conn.Children(dir)
+		return kids, err
+	})
+	if errors.Is(err, zkgo.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, b.fail(ctx, "list candidates of "+dir, err)
+	}
+	return orderCandidates(kids), nil
+}
+
+// watched is a node read with a one-time watch set on it.
+type watched struct {
+	data  []byte
+	stat  *zkgo.Stat
+	watch <-chan zkgo.Event // receives one event, then is closed
+}
+
+// watchNode reads path and sets a one-time watch on it, which fires when
+// the node is deleted or its data changes. It returns ok false, and sets no
+// watch, when the node does not exist: a getData watch, unlike an exists
+// watch, is never left behind on a missing node.
+func (b *backend) watchNode(ctx context.Context, path string) (w watched, ok bool, err error) {
+	w, err = retryRead(b, ctx, func() (watched, error) {
+		data, stat, ch, err := b.conn.GetW(path)
+		return watched{data: data, stat: stat, watch: ch}, err
+	})
+	if errors.Is(err, zkgo.ErrNoNode) {
+		return watched{}, false, nil
+	}
+	if err != nil {
+		return watched{}, false, b.fail(ctx, "watch "+path, err)
+	}
+	return w, true, nil
+}
+
+// retryRead runs a read, repeating it while the connection is down (a
+// read is safe to repeat), for at most the request timeout.
+func retryRead[T any](b *backend, ctx context.Context, fn func() (T, error)) (T, error) {
+	deadline := time.Now().Add(b.cfg.RequestTimeout)
+	for {
+		v, err := call(b, ctx, fn)
+		if err == nil || !isConnErr(err) || errors.Is(err, errNoAnswer) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return v, err
+		}
+		if werr := b.waitConnected(ctx, deadline); werr != nil {
+			return v, err
+		}
+	}
+}
+
+// waitConnected waits until the connection has a session again, ctx ends
+// or deadline passes.
+func (b *backend) waitConnected(ctx context.Context, deadline time.Time) error {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for {
+		v := b.observe()
+		if v.connected() {
+			return nil
+		}
+		select {
+		case <-v.changed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+			return errNoAnswer
+		case <-b.life.Done():
+			return zkgo.ErrClosing
+		}
+	}
+}
+
+// created is our candidate node: its path and its czxid, the token.
+type created struct {
+	path  string
+	czxid int64
+}
+
+// createAndList creates our ephemeral, sequential, protected candidate
+// under the election node dir, and lists dir's candidates, in one round
+// trip. The create runs in one transaction with an empty write to dir,
+// whose answer carries the transaction's zxid: our node's czxid, without
+// reading our node back. The listing is sent right behind the create, and
+// ZooKeeper serves a session's requests in order, so it normally includes
+// our node; when it does not (it overtook the create on its way out), we
+// list again.
+//
+// It creates dir (a container, which the server removes once it is empty)
+// and the root's ancestors when they are missing. When the connection
+// drops before the create's answer comes, it looks for our GUID before
+// creating again. When it gives up (ctx ended, no answer), whatever the
+// create did is handed to the reaper, so no node is left behind.
+func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (created, []candidate, error) {
+	guid := newGUID()
+	prefix := candidatePrefix(dir, guid)
+	var last error
+	for range 5 {
+		sent := make(chan struct{})
+		cc := async(b, func() (created, error) {
+			close(sent)
+			return b.create(prefix, dir, data)
+		})
+		<-sent
+		lc := async(b, func() ([]string, error) {
+			kids, _, err := b.conn.Children(dir)
+			return kids, err
+		})
+		own, err := await(b, ctx, cc)
+		switch {
+		case err == nil:
+			kids, lerr := await(b, ctx, lc)
+			if lerr == nil {
+				cands := orderCandidates(kids)
+				if pos, _ := predecessor(cands, own.path[len(dir)+1:]); pos >= 0 {
+					return own, cands, nil
+				}
+			}
+			cands, err := b.listCandidates(ctx, dir)
+			return own, cands, err
+		case errors.Is(err, zkgo.ErrNoNode):
+			if err := b.ensureDir(ctx, dir); err != nil {
+				return created{}, nil, err
+			}
+		case errors.Is(err, zkgo.ErrConnectionClosed):
+			// Sent, and the answer lost: the node may exist.
+			own, found, ferr := b.findGUID(ctx, dir, guid)
+			if ferr != nil {
+				b.reaper.addGUID(dir, guid)
+				return created{}, nil, b.fail(ctx, "find our node after the connection dropped", ferr)
+			}
+			if found {
+				cands, err := b.listCandidates(ctx, dir)
+				return own, cands, err
+			}
+		case errors.Is(err, zkgo.ErrNoServer):
+			// Never sent: safe to send again once connected.
+			if werr := b.waitConnected(ctx, time.Now().Add(b.cfg.RequestTimeout)); werr != nil {
+				return created{}, nil, b.fail(ctx, "create candidate in "+dir, err)
+			}
+		case ctx.Err() != nil || errors.Is(err, errNoAnswer):
+			b.abandonCreate(dir, guid, cc)
+			return created{}, nil, b.fail(ctx, "create candidate in "+dir, err)
+		default:
+			return created{}, nil, b.fail(ctx, "create candidate in "+dir, err)
+		}
+		last = err
+	}
+	return created{}, nil, b.fail(ctx, "create candidate in "+dir, last)
+}
+
+// create makes the candidate node. It is one request, a multi: the create
+// and an empty write to dir, in one transaction, whose zxid the write's
+// answer reports. Where the ACL of dir allows us to create children but
+// not to write it, a plain create and a read of our node do.
+func (b *backend) create(prefix, dir string, data []byte) (created, error) {
+	res, err := b.conn.Multi(
+		&zkgo.CreateRequest{Path: prefix, Data: data, Acl: b.acl, Flags: zkgo.FlagEphemeralSequential},
+		&zkgo.SetDataRequest{Path: dir, Data: nil, Version: -1},
+	)
+	if err == nil {
+		if len(res) != 2 || res[1].Stat == nil {
+			return created{}, fmt.Errorf("multi answered %d results; want a path and a stat", len(res))
+		}
+		return created{path: res[0].String, czxid: res[1].Stat.Mzxid}, nil
+	}
+	if !errors.Is(err, zkgo.ErrNoAuth) {
+		return created{}, err
+	}
+	path, err := b.conn.Create(prefix, data, zkgo.FlagEphemeralSequential, b.acl)
+	if err != nil {
+		return created{}, err
+	}
+	_, stat, err := b.conn.Get(path)
+	if err != nil {
+		return created{}, err
+	}
+	return created{path: path, czxid: stat.Czxid}, nil
+}
+
+// findGUID looks for our protected node among dir's children, and reads
+// its czxid when it is there.
+func (b *backend) findGUID(ctx context.Context, dir, guid string) (created, bool, error) {
+	kids, err := retryRead(b, ctx, func() ([]string, error) {
+		kids, _, err := b.conn.Children(dir)
+		return kids, err
+	})
+	if errors.Is(err, zkgo.ErrNoNode) {
+		return created{}, false, nil
+	}
+	if err != nil {
+		return created{}, false, err
+	}
+	want := protectedPrefix + guid + "-"
+	for _, k := range kids {
+		if !strings.HasPrefix(k, want) {
+			continue
+		}
+		path := dir + "/" + k
+		stat, err := retryRead(b, ctx, func() (*zkgo.Stat, error) {
+			_, stat, err := b.conn.Get(path)
+			return stat, err
+		})
+		if errors.Is(err, zkgo.ErrNoNode) {
+			return created{}, false, nil
+		}
+		if err != nil {
+			return created{}, false, err
+		}
+		return created{path: path, czxid: stat.Czxid}, true, nil
+	}
+	return created{}, false, nil
+}
+
+// abandonCreate hands a create we stopped waiting for to the reaper once
+// go-zookeeper has answered it: the node it made, or, if the answer was
+// lost, the GUID to look for.
+func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
+	b.calls.Add(1)
+	go func() {
+		defer b.calls.Done()
+		r := <-ch
+		switch {
+		case r.err == nil:
+			b.reaper.add(r.v.path)
+		case errors.Is(r.err, zkgo.ErrConnectionClosed), errors.Is(r.err, zkgo.ErrClosing):
+			b.reaper.addGUID(dir, guid)
+		}
+	}()
+}
+
+// ensureDir creates the election node dir as a container, and the root's
+// missing ancestors as persistent nodes.
+func (b *backend) ensureDir(ctx context.Context, dir string) error {
+	mkdir := func() error {
+		_, err := call(b, ctx, func() (string, error) {
+			return b.conn.CreateContainer(dir, nil, zkgo.FlagContainer, b.acl)
+		})
+		if errors.Is(err, zkgo.ErrNodeExists) {
+			return nil
+		}
+		return err
+	}
+	err := mkdir()
+	if !errors.Is(err, zkgo.ErrNoNode) {
+		if err != nil {
+			return b.fail(ctx, "create election node "+dir, err)
+		}
+		return nil
+	}
+	p := ""
+	for _, seg := range strings.Split(b.root[1:], "/") {
+		p += "/" + seg
+		_, err := call(b, ctx, func() (string, error) {
+			return b.conn.Create(p, nil, zkgo.FlagPersistent, b.acl)
+		})
+		if err != nil && !errors.Is(err, zkgo.ErrNodeExists) {
+			return b.fail(ctx, "create root node "+p, err)
+		}
+	}
+	if err := mkdir(); err != nil {
+		return b.fail(ctx, "create election node "+dir, err)
+	}
+	return nil
+}
+
+// deleteNode deletes one of our nodes by path, bounded by ctx and the
+// request timeout. Paths are unique (a GUID each), so this never deletes
+// another holder's node. A node already gone is not an error; when the
+// outcome is unknown the reaper takes over.
+func (b *backend) deleteNode(ctx context.Context, sid int64, path string) error {
+	_, err := call(b, ctx, func() (struct{}, error) {
+		return struct{}{}, b.conn.Delete(path, -1)
+	})
+	switch {
+	case err == nil, errors.Is(err, zkgo.ErrNoNode):
+		return nil
+	case errors.Is(err, zkgo.ErrSessionExpired):
+		return nil // the node went with the session
+	case sid != 0 && b.conn.SessionID() != sid:
+		return nil // ditto, and the connection already has a new session
+	}
+	b.reaper.add(path)
+	return b.fail(context.WithoutCancel(ctx), fmt.Sprintf("delete %s (it will be deleted once the connection is back, or go with the session)", path), err)
+}

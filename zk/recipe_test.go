@@ -1,0 +1,431 @@
+package zk_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/zk"
+)
+
+// serverWatches asks the server (the wchp command) which sessions watch
+// which nodes under dir: path -> session ids.
+func serverWatches(t testing.TB, addr, dir string) map[string][]string {
+	t.Helper()
+	out, err := testsvc.FourLetter(addr, "wchp")
+	if err != nil {
+		t.Fatalf("wchp: %v", err)
+	}
+	w := map[string][]string{}
+	var path string
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "/"):
+			path = strings.TrimSpace(line)
+		case strings.TrimSpace(line) != "" && strings.HasPrefix(path, dir+"/"):
+			w[path] = append(w[path], strings.TrimSpace(line))
+		}
+	}
+	return w
+}
+
+// waitWatchers waits until the server reports n watches on nodes under
+// dir, and returns them.
+func waitWatchers(t testing.TB, addr, dir string, n int) map[string][]string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		w := serverWatches(t, addr, dir)
+		total := 0
+		for _, s := range w {
+			total += len(s)
+		}
+		if total == n {
+			return w
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server reports %d watches under %s after 20s, want %d: %v", total, dir, n, w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func sessionHex(id int64) string { return fmt.Sprintf("0x%x", id) }
+
+// TestRecipe_NoHerd queues ten waiters behind a holder and hands the lock
+// down the line. Before each release the server must report that each
+// waiter watches its predecessor's node and nothing else (so the holder's
+// node is watched by exactly one waiter), and each release must fire
+// exactly one watch event, at the next in line.
+func TestRecipe_NoHerd(t *testing.T) {
+	const waiters = 10
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	ctx := timeout(t, time.Minute)
+
+	holder := dial(t, []string{addr}, zk.Settings{})
+	lease, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := []int64{zk.ConnOf(holder.Locker()).SessionID()}
+	var events [waiters]atomic.Int64
+	got := make([]chan *baton.FencedLease, waiters)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // after the Lockers close (cleanups run last-in first-out), ending waits
+	for i := range waiters {
+		fl := dial(t, []string{addr}, zk.Settings{})
+		zk.OnPredecessorEvent(fl.Locker(), func(string, string) { events[i].Add(1) })
+		got[i] = make(chan *baton.FencedLease, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := fl.Acquire(ctx, name)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				close(got[i])
+				return
+			}
+			got[i] <- l
+		}()
+		waitChildren(t, admin, dir, i+2) // queue them in a known order
+		sessions = append(sessions, zk.ConnOf(fl.Locker()).SessionID())
+	}
+
+	for turn := range waiters {
+		left := waiters - turn
+		w := waitWatchers(t, addr, dir, left)
+		kids := children(t, admin, dir)
+		for i, k := range kids {
+			var want []string
+			if i+1 < len(kids) {
+				want = []string{sessionHex(sessions[turn+i+1])}
+			}
+			if have := w[dir+"/"+k]; !slices.Equal(have, want) {
+				t.Fatalf("turn %d: node %d (%s) is watched by %v, want by the next in line only: %v", turn, i, k, have, want)
+			}
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case lease = <-got[turn]:
+			if lease == nil {
+				t.FailNow()
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("turn %d: waiter %d did not get the lock within 10s", turn, turn)
+		}
+		var total int64
+		for i := range events {
+			n := events[i].Load()
+			total += n
+			if want := int64(0); i <= turn {
+				want = 1
+				if n != want {
+					t.Errorf("turn %d: waiter %d saw %d watch events, want %d", turn, i, n, want)
+				}
+			} else if n != want {
+				t.Errorf("turn %d: waiter %d, still waiting, saw %d watch events; a release woke more than the next in line", turn, i, n)
+			}
+		}
+		if total != int64(turn+1) {
+			t.Fatalf("after %d releases, %d watch events fired", turn+1, total)
+		}
+	}
+	t.Logf("%d releases, %d watch events", waiters, waiters)
+	_ = lease.Release(ctx)
+}
+
+// TestRecipe_RecreatedParent deletes and re-creates the election node
+// between holds, as the guide did: node names restart at
+// lock-0000000000, and tokens (czxids) keep rising.
+func TestRecipe_RecreatedParent(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	fl := dial(t, []string{addr}, zk.Settings{})
+	ctx := timeout(t, time.Minute)
+
+	var tokens []baton.Token
+	var seqs []string
+	hold := func() {
+		t.Helper()
+		l, err := fl.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, l.Token())
+		seqs = append(seqs, seqOf(l.Key()))
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		hold()
+	}
+	// Re-created by someone else, as a plain node.
+	if err := admin.Delete(dir, -1); err != nil {
+		t.Fatalf("delete %s: %v", dir, err)
+	}
+	if _, err := admin.Create(dir, nil, 0, zkgo.WorldACL(zkgo.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		hold()
+	}
+	// Deleted, and re-created by baton on demand.
+	if err := admin.Delete(dir, -1); err != nil {
+		t.Fatalf("delete %s: %v", dir, err)
+	}
+	hold()
+
+	t.Logf("node sequence numbers %v; tokens (czxid) %v", seqs, tokens)
+	for _, i := range []int{3, 6} {
+		if seqs[i] != "0000000000" {
+			t.Errorf("hold %d after the election node was re-created has sequence %s, want 0000000000", i, seqs[i])
+		}
+	}
+	if seqs[2] <= seqs[3] {
+		t.Errorf("sequence numbers did not restart: %v", seqs)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d (%d) <= token %d (%d): tokens must keep rising across re-created election nodes: %v", i, tokens[i], i-1, tokens[i-1], tokens)
+		}
+	}
+}
+
+// cutDialer dials normally, and when armed cuts the connection right after
+// sending the next create request (baton's create is a multi): the server
+// gets the request and runs it, and the answer is lost, as when a
+// connection drops at that moment.
+type cutDialer struct {
+	armed atomic.Bool
+	cuts  atomic.Int64
+}
+
+func (d *cutDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &cutConn{Conn: c, d: d}, nil
+}
+
+type cutConn struct {
+	net.Conn
+	d *cutDialer
+}
+
+// ZooKeeper's opcodes for a create, plain or in a multi.
+const (
+	opCreate = 1
+	opMulti  = 14
+)
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	// A request is [len][xid][opcode]...; go-zookeeper writes one per call.
+	if err != nil || len(b) < 12 {
+		return n, err
+	}
+	op := int32(b[8])<<24 | int32(b[9])<<16 | int32(b[10])<<8 | int32(b[11])
+	if (op == opCreate || op == opMulti) && c.d.armed.CompareAndSwap(true, false) {
+		c.d.cuts.Add(1)
+		_ = c.Conn.Close()
+	}
+	return n, err
+}
+
+// TestRecipe_LostCreateReply cuts the connection right after a create
+// request leaves: the node is made, its answer lost. The protected name's
+// GUID finds it again after the reconnection, so the acquisition holds
+// with that node and no second one is left behind (an unprotected
+// recipe would create another, and the first would hold the lock forever
+// while the session lives).
+func TestRecipe_LostCreateReply(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	d := &cutDialer{}
+	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		for range events {
+		}
+	})
+	fl, err := zk.Settings{ContinueWhileSuspended: true}.New(conn, baton.WithTTL(suiteTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	ctx := timeout(t, 30*time.Second)
+	// First use creates the election node; then the real test.
+	if l, err := fl.Acquire(ctx, name); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = l.Release(ctx)
+	}
+	sid := conn.SessionID()
+
+	d.armed.Store(true)
+	l, err := fl.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire across a lost create answer: %v", err)
+	}
+	if d.cuts.Load() != 1 {
+		t.Fatalf("%d connections cut, want 1", d.cuts.Load())
+	}
+	if conn.SessionID() != sid {
+		t.Fatalf("session changed from 0x%x to 0x%x; the test wants it to survive", sid, conn.SessionID())
+	}
+	kids := children(t, admin, dir)
+	if len(kids) != 1 || dir+"/"+kids[0] != l.Key() {
+		t.Fatalf("election node holds %v; want only the holder's node %s", kids, l.Key())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kids := children(t, admin, dir); len(kids) != 0 {
+		t.Fatalf("after release the election node holds %v", kids)
+	}
+}
+
+// TestNew_BorrowedConnection: a Locker on a caller's connection deletes its
+// nodes when closed, and leaves the connection open.
+func TestNew_BorrowedConnection(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	admin := adminConn(t, addr)
+	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		for range events {
+		}
+	})
+	fl, err := zk.New(conn, baton.WithTTL(suiteTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(children(t, admin, lockDir(name))) != 1 {
+		t.Fatal("no node for the hold")
+	}
+	if err := fl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+	default:
+		t.Fatal("lease still held after Close")
+	}
+	if kids := children(t, admin, lockDir(name)); len(kids) != 0 {
+		t.Fatalf("nodes left after Close: %v", kids)
+	}
+	if _, _, err := conn.Exists("/"); err != nil {
+		t.Fatalf("the caller's connection no longer works after Close: %v", err)
+	}
+	if _, err := zk.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+// TestRecipe_WaiterAheadLeaves: holder H, then waiters A and B. A gives up;
+// B's watch on A fires, but H still holds: B must look again and wait for
+// H, not take the lock (only when the deleted predecessor was the head may
+// a waiter skip the look).
+func TestRecipe_WaiterAheadLeaves(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	ctx := timeout(t, 30*time.Second)
+	h := dial(t, []string{addr}, zk.Settings{})
+	a := dial(t, []string{addr}, zk.Settings{})
+	b := dial(t, []string{addr}, zk.Settings{})
+	var bEvents atomic.Int64
+	zk.OnPredecessorEvent(b.Locker(), func(string, string) { bEvents.Add(1) })
+
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(ctx)
+	aDone := make(chan error, 1)
+	go func() { _, err := a.Acquire(actx, name); aDone <- err }()
+	waitChildren(t, admin, dir, 2)
+	bGot := make(chan *baton.FencedLease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, name)
+		if err != nil {
+			t.Errorf("B: %v", err)
+		}
+		bGot <- l
+	}()
+	waitChildren(t, admin, dir, 3)
+	waitWatchers(t, addr, dir, 2) // A on H, B on A
+
+	cancelA()
+	if err := <-aDone; err == nil {
+		t.Fatal("A acquired")
+	}
+	// B looked again and now watches H. (A's watch on H stays on the
+	// server until it fires: go-zookeeper cannot remove a watch.)
+	bSession := sessionHex(zk.ConnOf(b.Locker()).SessionID())
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Contains(serverWatches(t, addr, dir)[lh.Key()], bSession) {
+		select {
+		case <-bGot:
+			t.Fatal("B acquired while H holds")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after A left, B does not watch H's node: %v", serverWatches(t, addr, dir))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-bGot:
+		t.Fatal("B acquired while H holds")
+	default:
+	}
+	if n := bEvents.Load(); n != 1 {
+		t.Errorf("B saw %d watch events, want 1 (A leaving)", n)
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lb := <-bGot:
+		if lb == nil || lb.Token() <= lh.Token() {
+			t.Fatalf("B's lease %v", lb)
+		}
+		_ = lb.Release(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("B did not get the lock within 10s of H's release")
+	}
+}

@@ -1,0 +1,202 @@
+package zk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
+)
+
+// Causes of a lost lease particular to ZooKeeper. A lease's Err matches
+// baton.ErrLeaseLost and, through it, one of these, so a caller can tell a
+// connection loss from a session loss:
+//
+//	errors.Is(lease.Err(), zk.ErrSuspended)
+var (
+	// ErrSuspended means the connection to ZooKeeper was lost (Curator's
+	// SUSPENDED) and Settings.ContinueWhileSuspended is off: the holder
+	// could no longer know that it held the lock, so its work was stopped
+	// at once, before the server could expire the session and hand the lock
+	// to someone else.
+	ErrSuspended = errors.New("connection to ZooKeeper lost (SUSPENDED)")
+
+	// ErrSessionExpired means the server expired the session (Curator's
+	// LOST): every ephemeral node of the session is gone, and the lock may
+	// already be someone else's.
+	ErrSessionExpired = errors.New("ZooKeeper session expired (LOST)")
+)
+
+// session is one ZooKeeper session as the backend uses it: the lease that
+// every node of its holds lives on. A keeper.Keeper keeps its local
+// deadline, counted from the send time of the last request the session
+// answered (go-zookeeper's own pings are not visible to us, so the keeper
+// makes a cheap one every RenewEvery). A session object ends when the
+// server expires the session, when the connection gets a new session, or
+// when the local deadline passes; the next acquisition then makes a new
+// one, possibly on the same server session if that is still alive.
+type session struct {
+	id   int64 // the server's session id
+	born mark  // the connection's counters when this object was made
+	k    *keeper.Keeper
+}
+
+// lost reports why s can no longer hold locks, or nil.
+func (b *backend) lost(s *session, v snap) error {
+	select {
+	case <-s.k.Done():
+		return s.k.Err()
+	default:
+	}
+	if sid := b.conn.SessionID(); sid != s.id || v.mark.expiries > s.born.expiries {
+		return fmt.Errorf("%w: %w (session 0x%x)", baton.ErrLeaseLost, ErrSessionExpired, s.id)
+	}
+	if v.timeout != 0 && v.timeout < b.cfg.TTL {
+		return fmt.Errorf("%w: the server now grants a session timeout of %v, below the TTL %v the local deadline counts on", baton.ErrLeaseLost, v.timeout, b.cfg.TTL)
+	}
+	return nil
+}
+
+// session returns a live session object, making one when there is none or
+// the last one ended. Making one costs one request, whose send time starts
+// the local deadline and whose answer proves the session is live; it is
+// not on the path of every acquisition.
+func (b *backend) session(ctx context.Context) (*session, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, baton.ErrClosed
+	}
+	if s := b.sess; s != nil && b.lost(s, b.observe()) == nil {
+		b.mu.Unlock()
+		return s, nil
+	}
+	b.mu.Unlock()
+
+	for attempt := 0; ; attempt++ {
+		before := b.observe()
+		sid := b.conn.SessionID()
+		sent := time.Now()
+		_, err := call(b, ctx, func() (bool, error) {
+			ok, _, err := b.conn.Exists("/")
+			return ok, err
+		})
+		after := b.observe()
+		switch {
+		case err != nil && attempt < 2 && isConnErr(err) && !errors.Is(err, errNoAnswer) && ctx.Err() == nil:
+			continue // go-zookeeper flushed it while reconnecting; once more
+		case err != nil:
+			return nil, b.fail(ctx, "reach ZooKeeper", err)
+		case sid == 0 || sid != b.conn.SessionID() || after.mark.expiries != before.mark.expiries || !after.connected():
+			if attempt < 2 {
+				continue // the session changed under the request
+			}
+			return nil, &baton.UnavailableError{Where: b.place(), Err: errors.New("the ZooKeeper session keeps changing; no stable session to hold locks on")}
+		case after.timeout != 0 && after.timeout < b.cfg.TTL:
+			return nil, b.timeoutError(after.timeout)
+		}
+
+		return b.install(sid, before.mark, after, sent)
+	}
+}
+
+// install makes the session object for server session sid, confirmed by a
+// request sent at sent, unless another acquisition installed a live one
+// meanwhile.
+func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*session, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, baton.ErrClosed
+	}
+	if s := b.sess; s != nil && b.lost(s, now) == nil {
+		b.mu.Unlock()
+		return s, nil
+	}
+	old := b.sess
+	s := &session{id: sid, born: born}
+	s.k = keeper.Start(sent, b.cfg, b.renewer(s))
+	b.sess = s
+	b.mu.Unlock()
+	if old != nil {
+		// Already lost: Stop only joins its goroutine, after ending a
+		// renewal in flight.
+		old.k.Stop(b.lost(old, now))
+	}
+	b.cfg.Logger.Debug("ZooKeeper session in use", "session", fmt.Sprintf("0x%x", sid), "timeout", b.cfg.TTL)
+	return s, nil
+}
+
+// renewer confirms the session with cheap reads, so that the keeper knows
+// when the server last heard from it: an exists on each node held on the
+// session, which also finds a node deleted by someone else (an operator's
+// forced release) and ends that hold, or an exists on "/" when none is
+// held. The reads are sent together: one round trip.
+func (b *backend) renewer(s *session) keeper.RenewFunc {
+	return func(ctx context.Context) error {
+		if err := b.lost(s, b.observe()); err != nil {
+			return err
+		}
+		holds := b.heldOn(s)
+		paths := make([]string, 0, len(holds))
+		for _, h := range holds {
+			paths = append(paths, h.path)
+		}
+		if len(paths) == 0 {
+			paths = append(paths, "/")
+		}
+		chans := make([]<-chan result[bool], len(paths))
+		for i, p := range paths {
+			chans[i] = async(b, func() (bool, error) {
+				ok, _, err := b.conn.Exists(p)
+				return ok, err
+			})
+		}
+		var firstErr error
+		gone := make([]bool, len(paths))
+		for i, ch := range chans {
+			ok, err := await(b, ctx, ch)
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			gone[i] = err == nil && !ok
+		}
+		if err := firstErr; err != nil {
+			if errors.Is(err, zkgo.ErrSessionExpired) {
+				return fmt.Errorf("%w: %w (session 0x%x)", baton.ErrLeaseLost, ErrSessionExpired, s.id)
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("confirm session: no answer before the local deadline: %w", err)
+			}
+			return b.fail(context.Background(), "confirm session", err)
+		}
+		// The answers prove the requests ran on s only if the connection
+		// still has s's session: a request queued across an expiry runs on
+		// the next session.
+		if err := b.lost(s, b.observe()); err != nil {
+			return err
+		}
+		for i, h := range holds {
+			if gone[i] {
+				h.lose(fmt.Errorf("%w: node %s was deleted by another client", baton.ErrLeaseLost, h.path))
+			}
+		}
+		return nil
+	}
+}
+
+// timeoutError says the granted session timeout differs from the TTL.
+func (b *backend) timeoutError(granted time.Duration) error {
+	reason := fmt.Sprintf("the ZooKeeper servers at %s granted a session timeout of %v instead", b.place(), granted)
+	switch {
+	case granted > b.cfg.TTL:
+		reason += fmt.Sprintf(": their minimum is tickTime x 2 unless minSessionTimeout says otherwise; use a TTL (session timeout) of %v or more", granted)
+	case granted < b.cfg.TTL:
+		reason += fmt.Sprintf(": their maximum is tickTime x 20 unless maxSessionTimeout says otherwise; use a TTL (session timeout) of %v or less", granted)
+	}
+	return &baton.OptionError{Option: "ttl", Value: b.cfg.TTL.String(), Reason: reason}
+}

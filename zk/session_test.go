@@ -1,0 +1,345 @@
+package zk_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/zk"
+)
+
+// disconnectTTL is the session timeout of the tests that cut a holder off.
+const disconnectTTL = 4 * time.Second
+
+// stopWatch records when a lease's work context is cancelled.
+type stopWatch struct {
+	at   time.Time
+	done chan struct{}
+}
+
+func watchStop(l *baton.FencedLease) *stopWatch {
+	s := &stopWatch{done: make(chan struct{})}
+	context.AfterFunc(l.Context(), func() { s.at = time.Now(); close(s.done) })
+	return s
+}
+
+func (s *stopWatch) stopped() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitDrop waits until l's connection has dropped (after drops0 drops)
+// and, with reconnected, until it has a session again.
+func waitDrop(t *testing.T, l *baton.Locker, drops0 uint64, reconnected bool, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		st := zk.StatusOf(l)
+		if st.Drops > drops0 && (!reconnected || st.Connected) {
+			return
+		}
+		select {
+		case <-st.Changed:
+		case <-deadline:
+			t.Fatalf("connection: drops %d (was %d), connected %v after %v", st.Drops, drops0, st.Connected, within)
+		}
+	}
+}
+
+// TestLease_Suspended_StopsBeforeTakeover cuts a holder off from ZooKeeper
+// (a proxy that stops forwarding): its work context is cancelled as soon
+// as go-zookeeper sees the connection is gone (Curator's SUSPENDED), before
+// the server expires the session and another client can acquire.
+func TestLease_Suspended_StopsBeforeTakeover(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	proxy := testsvc.NewProxy(t, addr)
+	// SUSPENDED comes two thirds of the session timeout after the last
+	// answer, the server's expiry a third later: a 4s session leaves the
+	// check a margin of 1.3s, enough on a loaded machine.
+	a := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(disconnectTTL))
+	b := dial(t, []string{addr}, zk.Settings{}, baton.WithTTL(disconnectTTL))
+	ctx := timeout(t, 30*time.Second)
+
+	la, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := watchStop(la)
+	proxy.Block()
+	cut := time.Now()
+	defer proxy.Unblock()
+	lb, err := b.Acquire(ctx, name)
+	acquired := time.Now()
+	if err != nil {
+		t.Fatalf("B could not take over from a cut-off holder: %v", err)
+	}
+	defer lb.Release(context.Background())
+	if !stop.stopped() {
+		t.Fatalf("B acquired %v after the cut while A's work context was still live", acquired.Sub(cut))
+	}
+	t.Logf("cut at 0; A stopped at +%v (SUSPENDED); B acquired at +%v; margin %v (session timeout %v)",
+		stop.at.Sub(cut).Round(time.Millisecond), acquired.Sub(cut).Round(time.Millisecond), acquired.Sub(stop.at).Round(time.Millisecond), disconnectTTL)
+	if !errors.Is(la.Err(), zk.ErrSuspended) || !errors.Is(la.Err(), baton.ErrLeaseLost) {
+		t.Errorf("A's Err = %v, want ErrLeaseLost and zk.ErrSuspended", la.Err())
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("B's token %d <= A's %d", lb.Token(), la.Token())
+	}
+}
+
+// TestLease_ContinueWhileSuspended_StopsAtDeadline: with
+// ContinueWhileSuspended the holder keeps working after the connection is
+// gone, and stops at its local deadline, still before anyone else
+// acquires.
+func TestLease_ContinueWhileSuspended_StopsAtDeadline(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	proxy := testsvc.NewProxy(t, addr)
+	// The margin here is the drift: the local deadline is the drift ahead
+	// of the earliest moment the server may expire the session.
+	a := dial(t, []string{proxy.Addr()}, zk.Settings{ContinueWhileSuspended: true}, baton.WithTTL(disconnectTTL), baton.WithDrift(300*time.Millisecond))
+	b := dial(t, []string{addr}, zk.Settings{}, baton.WithTTL(disconnectTTL))
+	ctx := timeout(t, 30*time.Second)
+
+	la, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := watchStop(la)
+	drops := zk.StatusOf(a.Locker()).Drops
+	proxy.Block()
+	cut := time.Now()
+	defer proxy.Unblock()
+
+	waitDrop(t, a.Locker(), drops, false, 2*disconnectTTL)
+	suspended := time.Now()
+	if stop.stopped() {
+		t.Fatalf("A stopped at +%v, before its connection was even seen to drop", stop.at.Sub(cut))
+	}
+	lb, err := b.Acquire(ctx, name)
+	acquired := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Release(context.Background())
+	if !stop.stopped() {
+		t.Fatalf("B acquired %v after the cut while A's work context was still live", acquired.Sub(cut))
+	}
+	t.Logf("cut at 0; SUSPENDED at +%v; A kept working until its local deadline at +%v; B acquired at +%v",
+		suspended.Sub(cut).Round(time.Millisecond), stop.at.Sub(cut).Round(time.Millisecond), acquired.Sub(cut).Round(time.Millisecond))
+	if !stop.at.After(suspended) {
+		t.Errorf("A stopped at +%v, not after the disconnection at +%v", stop.at.Sub(cut), suspended.Sub(cut))
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) || errors.Is(la.Err(), zk.ErrSuspended) {
+		t.Errorf("A's Err = %v, want a loss by the local deadline or the session's expiry", la.Err())
+	}
+	if !errors.Is(la.Err(), keeper.ErrDeadline) && !errors.Is(la.Err(), zk.ErrSessionExpired) {
+		t.Errorf("A's Err = %v, want keeper.ErrDeadline or zk.ErrSessionExpired", la.Err())
+	}
+}
+
+// TestLease_Suspended_Reconnected: the connection drops and comes back at
+// once, on the same session. By default the holder's work was cancelled,
+// and the old hold is not resumed behind its back: it stays lost, its node
+// is deleted at once (not at the session's end, which would never come),
+// so another client gets the lock, and the old holder must acquire again,
+// for a new token. With ContinueWhileSuspended the lease survives.
+func TestLease_Suspended_Reconnected(t *testing.T) {
+	addr := zkServer.Addr(t)
+	ctx := timeout(t, time.Minute)
+	b := dial(t, []string{addr}, zk.Settings{})
+
+	t.Run("default", func(t *testing.T) {
+		name := uniqueName(t)
+		proxy := testsvc.NewProxy(t, addr)
+		a := dial(t, []string{proxy.Addr()}, zk.Settings{})
+		la, err := a.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid := zk.ConnOf(a.Locker()).SessionID()
+		drops := zk.StatusOf(a.Locker()).Drops
+		proxy.Cut()
+		cut := time.Now()
+		waitDrop(t, a.Locker(), drops, true, 2*suiteTTL)
+		<-la.Done()
+		if !errors.Is(la.Err(), zk.ErrSuspended) {
+			t.Fatalf("A's Err = %v, want zk.ErrSuspended", la.Err())
+		}
+		if got := zk.ConnOf(a.Locker()).SessionID(); got != sid {
+			t.Fatalf("session changed from 0x%x to 0x%x; the test wants it to survive", sid, got)
+		}
+		lb, err := b.Acquire(timeout(t, 15*time.Second), name)
+		if err != nil {
+			t.Fatalf("B, while A's session lives on: %v (A's node was left behind)", err)
+		}
+		// A's session is alive, so its node did not go with the session: A
+		// deleted it itself, after the reconnection.
+		if got := zk.ConnOf(a.Locker()).SessionID(); got != sid || !zk.StatusOf(a.Locker()).Connected {
+			t.Fatalf("A's session 0x%x (was 0x%x), connected %v: B's acquisition proves nothing", got, sid, zk.StatusOf(a.Locker()).Connected)
+		}
+		t.Logf("B acquired %v after the cut, A's session (timeout %v) still alive", time.Since(cut).Round(time.Millisecond), suiteTTL)
+		if la.Err() == nil {
+			t.Fatal("A's lease resumed")
+		}
+		// A acquires again, behind B, for a new token.
+		again := make(chan *baton.FencedLease, 1)
+		go func() {
+			l, err := a.Acquire(ctx, name)
+			if err != nil {
+				t.Errorf("A again: %v", err)
+			}
+			again <- l
+		}()
+		waitChildren(t, adminConn(t, addr), lockDir(name), 2)
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		la2 := <-again
+		if la2 == nil {
+			t.FailNow()
+		}
+		defer la2.Release(ctx)
+		if !(la.Token() < lb.Token() && lb.Token() < la2.Token()) {
+			t.Errorf("tokens A %d, B %d, A again %d: want rising", la.Token(), lb.Token(), la2.Token())
+		}
+	})
+
+	t.Run("continue", func(t *testing.T) {
+		name := uniqueName(t)
+		proxy := testsvc.NewProxy(t, addr)
+		a := dial(t, []string{proxy.Addr()}, zk.Settings{ContinueWhileSuspended: true})
+		la, err := a.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drops := zk.StatusOf(a.Locker()).Drops
+		proxy.Cut()
+		waitDrop(t, a.Locker(), drops, true, 2*suiteTTL)
+		if err := la.Err(); err != nil {
+			t.Fatalf("A's lease ended across a reconnection within the session timeout: %v", err)
+		}
+		var nae *baton.NotAcquiredError
+		if _, err := b.TryAcquire(ctx, name); !errors.As(err, &nae) || nae.Token != la.Token() {
+			t.Fatalf("B's TryAcquire = %v; want held by A (token %d)", err, la.Token())
+		}
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("waiter", func(t *testing.T) {
+		name := uniqueName(t)
+		proxy := testsvc.NewProxy(t, addr)
+		w := dial(t, []string{proxy.Addr()}, zk.Settings{})
+		lb, err := b.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := w.Acquire(ctx, name)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		waitChildren(t, adminConn(t, addr), lockDir(name), 2)
+		drops := zk.StatusOf(w.Locker()).Drops
+		proxy.Cut()
+		waitDrop(t, w.Locker(), drops, true, 2*suiteTTL)
+		select {
+		case err := <-got:
+			t.Fatalf("the waiter stopped waiting across a reconnection: %v", err)
+		default:
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("the waiter, after the reconnection: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter did not get the lock within 10s of the release")
+		}
+	})
+}
+
+// TestEnsemble_Failover kills the ZooKeeper server the holder is connected
+// to, in a 3-server ensemble. The session moves to another server within
+// its timeout, so the lease (ContinueWhileSuspended) survives; tokens stay
+// monotonic through the failover and the next holders.
+func TestEnsemble_Failover(t *testing.T) {
+	t.Parallel()
+	const sessionTimeout = 6 * time.Second
+	ens := testsvc.StartZKEnsemble(t, 3)
+	servers := ens.Addrs()
+	name := uniqueName(t)
+	ctx := timeout(t, 2*time.Minute)
+	a := dial(t, servers, zk.Settings{ContinueWhileSuspended: true}, baton.WithTTL(sessionTimeout))
+	b := dial(t, servers, zk.Settings{}, baton.WithTTL(sessionTimeout))
+
+	la, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := zk.ConnOf(a.Locker())
+	sid := conn.SessionID()
+	victim := ens.ByAddr(conn.Server())
+	if victim == nil {
+		t.Fatalf("holder connected to %q, not an ensemble member", conn.Server())
+	}
+	mode, _ := victim.Mode()
+	drops := zk.StatusOf(a.Locker()).Drops
+	victim.Kill()
+	killed := time.Now()
+	waitDrop(t, a.Locker(), drops, true, sessionTimeout)
+	t.Logf("killed server %d (%s, the %s); the session moved to %s in %v", victim.ID, victim.Addr, mode, conn.Server(), time.Since(killed).Round(time.Millisecond))
+	if conn.SessionID() != sid {
+		t.Fatalf("session changed from 0x%x to 0x%x", sid, conn.SessionID())
+	}
+	if err := la.Err(); err != nil {
+		t.Fatalf("the lease did not survive the failover: %v", err)
+	}
+	var nae *baton.NotAcquiredError
+	if _, err := b.TryAcquire(ctx, name); !errors.As(err, &nae) || nae.Token != la.Token() {
+		t.Fatalf("B's TryAcquire after the failover = %v; want held by A (token %d)", err, la.Token())
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token after the failover %#x <= before %#x", lb.Token(), la.Token())
+	}
+	if err := victim.Start(); err != nil {
+		t.Fatalf("restart server %d: %v", victim.ID, err)
+	}
+	if err := ens.WaitServing(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_ = lb.Release(ctx)
+	la2, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la2.Release(ctx)
+	t.Logf("tokens: %#x, then %#x after the failover, %#x after the restart", la.Token(), lb.Token(), la2.Token())
+	if la2.Token() <= lb.Token() {
+		t.Errorf("token after the restart %#x <= %#x", la2.Token(), lb.Token())
+	}
+}

@@ -1,0 +1,107 @@
+package zk
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+)
+
+// DefaultRoot is the node under which locks live unless baton.WithPrefix
+// (or the path of a zk:// URL) says otherwise. Lock NAME is the election
+// node DefaultRoot + "/" + NAME.
+const DefaultRoot = "/baton/lock"
+
+// MinSessionTimeout is the shortest TTL (session timeout) accepted before
+// asking the server. Servers refuse less than 2 x tickTime anyway; Dial
+// checks what the server granted.
+const MinSessionTimeout = 100 * time.Millisecond
+
+// Settings are the ZooKeeper-specific choices, beside baton's options. The
+// zero value is the default; New and Dial use it.
+type Settings struct {
+	// ContinueWhileSuspended keeps a holder working while its connection to
+	// ZooKeeper is lost (Curator's SUSPENDED), until the session expires
+	// (LOST) or the local deadline passes, whichever comes first; a
+	// reconnection within the session timeout keeps the lease. Default
+	// false: a lost connection cancels the work at once, because the holder
+	// can no longer know that it still holds the lock.
+	ContinueWhileSuspended bool
+	// ACL is the ACL of every node baton creates (the root, the election
+	// nodes and the candidates). Default: zk.WorldACL(zk.PermAll), or
+	// zk.AuthACL(zk.PermAll) (only the creating identity) when Auth is set.
+	ACL []zkgo.ACL
+	// Auth is the digest identity Dial adds to its connection before any
+	// request. New only uses it to pick the default ACL: authenticate your
+	// own connection with conn.AddAuth.
+	Auth *Digest
+}
+
+// Digest is a ZooKeeper digest identity, "user:password". Its String and
+// GoString never show the password.
+type Digest struct {
+	User     string
+	Password string
+}
+
+// String returns "user:xxxxx".
+func (d Digest) String() string { return d.User + ":xxxxx" }
+
+// GoString returns the Go syntax of d with the password hidden, for %#v.
+func (d Digest) GoString() string {
+	return fmt.Sprintf("zk.Digest{User: %q, Password: \"xxxxx\"}", d.User)
+}
+
+func (d Digest) auth() []byte { return []byte(d.User + ":" + d.Password) }
+
+// newConfig resolves baton's options and checks what ZooKeeper needs of
+// them: a session timeout in whole milliseconds, at least
+// MinSessionTimeout.
+func newConfig(opts []baton.Option) (baton.Config, error) {
+	cfg, err := baton.NewConfig(opts...)
+	if err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(MinSessionTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.TTL%time.Millisecond != 0 || cfg.TTL > time.Duration(1<<31-1)*time.Millisecond {
+		return cfg, &baton.OptionError{Option: "ttl", Value: cfg.TTL.String(), Reason: "is the ZooKeeper session timeout, a whole number of milliseconds; use one such as 4s"}
+	}
+	return cfg, nil
+}
+
+// cleanRoot turns a prefix into the root node path: absolute, no trailing
+// slash, no empty, "." or ".." segment, not under /zookeeper.
+func cleanRoot(prefix string) (string, error) {
+	if prefix == "" || prefix == "/" {
+		return DefaultRoot, nil
+	}
+	p := strings.TrimSuffix(prefix, "/")
+	bad := func(reason string) error {
+		return &baton.OptionError{Option: "ZooKeeper root", Value: baton.Printable(prefix), Reason: reason}
+	}
+	if !strings.HasPrefix(p, "/") {
+		return "", bad("must be an absolute node path such as /baton/lock")
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		switch seg {
+		case "":
+			return "", bad("has an empty segment (//)")
+		case ".", "..":
+			return "", bad(`has a "." or ".." segment`)
+		}
+		for _, r := range seg { // invalid UTF-8 reads as U+FFFD, refused too
+			if r < 0x20 || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff) {
+				return "", bad("has a character ZooKeeper does not allow in a node name")
+			}
+		}
+	}
+	if p == "/zookeeper" || strings.HasPrefix(p, "/zookeeper/") {
+		return "", bad("is under /zookeeper, which the server reserves")
+	}
+	return p, nil
+}

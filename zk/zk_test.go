@@ -1,0 +1,207 @@
+package zk_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/zk"
+)
+
+// zkServer is the standalone server the tests of this binary share.
+var zkServer testsvc.ZooKeeper
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		// Started by TestElection_FrozenLeader as the leader process.
+		os.Exit(helperMain(spec))
+	}
+	code := m.Run()
+	zkServer.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "leaked goroutines: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// suiteTTL is the session timeout of most tests: 2 x the minimum the test
+// server grants (tickTime 500ms x 2).
+const suiteTTL = 2 * time.Second
+
+func timeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dial makes a FencedLocker on servers, closed when t ends.
+func dial(t testing.TB, servers []string, set zk.Settings, opts ...baton.Option) *baton.FencedLocker {
+	t.Helper()
+	fl, err := set.Dial(timeout(t, 20*time.Second), servers, append([]baton.Option{baton.WithTTL(suiteTTL)}, opts...)...)
+	if err != nil {
+		t.Fatalf("dial %v: %v", servers, err)
+	}
+	t.Cleanup(func() { _ = fl.Close() })
+	return fl
+}
+
+// nopLogger silences go-zookeeper.
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+// adminConn is a plain go-zookeeper connection for looking at the server
+// from outside, closed when t ends.
+func adminConn(t testing.TB, servers ...string) *zkgo.Conn {
+	t.Helper()
+	c, events, err := zkgo.Connect(servers, 10*time.Second, zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		for range events { // until go-zookeeper's loop has ended
+		}
+	})
+	return c
+}
+
+// children lists a node's children in sequence order.
+func children(t testing.TB, c *zkgo.Conn, path string) []string {
+	t.Helper()
+	kids, _, err := c.Children(path)
+	if err != nil && err != zkgo.ErrNoNode {
+		t.Fatalf("children of %s: %v", path, err)
+	}
+	sort.Slice(kids, func(i, j int) bool { return seqOf(kids[i]) < seqOf(kids[j]) })
+	return kids
+}
+
+func seqOf(name string) string {
+	if len(name) < 10 {
+		return name
+	}
+	return name[len(name)-10:]
+}
+
+// waitChildren waits, watching, until path has at least n children.
+func waitChildren(t testing.TB, c *zkgo.Conn, path string, n int) []string {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		kids, _, ch, err := c.ChildrenW(path)
+		if err == zkgo.ErrNoNode {
+			_, _, ch, err = c.ExistsW(path)
+		}
+		if err != nil {
+			t.Fatalf("watch children of %s: %v", path, err)
+		}
+		if len(kids) >= n {
+			sort.Slice(kids, func(i, j int) bool { return seqOf(kids[i]) < seqOf(kids[j]) })
+			return kids
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("%s has %d children after 20s, want %d", path, len(kids), n)
+		}
+	}
+}
+
+// clients keeps the conformance suite's clients, each behind its own
+// proxy, so that one can be cut off or have its session expired.
+type clients struct {
+	addr string
+	mu   sync.Mutex
+	all  []client
+}
+
+type client struct {
+	l     *baton.Locker
+	proxy *testsvc.Proxy
+}
+
+func (cs *clients) factory() batontest.Factory {
+	return batontest.Factory{
+		TTL:    suiteTTL,
+		Fenced: true,
+		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
+			p := testsvc.NewProxy(t, cs.addr)
+			if os.Getenv("ZKDEBUG") != "" {
+				opts = append(opts, baton.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+			}
+			fl, err := zk.Dial(timeout(t, 20*time.Second), []string{p.Addr()}, opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			cs.mu.Lock()
+			cs.all = append(cs.all, client{l: fl.Locker(), proxy: p})
+			cs.mu.Unlock()
+			return batontest.Client{Locker: fl.Locker(), Crash: func() {
+				p.Block() // a cut cable: the session ends on the server by its timeout
+				t.Cleanup(p.Unblock)
+			}}, nil
+		},
+		Expire: cs.expire,
+	}
+}
+
+// expire ends the session holding l on the server: it cuts that client off
+// until the server has expired the session (and deleted its nodes), then
+// lets it reconnect to learn so.
+func (cs *clients) expire(t testing.TB, l *baton.Lease) {
+	t.Helper()
+	admin := adminConn(t, cs.addr)
+	_, stat, ch, err := admin.GetW(l.Key())
+	if err != nil {
+		t.Fatalf("get %s: %v", l.Key(), err)
+	}
+	cs.mu.Lock()
+	var p *testsvc.Proxy
+	for _, c := range cs.all {
+		if zk.ConnOf(c.l).SessionID() == stat.EphemeralOwner {
+			p = c.proxy
+		}
+	}
+	cs.mu.Unlock()
+	if p == nil {
+		t.Fatalf("no client has session 0x%x", stat.EphemeralOwner)
+	}
+	p.Block()
+	defer p.Unblock()
+	select {
+	case ev := <-ch:
+		if ev.Type != zkgo.EventNodeDeleted {
+			t.Fatalf("while expiring: event %v on %s", ev.Type, l.Key())
+		}
+	case <-time.After(4 * suiteTTL):
+		t.Fatalf("session 0x%x not expired %v after its client was cut off", stat.EphemeralOwner, 4*suiteTTL)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	cs := &clients{addr: zkServer.Addr(t)}
+	batontest.Run(t, cs.factory())
+}
+
+// lockDir is the election node of name under the default root.
+func lockDir(name string) string { return zk.DefaultRoot + "/" + name }
+
+func uniqueName(t testing.TB) string {
+	return strings.NewReplacer("/", ".", " ", "_").Replace(t.Name()) + fmt.Sprintf("-%d", time.Now().UnixNano()%1e6)
+}
