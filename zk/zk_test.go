@@ -138,8 +138,9 @@ type client struct {
 
 func (cs *clients) factory() batontest.Factory {
 	return batontest.Factory{
-		TTL:    suiteTTL,
-		Fenced: true,
+		TTL:     suiteTTL,
+		Fenced:  true,
+		Observe: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
 			p := testsvc.NewProxy(t, cs.addr)
 			if os.Getenv("ZKDEBUG") != "" {

@@ -1,0 +1,150 @@
+package zk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+)
+
+var _ baton.Observer = (*backend)(nil)
+
+// Observe implements baton.Observer: it lists the election node's
+// candidates with a children watch, reads the first one (the leader), and
+// looks again each time the watch fires, sending a term whenever the
+// leader's node is another one (no leader when there is no candidate).
+//
+// ZooKeeper watches fire once and must be set again, and go-zookeeper
+// v1.0.4 has no persistent watches (ZooKeeper 3.6's AddWatch), so a leader
+// whose whole term is shorter than one round trip between the watch firing
+// and the next listing can go unseen; terms are always reported in order,
+// and every term that outlasts that round trip is reported.
+func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
+	if err := baton.ValidateName(name); err != nil {
+		return nil, err
+	}
+	dir := b.lockDir(name)
+	cur, watch, err := b.leaderW(ctx, name, dir)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan baton.Term)
+	go b.follow(ctx, name, dir, cur, watch, ch)
+	return ch, nil
+}
+
+// follow is owned by Observe's caller through ctx; it closes ch when ctx
+// ends or ZooKeeper can no longer be read.
+func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, watch <-chan zkgo.Event, ch chan<- baton.Term) {
+	defer close(ch)
+	if !send(ctx, ch, cur) {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.life.Done():
+			return
+		case _, ok := <-watch:
+			if !ok {
+				// The connection closed, or a new session lost the
+				// watch: look again below, once connected.
+				if err := b.waitConnected(ctx, time.Now().Add(b.cfg.RequestTimeout)); err != nil {
+					return
+				}
+			}
+		}
+		next, w, err := b.leaderW(ctx, name, dir)
+		if err != nil {
+			return
+		}
+		watch = w
+		if next.Key != cur.Key {
+			cur = next
+			if !send(ctx, ch, cur) {
+				return
+			}
+		}
+	}
+}
+
+// leaderW reads the election's leader and sets a watch that fires when the
+// candidates change (or, while the election node does not exist, when it
+// is created).
+func (b *backend) leaderW(ctx context.Context, name, dir string) (baton.Term, <-chan zkgo.Event, error) {
+	type listing struct {
+		kids  []string
+		watch <-chan zkgo.Event
+	}
+	for range 5 {
+		l, err := retryRead(b, ctx, func() (listing, error) {
+			kids, _, ch, err := b.conn.ChildrenW(dir)
+			return listing{kids, ch}, err
+		})
+		if errors.Is(err, zkgo.ErrNoNode) {
+			ok, w, err := retryRead2(b, ctx, func() (bool, <-chan zkgo.Event, error) {
+				ok, _, ch, err := b.conn.ExistsW(dir)
+				return ok, ch, err
+			})
+			if err != nil {
+				return baton.Term{}, nil, b.fail(ctx, "watch "+dir, err)
+			}
+			if ok {
+				continue // created meanwhile: list it
+			}
+			return baton.Term{Election: name}, w, nil
+		}
+		if err != nil {
+			return baton.Term{}, nil, b.fail(ctx, "list candidates of "+dir, err)
+		}
+		cands := orderCandidates(l.kids)
+		if len(cands) == 0 {
+			return baton.Term{Election: name}, l.watch, nil
+		}
+		path := dir + "/" + cands[0].name
+		got, err := retryRead(b, ctx, func() (watched, error) {
+			data, stat, err := b.conn.Get(path)
+			return watched{data: data, stat: stat}, err
+		})
+		if errors.Is(err, zkgo.ErrNoNode) {
+			continue // the leader left meanwhile; the watch has fired too
+		}
+		if err != nil {
+			return baton.Term{}, nil, b.fail(ctx, "read "+path, err)
+		}
+		v := decodeValue(got.data)
+		since := v.Since
+		if since.IsZero() {
+			since = time.UnixMilli(got.stat.Ctime)
+		}
+		return baton.Term{Election: name, Leader: v.Holder, Token: baton.Token(got.stat.Czxid), Key: path, Since: since}, l.watch, nil
+	}
+	return baton.Term{}, nil, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("election %q keeps changing leader; look again", name)}
+}
+
+// retryRead2 is retryRead for a read with two results.
+func retryRead2[A, B any](b *backend, ctx context.Context, fn func() (A, B, error)) (A, B, error) {
+	type pair struct {
+		a A
+		b B
+	}
+	p, err := retryRead(b, ctx, func() (pair, error) {
+		a, bb, err := fn()
+		return pair{a, bb}, err
+	})
+	return p.a, p.b, err
+}
+
+func send(ctx context.Context, ch chan<- baton.Term, t baton.Term) bool {
+	select {
+	case ch <- t:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
