@@ -28,16 +28,27 @@ func (s *Store) Check(ctx context.Context, tx Querier, resource string, token ba
 	if err := validate(resource, token); err != nil {
 		return err
 	}
-	op := fmt.Sprintf("check fence %q for token %d", resource, token)
 	var one int32
-	switch err := tx.QueryRow(ctx, s.sql.hold, resource, int64(token)).Scan(&one); {
-	case err == nil:
+	return s.afterHold(ctx, tx, resource, token, tx.QueryRow(ctx, s.sql.hold, resource, int64(token)).Scan(&one))
+}
+
+// afterHold finishes a check in tx once the share-locking SELECT (s.sql.hold)
+// has run there and its one row was scanned with error holdErr: nil when the
+// fence holds exactly token; otherwise the upsert decides.
+func (s *Store) afterHold(ctx context.Context, tx Querier, resource string, token baton.Token, holdErr error) error {
+	switch {
+	case holdErr == nil:
 		return nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return s.wrap(ctx, op, err, hintNotDone)
+	case !errors.Is(holdErr, pgx.ErrNoRows):
+		return s.wrap(ctx, checkOp(resource, token), holdErr, hintNotDone)
 	}
 	// The fence holds another token, or none: raise it or be refused.
 	return s.raise(ctx, tx, resource, token)
+}
+
+// checkOp names a check in error messages.
+func checkOp(resource string, token baton.Token) string {
+	return fmt.Sprintf("check fence %q for token %d", resource, token)
 }
 
 // raise runs the fence upsert in tx: nil when token was accepted, a

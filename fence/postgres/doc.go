@@ -74,6 +74,35 @@
 //		PRIMARY KEY (resource, run_id)
 //	);
 //
+// # Round trips
+//
+// WithTx costs no round trip for the check when the fence already holds
+// the token: on a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn it sends BEGIN
+// and the share-locking SELECT together, as one pgx batch
+// (pgx.Batch.BeginTx), so a holder's transaction goes over the wire as
+//
+//	BEGIN; SELECT 1 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
+//	fn's statements, one round trip each
+//	COMMIT
+//
+// the same number of round trips as the transaction without the fence. The
+// server runs the two in order, the SELECT inside the transaction BEGIN
+// opened, so the share lock is held until COMMIT or ROLLBACK exactly as
+// when they are sent one by one. If BEGIN fails the server skips the
+// SELECT, and either failure ends WithTx without calling fn. When the
+// SELECT finds no row, the upsert follows in a round trip of its own, still
+// before fn is called (and for a stale token, reading the newest token and
+// ROLLBACK). So fn never runs, and none of its statements executes, in a
+// transaction whose token was refused; that is why the check rides with
+// BEGIN rather than with fn's first statement.
+//
+// Insert makes one round trip when the fence holds the token, like a plain
+// INSERT. What it costs beyond a plain INSERT is server work that the
+// guarantee needs: finding the fence row and share-locking it, a row lock
+// that PostgreSQL records in the row itself and in the WAL. Without the
+// lock a raise could commit between the check and the insert's commit;
+// without the lookup there is no check.
+//
 // # What is not guaranteed
 //
 //   - Writes that bypass the Store are not fenced: another table, another

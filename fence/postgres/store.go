@@ -12,10 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DB is what a Store needs from its connection: *pgxpool.Pool and *pgx.Conn
-// both satisfy it. A *pgx.Conn is not safe for concurrent use, so a Store
-// built on one is not either; use a pool to share a Store between
-// goroutines.
+// DB is what a Store needs from its connection: *pgxpool.Pool, *pgxpool.Conn
+// and *pgx.Conn satisfy it, and on those three WithTx sends BEGIN and the
+// fence check in one round trip (another type gets two). A *pgx.Conn is not
+// safe for concurrent use, so a Store built on one is not either; use a pool
+// to share a Store between goroutines.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Querier
@@ -33,11 +34,15 @@ type Querier interface {
 // newest token seen, and a table of finished runs. It is safe for concurrent
 // use when its DB is (a pool is).
 type Store struct {
-	db    DB
-	pool  *pgxpool.Pool // owned, closed by Close; nil when built by New
-	cfg   config
-	where string // host:port/database, for messages
-	sql   statements
+	db DB
+	// sendBatch is db's SendBatch when db is one of pgx's own types, which
+	// begin a transaction queued with pgx.Batch.BeginTx and hand it back
+	// from BatchResults.Tx; nil for any other DB. See WithTx.
+	sendBatch func(context.Context, *pgx.Batch) pgx.BatchResults
+	pool      *pgxpool.Pool // owned, closed by Close; nil when built by New
+	cfg       config
+	where     string // host:port/database, for messages
+	sql       statements
 }
 
 var _ baton.Fence = (*Store)(nil)
@@ -57,10 +62,11 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 		return nil, &baton.OptionError{Option: "db", Value: "nil", Reason: "pass a *pgxpool.Pool or a *pgx.Conn"}
 	}
 	s := &Store{
-		db:    db,
-		cfg:   cfg,
-		where: whereOf(db),
-		sql:   newStatements(quoteTable(cfg.table), quoteTable(cfg.runs)),
+		db:        db,
+		sendBatch: batchSender(db),
+		cfg:       cfg,
+		where:     whereOf(db),
+		sql:       newStatements(quoteTable(cfg.table), quoteTable(cfg.runs)),
 	}
 	if cfg.create {
 		err = s.Init(ctx)

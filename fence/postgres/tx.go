@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // rollbackTimeout bounds the rollback that ends a failed transaction; it
@@ -22,9 +23,29 @@ const rollbackTimeout = 5 * time.Second
 // error is returned as is, unless it is a connection failure, which is
 // wrapped in a *baton.UnavailableError like the Store's own.
 //
-// The fence costs one statement in the transaction, and so one round trip:
-// BEGIN, the check, fn's statements, COMMIT. Where that round trip matters
-// and the write is one row, use Insert.
+// On the Store's DB, when it is a *pgxpool.Pool, a *pgxpool.Conn or a
+// *pgx.Conn, the check costs no round trip of its own: BEGIN and the
+// check's share lock reach the server together, as one pgx batch
+// (pgx.Batch.BeginTx), so a transaction with the token the fence already
+// holds (a holder's second and later transactions) makes as many round
+// trips as the same transaction without the fence:
+//
+//  1. BEGIN; SELECT 1 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
+//  2. fn's statements, one round trip each as usual
+//  3. COMMIT
+//
+// When the SELECT finds no row (a new token, a stale one, or no fence row
+// yet), the upsert of Check follows in a round trip of its own, before fn
+// is called; a refused token then costs reading the newest token and
+// ROLLBACK. With any other DB, BEGIN and the SELECT are two round trips.
+//
+// Sending the two together is as safe as sending them one by one. The
+// server runs them in order, the SELECT inside the transaction BEGIN
+// opened, so its lock is held until COMMIT or ROLLBACK; if BEGIN fails the
+// server skips the SELECT, and either failure ends WithTx without calling
+// fn. fn is called only after the check has passed, by the share lock or
+// by the upsert, so none of its statements ever runs in a transaction
+// whose token was refused.
 func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if err := validate(resource, token); err != nil {
 		return err
@@ -58,6 +79,9 @@ func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, 
 
 // begin begins a transaction that has passed the fence check.
 func (s *Store) begin(ctx context.Context, resource string, token baton.Token, op string) (pgx.Tx, error) {
+	if s.sendBatch != nil {
+		return s.beginBatch(ctx, resource, token, op)
+	}
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return nil, s.wrap(ctx, op+": begin", err, hintNotDone)
@@ -67,6 +91,60 @@ func (s *Store) begin(ctx context.Context, resource string, token baton.Token, o
 		return nil, err
 	}
 	return tx, nil
+}
+
+// beginBatch is begin in one round trip when the fence holds token: BEGIN
+// and the share-locking SELECT go as one batch, and the upsert follows
+// only when the SELECT finds no row.
+func (s *Store) beginBatch(ctx context.Context, resource string, token baton.Token, op string) (pgx.Tx, error) {
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{})
+	b.Queue(s.sql.hold, resource, int64(token))
+	br := s.sendBatch(ctx, &b)
+	tx := br.Tx()
+	_, beginErr := br.Exec()
+	holdErr := beginErr
+	if beginErr == nil {
+		var one int32
+		holdErr = br.QueryRow().Scan(&one)
+	}
+	// The batch must be closed before tx is used, even to roll it back.
+	closeErr := br.Close()
+	if tx == nil { // not from pgx's own types, which sendBatch is only set for
+		return nil, fmt.Errorf("%s: begin: %T.SendBatch began no transaction", op, s.db)
+	}
+	var err error
+	switch {
+	case beginErr != nil:
+		err = s.wrap(ctx, op+": begin", beginErr, hintNotDone)
+	case holdErr != nil && !errors.Is(holdErr, pgx.ErrNoRows):
+		err = s.wrap(ctx, checkOp(resource, token), holdErr, hintNotDone)
+	case closeErr != nil:
+		err = s.wrap(ctx, checkOp(resource, token), closeErr, hintNotDone)
+	default:
+		err = s.afterHold(ctx, tx, resource, token, holdErr)
+	}
+	if err != nil {
+		rollback(ctx, tx) // also releases a pool's connection when BEGIN failed
+		return nil, err
+	}
+	return tx, nil
+}
+
+// batchSender returns db's SendBatch when db is one of the pgx types that
+// begin a transaction queued with pgx.Batch.BeginTx and return it from
+// BatchResults.Tx, and nil otherwise: a DB of another type might run the
+// BEGIN without handing back a transaction to end.
+func batchSender(db DB) func(context.Context, *pgx.Batch) pgx.BatchResults {
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		return db.SendBatch
+	case *pgxpool.Conn:
+		return db.SendBatch
+	case *pgx.Conn:
+		return db.SendBatch
+	}
+	return nil
 }
 
 // rollback ends tx on a context detached from ctx, bounded by
