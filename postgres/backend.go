@@ -45,9 +45,10 @@ type backend struct {
 	lisMu sync.Mutex // held while the listener starts
 	lis   *listener  // started by the first wait; guarded by lisMu
 
-	mu     sync.Mutex
-	holds  map[*hold]struct{}
-	closed bool
+	mu        sync.Mutex
+	holds     map[*hold]struct{}
+	observers map[*observer]context.CancelCauseFunc // stopped by Close
+	closed    bool
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -97,6 +98,8 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 		channel: "baton." + hex.EncodeToString(id[:]),
 		now:     time.Now,
 		holds:   map[*hold]struct{}{},
+
+		observers: map[*observer]context.CancelCauseFunc{},
 	}
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, err
@@ -145,7 +148,8 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 }
 
 // Close ends every hold (freeing its lease row, so the next waiter gets the
-// lock at once), stops the listener and closes the pool if Dial made it.
+// lock at once), stops the listener and every observer (closing their
+// channels) and closes the pool if Dial made it.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -157,7 +161,15 @@ func (b *backend) Close() error {
 	for h := range b.holds {
 		holds = append(holds, h)
 	}
+	observers := make([]*observer, 0, len(b.observers))
+	for o, stop := range b.observers {
+		stop(baton.ErrClosed)
+		observers = append(observers, o)
+	}
 	b.mu.Unlock()
+	for _, o := range observers {
+		<-o.done
+	}
 	b.lisMu.Lock() // waits for a listener being started
 	lis := b.lis
 	b.lis = nil
@@ -184,6 +196,23 @@ func (b *backend) track(h *hold) bool {
 	}
 	b.holds[h] = struct{}{}
 	return true
+}
+
+// trackObserver registers o, stopped by Close with stop.
+func (b *backend) trackObserver(o *observer, stop context.CancelCauseFunc) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.observers[o] = stop
+	return true
+}
+
+func (b *backend) untrackObserver(o *observer) {
+	b.mu.Lock()
+	delete(b.observers, o)
+	b.mu.Unlock()
 }
 
 func (b *backend) untrack(h *hold) {

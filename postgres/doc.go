@@ -1,9 +1,10 @@
 // Package postgres is baton's PostgreSQL lock backend: a FencedLocker whose
 // leases are rows judged by the database's clock, whose tokens come from a
 // sequence, and whose waiters are handed the lock by the release that frees
-// it and woken by LISTEN/NOTIFY. With the fence (fence/postgres) in the same
-// database, one PostgreSQL gives the guide's whole correctness story: lock,
-// token and fenced writes, with no other service.
+// it and woken by LISTEN/NOTIFY; triggers NOTIFY every change of holder to
+// observers of elections (Observe). With the fence (fence/postgres) in the
+// same database, one PostgreSQL gives the guide's whole correctness story:
+// lock, token and fenced writes, with no other service.
 //
 //	locker, err := postgres.Dial(ctx, "postgres://app@db/billing", baton.WithTTL(15*time.Second))
 //	// or postgres.New(ctx, pool) on your own *pgxpool.Pool,
@@ -38,6 +39,39 @@
 //		expires_at   timestamptz NOT NULL,  -- its place lapses unless it looks again
 //		PRIMARY KEY (name, ticket)
 //	);
+//	-- for observers of elections: a NOTIFY when a change of holder commits
+//	CREATE OR REPLACE FUNCTION baton_lock_observe() RETURNS trigger LANGUAGE plpgsql AS $$
+//	DECLARE
+//		change text;
+//	BEGIN
+//		EXECUTE format($q$SELECT json_build_object(
+//				'name', left(name, 500), 'holder', left(holder, 500), 'token', token, 'ticket', ticket,
+//				'live', expires_at > clock_timestamp(),
+//				'since', CASE WHEN isfinite(acquired_at) THEN extract(epoch FROM acquired_at)::float8 END)::text
+//			FROM %s WHERE name = $1 $q$, TG_RELID::regclass)
+//			INTO change USING NEW.name;
+//		IF change IS NOT NULL THEN
+//			PERFORM pg_notify('baton.observe.' || TG_RELID, change);
+//		END IF;
+//		RETURN NULL;
+//	END $$;
+//	CREATE CONSTRAINT TRIGGER baton_observe_insert AFTER INSERT ON baton_lock
+//		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION baton_lock_observe();
+//	CREATE CONSTRAINT TRIGGER baton_observe_update AFTER UPDATE ON baton_lock
+//		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+//		WHEN (NEW.holder <> OLD.holder OR NEW.token <> OLD.token OR NEW.ticket <> OLD.ticket
+//			OR NEW.expires_at < OLD.expires_at OR OLD.expires_at <= clock_timestamp())
+//		EXECUTE FUNCTION baton_lock_observe();
+//
+// A constraint trigger has no CREATE OR REPLACE: Init creates each of the
+// two in a DO block, only when pg_trigger has none of that name on the
+// table. The function finds its table by OID (TG_RELID), whatever the
+// writer's search_path, and cuts name and holder so that a payload never
+// passes NOTIFY's 8000 bytes (names and holders are at most 200 bytes; only
+// rows written by hand come near). New and Dial add the function and the
+// triggers to tables made before they existed when the user may; when it
+// may not, locking works as before and Observe fails, saying to run Init
+// as the tables' owner.
 //
 // The user needs SELECT, INSERT, UPDATE and DELETE on both tables and USAGE
 // on both sequences. Rows of the lease table are never deleted, only
@@ -153,6 +187,88 @@
 // database on each NOTIFY, so each waiting Locker's listener wakes on the
 // server once per release, to find nothing for it; that costs server CPU,
 // not statements.
+//
+// # Observing elections
+//
+// Observe (baton.Locker.Observe) reports the terms of an election, the
+// holders of the lock of its name. The triggers above NOTIFY the channel
+// baton.observe.OID (OID: the lease table's) when a transaction that gave
+// a lock to a new holder or freed it commits. Deferred to the COMMIT, the
+// function reads the row as it is then: a release that hands the lock to a
+// waiter (two UPDATEs, one transaction) notifies once, with the new holder,
+// and PostgreSQL delivers identical payloads of one transaction once. The
+// row's lock orders its writers and notifications arrive in commit order,
+// so observers get the changes of a lock in the order they were made.
+// Renewals (expires_at moving forward) fire nothing.
+//
+// Each observer has a connection of its own (made with the pool's
+// settings, closed when its context ends or the Locker is closed). It
+// LISTENs on the table's channel and on one of its own, then reads the
+// row in one transaction that share-locks it and ends by notifying its
+// own channel, the mark:
+//
+//	SELECT true FROM baton_lock WHERE name = $1 FOR SHARE;
+//	SELECT l.name IS NOT NULL, coalesce(l.holder, ''), coalesce(l.token, 0), coalesce(l.ticket, 0),
+//		CASE WHEN isfinite(l.acquired_at) THEN l.acquired_at END,
+//		coalesce(l.expires_at = '-infinity', false), -- freed, not expired
+//		CASE WHEN l.expires_at > clock_timestamp() THEN extract(epoch FROM l.expires_at - clock_timestamp())::float8 END,
+//		w.n, extract(epoch FROM w.soonest - clock_timestamp())::float8
+//	FROM (
+//		SELECT count(*) AS n, min(expires_at) AS soonest FROM baton_lock_waiters
+//		WHERE name = $1 AND expires_at > clock_timestamp()
+//	) w LEFT JOIN baton_lock l ON l.name = $1;
+//	SELECT pg_notify($1, $2); -- the observer's own channel
+//
+// With the row locked, every change that committed before the mark is in
+// the read and every later one is notified after the mark, so between a
+// read and the notifications nothing is missed or counted twice. The
+// observer reads the row so at the start, after each change it is
+// notified of, when the leader's lease ends by the database's clock (the
+// interval the database reported, never the client's clock), and at
+// least every minute. The terms:
+//
+//   - A lock freed (released, released by force, expired by hand) with
+//     nobody in line: no leader.
+//   - An expiry writes nothing: the read at the lease's end finds it
+//     expired, and with no live waiter queued, that is no leader. With a
+//     waiter queued, the lock is passing to the first of them, who takes
+//     it when it looks again, at once when it is alive; the observer reads
+//     again soon (after 10ms, then less often, up to 1s) and reports that
+//     waiter as the next leader directly, as for a hand-off at a release.
+//     A crashed leader is thus followed by the next in line with no empty
+//     term between, as on etcd. A first waiter that never takes it
+//     (frozen, or gone) keeps the old term alive until its place lapses,
+//     within its TTL.
+//   - A lock taken by someone who never queued (its ticket column is 0)
+//     was free with nobody in line just before: a term with no leader
+//     comes first, even when no read saw the lock free. One that went to
+//     a waiter (a ticket) follows its previous holder directly.
+//   - Term.Since is acquired_at, by the database's clock, as baton status
+//     shows it; Token is the lease's token, Key its key.
+//
+// What observers do not get:
+//
+//   - While an observer's connection is down nothing is reported. It
+//     connects again (after 50ms, then up to 2s apart, for as long as its
+//     context lasts) and reports what it then finds, by the rules above: a
+//     release or an expiry as no leader, a holder who took the lock
+//     directly after a term with no leader. Terms that began and ended
+//     while it was away are not seen, nor an empty term between two
+//     holders who took the lock from the queue.
+//   - Every change of holder in a table is sent to every observer of that
+//     table, which keeps those of its own lock, and PostgreSQL signals
+//     every listening connection of the database on each NOTIFY. Each
+//     observer reads (and share-locks) its row once per change and once
+//     per lease's end, and needs the Locker's privileges (FOR SHARE needs
+//     UPDATE) on the primary.
+//   - With the triggers, every change of holder NOTIFYs: should
+//     PostgreSQL's notification queue fill up (a listening session
+//     elsewhere in the database that stops reading, for hours), those
+//     commits fail, as hand-offs already would. Observers read
+//     notifications as they come, whether or not their channel is read:
+//     terms wait for a slow reader in memory, not in that queue.
+//   - A holder longer than 500 characters (written by hand: Lockers'
+//     are at most 200 bytes) is cut in the NOTIFY; reads show it whole.
 //
 // # What is guaranteed
 //

@@ -70,7 +70,11 @@ func startListener(ctx context.Context, cfg *pgx.ConnConfig, channel string, tim
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, l.cfg.Copy())
+	cfg := l.cfg.Copy()
+	// pgx hands notifications to WaitForNotification only when the pool's
+	// configuration (the user's) sets no handler of its own.
+	cfg.OnNotification = nil
+	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
 		return nil, err
 	}

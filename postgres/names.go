@@ -12,7 +12,8 @@ import (
 
 // DefaultTable is the lease table's name unless baton.WithPrefix says
 // otherwise. The waiters table and the two sequences are named after it:
-// baton_lock_waiters, baton_lock_token and baton_lock_ticket.
+// baton_lock_waiters, baton_lock_token and baton_lock_ticket, and the
+// function baton_lock_observe that notifies observers of elections.
 const DefaultTable = "baton_lock"
 
 // maxIdentLen is PostgreSQL's identifier limit (NAMEDATALEN - 1); longer
@@ -24,6 +25,7 @@ const (
 	waitersSuffix = "_waiters"
 	tokenSuffix   = "_token"
 	ticketSuffix  = "_ticket"
+	observeSuffix = "_observe" // as long as waitersSuffix, the longest
 )
 
 // names are the quoted names of the objects one Locker uses.
@@ -33,6 +35,7 @@ type names struct {
 	waiters   string // quoted: "baton_lock_waiters"
 	tokenSeq  string // quoted: "baton_lock_token"
 	ticketSeq string // quoted: "baton_lock_ticket"
+	observeFn string // quoted: "baton_lock_observe", the observers' trigger function
 }
 
 // newNames validates table (a name, or schema.name, of letters, digits and
@@ -79,6 +82,7 @@ func newNames(table string) (names, error) {
 		waiters:   q(waitersSuffix),
 		tokenSeq:  q(tokenSuffix),
 		ticketSeq: q(ticketSuffix),
+		observeFn: q(observeSuffix),
 	}, nil
 }
 

@@ -17,8 +17,9 @@ import (
 func factory(t *testing.T, dsn string) batontest.Factory {
 	admin := newPool(t, dsn)
 	return batontest.Factory{
-		TTL:    postgres.MinTTL,
-		Fenced: true,
+		TTL:     postgres.MinTTL,
+		Fenced:  true,
+		Observe: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
 			pool, err := pgxpool.New(context.Background(), dsn)
 			if err != nil {

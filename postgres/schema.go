@@ -19,10 +19,12 @@ type Execer interface {
 
 // Init creates the lock tables and sequences for table ("" means
 // DefaultTable) if they do not exist: the lease table, its waiters table
-// and the token and ticket sequences, as shown in the package
-// documentation. It is safe to run again, and from several processes at
-// once. New and Dial run it when the tables are missing; run it yourself
-// (or the SQL) where the Locker's database user may not create tables.
+// and the token and ticket sequences, and the trigger function and the two
+// triggers on the lease table that notify observers of elections, as shown
+// in the package documentation. It is safe to run again, and from several
+// processes at once. New and Dial run it when something is missing; run it
+// yourself (or the SQL) where the Locker's database user may not create
+// tables, as the owner of the tables.
 func Init(ctx context.Context, db Execer, table string) error {
 	n, err := newNames(table)
 	if err != nil {
@@ -42,20 +44,28 @@ func Init(ctx context.Context, db Execer, table string) error {
 	return nil
 }
 
-// ensureSchema creates the tables unless they all exist already, so a
-// user without CREATE privilege works once they do.
+// ensureSchema creates the schema unless all of it exists already, so a
+// user without CREATE privilege works once it does. Tables made before
+// the observers' triggers existed get them here when the user may add
+// them; when it may not, locking still works, and only Observe fails
+// until the owner runs Init.
 func (b *backend) ensureSchema(ctx context.Context) error {
 	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	var ok bool
-	err := b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq).Scan(&ok)
+	var tables, observe bool
+	err := b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq, b.n.observeFn+"()").Scan(&tables, &observe)
 	if err != nil {
 		return b.fail(ctx, "look for the lock tables", fmt.Errorf("%w; check the URL, and that the server is up", err))
 	}
-	if ok {
+	if tables && observe {
 		return nil
 	}
 	if _, err := b.pool.Exec(octx, b.sql.create); err != nil {
+		if tables && ctx.Err() == nil {
+			b.cfg.Logger.Warn("the lock table has no triggers for observers of elections, and this user may not add them; Observe fails until its owner runs postgres.Init",
+				"table", b.n.table, "err", err)
+			return nil
+		}
 		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, privilegeHint(err)))
 	}
 	return nil

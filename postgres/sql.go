@@ -13,7 +13,10 @@ import "strings"
 // waiters leaving. Tokens are drawn from the sequence only while holding
 // it, so they follow the order in which the lock is held.
 type statements struct {
-	exists string // $1..$4: the quoted names; whether all four objects exist
+	// exists says whether the lock tables and sequences exist ($1..$4,
+	// their quoted names), and whether the observers' function ($5, its
+	// quoted name with "()") and both triggers do.
+	exists string
 	create string // the schema, one simple-protocol round trip
 
 	// attempt takes the lock, claims it when it was handed to us, or
@@ -41,12 +44,25 @@ type statements struct {
 	inspectNames string // $1 names (text[])
 	forceRelease string // $1 name
 	check        string // $1 name, $2 token; true while the lease lives
+
+	// The observer's statements (observe.go). observeSetup returns the
+	// lease table's OID (NULL when missing), which names the channel its
+	// triggers notify, and how many of the two triggers exist: $1 the
+	// table's quoted name. observeLock share-locks the row ($1 name), so
+	// that no change to it commits until the transaction's end;
+	// observeRead then reads it and its live waiters; observeMark
+	// notifies the observer itself ($1 channel, $2 payload) at that end.
+	observeSetup string
+	observeLock  string
+	observeRead  string
+	observeMark  string
 }
 
 func newStatements(n names) statements {
 	r := n.replacer()
 	return statements{
-		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
+		exists: `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL,
+	to_regprocedure($5) IS NOT NULL AND (` + triggerCountSQL + `) = 2`,
 		create:       r.Replace(createSQL),
 		attempt:      r.Replace(attemptSQL),
 		renew:        r.Replace(renewSQL),
@@ -59,6 +75,10 @@ func newStatements(n names) statements {
 		inspectNames: r.Replace(inspectNamesSQL),
 		forceRelease: r.Replace(forceReleaseSQL),
 		check:        r.Replace(checkSQL),
+		observeSetup: `SELECT to_regclass($1)::oid, (` + triggerCountSQL + `)`,
+		observeLock:  r.Replace(observeLockSQL),
+		observeRead:  r.Replace(observeReadSQL),
+		observeMark:  `SELECT pg_notify($1, $2)`,
 	}
 }
 
@@ -70,6 +90,7 @@ func (n names) replacer() *strings.Replacer {
 		"{token_seq}", "'"+n.tokenSeq+"'", // nextval takes the name as text
 		"{ticket_seq}", "'"+n.ticketSeq+"'",
 		"{lock_key}", "'"+n.table+"'",
+		"{observe_fn}", n.observeFn,
 		"{token_seq_name}", n.tokenSeq,
 		"{ticket_seq_name}", n.ticketSeq,
 	)
@@ -100,7 +121,38 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
 	holder_clock timestamptz,
 	expires_at   timestamptz NOT NULL,
 	PRIMARY KEY (name, ticket)
-)`
+);
+CREATE OR REPLACE FUNCTION {observe_fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	change text;
+BEGIN
+	EXECUTE format($q$SELECT json_build_object(
+			'name', left(name, 500), 'holder', left(holder, 500), 'token', token, 'ticket', ticket,
+			'live', expires_at > clock_timestamp(),
+			'since', CASE WHEN isfinite(acquired_at) THEN extract(epoch FROM acquired_at)::float8 END)::text
+		FROM %s WHERE name = $1 $q$, TG_RELID::regclass)
+		INTO change USING NEW.name;
+	IF change IS NOT NULL THEN
+		PERFORM pg_notify('baton.observe.' || TG_RELID, change);
+	END IF;
+	RETURN NULL;
+END $$;
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = '{lease}'::regclass AND tgname = 'baton_observe_insert') THEN
+		CREATE CONSTRAINT TRIGGER baton_observe_insert AFTER INSERT ON {lease}
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {observe_fn}();
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = '{lease}'::regclass AND tgname = 'baton_observe_update') THEN
+		CREATE CONSTRAINT TRIGGER baton_observe_update AFTER UPDATE ON {lease}
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+			WHEN (NEW.holder <> OLD.holder OR NEW.token <> OLD.token OR NEW.ticket <> OLD.ticket
+				OR NEW.expires_at < OLD.expires_at OR OLD.expires_at <= clock_timestamp())
+			EXECUTE FUNCTION {observe_fn}();
+	END IF;
+END $$`
+
+// triggerCountSQL counts the observers' triggers on the table $1.
+const triggerCountSQL = `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname IN ('baton_observe_insert', 'baton_observe_update')`
 
 const attemptSQL = `WITH ahead AS (
 	SELECT count(*) AS n, min(expires_at) AS soonest,
@@ -188,3 +240,15 @@ RETURNING cur.holder, cur.token, cur.acquired_at,
 	(SELECT count(*) FROM {waiters} w WHERE w.name = $1 AND w.expires_at > clock_timestamp())`
 
 const checkSQL = `SELECT EXISTS (SELECT FROM {lease} WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp())`
+
+const observeLockSQL = `SELECT true FROM {lease} WHERE name = $1 FOR SHARE`
+
+const observeReadSQL = `SELECT l.name IS NOT NULL, coalesce(l.holder, ''), coalesce(l.token, 0), coalesce(l.ticket, 0),
+	CASE WHEN isfinite(l.acquired_at) THEN l.acquired_at END,
+	coalesce(l.expires_at = '-infinity', false),
+	CASE WHEN l.expires_at > clock_timestamp() THEN extract(epoch FROM l.expires_at - clock_timestamp())::float8 END,
+	w.n, extract(epoch FROM w.soonest - clock_timestamp())::float8
+FROM (
+	SELECT count(*) AS n, min(expires_at) AS soonest FROM {waiters}
+	WHERE name = $1 AND expires_at > clock_timestamp()
+) w LEFT JOIN {lease} l ON l.name = $1`
