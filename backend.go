@@ -65,6 +65,15 @@ type Hold interface {
 	Release(ctx context.Context) error
 }
 
+// ContextHold is a Hold that also offers its loss as a context, cancelled
+// exactly when Done is closed. A Lease follows such a hold with
+// context.AfterFunc instead of a goroutine of its own, which keeps the
+// uncontended acquire-release cycle free of goroutine hand-offs.
+type ContextHold interface {
+	Hold
+	Context() context.Context
+}
+
 // LockInfo describes one lock as the lock service sees it.
 type LockInfo struct {
 	Name    string

@@ -29,8 +29,7 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 
 	releaseTimeout time.Duration
-	stop           chan struct{} // closed by Release to end watch
-	watched        chan struct{} // closed when watch returns
+	unfollow       func() // stops following the hold's loss
 
 	mu  sync.Mutex
 	err error // nil while held
@@ -50,29 +49,45 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config) *
 		ctx:            ctx,
 		cancel:         cancel,
 		releaseTimeout: cfg.ReleaseTimeout,
-		stop:           make(chan struct{}),
-		watched:        make(chan struct{}),
 	}
-	go l.watch()
+	l.unfollow = l.follow()
 	return l
 }
 
-// watch turns the hold's loss signal into the lease's. It is owned by the
-// lease and ends on loss or on Release.
-func (l *Lease) watch() {
-	defer close(l.watched)
-	select {
-	case <-l.hold.Done():
-		lost := &LostError{Name: l.name, Token: l.token, Cause: l.hold.Err()}
-		l.mu.Lock()
-		if l.err == nil {
-			l.err = lost
-		}
-		l.mu.Unlock()
-		l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", lost.Cause)
-		l.cancel(lost)
-	case <-l.stop:
+// follow turns the hold's loss signal into the lease's, and returns how to
+// stop. A ContextHold is followed with context.AfterFunc; any other hold by
+// a goroutine owned by the lease, which stop ends and waits for.
+func (l *Lease) follow() (stop func()) {
+	if ch, ok := l.hold.(ContextHold); ok {
+		unhook := context.AfterFunc(ch.Context(), l.lost)
+		return func() { unhook() }
 	}
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-l.hold.Done():
+			l.lost()
+		case <-quit:
+		}
+	}()
+	return func() {
+		close(quit)
+		<-exited
+	}
+}
+
+// lost reports the hold's loss, unless the lease was released first.
+func (l *Lease) lost() {
+	lost := &LostError{Name: l.name, Token: l.token, Cause: l.hold.Err()}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.err = lost
+	l.cancel(lost)
+	l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", lost.Cause)
 }
 
 // Name returns the lock's name.
@@ -122,12 +137,10 @@ func (l *Lease) release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.err == nil {
 		l.err = ErrReleased
+		l.cancel(ErrReleased) // stop the work before the lock is free
 	}
 	l.mu.Unlock()
-
-	close(l.stop)
-	<-l.watched
-	l.cancel(ErrReleased) // stop the work before the lock is free
+	l.unfollow()
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout)
 	defer cancel()

@@ -37,7 +37,12 @@ func (h *hold) Key() string           { return h.b.n.key(h.name) }
 func (h *hold) Token() baton.Token    { return h.token }
 func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
 func (h *hold) Err() error            { return h.kp.Err() }
-func (h *hold) Deadline() time.Time   { return h.kp.Deadline() }
+
+var _ baton.ContextHold = (*hold)(nil)
+
+// Context is cancelled when the hold is lost or released: the keeper's.
+func (h *hold) Context() context.Context { return h.kp.Context() }
+func (h *hold) Deadline() time.Time      { return h.kp.Deadline() }
 
 // renew is the keeper's RenewFunc: one UPDATE that extends the row's expiry
 // from the database's clock, only while the row still holds our token and

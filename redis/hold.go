@@ -31,7 +31,12 @@ func (h *hold) Key() string           { return h.k.lock }
 func (h *hold) Token() baton.Token    { return 0 }
 func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
 func (h *hold) Err() error            { return h.kp.Err() }
-func (h *hold) Deadline() time.Time   { return h.kp.Deadline() }
+
+var _ baton.ContextHold = (*hold)(nil)
+
+// Context is cancelled when the hold is lost or released: the keeper's.
+func (h *hold) Context() context.Context { return h.kp.Context() }
+func (h *hold) Deadline() time.Time      { return h.kp.Deadline() }
 
 // renew is the keeper's RenewFunc: compare-and-PEXPIRE. A refusal (the key
 // expired, was deleted, or holds another value) ends the lease at once.

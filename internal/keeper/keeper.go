@@ -29,8 +29,10 @@ type RenewFunc func(ctx context.Context) error
 // ErrDeadline is the cause of a loss by the local deadline.
 var ErrDeadline = errors.New("local deadline passed without a confirmed renewal")
 
-// Keeper renews one lease until stopped or lost. Its goroutine is owned by
-// the Keeper: Stop ends it and waits for it; a loss ends it too.
+// Keeper renews one lease until stopped or lost. It runs no goroutine
+// between renewals: a timer fires at the next renewal or at the local
+// deadline, whichever comes first, and its callback renews or reports the
+// loss. Stop waits for a callback or renewal in flight.
 type Keeper struct {
 	ttl, every, drift time.Duration
 	renew             RenewFunc
@@ -38,11 +40,14 @@ type Keeper struct {
 
 	ctx      context.Context // cancelled by Stop and by a loss
 	cancel   context.CancelFunc
+	ticks    sync.WaitGroup // timer callbacks scheduled or running
 	renewals sync.WaitGroup // renewals in flight
 	done     chan struct{}
-	exited   chan struct{}
 
 	mu       sync.Mutex
+	timer    *time.Timer
+	next     time.Time // when to renew
+	lastErr  error     // the last renewal's error, since the last success
 	lastSent time.Time
 	deadline time.Time
 	err      error
@@ -59,12 +64,25 @@ func Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
 		ctx:      ctx,
 		cancel:   cancel,
 		done:     make(chan struct{}),
-		exited:   make(chan struct{}),
+		next:     sent.Add(cfg.RenewEvery),
 		lastSent: sent,
 		deadline: sent.Add(cfg.TTL - cfg.Drift),
 	}
-	go k.run()
+	k.mu.Lock()
+	k.arm()
+	k.mu.Unlock()
 	return k
+}
+
+// arm schedules the next tick, at the renewal or the deadline, whichever is
+// first. The caller holds mu and has checked the Keeper is not finished.
+func (k *Keeper) arm() {
+	at := k.next
+	if k.deadline.Before(at) {
+		at = k.deadline
+	}
+	k.ticks.Add(1)
+	k.timer = time.AfterFunc(time.Until(at), k.tick)
 }
 
 // Done is closed when the lease is lost or the Keeper stopped.
@@ -106,14 +124,27 @@ func (k *Keeper) Lose(cause error) {
 		cause = fmt.Errorf("%w: %w", baton.ErrLeaseLost, cause)
 	}
 	k.finish(cause)
-	<-k.exited
+	k.wait()
 }
 
-// Stop ends renewal, waits for the goroutine and, unless the lease was
+// Stop ends renewal, waits for a renewal in flight and, unless the lease was
 // already lost, closes Done with cause. It is idempotent.
 func (k *Keeper) Stop(cause error) {
 	k.finish(cause)
-	<-k.exited
+	k.wait()
+}
+
+// wait stops the pending timer and waits for callbacks and renewals in
+// flight; the Keeper is finished, so nothing schedules another.
+func (k *Keeper) wait() {
+	k.mu.Lock()
+	t := k.timer
+	k.mu.Unlock()
+	if t != nil && t.Stop() {
+		k.ticks.Done() // its callback will never run
+	}
+	k.ticks.Wait()
+	k.renewals.Wait()
 }
 
 func (k *Keeper) finish(cause error) bool {
@@ -128,72 +159,75 @@ func (k *Keeper) finish(cause error) bool {
 	return true
 }
 
-func (k *Keeper) run() {
-	defer close(k.exited)
-	defer k.renewals.Wait()
-	next := k.LastRenewal().Add(k.every)
-	var lastErr error
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		deadline := k.Deadline()
-		if !time.Now().Before(deadline) {
-			k.lose(lastErr)
-			return
-		}
-		wakeAt := next
-		if deadline.Before(wakeAt) {
-			wakeAt = deadline
-		}
-		if wake := time.Until(wakeAt); wake > 0 {
-			timer.Reset(wake)
-			select {
-			case <-k.ctx.Done():
-				return
-			case <-timer.C:
-			}
-			continue // recheck deadline and next
-		}
+// tick is the timer's callback: it reports a passed deadline, or renews,
+// then schedules the next tick.
+func (k *Keeper) tick() {
+	defer k.ticks.Done()
+	k.mu.Lock()
+	if k.err != nil {
+		k.mu.Unlock()
+		return
+	}
+	deadline, next, lastErr := k.deadline, k.next, k.lastErr
+	k.mu.Unlock()
 
-		sent := time.Now()
-		err, ok := k.renewOnce(deadline)
-		if !ok {
-			if k.ctx.Err() == nil { // the deadline passed first
-				k.lose(lastErr)
-			}
+	now := time.Now()
+	if !now.Before(deadline) {
+		k.lose(lastErr)
+		return
+	}
+	if now.Before(next) { // woke early (the clock stepped): wait again
+		k.rearm()
+		return
+	}
+	sent := time.Now()
+	err, ok := k.renewOnce(deadline)
+	if !ok {
+		if k.ctx.Err() == nil { // the deadline passed first
+			k.lose(lastErr)
+		}
+		return
+	}
+	if k.ctx.Err() != nil {
+		return // stopped or lost meanwhile
+	}
+	switch {
+	case err == nil:
+		nd := sent.Add(k.ttl - k.drift)
+		if !time.Now().Before(nd) {
+			k.lose(fmt.Errorf("renewal sent at %s was confirmed only after its own deadline", sent.Format(time.StampMilli)))
 			return
 		}
-		if k.ctx.Err() != nil {
-			return // stopped or lost meanwhile
-		}
-		switch {
-		case err == nil:
-			nd := sent.Add(k.ttl - k.drift)
-			if !time.Now().Before(nd) {
-				k.lose(fmt.Errorf("renewal sent at %s was confirmed only after its own deadline", sent.Format(time.StampMilli)))
-				return
-			}
-			k.mu.Lock()
-			k.lastSent, k.deadline = sent, nd
-			k.mu.Unlock()
-			next = sent.Add(k.every)
-			lastErr = nil
-		case errors.Is(err, baton.ErrLeaseLost):
-			k.finish(err)
-			return
-		default:
-			lastErr = err
-			k.log.Warn("lease renewal failed; retrying until the local deadline", "err", err, "deadline_in", time.Until(deadline).Round(time.Millisecond))
-			next = time.Now().Add(min(max(k.every/8, 10*time.Millisecond), time.Second))
-		}
+		k.mu.Lock()
+		k.lastSent, k.deadline, k.next, k.lastErr = sent, nd, sent.Add(k.every), nil
+		k.mu.Unlock()
+	case errors.Is(err, baton.ErrLeaseLost):
+		k.finish(err)
+		return
+	default:
+		k.log.Warn("lease renewal failed; retrying until the local deadline", "err", err, "deadline_in", time.Until(deadline).Round(time.Millisecond))
+		k.mu.Lock()
+		k.lastErr = err
+		k.next = time.Now().Add(min(max(k.every/8, 10*time.Millisecond), time.Second))
+		k.mu.Unlock()
+	}
+	k.rearm()
+}
+
+// rearm schedules the next tick unless the Keeper finished meanwhile.
+func (k *Keeper) rearm() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.err == nil {
+		k.arm()
 	}
 }
 
 // renewOnce runs one renewal with ctx ending at deadline. It returns the
 // renewal's error and true, or false when the deadline passed or the
 // Keeper stopped first: a RenewFunc whose client ignores its context cannot
-// hold the loss past the deadline. The renewal's goroutine is awaited when
-// the Keeper's goroutine ends.
+// hold the loss past the deadline. The renewal's goroutine is awaited by
+// Stop.
 func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
 	rctx, cancel := context.WithDeadline(k.ctx, deadline)
 	defer cancel()
