@@ -277,8 +277,9 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	// Its own process group, so a loss can stop all of it; and killed if
-	// baton itself dies, since nothing would renew the lease or stop it.
+	// Its own process group, so a loss can stop all of it; and the command
+	// (not what it forks: the kernel signals direct children only) is killed
+	// if baton itself dies, since nothing would renew the lease or stop it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	sigs := make(chan os.Signal, 4)
