@@ -534,3 +534,34 @@ func TestObserve_SlowReader_LosesNothing(t *testing.T) {
 	expectTerms(t, terms, 5*time.Second, append([]string{"-"}, want...)...)
 	expectQuiet(t, terms, 100*time.Millisecond)
 }
+
+// TestObserve_WriterSearchPath: the observers' trigger finds its table
+// under the search_path it was created with, so a writer whose own
+// search_path does not hold the table (it names it schema.table) still
+// commits, and is observed.
+func TestObserve_WriterSearchPath(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	execSQL(t, admin, "CREATE SCHEMA elsewhere")
+	obs := dial(t, dsn, baton.WithTTL(5*time.Second))
+	terms := observe(t, obs, "mailer")
+	expectTerms(t, terms, 5*time.Second, "-")
+
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("options", "-c search_path=elsewhere")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // libpq reads no '+' as a space
+	w := dial(t, u.String(), baton.WithTTL(5*time.Second), baton.WithHolder("w"), baton.WithPrefix("public."+postgres.DefaultTable))
+	l, err := w.Acquire(timeout(t, 10*time.Second), "mailer")
+	if err != nil {
+		t.Fatalf("acquire with search_path=elsewhere: %v", err)
+	}
+	expectTerms(t, terms, 5*time.Second, "w")
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expectTerms(t, terms, 5*time.Second, "-")
+}

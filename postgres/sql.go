@@ -98,7 +98,12 @@ func (n names) replacer() *strings.Replacer {
 
 // createSQL is the schema. The advisory lock serializes concurrent
 // creators: two CREATE ... IF NOT EXISTS can otherwise both find the name
-// free and one fails on the catalog's unique index.
+// free and one fails on the catalog's unique index. The observers'
+// function names its table in static SQL, whose plan PL/pgSQL caches: it
+// runs at the commit of every change of holder, and a statement planned
+// on each call (EXECUTE) halved the lock's throughput. SET search_path
+// FROM CURRENT has it find the table its creator meant, whatever the
+// search_path of the session whose change fires it.
 const createSQL = `SELECT pg_advisory_xact_lock(hashtext('baton lock schema'), hashtext({lock_key}));
 CREATE SEQUENCE IF NOT EXISTS {token_seq_name} AS bigint;
 CREATE SEQUENCE IF NOT EXISTS {ticket_seq_name} AS bigint;
@@ -122,16 +127,15 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
 	expires_at   timestamptz NOT NULL,
 	PRIMARY KEY (name, ticket)
 );
-CREATE OR REPLACE FUNCTION {observe_fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {observe_fn}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
 	change text;
 BEGIN
-	EXECUTE format($q$SELECT json_build_object(
+	SELECT json_build_object(
 			'name', left(name, 500), 'holder', left(holder, 500), 'token', token, 'ticket', ticket,
 			'live', expires_at > clock_timestamp(),
 			'since', CASE WHEN isfinite(acquired_at) THEN extract(epoch FROM acquired_at)::float8 END)::text
-		FROM %s WHERE name = $1 $q$, TG_RELID::regclass)
-		INTO change USING NEW.name;
+		INTO change FROM {lease} WHERE name = NEW.name;
 	IF change IS NOT NULL THEN
 		PERFORM pg_notify('baton.observe.' || TG_RELID, change);
 	END IF;
