@@ -333,16 +333,16 @@
 //
 // # Benchmarks
 //
-// go test -run '^$' -bench . -count 6 ./postgres/, read with benchstat, on a
-// shared 2-core machine (PostgreSQL 15 as the tests run it, with fsync and
-// synchronous_commit off; load average 6 to 8 from other work, so the
-// spread is wide: compare the two columns of one run, not runs). Medians;
-// pg_advisory_lock is session-level, each client on its own connection:
+// go test -run '^$' -bench . -count 5 ./postgres/ on the 2-core development
+// machine, otherwise idle (PostgreSQL 15 as the tests run it, with fsync
+// and synchronous_commit off; the spread between runs is ±20%, so compare
+// the two columns of one run). Medians; pg_advisory_lock is session-level,
+// each client on its own connection:
 //
 //	                                  baton            pg_advisory_lock
-//	uncontended cycle                 743 cycles/s     4,153 cycles/s
-//	8 contenders                      405 cycles/s     3,208 cycles/s
-//	  fewest / most cycles of one     0.92 / 1.05      0.89 / 1.29   (of a fair share)
+//	uncontended cycle                 1,208 cycles/s   7,227 cycles/s
+//	8 contenders                      682 cycles/s     6,593 cycles/s
+//	  fewest / most cycles of one     0.99 / 1.01      1.00 / 1.01   (of a fair share)
 //	holder frozen with SIGSTOP, TTL 1s:
 //	  lock taken after its expiry     3 ms             never (0 of 6 within 3s)
 //	  lock taken after the freeze     978 ms

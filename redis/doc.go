@@ -97,24 +97,26 @@
 //
 // An uncontended acquire+release is two round trips (one EVALSHA each),
 // the floor, as for bsm/redislock. Measured on the 2-core development
-// machine (shared with other work) against Redis 7.0.15 on loopback, in
-// one run with bsm/redislock v0.9.4 using the 10ms linear back-off its
-// README shows for waiting (go test -run '^$' -bench . -benchtime 3000x
-// -count 5 ./redis/, medians by benchstat):
+// machine (otherwise idle) against Redis 7.0.15 on loopback, in one run
+// with bsm/redislock v0.9.4 using the 10ms linear back-off its README shows
+// for waiting (go test -run '^$' -bench . -benchtime 3000x -count 5
+// ./redis/, medians):
 //
 //	                               baton      redislock   ratio
-//	cycle, uncontended             265µs      182µs       1.46x slower
-//	8 contenders: holds/s          2,716      4,158       0.65x
-//	  same client again            0%         95.6%
-//	  busiest client / fair share  1.005      1.81
-//	  longest wait                 11.7ms     215ms
-//	  longest / median wait        8.5        2,646
-//	  handoff p50 (other client)   326µs      247µs
+//	cycle, uncontended             295µs      156µs       1.89x slower
+//	8 contenders: holds/s          3,449      5,162       0.67x
+//	  same client again            0.03%      94.7%
+//	  busiest client / fair share  1.003      1.55
+//	  longest wait                 12.1ms     168ms
+//	  longest / median wait        6.9        1,920
+//	  handoff p50 (other client)   254µs      178µs
 //
 // Under contention redislock's releasing client takes the lock again at
 // once 96% of the time while the others wait out 10ms back-offs; baton
 // hands the lock over in arrival order, with no starvation, at two thirds
-// of that throughput. The extra cost per cycle is not round trips but the
-// lease machinery around them (a renewal goroutine and a work context per
-// lease) and, under contention, the Pub/Sub wake-up hop.
+// of that throughput. The extra cost per cycle is not round trips but what
+// rides on them: the scripts keep the FIFO queue and append each change of
+// holder to the observers' stream (an XADD, about 20µs here), and the lease
+// machinery around them (a renewal timer and a work context per lease);
+// under contention, the Pub/Sub wake-up hop.
 package redis

@@ -73,20 +73,20 @@
 // # Performance
 //
 // An uncontended cycle is two rounds of N parallel requests. Measured on
-// the 2-core development machine (shared with other work) with 5 nodes of
-// Redis 7.0.15 on loopback, in one run with go-redsync/redsync v4.18.1 at
-// its defaults (32 tries, a random 50-250ms delay; a lock that ran out of
+// the 2-core development machine (otherwise idle) with 5 nodes of Redis
+// 7.0.15 on loopback, in one run with go-redsync/redsync v4.18.1 at its
+// defaults (32 tries, a random 50-250ms delay; a lock that ran out of
 // tries was tried again) (go test -run '^$' -bench . -benchtime 300x
-// -count 5 ./redlock/, medians by benchstat):
+// -count 5 ./redlock/, medians):
 //
 //	                               baton      redsync     ratio
-//	cycle, uncontended             1.06ms     0.81ms      1.31x slower
-//	8 contenders: holds/s          286        620         0.46x
+//	cycle, uncontended             0.98ms     0.75ms      1.31x slower
+//	8 contenders: holds/s          472        788         0.60x
 //	  same client again            0.3%       96%
-//	  busiest client / fair share  1.04       2.75
-//	  longest wait                 66ms       467ms
-//	  longest / median wait        3.9        1,134
-//	  handoff p50 (other client)   2.2ms      5.4ms
+//	  busiest client / fair share  1.04       5.6
+//	  longest wait                 33ms       365ms
+//	  longest / median wait        2.3        1,136
+//	  handoff p50 (other client)   1.8ms      10.5ms
 //
 // redsync's throughput under contention is one client re-taking the lock;
 // the others wait up to half a second. baton's waiters get it in arrival
