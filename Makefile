@@ -8,9 +8,11 @@ PKGS    ?= ./...
 demo:
 	$(GO) run ./cmd/baton demo
 
-## test: install the servers' packages, then run every test against real servers, with -race.
+## test: install the servers' packages, then run every test against real servers, with -race
+## (and vet the bench module, so that its benchmarks keep compiling).
 test: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -race -timeout 20m $(PKGS)
+	cd bench && $(GO) vet ./...
 
 ## deps: install the Debian packages the tests need (idempotent).
 deps:
@@ -21,10 +23,14 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	cd bench && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-## bench: benchmarks against the peers, five runs each (see README for the figures).
+## bench: benchmarks against the peers, five runs each (see README for the figures):
+## those in the backends' packages, then the bench module's (Redis, Redlock).
 bench: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 $(PKGS)
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench Redis -benchtime 3000x -count 5 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench Redlock -benchtime 300x -count 5 .
 
 ## fuzz: a short fuzzing pass over every URL parser.
 FUZZ_PKGS = . ./etcd/ ./zk/ ./postgres/ ./redis/ ./redlock/

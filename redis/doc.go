@@ -99,8 +99,8 @@
 // the floor, as for bsm/redislock. Measured on the 2-core development
 // machine (otherwise idle) against Redis 7.0.15 on loopback, in one run
 // with bsm/redislock v0.9.4 using the 10ms linear back-off its README shows
-// for waiting (go test -run '^$' -bench . -benchtime 3000x -count 5
-// ./redis/, medians):
+// for waiting (in the bench module: cd bench && go test -run '^$' -bench
+// Redis -benchtime 3000x -count 5 ., medians):
 //
 //	                               baton      redislock   ratio
 //	cycle, uncontended             295µs      156µs       1.89x slower

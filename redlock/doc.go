@@ -76,8 +76,8 @@
 // the 2-core development machine (otherwise idle) with 5 nodes of Redis
 // 7.0.15 on loopback, in one run with go-redsync/redsync v4.18.1 at its
 // defaults (32 tries, a random 50-250ms delay; a lock that ran out of
-// tries was tried again) (go test -run '^$' -bench . -benchtime 300x
-// -count 5 ./redlock/, medians):
+// tries was tried again) (in the bench module: cd bench && go test -run
+// '^$' -bench Redlock -benchtime 300x -count 5 ., medians):
 //
 //	                               baton      redsync     ratio
 //	cycle, uncontended             0.98ms     0.75ms      1.31x slower

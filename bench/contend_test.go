@@ -1,22 +1,16 @@
-package redlock_test
+package bench
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/internal/testsvc"
-	"github.com/baton-go/baton/redlock"
 )
 
 // cycler is what every contender in a benchmark does: take and give back
@@ -37,87 +31,27 @@ func (c *batonCycler) lock(ctx context.Context) (err error) {
 }
 func (c *batonCycler) unlock(ctx context.Context) error { return c.lease.Release(ctx) }
 
-// redsyncCycler is go-redsync/redsync with its defaults (32 tries, a
-// random 50-250ms delay between them); a lock that fails after its tries
-// is tried again, so the benchmark measures waiting, not giving up.
-type redsyncCycler struct{ m *redsync.Mutex }
-
-func (c *redsyncCycler) lock(ctx context.Context) error {
-	for {
-		err := c.m.LockContext(ctx)
-		var taken *redsync.ErrTaken
-		if err == nil || !(errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken)) {
-			return err
+// runCycle measures one uncontended acquire+release.
+func runCycle(b *testing.B, c cycler) {
+	ctx := context.Background()
+	for b.Loop() {
+		if err := c.lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.unlock(ctx); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
-func (c *redsyncCycler) unlock(ctx context.Context) error {
-	_, err := c.m.UnlockContext(ctx)
-	return err
-}
 
-// newCyclers builds n contenders of one kind, each with its own clients,
-// as n processes would have.
-func newCyclers(b *testing.B, nodes []*testsvc.Redis, kind string, n int) []cycler {
-	b.Helper()
-	out := make([]cycler, n)
-	for i := range out {
-		cs := clients(b, nodes)
-		switch kind {
-		case "baton":
-			l, err := redlock.New(cs, baton.WithTTL(10*time.Second))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = l.Close() })
-			out[i] = &batonCycler{l: l}
-		case "redsync":
-			pools := make([]redsyncredis.Pool, len(cs))
-			for j, c := range cs {
-				pools[j] = redsyncgoredis.NewPool(c.(*goredis.Client))
-			}
-			out[i] = &redsyncCycler{m: redsync.New(pools...).NewMutex(redlock.DefaultPrefix+"bench", redsync.WithExpiry(10*time.Second))}
-		}
-	}
-	return out
-}
-
-// BenchmarkCycle measures one uncontended acquire+release on 5 nodes,
-// against go-redsync/redsync, in the same run on the same nodes.
-func BenchmarkCycle(b *testing.B) {
-	nodes := testsvc.StartRedisNodes(b, 5)
-	for _, kind := range []string{"baton", "redsync"} {
-		b.Run(kind+"/5-nodes", func(b *testing.B) {
-			c := newCyclers(b, nodes, kind, 1)[0]
-			ctx := context.Background()
-			for b.Loop() {
-				if err := c.lock(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := c.unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkContended has 8 contenders loop lock/unlock on one name on 5
-// nodes; see reportContention for what it reports.
-func BenchmarkContended(b *testing.B) {
-	nodes := testsvc.StartRedisNodes(b, 5)
-	for _, kind := range []string{"baton", "redsync"} {
-		b.Run(kind+"/5-nodes/8", func(b *testing.B) {
-			runContended(b, newCyclers(b, nodes, kind, 8))
-		})
-	}
-}
-
+// holdEvent is one critical section in a contended benchmark.
 type holdEvent struct {
 	client             int
 	asked, got, handed time.Time
 }
 
+// runContended has the contenders loop lock/unlock on one name until b.N
+// holds, checking mutual exclusion, and reports as reportContention says.
 func runContended(b *testing.B, cs []cycler) {
 	ctx := context.Background()
 	var left atomic.Int64
@@ -201,4 +135,12 @@ func reportContention(b *testing.B, events []holdEvent, clients int, elapsed tim
 	b.ReportMetric(float64(longest)/float64(max(med, time.Microsecond)), "wait-max/p50")
 	fair := float64(len(events)) / float64(clients)
 	b.ReportMetric(float64(slices.Max(per))/fair, "max-share/fair")
+}
+
+// newClient returns a go-redis client for addr, closed when b ends, set up
+// as a program using baton should set it up (context deadlines honoured).
+func newClient(b *testing.B, addr string) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -1,0 +1,20 @@
+// Package bench measures baton against the libraries a Go team would
+// otherwise pick, side by side, in the same run on the same servers, where
+// those libraries are not dependencies of baton itself: bsm/redislock for
+// the single-node Redis lock and go-redsync/redsync for Redlock. It is a
+// module of its own, so that baton's go.mod carries neither.
+//
+// The peers baton depends on anyway (etcd's concurrency.Mutex,
+// go-zookeeper's zk.Lock, PostgreSQL's pg_advisory_lock) are benchmarked
+// in the backends' own packages. Run with (make bench runs them all):
+//
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench Redis -benchtime 3000x -count 5 .
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench Redlock -benchtime 300x -count 5 .
+//
+// Every contended benchmark checks mutual exclusion as it runs and reports
+// throughput, the handoff latency (a release to the next holder's
+// acquisition, when the next holder is another client), how often the
+// releasing client took the lock straight back, the median and longest
+// wait and their ratio, and the busiest client's share of holds over a
+// fair share.
+package bench

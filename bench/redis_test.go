@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redis"
+)
+
+// redislockCycler is bsm/redislock with the linear back-off its README
+// shows for waiting (10ms).
+type redislockCycler struct {
+	c    *redislock.Client
+	held *redislock.Lock
+}
+
+func (c *redislockCycler) lock(ctx context.Context) (err error) {
+	c.held, err = c.c.Obtain(ctx, redis.DefaultPrefix+"bench", 10*time.Second, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)})
+	return err
+}
+func (c *redislockCycler) unlock(ctx context.Context) error { return c.held.Release(ctx) }
+
+// newRedisCyclers builds n contenders of one kind on one Redis server,
+// each with its own client, as n processes would have.
+func newRedisCyclers(b *testing.B, addr, kind string, n int) []cycler {
+	b.Helper()
+	out := make([]cycler, n)
+	for i := range out {
+		c := newClient(b, addr)
+		switch kind {
+		case "baton":
+			l, err := redis.New(c, baton.WithTTL(10*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = l.Close() })
+			out[i] = &batonCycler{l: l}
+		case "redislock":
+			out[i] = &redislockCycler{c: redislock.New(c)}
+		}
+	}
+	return out
+}
+
+// BenchmarkRedisCycle measures one uncontended acquire+release against
+// bsm/redislock, in the same run on the same server.
+func BenchmarkRedisCycle(b *testing.B) {
+	srv := testsvc.StartRedis(b)
+	for _, kind := range []string{"baton", "redislock"} {
+		b.Run(kind, func(b *testing.B) {
+			runCycle(b, newRedisCyclers(b, srv.Addr, kind, 1)[0])
+		})
+	}
+}
+
+// BenchmarkRedisContended has 8 contenders loop lock/unlock on one key.
+func BenchmarkRedisContended(b *testing.B) {
+	srv := testsvc.StartRedis(b)
+	for _, kind := range []string{"baton", "redislock"} {
+		b.Run(kind+"/8", func(b *testing.B) {
+			runContended(b, newRedisCyclers(b, srv.Addr, kind, 8))
+		})
+	}
+}
