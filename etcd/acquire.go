@@ -109,7 +109,10 @@ func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
 // already has, so the server serves that watch from its 100ms catch-up loop
 // and every handoff waits for it. Here the watch starts at the current
 // revision (served at once when the key is deleted), and only then do we
-// check that the predecessor still exists, so no deletion is missed.
+// check that the predecessor still exists, so no deletion is missed; that
+// check is skipped (one round trip less) when the watch started at the
+// revision at which we saw the predecessor, since it then sees everything
+// that happened to it after.
 func (b *backend) wait(ctx context.Context, s *session, pfx, key string, rev int64) error {
 	for {
 		// Our key must still be there; find the last key before it.
@@ -134,14 +137,15 @@ func (b *backend) wait(ctx context.Context, s *session, pfx, key string, rev int
 		if len(preds) == 0 {
 			return nil
 		}
-		if err := b.waitDelete(ctx, s, string(preds[0].Key), preds[0].CreateRevision); err != nil {
+		if err := b.waitDelete(ctx, s, string(preds[0].Key), preds[0].CreateRevision, resp.Header.Revision); err != nil {
 			return err
 		}
 	}
 }
 
-// waitDelete returns when key (created at rev) is gone.
-func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev int64) error {
+// waitDelete returns when key (created at rev, and still there at revision
+// seen) is gone.
+func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, seen int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := b.client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithCreatedNotify())
@@ -162,16 +166,21 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev in
 			}
 			if wr.Created && !created {
 				created = true
-				// The watch now sees every later change; check the key
-				// was not deleted before it started.
-				octx, ocancel := b.op(ctx)
-				g, err := b.client.Get(octx, key, clientv3.WithCountOnly())
-				ocancel()
-				if err != nil {
-					return b.fail(ctx, "check predecessor", err)
-				}
-				if g.Count == 0 {
-					return nil
+				// The watch sees every change after the revision its
+				// created response reports. When that is no later than
+				// seen, it covers all that can have happened to the key
+				// since we saw it; otherwise check the key was not
+				// deleted before the watch started.
+				if wr.Header.Revision > seen {
+					octx, ocancel := b.op(ctx)
+					g, err := b.client.Get(octx, key, clientv3.WithCountOnly())
+					ocancel()
+					if err != nil {
+						return b.fail(ctx, "check predecessor", err)
+					}
+					if g.Count == 0 {
+						return nil
+					}
 				}
 			}
 			for _, ev := range wr.Events {
