@@ -58,10 +58,18 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 			s.k.Lose(fmt.Errorf("etcd lease %x not found when creating %s", int64(s.id), key))
 			return nil, fmt.Errorf("%w: the session lease ended before the lock key was created", baton.ErrLeaseLost)
 		}
+		// The create may have been applied though its answer was lost
+		// (the caller gave up, the connection broke): the key would then
+		// hold or queue for the lock until the session ends. It is ours
+		// alone, so delete it either way.
+		b.deleteKey(ctx, key)
 		return nil, b.fail(ctx, "create lock key", err)
 	}
-	if !resp.Succeeded { // cannot happen: the key is unique
-		return nil, b.fail(ctx, "create lock key", fmt.Errorf("key %s already exists", key))
+	if !resp.Succeeded {
+		// The key is unique to this attempt, so only a retry of our own
+		// create (whose first answer was lost) finds it: it is ours.
+		b.deleteKey(ctx, key)
+		return nil, b.fail(ctx, "create lock key", fmt.Errorf("key %s already exists (a retried request?); deleted it", key))
 	}
 	rev := resp.Header.Revision
 	owner := resp.Responses[1].GetResponseRange().Kvs

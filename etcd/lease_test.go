@@ -3,13 +3,18 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
@@ -272,3 +277,56 @@ func TestDial_Unreachable(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestAcquire_AnswerLost_KeyDeleted: when the create of a lock key is
+// applied but its answer does not reach the caller (here a client
+// interceptor drops it, as a cancelled context or a broken connection
+// would), Acquire fails and deletes the key, instead of leaving it to hold
+// the lock for as long as the session lives. Dropped once, the client's
+// retry finds the key there; dropped every time, the error comes back.
+func TestAcquire_AnswerLost_KeyDeleted(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	for _, always := range []bool{false, true} {
+		t.Run(fmt.Sprintf("always=%v", always), func(t *testing.T) {
+			var dropping, dropped atomic.Bool
+			dropping.Store(true)
+			drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				err := invoker(ctx, method, req, reply, cc, opts...)
+				if err == nil && method == "/etcdserverpb.KV/Txn" && dropping.Load() {
+					dropping.Store(always)
+					dropped.Store(true)
+					return status.Error(codes.Canceled, "answer dropped by the test")
+				}
+				return err
+			}
+			c, err := clientv3.New(clientv3.Config{
+				Endpoints:   []string{srv.Endpoint},
+				DialTimeout: 5 * time.Second,
+				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(drop)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			l, err := etcd.New(c, baton.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+
+			_, err = l.TryAcquire(timeout(t, 10*time.Second), "invoices")
+			dropping.Store(false)
+			if err == nil || !dropped.Load() {
+				t.Fatalf("TryAcquire with its answer dropped = %v (dropped %v), want an error", err, dropped.Load())
+			}
+			t.Logf("TryAcquire with its answer dropped: %v", err)
+			// The Locker's session lives on; its key must not.
+			other := newLocker(t, srv.Endpoint)
+			lease, err := other.TryAcquire(timeout(t, 10*time.Second), "invoices")
+			if err != nil {
+				t.Fatalf("another Locker cannot take the lock after the lost answer: %v", err)
+			}
+			_ = lease.Release(context.Background())
+		})
+	}
+}

@@ -27,7 +27,7 @@ func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (att
 	}
 	octx, cancel := b.op(ctx)
 	defer cancel()
-	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), w, b.wake.channel).Slice()
+	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), w, b.wake.Channel()).Slice()
 	if err != nil {
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	}
@@ -65,11 +65,11 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 
 	// With the Locker's subscription up, even the first attempt may join
 	// the queue: a handoff cannot be missed.
-	var wake <-chan struct{}
+	wake := make(chan struct{}, 1)
 	queued := false
-	if req.Wait && b.wake.ready() {
-		wake = b.wake.register(value)
-		defer b.wake.unregister(value)
+	if req.Wait && b.wake.Ready() {
+		b.wake.Register(value, wake)
+		defer b.wake.Unregister(value)
 		queued = true
 	}
 	var lastQueued time.Time // send time of the last attempt that found us queued
@@ -95,13 +95,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// Subscribe before joining the queue, so that the handoff
 			// message cannot be published before anyone listens.
 			octx, cancel := b.op(ctx)
-			err := b.wake.start(octx)
+			err := b.wake.Start(octx)
 			cancel()
 			if err != nil {
-				return nil, b.fail(ctx, "subscribe to "+b.wake.channel, err)
+				return nil, b.fail(ctx, "subscribe to "+b.wake.Channel(), err)
 			}
-			wake = b.wake.register(value)
-			defer b.wake.unregister(value)
+			b.wake.Register(value, wake)
+			defer b.wake.Unregister(value)
 			queued = true
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediswake"
 )
 
 // DefaultPrefix is where locks live unless baton.WithPrefix says otherwise:
@@ -42,7 +43,7 @@ type backend struct {
 	cfg    baton.Config
 	prefix string
 	where  string // for error messages, without password
-	wake   *waker
+	wake   *rediswake.Waker
 
 	bg sync.WaitGroup // renewals abandoned at their deadline
 
@@ -98,7 +99,7 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 		where:  describe(client),
 		holds:  map[*hold]struct{}{},
 	}
-	b.wake = newWaker(client, wakeChannelPrefix+hex.EncodeToString(id))
+	b.wake = rediswake.New(client, wakeChannelPrefix+hex.EncodeToString(id), 10*time.Millisecond)
 	return b, nil
 }
 
@@ -191,7 +192,7 @@ func (b *backend) Close() error {
 	for _, h := range holds {
 		errs = append(errs, h.end(context.Background(), baton.ErrClosed))
 	}
-	b.wake.close()
+	b.wake.Close()
 	b.bg.Wait()
 	if b.owned {
 		errs = append(errs, b.client.Close())

@@ -126,7 +126,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	defer func() {
 		if queued {
 			for _, n := range b.nodes {
-				n.wake.unregister(value)
+				n.wake.Unregister(value)
 			}
 		}
 	}()
@@ -174,7 +174,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// queues, so that no wake-up is published before we listen.
 			b.subscribe(ctx)
 			for _, n := range b.nodes {
-				n.wake.register(value, wake)
+				n.wake.Register(value, wake)
 			}
 			queued = true
 			continue
@@ -211,7 +211,7 @@ func (b *backend) retryIn(r round, majority bool) time.Duration {
 // not answer cannot wake us, and the timed retry covers it.
 func (b *backend) subscribe(ctx context.Context) {
 	each(ctx, b, b.nodeTimeout, func(ctx context.Context, n *node) (struct{}, error) {
-		return struct{}{}, n.wake.start(ctx)
+		return struct{}{}, n.wake.Start(ctx)
 	}, nil)
 }
 

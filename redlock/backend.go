@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediswake"
 )
 
 // DefaultPrefix is where locks live unless baton.WithPrefix says otherwise:
@@ -39,7 +40,7 @@ const wakeChannelPrefix = "baton:wake:"
 type node struct {
 	client goredis.UniversalClient
 	where  string
-	wake   *waker
+	wake   *rediswake.Waker
 }
 
 // backend implements baton.Backend on N independent Redis nodes.
@@ -115,7 +116,7 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 		}
 		w := describe(c)
 		addrs[i] = w
-		b.nodes = append(b.nodes, &node{client: c, where: "redis://" + w, wake: newWaker(c, b.channel)})
+		b.nodes = append(b.nodes, &node{client: c, where: "redis://" + w, wake: rediswake.New(c, b.channel, 100*time.Millisecond)})
 	}
 	b.where = "redlock://" + strings.Join(addrs, ",")
 	return b, nil
@@ -289,7 +290,7 @@ func (b *backend) Close() error {
 		errs = append(errs, h.end(context.Background(), baton.ErrClosed))
 	}
 	for _, n := range b.nodes {
-		n.wake.close()
+		n.wake.Close()
 	}
 	b.bg.Wait()
 	if b.owned {

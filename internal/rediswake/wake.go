@@ -1,0 +1,141 @@
+// Package rediswake routes Redis Pub/Sub wake-ups to the one waiter they
+// are for. The redis and redlock backends share it: a Locker subscribes to
+// its own channel once (per node), on its first wait, on one connection;
+// the script that releases or hands a lock on publishes the value of the
+// waiter it chose there, and the Waker signals that waiter alone. So a
+// release wakes one waiter, not a herd.
+//
+// A message lost while a connection is re-established is covered by the
+// waiters' timed retries.
+package rediswake
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Waker is one subscription and the waiters it serves. Its methods are
+// safe for concurrent use.
+type Waker struct {
+	client  goredis.UniversalClient
+	channel string
+	pause   time.Duration // between reads while the server is away
+
+	startMu sync.Mutex // serialises Start
+	mu      sync.Mutex
+	ps      *goredis.PubSub
+	closed  bool
+	waiters map[string]chan<- struct{}
+	exited  chan struct{} // closed when the dispatcher returns
+}
+
+// New returns a Waker for channel on c, not yet subscribed. pause is how
+// long its dispatcher waits after a failed read before reading again (the
+// next read reconnects), so that a server that is away is not spun on.
+func New(c goredis.UniversalClient, channel string, pause time.Duration) *Waker {
+	return &Waker{client: c, channel: channel, pause: pause, waiters: map[string]chan<- struct{}{}}
+}
+
+// Channel is the channel the Waker subscribes to.
+func (w *Waker) Channel() string { return w.channel }
+
+// Ready reports whether the subscription is up.
+func (w *Waker) Ready() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ps != nil
+}
+
+// Start subscribes, once, and waits for the server to confirm, so that no
+// message published after Start returns is missed. The request is made
+// without holding mu, so waiters registering meanwhile are not held up by
+// a slow server. After Close it does nothing.
+func (w *Waker) Start(ctx context.Context) error {
+	w.startMu.Lock()
+	defer w.startMu.Unlock()
+	if w.Ready() || w.isClosed() {
+		return nil
+	}
+	ps := w.client.Subscribe(ctx, w.channel)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		_ = ps.Close()
+		return nil
+	}
+	w.ps = ps
+	w.exited = make(chan struct{})
+	go w.dispatch(ps)
+	return nil
+}
+
+// dispatch is owned by the Waker and ends when Close closes the
+// subscription. It reads messages itself (not through PubSub.Channel,
+// which adds a goroutine and a channel hop to every handoff). After a
+// broken connection the next read reconnects and subscribes again.
+func (w *Waker) dispatch(ps *goredis.PubSub) {
+	defer close(w.exited)
+	ctx := context.Background()
+	for {
+		m, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			if errors.Is(err, goredis.ErrClosed) || w.isClosed() {
+				return
+			}
+			time.Sleep(w.pause)
+			continue
+		}
+		w.mu.Lock()
+		ch := w.waiters[m.Payload]
+		w.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- struct{}{}:
+			default: // already signalled
+			}
+		}
+	}
+}
+
+func (w *Waker) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// Register has ch signalled, without blocking (give it a buffer of one),
+// when a message for the waiter with value arrives. One channel may serve
+// a waiter on several Wakers.
+func (w *Waker) Register(value string, ch chan<- struct{}) {
+	w.mu.Lock()
+	w.waiters[value] = ch
+	w.mu.Unlock()
+}
+
+// Unregister forgets the waiter with value.
+func (w *Waker) Unregister(value string) {
+	w.mu.Lock()
+	delete(w.waiters, value)
+	w.mu.Unlock()
+}
+
+// Close ends the subscription and waits for the dispatcher.
+func (w *Waker) Close() {
+	w.mu.Lock()
+	w.closed = true
+	ps, exited := w.ps, w.exited
+	w.ps = nil
+	w.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+		<-exited
+	}
+}
