@@ -2,7 +2,7 @@
 GO      ?= go
 PKGS    ?= ./...
 
-.PHONY: demo test deps check lint bench fuzz
+.PHONY: demo test deps lint bench fuzz
 
 ## demo: replay the guide's frozen-holder night on an embedded etcd and an SQLite file.
 demo:

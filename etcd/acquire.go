@@ -206,6 +206,6 @@ func (b *backend) deleteKey(ctx context.Context, key string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
 	defer cancel()
 	if _, err := b.client.Delete(dctx, key); err != nil {
-		b.cfg.Logger.Warn("could not delete lock key; it ends with its lease", "key", key, "err", errors.Unwrap(err))
+		b.cfg.Logger.Warn("could not delete lock key; it ends with its lease", "key", key, "err", err)
 	}
 }

@@ -92,6 +92,9 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
+	if f.grace < 0 {
+		return usageError("--grace %v: must not be negative", f.grace)
+	}
 	log := g.logger(stderr)
 	var opts []baton.Option
 	if f.ttlSet {
@@ -125,9 +128,12 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		fmt.Fprintf(stderr, "baton: leading %s (token %d)\n", name, token)
 		if store != nil {
 			if err := store.Raise(bg, name, token); err != nil {
+				_ = lease.Release(bg)
+				if !errors.Is(err, baton.ErrStaleToken) {
+					return err // the store failed: campaigning again would loop on it
+				}
 				// A newer leader has written already: our term is over.
 				fmt.Fprintf(stderr, "baton: %v; campaigning again\n", err)
-				_ = lease.Release(bg)
 				continue
 			}
 		}
