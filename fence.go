@@ -11,5 +11,6 @@ type Fence interface {
 	// Raise raises the fence for resource to token when token is at least
 	// as new as the newest token seen ("at least", because one holder makes
 	// many writes with one token). An older token gets a *StaleTokenError.
+	// Errors name the resource and the token; callers add no prefix.
 	Raise(ctx context.Context, resource string, token Token) error
 }

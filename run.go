@@ -3,7 +3,6 @@ package baton
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // Run acquires the lock name (blocking, bounded by ctx), runs fn under the
@@ -35,7 +34,7 @@ func (f *FencedLocker) Run(ctx context.Context, name string, fence Fence, fn fun
 	if fence != nil {
 		if err := fence.Raise(lease.Context(), name, lease.Token()); err != nil {
 			rerr := lease.Release(ctx)
-			return errors.Join(fmt.Errorf("raise fence %q to token %d: %w", name, lease.Token(), err), rerr)
+			return errors.Join(err, rerr) // the fence's error names it and the token
 		}
 	}
 	return runHeld(ctx, lease.l, func(ctx context.Context) error { return fn(ctx, lease) })

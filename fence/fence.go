@@ -22,12 +22,13 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 	"github.com/baton-go/baton/fence/postgres"
 	"github.com/baton-go/baton/fence/sqlite"
 )
 
 // Store is what the baton command needs from a fence store. Both
-// *postgres.Store and *sqlite.Store provide it through Open.
+// *postgres.Store and *sqlite.Store implement it.
 type Store interface {
 	// Raise raises the fence for resource to token, or returns a
 	// *baton.StaleTokenError if it has seen a newer token.
@@ -47,13 +48,15 @@ type Store interface {
 	Close() error
 }
 
-// Entry is one fence: a resource, the newest token it has accepted, and
-// when it last accepted one.
-type Entry struct {
-	Resource  string
-	Token     baton.Token
-	UpdatedAt time.Time
-}
+var (
+	_ Store = (*postgres.Store)(nil)
+	_ Store = (*sqlite.Store)(nil)
+)
+
+// Entry is one fence, as List returns it: its Resource, the newest Token
+// it has accepted, and UpdatedAt, when it first accepted that token. It is
+// the same type as postgres.Entry and sqlite.Entry.
+type Entry = fencesql.Entry
 
 // Option configures Open.
 type Option func(*options)
@@ -86,7 +89,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pgStore{s}, nil
+		return s, nil
 	case "sqlite":
 		path, sopts, err := sqliteURL(rawURL, u)
 		if err != nil {
@@ -96,7 +99,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return sqliteStore{s}, nil
+		return s, nil
 	}
 	return nil, &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
 		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", u.Scheme)}
@@ -148,34 +151,4 @@ func sqliteURL(rawURL string, u *url.URL) (string, []sqlite.Option, error) {
 		}
 	}
 	return path, opts, nil
-}
-
-// pgStore adapts *postgres.Store to Store.
-type pgStore struct{ *postgres.Store }
-
-func (s pgStore) List(ctx context.Context) ([]Entry, error) {
-	es, err := s.Store.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Entry, len(es))
-	for i, e := range es {
-		out[i] = Entry(e)
-	}
-	return out, nil
-}
-
-// sqliteStore adapts *sqlite.Store to Store.
-type sqliteStore struct{ *sqlite.Store }
-
-func (s sqliteStore) List(ctx context.Context) ([]Entry, error) {
-	es, err := s.Store.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Entry, len(es))
-	for i, e := range es {
-		out[i] = Entry(e)
-	}
-	return out, nil
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -68,16 +67,23 @@ func OpenLedger(ctx context.Context, rawURL string) (Ledger, error) {
 	case "postgres", "postgresql":
 		return openPG(ctx, rawURL)
 	case "sqlite":
-		return openSQLite(ctx, sqlitePath(u))
+		path, err := sqlitePath(u)
+		if err != nil {
+			return nil, &baton.OptionError{Option: "ledger URL", Value: baton.Redact(rawURL), Reason: err.Error()}
+		}
+		return openSQLite(ctx, path)
 	}
 	return nil, &baton.OptionError{Option: "ledger URL", Value: baton.Redact(rawURL), Reason: "use postgres://... or sqlite:PATH"}
 }
 
-func sqlitePath(u *url.URL) string {
+// sqlitePath returns the file path of an sqlite: URL, read as fence.Open
+// reads it: sqlite:rel/path.db (percent-decoded), sqlite:/abs/path.db,
+// sqlite:///abs/path.db.
+func sqlitePath(u *url.URL) (string, error) {
 	if u.Opaque != "" {
-		return u.Opaque
+		return url.PathUnescape(u.Opaque)
 	}
-	return u.Path
+	return u.Host + u.Path, nil
 }
 
 func row(token baton.Token, inv Invoice) (string, []string, []any, []string) {
@@ -172,10 +178,13 @@ func openSQLite(ctx context.Context, path string) (*sqliteLedger, error) {
 	if path == "" {
 		return nil, &baton.OptionError{Option: "ledger URL", Value: "sqlite:", Reason: "name a file, such as sqlite:ledger.db"}
 	}
-	// The settings fence/sqlite.Open uses: WAL, a busy timeout, and
-	// BEGIN IMMEDIATE so a fenced transaction holds the write lock from
-	// its start.
-	dsn := "file:" + strings.ReplaceAll(path, "?", "%3F") + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+	// The settings fence/sqlite.Open uses: WAL, a busy timeout,
+	// synchronous FULL, and BEGIN IMMEDIATE so a fenced transaction holds
+	// the write lock from its start.
+	dsn, err := fencesqlite.DSN(path)
+	if err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, &baton.UnavailableError{Where: path, Err: err}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -25,7 +25,7 @@ import (
 // raise waits for all of them. Otherwise it runs the upsert described in
 // the package documentation.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
-	if err := validate(resource, token); err != nil {
+	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
 	}
 	var one int32
@@ -81,8 +81,19 @@ func (s *Store) stale(ctx context.Context, q Querier, resource string, token bat
 // and otherwise gets a *baton.StaleTokenError. It implements baton.Fence:
 // FencedLocker.Run calls it before its work starts, so that from then on no
 // older holder's fenced write succeeds.
+//
+// Unlike Check it goes straight to the upsert, without the share-locking
+// SELECT first: a raise usually brings a new token, which the SELECT would
+// not find, and with no transaction around it a share lock would protect
+// nothing. A refused token costs a second statement, reading the newest
+// token for the error. The upsert locks the row exclusively even for the
+// token the fence already holds, so such a raise waits for the fenced
+// transactions that hold the row share-locked, as any raise does.
 func (s *Store) Raise(ctx context.Context, resource string, token baton.Token) error {
-	return s.Check(ctx, s.db, resource, token)
+	if err := fencesql.ValidateToken(resource, token); err != nil {
+		return err
+	}
+	return s.raise(ctx, s.db, resource, token)
 }
 
 // Newest returns the newest token the fence for resource has accepted, or
@@ -100,16 +111,4 @@ func (s *Store) Newest(ctx context.Context, resource string) (baton.Token, error
 		return 0, s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintConnect)
 	}
 	return baton.Token(newest), nil
-}
-
-// validate checks a resource name and a token.
-func validate(resource string, token baton.Token) error {
-	if err := baton.ValidateName(resource); err != nil {
-		return err
-	}
-	if token <= 0 {
-		return &baton.OptionError{Option: "fencing token", Value: strconv.FormatInt(int64(token), 10),
-			Reason: "must be positive; a zero token comes from a lease without fencing, use a FencedLocker's"}
-	}
-	return nil
 }

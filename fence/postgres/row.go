@@ -3,11 +3,11 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 )
 
 // Row is one row to insert at most once: the guide's idempotent write,
@@ -28,29 +28,7 @@ type Row struct {
 }
 
 // validate checks the row's shape and names.
-func (r Row) validate() error {
-	if err := validateTable("row table", r.Table); err != nil {
-		return err
-	}
-	if len(r.Columns) == 0 {
-		return &baton.OptionError{Option: "row columns", Value: "[]", Reason: fmt.Sprintf("are empty; name the columns of %q to set", r.Table)}
-	}
-	if len(r.Values) != len(r.Columns) {
-		return &baton.OptionError{Option: "row values", Value: strconv.Itoa(len(r.Values)),
-			Reason: fmt.Sprintf("do not match the %d columns; give one value per column", len(r.Columns))}
-	}
-	for what, names := range map[string][]string{"row column": r.Columns, "row key column": r.Key} {
-		for i, c := range names {
-			if err := validateIdent(what, c, c); err != nil {
-				return err
-			}
-			if slices.Contains(names[:i], c) {
-				return &baton.OptionError{Option: what, Value: strconv.Quote(c), Reason: "is listed twice"}
-			}
-		}
-	}
-	return nil
-}
+func (r Row) validate() error { return fencesql.Row(r).Validate(qualifier) }
 
 // insertSQL writes the row's INSERT with its values as parameters numbered
 // from first, taken from VALUES, or with SELECT ... FROM from when from is
@@ -164,7 +142,7 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 // duplicate row (1, 0). In both statements the values' parameter types come
 // from the table's columns.
 func (s *Store) Insert(ctx context.Context, resource string, token baton.Token, row Row) (inserted bool, err error) {
-	if err := validate(resource, token); err != nil {
+	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return false, err
 	}
 	if err := row.validate(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -47,7 +48,7 @@ const rollbackTimeout = 5 * time.Second
 // by the upsert, so none of its statements ever runs in a transaction
 // whose token was refused.
 func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := validate(resource, token); err != nil {
+	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
 	}
 	op := fmt.Sprintf("fenced transaction on %q with token %d", resource, token)

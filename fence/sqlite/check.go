@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 )
 
 // Check raises the fence for resource to token inside the caller's
@@ -19,7 +19,7 @@ import (
 // writes are uncommitted. resource must be a valid lock name
 // (baton.ValidateName) and token positive.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
-	if err := validate(resource, token); err != nil {
+	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
 	}
 	res, err := tx.ExecContext(ctx, s.sql.raise, resource, int64(token))
@@ -61,7 +61,7 @@ func (s *Store) Raise(ctx context.Context, resource string, token baton.Token) e
 // must use tx for its writes, and must not commit or roll it back. fn's
 // error is returned as is.
 func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := validate(resource, token); err != nil {
+	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
 	}
 	op := fmt.Sprintf("fenced transaction on %q with token %d", resource, token)
@@ -103,16 +103,4 @@ func (s *Store) Newest(ctx context.Context, resource string) (baton.Token, error
 		return 0, s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintOpen)
 	}
 	return baton.Token(newest), nil
-}
-
-// validate checks a resource name and a token.
-func validate(resource string, token baton.Token) error {
-	if err := baton.ValidateName(resource); err != nil {
-		return err
-	}
-	if token <= 0 {
-		return &baton.OptionError{Option: "fencing token", Value: strconv.FormatInt(int64(token), 10),
-			Reason: "must be positive; a zero token comes from a lease without fencing, use a FencedLocker's"}
-	}
-	return nil
 }

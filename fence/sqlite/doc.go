@@ -36,7 +36,9 @@
 // raise the fence, and a raise that committed earlier makes the check fail.
 // Open begins every transaction with BEGIN IMMEDIATE, taking the write lock
 // at once, and waits up to the busy timeout (default 5s) for it; WAL
-// journaling lets readers go on meanwhile.
+// journaling lets readers go on meanwhile. A handle opened with DSN, for a
+// program that keeps its own tables in the file and builds its Store with
+// New, gets the same settings.
 //
 // Insert cannot be one statement as in fence/postgres: SQLite has no
 // data-modifying common table expressions, and one INSERT writes one

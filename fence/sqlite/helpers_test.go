@@ -25,7 +25,11 @@ func newStore(t testing.TB, opts ...sqlite.Option) (*sqlite.Store, *sql.DB, stri
 // openDB opens path the way Open does, for SQL outside the Store.
 func openDB(t testing.TB, path string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	dsn, err := sqlite.DSN(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

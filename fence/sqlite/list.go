@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 )
 
-// Entry is one fence: a resource, the newest token it has accepted, and
-// when it last accepted one.
-type Entry struct {
-	Resource  string
-	Token     baton.Token
-	UpdatedAt time.Time
-}
+// Entry is one fence, as List returns it: its Resource, the newest Token
+// it has accepted, and UpdatedAt, when it first accepted that token. It is
+// the same type as postgres.Entry and fence.Entry.
+type Entry = fencesql.Entry
 
 // List returns every fence in the store, sorted by resource, for
 // `baton fence show`.

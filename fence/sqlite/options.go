@@ -1,11 +1,11 @@
 package sqlite
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 )
 
 // Defaults.
@@ -18,6 +18,9 @@ const (
 	// connection's or process's write lock before failing with SQLITE_BUSY.
 	DefaultBusyTimeout = 5 * time.Second
 )
+
+// qualifier is what may qualify a table name here, for messages.
+const qualifier = "database"
 
 // Option configures a Store.
 type Option func(*config)
@@ -37,14 +40,8 @@ func newConfig(opts []Option) (config, error) {
 	if c.busyTimeout == 0 {
 		c.busyTimeout = DefaultBusyTimeout
 	}
-	if err := validateTable("fence table", c.table); err != nil {
+	if err := fencesql.ValidateTables(c.table, c.runs, qualifier); err != nil {
 		return config{}, err
-	}
-	if err := validateTable("runs table", c.runs); err != nil {
-		return config{}, err
-	}
-	if c.table == c.runs {
-		return config{}, &baton.OptionError{Option: "runs table", Value: strconv.Quote(c.runs), Reason: "is the same as the fence table; give them different names"}
 	}
 	if c.busyTimeout < time.Millisecond {
 		return config{}, &baton.OptionError{Option: "busy timeout", Value: c.busyTimeout.String(), Reason: "must be at least 1ms; the default is 5s"}
@@ -70,48 +67,8 @@ func WithCreate(create bool) Option { return func(c *config) { c.create = create
 // WithBusyTimeout sets how long Open's connections wait for the database's
 // write lock, held by another transaction or process, before failing with
 // an error wrapping baton.ErrUnavailable. Default 5s. New ignores it: set
-// busy_timeout on the *sql.DB you pass.
+// busy_timeout on the *sql.DB you pass, or open it with DSN and this option.
 func WithBusyTimeout(d time.Duration) Option { return func(c *config) { c.busyTimeout = d } }
-
-// maxIdentLen keeps names portable to PostgreSQL, whose limit it is.
-const maxIdentLen = 63
-
-// validateTable checks a possibly database-qualified table name.
-func validateTable(what, name string) error {
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return &baton.OptionError{Option: what, Value: strconv.Quote(name), Reason: "has more than one dot; write table or database.table"}
-	}
-	for _, p := range parts {
-		if err := validateIdent(what, name, p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// validateIdent checks one part of an SQL identifier: name is the whole
-// value, for the message.
-func validateIdent(what, name, part string) error {
-	bad := func(reason string) error {
-		return &baton.OptionError{Option: what, Value: strconv.Quote(name), Reason: reason}
-	}
-	switch {
-	case part == "":
-		return bad("is empty; use letters, digits and underscores")
-	case len(part) > maxIdentLen:
-		return bad("has a part longer than 63 bytes")
-	case '0' <= part[0] && part[0] <= '9':
-		return bad("starts with a digit; start it with a letter or an underscore")
-	}
-	for i := 0; i < len(part); i++ {
-		b := part[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '_') {
-			return bad("has " + strconv.QuoteRune(rune(b)) + "; use letters, digits and underscores")
-		}
-	}
-	return nil
-}
 
 // quoteIdent quotes one validated identifier.
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

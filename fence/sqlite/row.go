@@ -4,11 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 )
 
 // Row is one row to insert at most once: the guide's idempotent write,
@@ -29,29 +28,7 @@ type Row struct {
 }
 
 // validate checks the row's shape and names.
-func (r Row) validate() error {
-	if err := validateTable("row table", r.Table); err != nil {
-		return err
-	}
-	if len(r.Columns) == 0 {
-		return &baton.OptionError{Option: "row columns", Value: "[]", Reason: fmt.Sprintf("are empty; name the columns of %q to set", r.Table)}
-	}
-	if len(r.Values) != len(r.Columns) {
-		return &baton.OptionError{Option: "row values", Value: strconv.Itoa(len(r.Values)),
-			Reason: fmt.Sprintf("do not match the %d columns; give one value per column", len(r.Columns))}
-	}
-	for what, names := range map[string][]string{"row column": r.Columns, "row key column": r.Key} {
-		for i, c := range names {
-			if err := validateIdent(what, c, c); err != nil {
-				return err
-			}
-			if slices.Contains(names[:i], c) {
-				return &baton.OptionError{Option: what, Value: strconv.Quote(c), Reason: "is listed twice"}
-			}
-		}
-	}
-	return nil
-}
+func (r Row) validate() error { return fencesql.Row(r).Validate(qualifier) }
 
 // insertSQL is the row's INSERT ... ON CONFLICT DO NOTHING.
 func (r Row) insertSQL() string {

@@ -35,9 +35,9 @@ var _ baton.Fence = (*Store)(nil)
 // driver. With the default WithCreate(true) it creates the fence and runs
 // tables if they are missing; with WithCreate(false) it checks that they
 // exist and returns a *MissingTableError otherwise. For several writers,
-// open db with a busy timeout and _txlock=immediate, as Open does; without a
-// busy timeout, a writer that finds the database locked fails at once. The
-// Store does not close db.
+// open db with a busy timeout and _txlock=immediate, as DSN's settings do;
+// without a busy timeout, a writer that finds the database locked fails at
+// once. The Store does not close db.
 func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -81,11 +81,11 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
-		return nil, &baton.OptionError{Option: "SQLite path", Value: fmt.Sprintf("%q", path),
-			Reason: "must be a file path; an in-memory database cannot fence other processes"}
+	source, err := dsn(path, cfg)
+	if err != nil {
+		return nil, err
 	}
-	db, err := sql.Open("sqlite", dsn(path, cfg))
+	db, err := sql.Open("sqlite", source)
 	if err != nil {
 		return nil, &baton.UnavailableError{Where: path, Err: fmt.Errorf("%w; %s", err, hintOpen)}
 	}
@@ -103,8 +103,28 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// dsn is the modernc.org/sqlite URI for path with Open's settings.
-func dsn(path string, cfg config) string {
+// DSN returns the modernc.org/sqlite data source name with which Open opens
+// the database file at path: WAL journaling, the busy timeout
+// (WithBusyTimeout; the other options do not change it), synchronous FULL
+// and BEGIN IMMEDIATE, with path escaped so that SQLite reads it as
+// written. A program that keeps its own tables in the same file opens it
+// with sql.Open("sqlite", dsn) and passes the handle to New. An invalid
+// option, an empty path, ":memory:" or a "file:" URI is a
+// *baton.OptionError.
+func DSN(path string, opts ...Option) (string, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return "", err
+	}
+	return dsn(path, cfg)
+}
+
+// dsn is DSN with a validated config.
+func dsn(path string, cfg config) (string, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return "", &baton.OptionError{Option: "SQLite path", Value: fmt.Sprintf("%q", path),
+			Reason: "must be a file path; an in-memory database cannot fence other processes"}
+	}
 	// An SQLite URI's path is percent-decoded, and ? and # end it.
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	q := url.Values{}
@@ -112,7 +132,7 @@ func dsn(path string, cfg config) string {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
-	return "file:" + esc + "?" + q.Encode()
+	return "file:" + esc + "?" + q.Encode(), nil
 }
 
 // file returns the main database's file name, or a description.
