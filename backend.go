@@ -50,28 +50,23 @@ type Hold interface {
 	Key() string
 	// Token is the fencing token; zero on a backend that is not fenced.
 	Token() Token
-	// Done is closed when the hold is lost (a refused renewal, a local
-	// deadline passed without a confirmed renewal, a dead session, the key
-	// removed) or released.
-	Done() <-chan struct{}
-	// Err says why Done was closed: a cause matching ErrLeaseLost, or
+	// Context is cancelled when the hold is lost (a refused renewal, a
+	// local deadline passed without a confirmed renewal, a dead session,
+	// the key removed) or released. A Lease follows it with
+	// context.AfterFunc, so holding a lock costs no goroutine of the
+	// Lease's own.
+	Context() context.Context
+	// Err says why Context was cancelled: a cause matching ErrLeaseLost, or
 	// ErrReleased or ErrClosed; nil before that.
 	Err() error
 	// Deadline is the local deadline: the send time of the last confirmed
 	// renewal plus the TTL, minus the drift margin, on the monotonic clock.
 	Deadline() time.Time
 	// Release frees the lock if it is still ours; it never frees another
-	// holder's. Releasing a lost or released hold returns nil.
+	// holder's. Releasing a lost or released hold returns nil. ctx bounds
+	// the request as given: Lease.Release passes one detached from the
+	// caller's cancellation and bounded by the release timeout.
 	Release(ctx context.Context) error
-}
-
-// ContextHold is a Hold that also offers its loss as a context, cancelled
-// exactly when Done is closed. A Lease follows such a hold with
-// context.AfterFunc instead of a goroutine of its own, which keeps the
-// uncontended acquire-release cycle free of goroutine hand-offs.
-type ContextHold interface {
-	Hold
-	Context() context.Context
 }
 
 // LockInfo describes one lock as the lock service sees it.

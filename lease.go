@@ -54,27 +54,11 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config) *
 	return l
 }
 
-// follow turns the hold's loss signal into the lease's, and returns how to
-// stop. A ContextHold is followed with context.AfterFunc; any other hold by
-// a goroutine owned by the lease, which stop ends and waits for.
+// follow turns the hold's loss into the lease's, with context.AfterFunc,
+// and returns how to stop.
 func (l *Lease) follow() (stop func()) {
-	if ch, ok := l.hold.(ContextHold); ok {
-		unhook := context.AfterFunc(ch.Context(), l.lost)
-		return func() { unhook() }
-	}
-	quit, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		select {
-		case <-l.hold.Done():
-			l.lost()
-		case <-quit:
-		}
-	}()
-	return func() {
-		close(quit)
-		<-exited
-	}
+	unhook := context.AfterFunc(l.hold.Context(), l.lost)
+	return func() { unhook() }
 }
 
 // lost reports the hold's loss, unless the lease was released first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 )
 
@@ -79,7 +80,9 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 		}
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}
-	l.cfg.Logger.Debug("lease acquired", "lock", name, "key", h.Key(), "token", int64(h.Token()))
+	if l.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // the arguments allocate
+		l.cfg.Logger.Debug("lease acquired", "lock", name, "key", h.Key(), "token", int64(h.Token()))
+	}
 	return newLease(ctx, name, l.cfg.Holder, h, l.cfg), nil
 }
 

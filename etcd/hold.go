@@ -20,7 +20,8 @@ type hold struct {
 	key string
 	rev int64
 
-	done   chan struct{}
+	life   context.Context // cancelled when the hold ends: its Context
+	end    context.CancelFunc
 	mu     sync.Mutex
 	err    error
 	unhook func() bool        // stops relaying the session's end
@@ -34,16 +35,17 @@ type hold struct {
 func newHold(b *backend, s *session, key string, rev int64) *hold {
 	sctx := s.k.Context()
 	ctx, cancel := context.WithCancel(sctx)
-	h := &hold{b: b, s: s, key: key, rev: rev, done: make(chan struct{}), cancel: cancel, exited: make(chan struct{})}
+	life, end := context.WithCancel(context.Background())
+	h := &hold{b: b, s: s, key: key, rev: rev, life: life, end: end, cancel: cancel, exited: make(chan struct{})}
 	h.unhook = context.AfterFunc(sctx, func() { h.lose(s.k.Err()) })
 	go h.watch(ctx)
 	return h
 }
 
-func (h *hold) Key() string           { return h.key }
-func (h *hold) Token() baton.Token    { return baton.Token(h.rev) }
-func (h *hold) Done() <-chan struct{} { return h.done }
-func (h *hold) Deadline() time.Time   { return h.s.k.Deadline() }
+func (h *hold) Key() string              { return h.key }
+func (h *hold) Token() baton.Token       { return baton.Token(h.rev) }
+func (h *hold) Context() context.Context { return h.life }
+func (h *hold) Deadline() time.Time      { return h.s.k.Deadline() }
 
 func (h *hold) Err() error {
 	h.mu.Lock()
@@ -51,7 +53,7 @@ func (h *hold) Err() error {
 	return h.err
 }
 
-// lose marks the hold lost (once) and closes Done.
+// lose marks the hold ended (once) and cancels its Context.
 func (h *hold) lose(cause error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -59,7 +61,7 @@ func (h *hold) lose(cause error) {
 		return
 	}
 	h.err = cause
-	close(h.done)
+	h.end()
 }
 
 // watch is owned by the hold and ends with ctx (Release, or the session's

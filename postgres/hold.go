@@ -33,12 +33,9 @@ func newHold(b *backend, name string, token baton.Token, sent time.Time) *hold {
 	return h
 }
 
-func (h *hold) Key() string           { return h.b.n.key(h.name) }
-func (h *hold) Token() baton.Token    { return h.token }
-func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
-func (h *hold) Err() error            { return h.kp.Err() }
-
-var _ baton.ContextHold = (*hold)(nil)
+func (h *hold) Key() string        { return h.b.n.key(h.name) }
+func (h *hold) Token() baton.Token { return h.token }
+func (h *hold) Err() error         { return h.kp.Err() }
 
 // Context is cancelled when the hold is lost or released: the keeper's.
 func (h *hold) Context() context.Context { return h.kp.Context() }

@@ -27,49 +27,29 @@ func newHold(b *backend, k keys, value string, sent time.Time) *hold {
 	return h
 }
 
-func (h *hold) Key() string           { return h.k.lock }
-func (h *hold) Token() baton.Token    { return 0 }
-func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
-func (h *hold) Err() error            { return h.kp.Err() }
-
-var _ baton.ContextHold = (*hold)(nil)
+func (h *hold) Key() string        { return h.k.lock }
+func (h *hold) Token() baton.Token { return 0 }
+func (h *hold) Err() error         { return h.kp.Err() }
 
 // Context is cancelled when the hold is lost or released: the keeper's.
 func (h *hold) Context() context.Context { return h.kp.Context() }
 func (h *hold) Deadline() time.Time      { return h.kp.Deadline() }
 
 // renew is the keeper's RenewFunc: compare-and-PEXPIRE. A refusal (the key
-// expired, was deleted, or holds another value) ends the lease at once.
-//
-// The command runs on its own goroutine and renew returns when ctx ends
-// (the local deadline), even on a client that does not honour context
-// deadlines: the loss must be reported at the deadline, not when the
-// client's read timeout fires. The goroutine is tracked and awaited by
-// Close.
+// expired, was deleted, or holds another value) ends the lease at once. The
+// keeper bounds it by the local deadline, even on a client that does not
+// honour context deadlines.
 func (h *hold) renew(ctx context.Context) error {
-	type result struct {
-		n   int64
-		err error
+	octx, cancel := h.b.op(ctx)
+	defer cancel()
+	n, err := renewScript.Run(octx, h.b.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
+	switch {
+	case err != nil:
+		return h.b.fail(ctx, "renew "+h.k.lock, err)
+	case n != 1:
+		return fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
 	}
-	done := make(chan result, 1)
-	h.b.bg.Go(func() {
-		octx, cancel := h.b.op(ctx)
-		defer cancel()
-		n, err := renewScript.Run(octx, h.b.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
-		done <- result{n, err}
-	})
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("renew %s: no answer before the local deadline: %w", h.k.lock, ctx.Err())
-	case r := <-done:
-		switch {
-		case r.err != nil:
-			return h.b.fail(context.Background(), "renew "+h.k.lock, r.err)
-		case r.n != 1:
-			return fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
-		}
-		return nil
-	}
+	return nil
 }
 
 // Release deletes the key if it still holds our value (compare-and-delete)

@@ -33,12 +33,9 @@ func newHold(b *backend, k keys, value string, start time.Time, settled <-chan s
 	return h
 }
 
-func (h *hold) Key() string           { return h.k.lock }
-func (h *hold) Token() baton.Token    { return 0 }
-func (h *hold) Done() <-chan struct{} { return h.kp.Done() }
-func (h *hold) Err() error            { return h.kp.Err() }
-
-var _ baton.ContextHold = (*hold)(nil)
+func (h *hold) Key() string        { return h.k.lock }
+func (h *hold) Token() baton.Token { return 0 }
+func (h *hold) Err() error         { return h.kp.Err() }
 
 // Context is cancelled when the hold is lost or released: the keeper's.
 func (h *hold) Context() context.Context { return h.kp.Context() }

@@ -119,7 +119,7 @@ func (b *backend) grant(ctx context.Context, s *session, name string, own create
 			return nil, nil
 		}
 	}
-	h := newHold(b, s, name, own, v.mark)
+	h := newHold(b, s, own, v.mark)
 	if !b.track(h) {
 		h.shut(baton.ErrClosed)
 		return nil, baton.ErrClosed // the caller deletes our node

@@ -20,12 +20,12 @@ import (
 type hold struct {
 	b     *backend
 	s     *session
-	name  string
 	path  string
 	czxid int64
 	mark  mark // the connection's counters when granted
 
-	done chan struct{}
+	life context.Context // cancelled when the hold ends: its Context
+	end  context.CancelFunc
 	mu   sync.Mutex
 	err  error
 
@@ -33,22 +33,22 @@ type hold struct {
 	unhook   func() bool // stops the session end's call
 }
 
-func newHold(b *backend, s *session, name string, own created, m mark) *hold {
+func newHold(b *backend, s *session, own created, m mark) *hold {
 	h := &hold{
-		b: b, s: s, name: name, path: own.path,
+		b: b, s: s, path: own.path,
 		czxid: own.czxid,
 		mark:  m,
-		done:  make(chan struct{}),
 	}
+	h.life, h.end = context.WithCancel(context.Background())
 	h.unlisten = b.cs.listen(h.look)
 	h.unhook = context.AfterFunc(s.k.Context(), h.look)
 	h.look() // a change may have come before we listened
 	return h
 }
 
-func (h *hold) Key() string           { return h.path }
-func (h *hold) Token() baton.Token    { return baton.Token(h.czxid) }
-func (h *hold) Done() <-chan struct{} { return h.done }
+func (h *hold) Key() string              { return h.path }
+func (h *hold) Token() baton.Token       { return baton.Token(h.czxid) }
+func (h *hold) Context() context.Context { return h.life }
 
 // Deadline is the session's local deadline: the send time of the last
 // request the session answered, plus the session timeout, minus the drift
@@ -61,7 +61,7 @@ func (h *hold) Err() error {
 	return h.err
 }
 
-// lose marks the hold ended (once) and closes Done; it reports whether
+// lose marks the hold ended (once) and cancels its Context; it reports whether
 // this call ended it.
 func (h *hold) lose(cause error) bool {
 	h.mu.Lock()
@@ -70,7 +70,7 @@ func (h *hold) lose(cause error) bool {
 		return false
 	}
 	h.err = cause
-	close(h.done)
+	h.end()
 	return true
 }
 
