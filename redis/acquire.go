@@ -142,6 +142,8 @@ func jitter(d time.Duration) time.Duration {
 // leave takes a waiter out of the queue when it gives up, and frees the
 // lock if it was handed to it meanwhile, passing it on to the next waiter.
 func (b *backend) leave(ctx context.Context, k keys, value string) {
+	ctx, cancel := b.cleanup(ctx)
+	defer cancel()
 	if _, err := b.release(ctx, k, value); err != nil {
 		b.cfg.Logger.Warn("could not leave the wait queue; the entry ends after one TTL", "key", k.lock, "err", errors.Unwrap(err))
 	}
@@ -156,6 +158,8 @@ func (b *backend) held(ctx context.Context, k keys, value string, sent time.Time
 	}
 	h := newHold(b, k, value, sent)
 	if !b.track(h) {
+		ctx, cancel := b.cleanup(ctx)
+		defer cancel()
 		_ = h.end(ctx, baton.ErrClosed)
 		return nil, baton.ErrClosed
 	}

@@ -45,8 +45,6 @@ type backend struct {
 	where  string // for error messages, without password
 	wake   *rediswake.Waker
 
-	bg sync.WaitGroup // renewals abandoned at their deadline
-
 	mu     sync.Mutex
 	holds  map[*hold]struct{}
 	closed bool
@@ -120,14 +118,15 @@ type keys struct {
 	name    string
 	lock    string // K
 	q, w, o string // {K}:q, {K}:w, {K}:o
+	n       string // {K}:n
 }
 
 func (b *backend) keys(name string) keys {
 	k := b.prefix + name
-	return keys{name: name, lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w", o: "{" + k + "}:o"}
+	return keys{name: name, lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w", o: "{" + k + "}:o", n: "{" + k + "}:n"}
 }
 
-func (k keys) all() []string { return []string{k.lock, k.q, k.w, k.o} }
+func (k keys) all() []string { return []string{k.lock, k.q, k.w, k.o, k.n} }
 
 // newValue makes an acquisition's value: 128 random bits from crypto/rand,
 // unique to this acquisition, then the holder identity for status.
@@ -190,10 +189,11 @@ func (b *backend) Close() error {
 
 	var errs []error
 	for _, h := range holds {
-		errs = append(errs, h.end(context.Background(), baton.ErrClosed))
+		ctx, cancel := b.cleanup(context.Background())
+		errs = append(errs, h.end(ctx, baton.ErrClosed))
+		cancel()
 	}
 	b.wake.Close()
-	b.bg.Wait()
 	if b.owned {
 		errs = append(errs, b.client.Close())
 	}
@@ -216,13 +216,18 @@ func (b *backend) untrack(h *hold) {
 	b.mu.Unlock()
 }
 
-// release runs the release script on a detached context bounded by the
-// release timeout: cleanup must happen even when the caller gave up. It
-// reports whether the lock was still ours.
+// cleanup returns a context for a cleanup request that must run even when
+// the caller gave up: detached from ctx's cancellation and bounded by the
+// release timeout.
+func (b *backend) cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
+}
+
+// release runs the release script, bounded by ctx as given (callers that
+// clean up pass one from cleanup), and reports whether the lock was still
+// ours.
 func (b *backend) release(ctx context.Context, k keys, value string) (bool, error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
-	defer cancel()
-	n, err := releaseScript.Run(rctx, b.client, k.all(), value).Int()
+	n, err := releaseScript.Run(ctx, b.client, k.all(), value).Int()
 	if err != nil {
 		return false, b.fail(context.Background(), "release "+k.lock, err)
 	}

@@ -115,8 +115,9 @@
 // once 96% of the time while the others wait out 10ms back-offs; baton
 // hands the lock over in arrival order, with no starvation, at two thirds
 // of that throughput. The extra cost per cycle is not round trips but what
-// rides on them: the scripts keep the FIFO queue and append each change of
-// holder to the observers' stream (an XADD, about 20µs here), and the lease
+// rides on them: the scripts keep the FIFO queue (and, only while someone
+// observes the lock, append each change of holder to the observers'
+// stream: an XADD, about 20µs here), and the lease
 // machinery around them (a renewal timer and a work context per lease);
 // under contention, the Pub/Sub wake-up hop.
 package redis

@@ -477,3 +477,89 @@ func TestObserve_Handoff(t *testing.T) {
 		t.Fatalf("after the key vanished the term is %q, want no leader", got)
 	}
 }
+
+// TestObserve_StreamOnlyWhileObserved: a lock nobody observes writes no
+// change stream; once an observer registers, every change is written.
+func TestObserve_StreamOnlyWhileObserved(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	l := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
+	cycle := func() string {
+		t.Helper()
+		le, err := l.Acquire(timeout(t, 5*time.Second), "quiet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := le.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return le.Key()
+	}
+	key := cycle()
+	stream := "{" + key + "}:o"
+	if n := c.Exists(timeout(t, time.Second), stream).Val(); n != 0 {
+		t.Fatalf("unobserved lock wrote its change stream %s", stream)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := newLocker(t, srv.Addr).Observe(ctx, "quiet"); err != nil {
+		t.Fatal(err)
+	}
+	cycle()
+	if n := c.XLen(timeout(t, time.Second), stream).Val(); n != 2 {
+		t.Fatalf("observed lock: %d stream entries after one acquire and release, want 2", n)
+	}
+}
+
+// TestObserve_RegistrationLapsed: when an observer's registration is gone
+// (it did not run for a minute), changes go unwritten; the observer notices
+// at its next look and reports the holder there is, not a stale one.
+func TestObserve_RegistrationLapsed(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
+	b := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("b"))
+	terms, err := newLocker(t, srv.Addr).Observe(timeout(t, 30*time.Second), "lapse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case tm := <-terms:
+			if tm.NoLeader() {
+				return "-"
+			}
+			return tm.Leader
+		case <-time.After(10 * time.Second):
+			t.Fatal("no term within 10s")
+			return ""
+		}
+	}
+	if got := next(); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	la, err := a.Acquire(timeout(t, 5*time.Second), "lapse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "a" {
+		t.Fatalf("term %q, want a", got)
+	}
+	reg := "{" + la.Key() + "}:n"
+	if err := c.Del(timeout(t, time.Second), reg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = la.Release(context.Background())
+	if _, err := b.Acquire(timeout(t, 5*time.Second), "lapse"); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing was written for the release and b's acquisition; the observer
+	// looks again when a's TTL would have run out, and finds b.
+	if got := next(); got != "b" {
+		t.Fatalf("after the lapse the term is %q, want b", got)
+	}
+	if n := c.Exists(timeout(t, time.Second), reg).Val(); n != 1 {
+		t.Fatal("the observer did not register again")
+	}
+}

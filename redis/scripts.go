@@ -15,8 +15,12 @@ import goredis "github.com/redis/go-redis/v9"
 //	         CHANNEL is where it is told that it was handed the lock
 //	{K}:o    the holder's changes, for observers: a stream, capped at about
 //	         64 entries, with one entry {v: VALUE} each time a script gives
-//	         the lock to VALUE or frees it (v empty); an expiry writes
-//	         nothing, observers notice it by the key's PTTL
+//	         the lock to VALUE or frees it (v empty), written only while
+//	         {K}:n exists; an expiry writes nothing, observers notice it by
+//	         the key's PTTL
+//	{K}:n    present while someone observes the lock: each observer sets
+//	         it with a TTL of observerTTL and refreshes it well before, so
+//	         a lock nobody observes costs no stream write per change
 //
 // Every script runs atomically, so no client can act between a check and
 // the write that depends on it. go-redis's Script.Run sends EVALSHA and
@@ -43,8 +47,10 @@ local function live_head(q, w, now)
   end
 end
 
--- note records a change of holder (v empty: freed) for observers.
-local function note(o, v)
+-- note records a change of holder (v empty: freed) for observers, when
+-- there are any.
+local function note(o, n, v)
+  if redis.call('exists', n) == 0 then return end
   redis.call('xadd', o, 'MAXLEN', '~', '64', '*', 'v', v)
   redis.call('pexpire', o, 86400000)
 end
@@ -65,10 +71,10 @@ local function handoff(k, q, w)
 end
 
 -- freed notes the lock's next state after its holder left.
-local function freed(k, q, w, o, queued)
+local function freed(k, q, w, o, n, queued)
   local h = false
   if queued then h = handoff(k, q, w) end
-  note(o, h or '')
+  note(o, n, h or '')
 end
 `
 
@@ -83,12 +89,14 @@ end
 // (or the first waiter's, when the lock is free but reserved for it), PTTL
 // the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
 // first in the queue.
-var acquireScript = goredis.NewScript(luaHelpers + `
-local k, q, w, o = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+var acquireScript = goredis.NewScript(acquireSrc)
+
+const acquireSrc = luaHelpers + `
+local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local v, ttl, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local queued = redis.call('exists', q) == 1
 if not queued and redis.call('set', k, v, 'nx', 'px', ttl) then
-  note(o, v)
+  note(o, n, v)
   return {1}
 end
 local cur = redis.call('get', k)
@@ -103,7 +111,7 @@ if queued or wait then
 end
 if not cur and (not head or head == v) then
   redis.call('set', k, v, 'px', ttl)
-  note(o, v)
+  note(o, n, v)
   if head then
     redis.call('zrem', q, v)
     redis.call('hdel', w, v)
@@ -123,13 +131,15 @@ end
 local first = 0
 if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
-`)
+`
 
 // releaseScript leaves the wait queue and, if the lock holds ARGV[1],
 // deletes it and hands it to the first live waiter. It returns 1 when the
 // lock was ours. Release, a waiter giving up and Close all use it.
-var releaseScript = goredis.NewScript(luaHelpers + `
-local k, q, w, o, v = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+var releaseScript = goredis.NewScript(releaseSrc)
+
+const releaseSrc = luaHelpers + `
+local k, q, w, o, n, v = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 local queued = redis.call('exists', q) == 1
 if queued then
   redis.call('zrem', q, v)
@@ -137,9 +147,9 @@ if queued then
 end
 if redis.call('get', k) ~= v then return 0 end
 redis.call('del', k)
-freed(k, q, w, o, queued)
+freed(k, q, w, o, n, queued)
 return 1
-`)
+`
 
 // renewScript resets the lock's TTL to ARGV[2] ms if it still holds
 // ARGV[1] (compare-and-PEXPIRE). It returns 1 when renewed, 0 when the key
@@ -154,20 +164,25 @@ return 0
 // forceScript deletes the lock whoever holds it, hands it to the first
 // live waiter, and returns the value it held (nil when it was free).
 var forceScript = goredis.NewScript(luaHelpers + `
-local k, q, w, o = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cur = redis.call('get', k)
 if not cur then return false end
 redis.call('del', k)
-freed(k, q, w, o, redis.call('exists', q) == 1)
+freed(k, q, w, o, n, redis.call('exists', q) == 1)
 return cur
 `)
 
-// stateScript reads a lock's holder value (false when free), its PTTL in
-// ms, and the ID of the last entry of its change stream ("0-0" when none),
-// at one moment, for observers.
+// stateScript registers an observer of the lock, setting {K}:n (KEYS[3])
+// for ARGV[1] ms, and reads the lock's holder value (false when free), its
+// PTTL in ms, the ID of the last entry of its change stream ("0-0" when
+// none), and 1 if {K}:n already existed (0 if it had lapsed, so changes
+// since the observer's last call may be missing from the stream), at one
+// moment.
 var stateScript = goredis.NewScript(`
+local present = redis.call('exists', KEYS[3])
+redis.call('set', KEYS[3], '1', 'px', ARGV[1])
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
 local id = '0-0'
 if last then id = last[1] end
-return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id}
+return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id, present}
 `)
