@@ -70,7 +70,6 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 				} else {
 					keys[string(ev.Kv.Key)] = ev.Kv
 				}
-				rev = ev.Kv.ModRevision
 				if next := term(name, keys); next.Key != cur.Key {
 					cur = next
 					if !send(ctx, ch, cur) {

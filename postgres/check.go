@@ -39,7 +39,7 @@ func CheckLease(ctx context.Context, q Querier, lease *baton.FencedLease) error 
 		return &baton.OptionError{Option: "lease", Value: strconv.Quote(lease.Key()), Reason: "is not a lease of the postgres backend"}
 	}
 	var live bool
-	if err := q.QueryRow(ctx, n.replacer().Replace(checkSQL), name, int64(lease.Token())).Scan(&live); err != nil {
+	if err := q.QueryRow(ctx, checkSQL(n.lease), name, int64(lease.Token())).Scan(&live); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("check lease %q: %w", name, context.Cause(ctx))
 		}

@@ -43,7 +43,6 @@ type statements struct {
 	inspect      string
 	inspectNames string // $1 names (text[])
 	forceRelease string // $1 name
-	check        string // $1 name, $2 token; true while the lease lives
 
 	// The observer's statements (observe.go). observeSetup returns the
 	// lease table's OID (NULL when missing), which names the channel its
@@ -74,7 +73,6 @@ func newStatements(n names) statements {
 		inspect:      r.Replace(inspectSQL),
 		inspectNames: r.Replace(inspectNamesSQL),
 		forceRelease: r.Replace(forceReleaseSQL),
-		check:        r.Replace(checkSQL),
 		observeSetup: `SELECT to_regclass($1)::oid, (` + triggerCountSQL + `)`,
 		observeLock:  r.Replace(observeLockSQL),
 		observeRead:  r.Replace(observeReadSQL),
@@ -243,7 +241,12 @@ RETURNING cur.holder, cur.token, cur.acquired_at,
 	greatest(extract(epoch FROM cur.expires_at - clock_timestamp())::float8, 0),
 	(SELECT count(*) FROM {waiters} w WHERE w.name = $1 AND w.expires_at > clock_timestamp())`
 
-const checkSQL = `SELECT EXISTS (SELECT FROM {lease} WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp())`
+// checkSQL is CheckLease's statement on the lease table lease (quoted):
+// true while the row holds token $2 and has not expired. It is built per
+// call from the lease's key, without the Locker, so it is one concatenation.
+func checkSQL(lease string) string {
+	return `SELECT EXISTS (SELECT FROM ` + lease + ` WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp())`
+}
 
 const observeLockSQL = `SELECT true FROM {lease} WHERE name = $1 FOR SHARE`
 

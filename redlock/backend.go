@@ -132,14 +132,13 @@ func describe(c goredis.UniversalClient) string {
 
 // keys are the Redis keys of one lock, the same on every node.
 type keys struct {
-	name string
 	lock string
 	q, w string
 }
 
 func (b *backend) keys(name string) keys {
 	k := b.prefix + name
-	return keys{name: name, lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w"}
+	return keys{lock: k, q: "{" + k + "}:q", w: "{" + k + "}:w"}
 }
 
 func (k keys) all() []string { return []string{k.lock, k.q, k.w} }

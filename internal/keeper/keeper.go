@@ -147,16 +147,16 @@ func (k *Keeper) wait() {
 	k.renewals.Wait()
 }
 
-func (k *Keeper) finish(cause error) bool {
+// finish ends the Keeper with cause, unless it ended already.
+func (k *Keeper) finish(cause error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.err != nil {
-		return false
+		return
 	}
 	k.err = cause
 	close(k.done)
 	k.cancel()
-	return true
 }
 
 // tick is the timer's callback: it reports a passed deadline, or renews,

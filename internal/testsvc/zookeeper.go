@@ -136,7 +136,6 @@ type ZKServer struct {
 	Addr string
 
 	java, dir, cfg string
-	peerPorts      [2]int // quorum and election ports; zero when standalone
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -456,7 +455,7 @@ func startEnsemble(dir, java string, n int) (*ZKEnsemble, error) {
 	for i := range n {
 		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i+1))
 		s := &ZKServer{ID: i + 1, Addr: "127.0.0.1:" + strconv.Itoa(ports[i][0]), java: java, dir: sdir,
-			cfg: filepath.Join(sdir, "zoo.cfg"), peerPorts: [2]int{ports[i][1], ports[i][2]}}
+			cfg: filepath.Join(sdir, "zoo.cfg")}
 		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), ports[i][0], members)); err != nil {
 			return nil, err
 		}
