@@ -130,6 +130,14 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 		}
 	}()
+	if req.Wait && b.subscribed() {
+		// Every node's subscription is up: even the first attempt may
+		// join the queues, as no handoff can be missed.
+		for _, n := range b.nodes {
+			n.wake.Register(value, wake)
+		}
+		queued = true
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -205,6 +213,16 @@ func (b *backend) retryIn(r round, majority bool) time.Duration {
 		d = min(d, time.Millisecond+rand.N(b.nodeTimeout+1))
 	}
 	return max(d, time.Millisecond)
+}
+
+// subscribed reports whether every node's subscription is up.
+func (b *backend) subscribed() bool {
+	for _, n := range b.nodes {
+		if !n.wake.Ready() {
+			return false
+		}
+	}
+	return true
 }
 
 // subscribe starts each node's subscription, in parallel; a node that does
