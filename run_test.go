@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,10 +66,10 @@ func setup(t *testing.T) (*baton.FencedLocker, *sqlite.Store, *clientv3.Client) 
 func TestFencedLocker_Run_RaisesFenceFirst(t *testing.T) {
 	locker, store, _ := setup(t)
 	name := "run-fence-" + t.Name()[len(t.Name())-5:]
-	var seen baton.Token
+	ran := false
 	err := locker.Run(context.Background(), name, store, func(ctx context.Context, lease *baton.FencedLease) error {
+		ran = true
 		n, err := store.Newest(ctx, name)
-		seen = n
 		if n != lease.Token() {
 			t.Errorf("inside fn the fence is at %d, want the lease's token %d", n, lease.Token())
 		}
@@ -77,8 +78,8 @@ func TestFencedLocker_Run_RaisesFenceFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seen == 0 {
-		t.Fatal("fence not raised before fn")
+	if !ran {
+		t.Fatal("Run returned nil without running fn")
 	}
 }
 
@@ -109,31 +110,57 @@ func TestFencedLocker_Run_StaleTokenSkipsFn(t *testing.T) {
 	_ = l2.Release(context.Background())
 }
 
+// TestLocker_Run_LossCancelsFnAndIsReported: a loss cancels fn's ctx with
+// the *LostError as its cause; Run still waits for fn (which may be
+// finishing a write) and then reports the loss although fn returned nil.
 func TestLocker_Run_LossCancelsFnAndIsReported(t *testing.T) {
 	locker, _, admin := setup(t)
 	name := "run-lost"
-	fnReturned := make(chan struct{})
-	err := locker.Locker().Run(context.Background(), name, func(ctx context.Context, lease *baton.Lease) error {
-		defer close(fnReturned)
-		// An operator deletes the lock key: the lease is lost.
-		if _, err := admin.Delete(ctx, lease.Key()); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Second):
-			return errors.New("fn's ctx not cancelled within 10s of the loss")
-		}
-		var lost *baton.LostError
-		if !errors.As(context.Cause(ctx), &lost) {
-			t.Errorf("fn's ctx cause = %v, want *LostError", context.Cause(ctx))
-		}
-		return nil // fn itself says it finished
-	})
+	sawLoss := make(chan struct{}) // fn's ctx was cancelled by the loss
+	finish := make(chan struct{})  // the test lets fn return
+	var once sync.Once
+	letFnReturn := func() { once.Do(func() { close(finish) }) }
+	t.Cleanup(letFnReturn)
+	runErr := make(chan error, 1)
+	go func() {
+		runErr <- locker.Locker().Run(context.Background(), name, func(ctx context.Context, lease *baton.Lease) error {
+			// An operator deletes the lock key: the lease is lost.
+			if _, err := admin.Delete(ctx, lease.Key()); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+				return errors.New("fn's ctx not cancelled within 10s of the loss")
+			}
+			var lost *baton.LostError
+			if !errors.As(context.Cause(ctx), &lost) {
+				t.Errorf("fn's ctx cause = %v, want *LostError", context.Cause(ctx))
+			}
+			close(sawLoss)
+			<-finish
+			return nil // fn itself says it finished
+		})
+	}()
 	select {
-	case <-fnReturned:
-	default:
-		t.Fatal("Run returned before fn did")
+	case <-sawLoss:
+	case err := <-runErr:
+		t.Fatalf("Run returned %v before fn saw the loss", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("fn did not see the loss within 15s")
+	}
+	// fn is still running after the loss: Run must not return before it.
+	select {
+	case err := <-runErr:
+		t.Fatalf("Run returned (%v) while fn was still running", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	letFnReturn()
+	var err error
+	select {
+	case err = <-runErr:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of fn returning")
 	}
 	if !errors.Is(err, baton.ErrLeaseLost) {
 		t.Fatalf("Run after a loss = %v, want ErrLeaseLost even though fn returned nil", err)

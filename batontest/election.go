@@ -2,7 +2,6 @@ package batontest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -20,11 +19,13 @@ func (s *suite) election(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	terms, err := obsLocker.Observe(ctx, name)
-	if errors.Is(err, baton.ErrInvalidOption) || err != nil && !s.f.Observe {
+	switch {
+	case err != nil && !s.f.Observe:
 		t.Skipf("backend does not observe elections: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("Observe: %v", err)
+	case err != nil:
+		t.Fatalf("Observe on a backend declared to observe: %v", err)
+	case !s.f.Observe:
+		t.Fatal("backend not declared to observe (Factory.Observe), yet its Locker observes elections")
 	}
 	seen := make(chan baton.Term, 64)
 	go func() {

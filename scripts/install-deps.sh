@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages baton's tests need: the real servers they run
-# against (PostgreSQL, Redis, ZooKeeper, etcd 3.4) and the fault tools
-# (faketime, iproute2). Idempotent: it installs only what is missing and does
+# against (PostgreSQL, Redis, ZooKeeper, etcd 3.4 server and etcdctl) and
+# the fault tools (faketime, iproute2, procps). Idempotent: it installs only what is missing and does
 # nothing when everything is there. Needs root (or sudo) to install.
 set -euo pipefail
 

@@ -32,7 +32,9 @@ clients, then is frozen with SIGSTOP (as a host suspends a VM) between its
 lease check and its next write. Runner 2 takes over once the lease runs out.
 Runner 1 wakes while runner 2 is still billing. The night is played twice:
 without the fence, the woken runner keeps billing; with it, its very next
-write is refused. Then the database is asked whether anyone got two bills.`,
+write is refused. Then the writes are counted: those of the stale runner that
+were accepted, and the second invoices the primary key (client, month) turned
+away.`,
 		Example: "  baton demo",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -150,13 +152,14 @@ func printEvent(out io.Writer, start time.Time, e warehouse.Event) {
 }
 
 func verdict(r *demo.Result) string {
+	dup := fmt.Sprintf("second invoices turned away by the primary key: %d", len(r.Duplicates))
 	if len(r.StaleWrites) > 0 {
-		return fmt.Sprintf("the woken runner billed %d clients (%v) after runner 2 took over; duplicate invoices: %d", len(r.StaleWrites), r.StaleWrites, len(r.Duplicates))
+		return fmt.Sprintf("the woken runner billed %d clients (%v) after runner 2 took over; %s", len(r.StaleWrites), r.StaleWrites, dup)
 	}
 	if r.Rejected != nil {
-		return fmt.Sprintf("the woken runner's next write was refused; it billed nobody after the takeover; duplicate invoices: %d", len(r.Duplicates))
+		return fmt.Sprintf("the woken runner's next write was refused; it billed nobody after the takeover; %s", dup)
 	}
-	return fmt.Sprintf("the woken runner wrote nothing after the takeover; duplicate invoices: %d", len(r.Duplicates))
+	return fmt.Sprintf("the woken runner wrote nothing after the takeover; %s", dup)
 }
 
 func printSummary(out io.Writer, unfenced, fenced *demo.Result) {
@@ -171,7 +174,8 @@ func printSummary(out io.Writer, unfenced, fenced *demo.Result) {
 		rej = fmt.Sprintf("client %d (token %d < %d)", r.Client, r.Token, r.Newest)
 	}
 	fmt.Fprintf(tw, "  first write after waking\taccepted\trejected: %s\n", rej)
-	fmt.Fprintf(tw, "  duplicate invoices (GROUP BY ... HAVING count(*) > 1)\t%d\t%d\n", len(unfenced.Duplicates), len(fenced.Duplicates))
+	fmt.Fprintf(tw, "  second invoices turned away by the primary key\t%d\t%d\n", len(unfenced.Duplicates), len(fenced.Duplicates))
 	_ = tw.Flush()
-	fmt.Fprintf(out, "\nThe primary key on (client, month) stops duplicate rows; the fence stops the woken runner writing anything at all.\n")
+	fmt.Fprintf(out, "\nThe primary key on (client, month) turns away every second invoice, so nobody is billed twice either way;\n")
+	fmt.Fprintf(out, "the fence stops the woken runner writing anything at all.\n")
 }

@@ -164,7 +164,7 @@ func TestElect_Observe(t *testing.T) {
 	backend := etcdBackend(t)
 	obs := startBaton(t, "elect", "--observe", "--backend", backend, "mailer")
 	waitFor(t, 30*time.Second, func() bool { return strings.Contains(obs.stdout.String(), "no leader") }, func() string { return obs.stderr.String() })
-	r := runBaton(t, nil, "elect", "--backend", backend, "--id", "one-shot", "mailer", "--", "true")
+	r := runBaton(t, "elect", "--backend", backend, "--id", "one-shot", "mailer", "--", "true")
 	if r.code != 0 {
 		t.Fatalf("elect with a command that ends: exit %d %s", r.code, r.stderr)
 	}

@@ -9,15 +9,19 @@ import (
 	"github.com/baton-go/baton"
 )
 
-// Exit codes, as the CLI contract fixes them (sysexits where one fits).
+// Exit codes, as the CLI contract fixes them (sysexits where one fits, the
+// shell's where the shell has one). baton run and elect otherwise exit with
+// the command's own code; the help of run and the README list them all.
 const (
 	exitOK          = 0
-	exitUsage       = 2  // bad flags or arguments
-	exitUnavailable = 69 // EX_UNAVAILABLE: the lock service or store is unreachable
-	exitNotAcquired = 75 // EX_TEMPFAIL: not acquired within --wait
-	exitLeaseLost   = 76 // the lease was lost while the command ran
-	exitStale       = 77 // the fence refused our token
-	exitFailure     = 1  // anything else
+	exitUsage       = 2   // bad flags or arguments
+	exitUnavailable = 69  // EX_UNAVAILABLE: the lock service or store is unreachable
+	exitNotAcquired = 75  // EX_TEMPFAIL: not acquired within --wait
+	exitLeaseLost   = 76  // the lease was lost while the command ran
+	exitStale       = 77  // the fence refused our token
+	exitCannotRun   = 127 // the command could not be started (as sh says "not found")
+	exitInterrupted = 130 // SIGINT or SIGTERM while waiting for the lock (128+SIGINT, as sh)
+	exitFailure     = 1   // anything else
 )
 
 // exitError carries an exit code and an already-printed or printable

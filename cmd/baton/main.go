@@ -14,18 +14,22 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-func main() {
+func main() { os.Exit(mainCode()) }
+
+// mainCode is main without os.Exit: the tests run it in the re-executed
+// test binary.
+func mainCode() int {
 	// go-redis logs dial failures through a process-wide logger; baton
 	// reports them as errors on one line instead.
 	goredis.SetLogger(quietRedis{})
 	ctx, stop := signalContext()
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }
 
-// signalContext is cancelled by SIGINT or SIGTERM. baton run also passes
-// those signals on to its command.
+// signalContext is cancelled by SIGINT or SIGTERM, which ends a wait for
+// a lock (exit 130). While baton run or elect runs a command, supervise
+// also passes SIGINT, SIGTERM and SIGHUP on to the command's process group.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

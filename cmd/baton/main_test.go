@@ -3,16 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/baton-go/baton/internal/testsvc"
@@ -29,7 +26,7 @@ func TestMain(m *testing.M) {
 		os.Exit(fencedWriter(db))
 	}
 	if os.Getenv(mainEnv) == "1" {
-		os.Exit(realMain())
+		os.Exit(mainCode())
 	}
 	code := m.Run()
 	pg.Stop()
@@ -50,14 +47,6 @@ var (
 	zkSrv testsvc.ZooKeeper
 )
 
-// realMain is main without os.Exit, for the re-executed test binary.
-func realMain() int {
-	goredis.SetLogger(quietRedis{})
-	ctx, stop := signalContext()
-	defer stop()
-	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-}
-
 // batonCmd returns a command running the CLI with args in its own process
 // group.
 func batonCmd(args ...string) *exec.Cmd {
@@ -75,30 +64,11 @@ type result struct {
 	stdout, stderr string
 }
 
-// runBaton runs the CLI to completion with a deadline.
-func runBaton(t *testing.T, env []string, args ...string) result {
+// runBaton runs the CLI to completion in a process of its own, with a
+// deadline.
+func runBaton(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := batonCmd(args...)
-	cmd.Env = append(cmd.Env, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatalf("baton %s: %v", strings.Join(args, " "), err)
-		}
-	case <-time.After(60 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		t.Fatalf("baton %s did not finish within 60s; stderr: %s", strings.Join(args, " "), errb.String())
-	}
-	return result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errb.String()}
+	return startBaton(t, args...).wait(t)
 }
 
 // runInProcess runs the CLI in this process, for fast usage checks.

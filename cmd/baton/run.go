@@ -50,7 +50,9 @@ COMMAND runs in its own process group with BATON_LOCK, BATON_HOLDER and, on
 fenced backends (etcd, zk, postgres), BATON_TOKEN, the fencing token; on etcd
 also ETCD_LOCK_KEY and ETCD_LOCK_REV, as etcdctl lock sets them. If the lease
 is lost while COMMAND runs, its process group gets SIGTERM at once and
-SIGKILL after --grace. SIGINT and SIGTERM sent to baton are passed on to it.
+SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP sent to baton while COMMAND
+runs are passed on to its process group, and baton then exits with COMMAND's
+code; SIGINT or SIGTERM while baton still waits for the lock makes it exit 130.
 
 With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With
@@ -66,7 +68,10 @@ Exit codes:
   76             the lease was lost while COMMAND ran
   77             the fence refused the token (a newer holder exists)
   69             the lock service or fence store is unreachable
-  2              usage error`,
+  127            COMMAND could not be started (not found, not executable)
+  130            interrupted (SIGINT or SIGTERM) while waiting for the lock
+  2              usage error
+  1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
   0 2 * * *  baton run --backend etcd://10.0.0.1:2379,10.0.0.2:2379 invoices -- ./invoices.sh
 
@@ -257,7 +262,7 @@ func unwrapNotAcquired(err error) error {
 // interrupted turns a wait cut short by SIGINT or SIGTERM into exit 130.
 func interrupted(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return &exitError{code: 130, msg: "interrupted while waiting for the lock"}
+		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the lock"}
 	}
 	return err
 }
@@ -270,9 +275,13 @@ type supervised struct {
 	status   string
 }
 
+// passedOn are the signals baton passes on to a supervised command's
+// process group; run's help lists them.
+var passedOn = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
 // supervise runs argv in its own process group until it exits, passing on
-// SIGINT/SIGTERM/SIGHUP, and stops it when the lease is lost: SIGTERM to the
-// group at once, SIGKILL after grace.
+// the signals in passedOn, and stops it when the lease is lost: SIGTERM to
+// the group at once, SIGKILL after grace.
 func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) (supervised, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
@@ -283,11 +292,11 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, passedOn...)
 	defer signal.Stop(sigs)
 
 	if err := cmd.Start(); err != nil {
-		return supervised{}, &exitError{code: 127, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
+		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan struct{})

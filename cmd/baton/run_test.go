@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/baton-go/baton/fence"
 	"github.com/baton-go/baton/internal/testsvc"
 )
@@ -74,7 +76,7 @@ func TestRun_TokensIncrease(t *testing.T) {
 	backend := etcdBackend(t)
 	var prev int64
 	for i := range 20 {
-		r := runBaton(t, nil, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN $ETCD_LOCK_REV $BATON_LOCK $ETCD_LOCK_KEY"`)
+		r := runBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN $ETCD_LOCK_REV $BATON_LOCK $ETCD_LOCK_KEY"`)
 		if r.code != 0 {
 			t.Fatalf("run %d: exit %d: %s", i, r.code, r.stderr)
 		}
@@ -144,11 +146,11 @@ func TestRun_Fence(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	touch := []string{"sh", "-c", "echo ran >> " + marker}
 
-	r := runBaton(t, nil, append([]string{"run", "--backend", backend, "--fence", store, "--once", "2026-10-31", "invoices", "--"}, touch...)...)
+	r := runBaton(t, append([]string{"run", "--backend", backend, "--fence", store, "--once", "2026-10-31", "invoices", "--"}, touch...)...)
 	if r.code != 0 {
 		t.Fatalf("first run: exit %d %s", r.code, r.stderr)
 	}
-	r = runBaton(t, nil, append([]string{"run", "--backend", backend, "--fence", store, "--once", "2026-10-31", "invoices", "--"}, touch...)...)
+	r = runBaton(t, append([]string{"run", "--backend", backend, "--fence", store, "--once", "2026-10-31", "invoices", "--"}, touch...)...)
 	if r.code != 0 || !strings.Contains(r.stderr, "already done") {
 		t.Fatalf("second run of a done run id: exit %d, stderr %q; want 0 and a line saying so", r.code, r.stderr)
 	}
@@ -165,7 +167,7 @@ func TestRun_Fence(t *testing.T) {
 	if err := s.Raise(context.Background(), "invoices", 1<<40); err != nil {
 		t.Fatal(err)
 	}
-	r = runBaton(t, nil, append([]string{"run", "--backend", backend, "--fence", store, "invoices", "--"}, touch...)...)
+	r = runBaton(t, append([]string{"run", "--backend", backend, "--fence", store, "invoices", "--"}, touch...)...)
 	if r.code != exitStale {
 		t.Fatalf("stale token: exit %d, want 77; stderr %q", r.code, r.stderr)
 	}
@@ -175,36 +177,55 @@ func TestRun_Fence(t *testing.T) {
 	}
 }
 
-// TestRun_SignalPassedOn: SIGTERM to baton reaches the command, baton exits
-// with the command's code and frees the lock.
+// TestRun_SignalPassedOn: each signal baton passes on (SIGINT, SIGTERM,
+// SIGHUP) reaches the command, baton exits with the command's code and
+// frees the lock.
 func TestRun_SignalPassedOn(t *testing.T) {
 	backend := etcdBackend(t)
-	started := filepath.Join(t.TempDir(), "started")
-	p := startBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", fmt.Sprintf(`trap 'exit 42' TERM; touch %s; sleep 60 & wait`, started))
-	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return p.stderr.String() })
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if r := p.wait(t); r.code != 42 {
-		t.Fatalf("exit %d after SIGTERM, want the command's 42; stderr %q", r.code, r.stderr)
-	}
-	if r := runBaton(t, nil, "run", "--backend", backend, "invoices", "--", "true"); r.code != 0 {
-		t.Fatalf("lock not free after the interrupted run: %d %s", r.code, r.stderr)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} { // as run --help says
+		name := unix.SignalName(sig)
+		t.Run(name, func(t *testing.T) {
+			started := filepath.Join(t.TempDir(), "started")
+			// sh starts the sleep with SIGINT ignored, so the trap ends it.
+			script := fmt.Sprintf(`sleep 60 & trap 'kill $!; exit 42' %s; touch %s; wait`, strings.TrimPrefix(name, "SIG"), started)
+			p := startBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", script)
+			waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return p.stderr.String() })
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if r := p.wait(t); r.code != 42 {
+				t.Fatalf("exit %d after %s, want the command's 42; stderr %q", r.code, name, r.stderr)
+			}
+			if r := runBaton(t, "run", "--backend", backend, "invoices", "--", "true"); r.code != 0 {
+				t.Fatalf("lock not free after the interrupted run: %d %s", r.code, r.stderr)
+			}
+		})
 	}
 }
 
-// TestRun_BadInput: every usage problem is one line and the right code.
+// TestRun_BadInput: every usage problem is one line and the right code, and
+// no line shows the password of a URL it names: the URLs that can carry one
+// here (lock service and fence store, parseable or not, reachable or not)
+// carry one.
 func TestRun_BadInput(t *testing.T) {
 	backend := etcdBackend(t)
 	closed, _ := testsvc.FreePort()
 	store := "sqlite:" + filepath.Join(t.TempDir(), "empty.db")
+	const secret = "s3cret-pw"
+	redisNode := testsvc.StartRedis(t).Addr
 	for _, tc := range []struct {
 		args []string
 		code int
 		want string
 	}{
-		{[]string{"run", "--backend", "mysql://db/x", "n", "--", "true"}, exitUsage, "unknown scheme"},
-		{[]string{"run", "--backend", "etcd://h:1%zz", "n", "--", "true"}, exitUsage, "invalid"},
+		{[]string{"run", "--backend", "mysql://app:" + secret + "@db/x", "n", "--", "true"}, exitUsage, "unknown scheme"},
+		{[]string{"run", "--backend", "etcd://app:" + secret + "@h:1%zz", "n", "--", "true"}, exitUsage, "invalid"},
+		{[]string{"run", "--backend", fmt.Sprintf("etcd://app:%s@127.0.0.1:%d?request-timeout=1s", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
+		{[]string{"run", "--backend", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/db?connect_timeout=1", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
+		{[]string{"run", "--backend", fmt.Sprintf("redis://app:%s@127.0.0.1:%d", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
+		{[]string{"run", "--backend", "redis://:" + secret + "@" + redisNode, "--fence", store, "n", "--", "true"}, exitUsage, "redis://:xxxxx@"},
+		{[]string{"run", "--backend", backend, "--fence", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/db?connect_timeout=1", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
+		{[]string{"run", "--backend", backend, "--fence", "mysql://app:" + secret + "@db/x", "n", "--", "true"}, exitUsage, "unknown scheme"},
 		{[]string{"run", "--backend", backend, "--ttl", "1s", "n", "--", "true"}, exitUsage, "at least 2s"},
 		{[]string{"run", "--backend", backend, "--ttl", "1500ms", "n", "--", "true"}, exitUsage, "whole seconds"},
 		{[]string{"run", "--backend", backend, "n", "true"}, exitUsage, "put -- between"},
@@ -224,8 +245,8 @@ func TestRun_BadInput(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, tc.code, tc.want)
 			}
 			oneLine(t, r)
-			if strings.Contains(r.stderr, "pw") {
-				t.Errorf("password leaked: %q", r.stderr)
+			if strings.Contains(r.stdout, secret) || strings.Contains(r.stderr, secret) {
+				t.Errorf("password shown: stdout %q, stderr %q", r.stdout, r.stderr)
 			}
 		})
 	}
@@ -258,7 +279,7 @@ func TestStatusAndForceRelease(t *testing.T) {
 func TestRun_Etcd34(t *testing.T) {
 	srv := testsvc.StartEtcdBinary(t)
 	backend := "etcd://" + strings.TrimPrefix(srv.Endpoint, "http://")
-	r := runBaton(t, nil, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN $ETCD_LOCK_REV"`)
+	r := runBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN $ETCD_LOCK_REV"`)
 	f := strings.Fields(r.stdout)
 	if r.code != 0 || len(f) != 2 || f[0] != f[1] {
 		t.Fatalf("etcd %s: exit %d, stdout %q, stderr %q", srv.Version, r.code, r.stdout, r.stderr)
@@ -315,7 +336,7 @@ func (p *execResult) wait(t *testing.T) result {
 	select {
 	case <-p.done:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("baton did not exit within 60s; stderr %q", p.stderr.String())
+		t.Fatalf("baton %s did not exit within 60s; stderr %q", strings.Join(p.cmd.Args[1:], " "), p.stderr.String())
 	}
 	return result{code: p.code, stdout: p.stdout.String(), stderr: p.stderr.String()}
 }
@@ -378,7 +399,7 @@ func TestRun_Redis(t *testing.T) {
 	single := testsvc.StartRedis(t)
 	nodes := testsvc.StartRedisNodes(t, 3)
 	for _, backend := range []string{"redis://" + single.Addr, "redlock://" + strings.Join(testsvc.RedisAddrs(nodes), ",")} {
-		r := runBaton(t, nil, "run", "--backend", backend, "--ttl", "2s", "stock", "--", "sh", "-c", `echo "lock=$BATON_LOCK token=${BATON_TOKEN:-none}"`)
+		r := runBaton(t, "run", "--backend", backend, "--ttl", "2s", "stock", "--", "sh", "-c", `echo "lock=$BATON_LOCK token=${BATON_TOKEN:-none}"`)
 		if r.code != 0 || strings.TrimSpace(r.stdout) != "lock=stock token=none" {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q", backend, r.code, r.stdout, r.stderr)
 		}
@@ -401,7 +422,7 @@ func TestRun_Postgres(t *testing.T) {
 	}
 	var prev int64
 	for i := range 3 {
-		r := runBaton(t, nil, "run", "--backend", dsn, "--fence", dsn, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN"`)
+		r := runBaton(t, "run", "--backend", dsn, "--fence", dsn, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN"`)
 		tok, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
 		if r.code != 0 || err != nil || tok <= prev {
 			t.Fatalf("run %d: exit %d, token %q after %d, stderr %q", i, r.code, r.stdout, prev, r.stderr)

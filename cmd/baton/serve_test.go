@@ -43,7 +43,7 @@ func TestServe_Cluster(t *testing.T) {
 
 	token := func(backend string) int64 {
 		t.Helper()
-		r := runBaton(t, nil, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN"`)
+		r := runBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", `echo "$BATON_TOKEN"`)
 		tok, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
 		if r.code != 0 || err != nil {
 			t.Fatalf("run against %s: exit %d, stdout %q, stderr %q", backend, r.code, r.stdout, r.stderr)

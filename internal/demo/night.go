@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,16 +63,19 @@ func (c *Config) defaults() {
 
 // Result is what happened, from the runners' events and the database.
 type Result struct {
-	Fenced      bool
 	Token1      baton.Token   // runner 1's token
 	Token2      baton.Token   // runner 2's token
 	Takeover    time.Duration // from the freeze to runner 2 holding the lock
 	Frozen      time.Duration // how long runner 1 was frozen
 	StaleWrites []int         // clients runner 1 billed after runner 2 took over
 	Rejected    *warehouse.Event
+	// Duplicates has a client for each second invoice a runner wrote for
+	// it that reached the database and was turned away there by the
+	// primary key (client_id, month): the insert did nothing ("skipped").
+	// Without that key each would be a second bill. A write the fence
+	// refused never reaches the key and is not counted. In client order.
 	Duplicates  []int
 	Billed      map[int]baton.Token // client -> token that billed it
-	Events      []warehouse.Event
 	Runner1Exit int
 	Runner2Exit int
 }
@@ -129,11 +133,12 @@ func (r *runner) kill() {
 // runner 2 is still billing, and reports what reached the database.
 func Night(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
-	res := &Result{Fenced: cfg.Fenced}
+	res := &Result{}
 	var mu sync.Mutex
+	var events []warehouse.Event // in the order this process read them
 	record := func(e warehouse.Event) {
 		mu.Lock()
-		res.Events = append(res.Events, e)
+		events = append(events, e)
 		mu.Unlock()
 		if cfg.Log != nil {
 			cfg.Log(e)
@@ -219,7 +224,10 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	// the freeze happened after it woke. (Its timestamps cannot tell: it may
 	// write before this process has read the clock after SIGCONT.)
 	afterFreeze := false
-	for _, e := range res.Events {
+	for _, e := range events {
+		if e.Kind == "skipped" {
+			res.Duplicates = append(res.Duplicates, e.Client)
+		}
 		if e.Runner != "runner-1" {
 			continue
 		}
@@ -241,15 +249,16 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	// 5. Ask the database.
+	slices.Sort(res.Duplicates)
+
+	// 5. Ask the database who billed each client. (Asking it for clients
+	// billed twice would be asking the primary key whether it works: the
+	// second invoices it turned away are counted above instead.)
 	ledger, err := warehouse.OpenLedger(ctx, cfg.Ledger)
 	if err != nil {
 		return nil, err
 	}
 	defer ledger.Close()
-	if res.Duplicates, err = ledger.Duplicates(ctx); err != nil {
-		return nil, fmt.Errorf("duplicate check: %w", err)
-	}
 	if res.Billed, err = ledger.Billed(ctx, cfg.Month); err != nil {
 		return nil, fmt.Errorf("read invoices: %w", err)
 	}

@@ -2,8 +2,10 @@
 // runners of the invoice job (examples/warehouse) contend for one etcd lock;
 // runner 1 is frozen with SIGSTOP past its lease, runner 2 takes over, and
 // runner 1 wakes up while runner 2 is still billing. Without the fence the
-// woken runner keeps billing; with it, its very next write is refused. The
-// database is then asked the guide's question: did anyone get two bills?
+// woken runner keeps billing; with it, its very next write is refused.
+// Either way the invoices table's primary key (client, month) turns away
+// every second invoice, and Night counts those, so nobody is billed twice;
+// what the fence adds is that the stale runner writes nothing at all.
 package demo
 
 import (
@@ -45,16 +47,18 @@ func (a RunnerArgs) Args() []string {
 // as JSON lines. It returns the process's exit code.
 func RunnerMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var a RunnerArgs
+	var def Config // the night's defaults are the runner's
+	def.defaults()
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&a.Etcd, "etcd", "", "etcd endpoint")
 	fs.StringVar(&a.Ledger, "ledger", "", "ledger URL")
 	fs.StringVar(&a.Name, "name", "runner", "runner name")
 	fs.BoolVar(&a.Fenced, "fenced", true, "write through the fence")
-	fs.DurationVar(&a.TTL, "ttl", 2*time.Second, "lease TTL")
-	fs.IntVar(&a.Clients, "clients", 10, "clients to bill")
-	fs.DurationVar(&a.Interval, "interval", 300*time.Millisecond, "time per client")
-	fs.StringVar(&a.Month, "month", "2026-10", "month to bill")
+	fs.DurationVar(&a.TTL, "ttl", def.TTL, "lease TTL")
+	fs.IntVar(&a.Clients, "clients", def.Clients, "clients to bill")
+	fs.DurationVar(&a.Interval, "interval", def.Interval, "time per client")
+	fs.StringVar(&a.Month, "month", def.Month, "month to bill")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
