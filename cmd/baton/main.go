@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -27,11 +26,12 @@ func mainCode() int {
 	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }
 
-// signalContext is cancelled by SIGINT or SIGTERM, which ends a wait for
-// a lock (exit 130). While baton run or elect runs a command, supervise
-// also passes SIGINT, SIGTERM and SIGHUP on to the command's process group.
+// signalContext is cancelled by SIGINT, SIGTERM or SIGHUP, which ends a
+// wait for a lock (exit 130) and leaves its queue. While baton run or elect
+// runs a command, supervise passes the same signals (passedOn) on to the
+// command's process group instead.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return signal.NotifyContext(context.Background(), passedOn...)
 }
 
 // quietRedis drops go-redis's own log lines.

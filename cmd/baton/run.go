@@ -52,7 +52,7 @@ also ETCD_LOCK_KEY and ETCD_LOCK_REV, as etcdctl lock sets them. If the lease
 is lost while COMMAND runs, its process group gets SIGTERM at once and
 SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP sent to baton while COMMAND
 runs are passed on to its process group, and baton then exits with COMMAND's
-code; SIGINT or SIGTERM while baton still waits for the lock makes it exit 130.
+code; any of them while baton still waits for the lock makes it exit 130.
 
 With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With
@@ -69,7 +69,7 @@ Exit codes:
   77             the fence refused the token (a newer holder exists)
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
-  130            interrupted (SIGINT or SIGTERM) while waiting for the lock
+  130            interrupted (SIGINT, SIGTERM or SIGHUP) while waiting for the lock
   2              usage error
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
@@ -259,7 +259,7 @@ func unwrapNotAcquired(err error) error {
 	return err
 }
 
-// interrupted turns a wait cut short by SIGINT or SIGTERM into exit 130.
+// interrupted turns a wait cut short by SIGINT, SIGTERM or SIGHUP into exit 130.
 func interrupted(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the lock"}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -468,4 +469,47 @@ func TestRun_ZooKeeper(t *testing.T) {
 	if got := waiter.wait(t); got.code != 0 {
 		t.Fatalf("waiter exit %d: %s", got.code, got.stderr)
 	}
+}
+
+// TestRun_InterruptedWhileWaiting: SIGINT, SIGTERM or SIGHUP sent to a baton
+// that still waits for the lock ends the wait with exit 130 and takes it off
+// the queue; the holder runs on undisturbed.
+func TestRun_InterruptedWhileWaiting(t *testing.T) {
+	backend := etcdBackend(t)
+	started := filepath.Join(t.TempDir(), "started")
+	holder := startBaton(t, "run", "--backend", backend, "held", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} { // as run --help says
+		name := unix.SignalName(sig)
+		t.Run(name, func(t *testing.T) {
+			waiter := startBaton(t, "run", "--backend", backend, "--wait", "60s", "held", "--", "true")
+			waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "held") == 1 },
+				func() string { return "the waiter never queued: " + waiter.stderr.String() })
+			if err := waiter.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			r := waiter.wait(t)
+			if r.code != exitInterrupted || !strings.Contains(r.stderr, "interrupted while waiting") {
+				t.Fatalf("exit %d after %s while waiting, want %d; stderr %q", r.code, name, exitInterrupted, r.stderr)
+			}
+			if n := waiters(t, backend, "held"); n != 0 {
+				t.Fatalf("%d waiters after the interrupted one left, want 0", n)
+			}
+		})
+	}
+	if _, done := holder.exited(); done {
+		t.Fatalf("the holder exited: %q", holder.stderr.String())
+	}
+}
+
+// waiters reads the number of acquisitions queued for name from
+// baton status --json.
+func waiters(t *testing.T, backend, name string) int {
+	t.Helper()
+	r := runBaton(t, "status", "--backend", backend, "--json", name)
+	var st []struct{ Waiters int }
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st) != 1 {
+		t.Fatalf("baton status --json %s: %v; exit %d, stdout %q, stderr %q", name, err, r.code, r.stdout, r.stderr)
+	}
+	return st[0].Waiters
 }
