@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/urlparam"
 )
 
 // Dial connects to the etcd endpoints (host:port or http://host:port), checks
@@ -62,8 +63,8 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 //	etcd://[user:password@]host:port[,host:port...][/prefix/]?[ttl=15s]
 //
 // The path, when given, is the key prefix; the query may set ttl,
-// renew-every and request-timeout (Go durations), which options passed in
-// opts override.
+// renew-every, request-timeout and drift (Go durations), which options
+// passed in opts override.
 func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
 	cc, urlOpts, err := ParseURL(u)
 	if err != nil {
@@ -106,23 +107,14 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 	q := u.Query()
 	for k, vs := range q {
 		v := vs[len(vs)-1]
-		switch k {
-		case "ttl", "renew-every", "request-timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return cc, nil, bad(fmt.Sprintf("%s=%q is not a duration such as 15s", k, v))
-			}
-			switch k {
-			case "ttl":
-				opts = append(opts, baton.WithTTL(d))
-			case "renew-every":
-				opts = append(opts, baton.WithRenewEvery(d))
-			case "request-timeout":
-				opts = append(opts, baton.WithRequestTimeout(d))
-			}
-		default:
-			return cc, nil, bad(fmt.Sprintf("unknown parameter %q; known: ttl, renew-every, request-timeout", k))
+		opt, ok, err := urlparam.Duration(k, v)
+		switch {
+		case err != nil:
+			return cc, nil, bad(err.Error())
+		case !ok:
+			return cc, nil, bad(fmt.Sprintf("unknown parameter %s; known: %s", strconv.Quote(baton.Printable(k)), strings.Join(urlparam.Durations, ", ")))
 		}
+		opts = append(opts, opt)
 	}
 	return cc, opts, nil
 }

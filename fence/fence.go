@@ -25,6 +25,7 @@ import (
 	"github.com/baton-go/baton/fence/internal/fencesql"
 	"github.com/baton-go/baton/fence/postgres"
 	"github.com/baton-go/baton/fence/sqlite"
+	"github.com/baton-go/baton/internal/urlparam"
 )
 
 // Store is what the baton command needs from a fence store. Both
@@ -105,15 +106,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", u.Scheme)}
 }
 
-// lockParams are the query parameters a postgres:// backend URL gives the
-// lock service (see package postgres, the lock backend); they mean nothing
-// to the fence store, so one URL can name both.
-var lockParams = []string{"ttl", "renew-every", "request-timeout", "table"}
-
 // stripLockParams returns u without the lock service's parameters.
 func stripLockParams(u *url.URL) string {
 	q := u.Query()
-	for _, p := range lockParams {
+	for _, p := range urlparam.Postgres {
 		q.Del(p)
 	}
 	v := *u

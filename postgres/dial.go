@@ -8,17 +8,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/urlparam"
 )
-
-// urlParams are baton's own query parameters, taken out of a URL before
-// the rest reaches pgx.
-var urlParams = []string{"ttl", "renew-every", "request-timeout", "table"}
 
 // Dial connects to the PostgreSQL database at dsn (a postgres:// URL or a
 // key=value string, as pgx accepts), checks that it answers within the
@@ -85,8 +81,8 @@ func appName(holder string) string {
 //	postgres://[user[:password]@]host[:port]/database[?param=value&...]
 //	postgresql://...
 //
-// baton's own parameters are ttl, renew-every and request-timeout (Go
-// durations such as 15s) and table (the lease table, as baton.WithPrefix);
+// baton's own parameters are ttl, renew-every, request-timeout and drift
+// (Go durations such as 15s) and table (the lease table, as baton.WithPrefix);
 // options passed in opts override them. Every other parameter (sslmode,
 // connect_timeout, application_name, ...) goes to pgx as it is.
 func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
@@ -119,7 +115,7 @@ func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 		return "", nil, bad("the query is malformed; write it as ?key=value&key=value")
 	}
 	for k, vs := range q {
-		if !slices.Contains(urlParams, k) {
+		if !slices.Contains(urlparam.Postgres, k) { // the rest is pgx's
 			continue
 		}
 		v := vs[len(vs)-1]
@@ -135,18 +131,11 @@ func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 			opts = append(opts, baton.WithPrefix(v))
 			continue
 		}
-		d, err := time.ParseDuration(v)
+		opt, _, err := urlparam.Duration(k, v)
 		if err != nil {
-			return "", nil, bad(fmt.Sprintf("%s=%q is not a duration such as 15s", k, baton.Printable(v)))
+			return "", nil, bad(err.Error())
 		}
-		switch k {
-		case "ttl":
-			opts = append(opts, baton.WithTTL(d))
-		case "renew-every":
-			opts = append(opts, baton.WithRenewEvery(d))
-		case "request-timeout":
-			opts = append(opts, baton.WithRequestTimeout(d))
-		}
+		opts = append(opts, opt)
 	}
 	rest := *u
 	rest.RawQuery = q.Encode()

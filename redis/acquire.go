@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 )
 
 // attempt is what one run of the acquire script found.
@@ -61,7 +62,7 @@ func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (att
 // RenewEvery regardless, which keeps the waiter's place alive.
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	k := b.keys(req.Name)
-	value := newValue(req.Holder)
+	value := rediskit.NewValue(req.Holder)
 
 	// With the Locker's subscription up, even the first attempt may join
 	// the queue: a handoff cannot be missed.
@@ -89,7 +90,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			return b.held(ctx, k, value, sent)
 		}
 		if !req.Wait {
-			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: holderOf(a.holder)}
+			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: rediskit.HolderOf(a.holder)}
 		}
 		if !queued {
 			// Subscribe before joining the queue, so that the handoff

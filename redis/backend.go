@@ -2,11 +2,8 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediswake"
 )
 
@@ -29,11 +27,6 @@ const DefaultPrefix = "baton:lock:"
 // own machine's hiccups more often than to crashes, which is what the TTL
 // is for; Redis's PX millisecond granularity is not the limit.
 const MinTTL = 200 * time.Millisecond
-
-// wakeChannelPrefix names the Pub/Sub channel each Locker is told on when
-// a lock it waits for is handed to it. Channels are server-wide (not per
-// database), so the rest is a random Locker id.
-const wakeChannelPrefix = "baton:wake:"
 
 // backend implements baton.Backend on one Redis server (or a Cluster,
 // through redis.UniversalClient).
@@ -85,11 +78,9 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if strings.ContainsAny(prefix, "{}") {
-		return nil, &baton.OptionError{Option: "prefix", Value: strconv.Quote(prefix), Reason: "must not contain braces: the lock's queue keys use {KEY} to share its Cluster hash slot"}
+	if err := rediskit.CheckPrefix(prefix); err != nil {
+		return nil, err
 	}
-	id := make([]byte, 8)
-	_, _ = rand.Read(id) // never fails (crypto/rand)
 	b := &backend{
 		client: client,
 		cfg:    cfg,
@@ -97,7 +88,7 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 		where:  describe(client),
 		holds:  map[*hold]struct{}{},
 	}
-	b.wake = rediswake.New(client, wakeChannelPrefix+hex.EncodeToString(id), 10*time.Millisecond)
+	b.wake = rediswake.New(client, rediskit.NewWakeChannel(), 10*time.Millisecond)
 	return b, nil
 }
 
@@ -127,25 +118,6 @@ func (b *backend) keys(name string) keys {
 }
 
 func (k keys) all() []string { return []string{k.lock, k.q, k.w, k.o, k.n} }
-
-// newValue makes an acquisition's value: 128 random bits from crypto/rand,
-// unique to this acquisition, then the holder identity for status.
-func newValue(holder string) string {
-	r := make([]byte, 16)
-	_, _ = rand.Read(r) // never fails (crypto/rand)
-	return hex.EncodeToString(r) + " " + holder
-}
-
-// holderOf returns the holder identity stored in a value, or the value
-// itself when someone other than baton set the key.
-func holderOf(v string) string {
-	if len(v) > 33 && v[32] == ' ' {
-		if _, err := hex.DecodeString(v[:32]); err == nil {
-			return v[33:]
-		}
-	}
-	return v
-}
 
 func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
 

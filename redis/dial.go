@@ -3,23 +3,22 @@ package redis
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 )
 
 // DefaultPort is used when a redis:// URL names a host without a port.
-const DefaultPort = "6379"
+const DefaultPort = rediskit.DefaultPort
 
 // Open implements baton.Opener for URLs of the form
 //
-//	redis://[user:password@]host[:port][/db][?ttl=15s&renew-every=5s&request-timeout=5s&prefix=baton:lock:]
+//	redis://[user:password@]host[:port][/db][?ttl=15s&renew-every=5s&request-timeout=5s&drift=2ms&prefix=baton:lock:]
 //
 // It connects, checks that the server answers PING within the request
 // timeout, and returns a Locker that owns the client: closing the Locker
@@ -84,8 +83,8 @@ func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
 	if u.Scheme != "redis" {
 		return nil, nil, bad(`scheme must be "redis"`)
 	}
-	addr, err := hostPort(u.Host)
-	if u.Opaque != "" || err != nil {
+	addr, err := rediskit.HostPort(u.Host)
+	if u.Opaque != "" || err != nil || strings.Contains(u.Host, ",") {
 		return nil, nil, bad("want redis://[user:password@]host[:port][/db]")
 	}
 	o := &goredis.Options{Addr: addr}
@@ -93,65 +92,12 @@ func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
 		o.Username = u.User.Username()
 		o.Password, _ = u.User.Password()
 	}
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		db, err := strconv.Atoi(p)
-		if err != nil || db < 0 || strconv.Itoa(db) != p {
-			return nil, nil, bad(fmt.Sprintf("path %q: want a database number such as /0", u.Path))
-		}
-		o.DB = db
+	if o.DB, err = rediskit.DB(u.Path); err != nil {
+		return nil, nil, bad(err.Error())
 	}
-	opts, err := queryOptions(u.Query())
+	opts, err := rediskit.QueryOptions(u.Query())
 	if err != nil {
 		return nil, nil, bad(err.Error())
 	}
 	return o, opts, nil
-}
-
-// hostPort checks a URL host and adds the default port when it has none.
-func hostPort(h string) (string, error) {
-	if h == "" || strings.Contains(h, ",") {
-		return "", fmt.Errorf("want one host")
-	}
-	host, port, err := net.SplitHostPort(h)
-	if err != nil {
-		host, port = strings.Trim(h, "[]"), DefaultPort
-		if strings.ContainsAny(host, "[]") {
-			return "", fmt.Errorf("bad host %q", h)
-		}
-	}
-	if host == "" {
-		return "", fmt.Errorf("no host in %q", h)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return "", fmt.Errorf("bad port %q", port)
-	}
-	return net.JoinHostPort(host, port), nil
-}
-
-// queryOptions reads the query parameters every Redis URL may have.
-func queryOptions(q url.Values) ([]baton.Option, error) {
-	var opts []baton.Option
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "ttl", "renew-every", "request-timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return nil, fmt.Errorf("%s=%s is not a duration such as 15s", k, strconv.Quote(v))
-			}
-			switch k {
-			case "ttl":
-				opts = append(opts, baton.WithTTL(d))
-			case "renew-every":
-				opts = append(opts, baton.WithRenewEvery(d))
-			case "request-timeout":
-				opts = append(opts, baton.WithRequestTimeout(d))
-			}
-		case "prefix":
-			opts = append(opts, baton.WithPrefix(v))
-		default:
-			return nil, fmt.Errorf("unknown parameter %s; known: ttl, renew-every, request-timeout, prefix", strconv.Quote(k))
-		}
-	}
-	return opts, nil
 }

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 )
 
 var (
@@ -58,7 +59,7 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	for i, n := range names {
 		info := baton.LockInfo{Name: n, Waiters: int(cs[i].wait.Val())}
 		if v, err := cs[i].get.Result(); err == nil {
-			info.Holder = holderOf(v)
+			info.Holder = rediskit.HolderOf(v)
 			info.Key = b.keys(n).lock
 			info.TTLLeft = cs[i].pttl.Val()
 			if info.TTLLeft < 0 {
@@ -79,7 +80,7 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 	var mu sync.Mutex
 	var names []string
 	each := func(ctx context.Context, c goredis.UniversalClient) error {
-		it := c.Scan(ctx, 0, escapeGlob(b.prefix)+"*", 256).Iterator()
+		it := c.Scan(ctx, 0, rediskit.EscapeGlob(b.prefix)+"*", 256).Iterator()
 		for it.Next(ctx) {
 			n := strings.TrimPrefix(it.Val(), b.prefix)
 			if baton.ValidateName(n) == nil {
@@ -98,18 +99,6 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(names)
 	return slices.Compact(names), err
-}
-
-// escapeGlob escapes the characters SCAN MATCH treats specially.
-func escapeGlob(s string) string {
-	var sb strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			sb.WriteByte('\\')
-		}
-		sb.WriteRune(r)
-	}
-	return sb.String()
 }
 
 // ForceRelease implements baton.ForceReleaser: it deletes the key whoever
@@ -132,5 +121,5 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err)
 	}
-	return baton.LockInfo{Name: name, Holder: holderOf(v), Key: k.lock, TTLLeft: max(pttl, time.Duration(-1))}, nil
+	return baton.LockInfo{Name: name, Holder: rediskit.HolderOf(v), Key: k.lock, TTLLeft: max(pttl, time.Duration(-1))}, nil
 }

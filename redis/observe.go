@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 )
 
 var _ baton.Observer = (*backend)(nil)
@@ -80,7 +81,7 @@ func (b *backend) term(name, value string) baton.Term {
 	if value == "" {
 		return baton.Term{Election: name}
 	}
-	return baton.Term{Election: name, Leader: holderOf(value), Key: b.keys(name).lock}
+	return baton.Term{Election: name, Leader: rediskit.HolderOf(value), Key: b.keys(name).lock}
 }
 
 // observe is owned by Observe's caller through ctx; it closes ch when ctx

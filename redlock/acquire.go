@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 )
 
 // nodeResult is what one node answered to one attempt.
@@ -118,7 +119,7 @@ func (b *backend) majorityHolder(r round) (string, bool) {
 // retry (see retryIn).
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	k := b.keys(req.Name)
-	value := newValue(req.Holder)
+	value := rediskit.NewValue(req.Holder)
 	score := time.Now().UnixMicro() // our place in every node's queue
 
 	wake := make(chan struct{}, 1)
@@ -175,7 +176,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 				}
 				continue
 			}
-			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: holderOf(holder)}
+			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: rediskit.HolderOf(holder)}
 		}
 		if !queued {
 			// Subscribe on every node that answers before joining the

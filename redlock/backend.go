@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediswake"
 )
 
@@ -33,8 +32,6 @@ const MinTTL = 500 * time.Millisecond
 // answer: an acquisition waits at most TTL/10 for the slowest node of the
 // majority, so a dead node costs a small part of the lease's validity.
 const nodeTimeoutShare = 10
-
-const wakeChannelPrefix = "baton:wake:"
 
 // node is one independent Redis server.
 type node struct {
@@ -96,17 +93,15 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if strings.ContainsAny(prefix, "{}") {
-		return nil, &baton.OptionError{Option: "prefix", Value: strconv.Quote(prefix), Reason: "must not contain braces: the lock's queue keys use {KEY} to share its Cluster hash slot"}
+	if err := rediskit.CheckPrefix(prefix); err != nil {
+		return nil, err
 	}
-	id := make([]byte, 8)
-	_, _ = rand.Read(id) // never fails (crypto/rand)
 	b := &backend{
 		quorum:      len(clients)/2 + 1,
 		cfg:         cfg,
 		prefix:      prefix,
 		nodeTimeout: min(cfg.RequestTimeout, cfg.TTL/nodeTimeoutShare),
-		channel:     wakeChannelPrefix + hex.EncodeToString(id),
+		channel:     rediskit.NewWakeChannel(),
 		holds:       map[*hold]struct{}{},
 	}
 	addrs := make([]string, len(clients))
@@ -142,24 +137,6 @@ func (b *backend) keys(name string) keys {
 }
 
 func (k keys) all() []string { return []string{k.lock, k.q, k.w} }
-
-// newValue makes an acquisition's value: 128 random bits from crypto/rand,
-// unique to this acquisition, then the holder identity.
-func newValue(holder string) string {
-	r := make([]byte, 16)
-	_, _ = rand.Read(r) // never fails (crypto/rand)
-	return hex.EncodeToString(r) + " " + holder
-}
-
-// holderOf returns the holder identity stored in a value.
-func holderOf(v string) string {
-	if len(v) > 33 && v[32] == ' ' {
-		if _, err := hex.DecodeString(v[:32]); err == nil {
-			return v[33:]
-		}
-	}
-	return v
-}
 
 func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
 

@@ -4,23 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 )
 
 // DefaultPort is used for a node given without a port.
-const DefaultPort = "6379"
+const DefaultPort = rediskit.DefaultPort
 
 // Open implements baton.Opener for URLs of the form
 //
-//	redlock://[user:password@]host:port,host:port,host:port[/db][?ttl=15s&renew-every=5s&request-timeout=5s&prefix=baton:lock:]
+//	redlock://[user:password@]host:port,host:port,host:port[/db][?ttl=15s&renew-every=5s&request-timeout=5s&drift=2ms&prefix=baton:lock:]
 //
 // naming an odd number (at least 3) of independent Redis nodes, all with
 // the same credentials and database. It connects to each, checks that a
@@ -90,13 +89,9 @@ func ParseURL(u *url.URL) ([]*goredis.Options, []baton.Option, error) {
 	if n := len(hosts); n < 3 || n%2 == 0 {
 		return nil, nil, bad(fmt.Sprintf("%d nodes: Redlock needs an odd number of independent nodes, at least 3", n))
 	}
-	db := 0
-	if p := strings.Trim(u.Path, "/"); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 || strconv.Itoa(n) != p {
-			return nil, nil, bad(fmt.Sprintf("path %q: want a database number such as /0", u.Path))
-		}
-		db = n
+	db, err := rediskit.DB(u.Path)
+	if err != nil {
+		return nil, nil, bad(err.Error())
 	}
 	var user, pass string
 	if u.User != nil {
@@ -106,7 +101,7 @@ func ParseURL(u *url.URL) ([]*goredis.Options, []baton.Option, error) {
 	seen := map[string]bool{}
 	var out []*goredis.Options
 	for _, h := range hosts {
-		addr, err := hostPort(h)
+		addr, err := rediskit.HostPort(h)
 		if err != nil {
 			return nil, nil, bad(fmt.Sprintf("node %s: %v", strconv.Quote(h), err))
 		}
@@ -116,60 +111,9 @@ func ParseURL(u *url.URL) ([]*goredis.Options, []baton.Option, error) {
 		seen[addr] = true
 		out = append(out, &goredis.Options{Addr: addr, DB: db, Username: user, Password: pass})
 	}
-	opts, err := queryOptions(u.Query())
+	opts, err := rediskit.QueryOptions(u.Query())
 	if err != nil {
 		return nil, nil, bad(err.Error())
 	}
 	return out, opts, nil
-}
-
-// hostPort checks a node's host[:port] and adds the default port.
-func hostPort(h string) (string, error) {
-	if h == "" {
-		return "", errors.New("empty")
-	}
-	host, port, err := net.SplitHostPort(h)
-	if err != nil {
-		host, port = strings.Trim(h, "[]"), DefaultPort
-		if strings.ContainsAny(host, "[]") {
-			return "", errors.New("bad host")
-		}
-	}
-	if host == "" {
-		return "", errors.New("no host")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return "", fmt.Errorf("bad port %s", strconv.Quote(port))
-	}
-	return net.JoinHostPort(host, port), nil
-}
-
-// queryOptions reads the query parameters.
-func queryOptions(q url.Values) ([]baton.Option, error) {
-	var opts []baton.Option
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "ttl", "renew-every", "request-timeout", "drift":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return nil, fmt.Errorf("%s=%s is not a duration such as 15s", k, strconv.Quote(v))
-			}
-			switch k {
-			case "ttl":
-				opts = append(opts, baton.WithTTL(d))
-			case "renew-every":
-				opts = append(opts, baton.WithRenewEvery(d))
-			case "request-timeout":
-				opts = append(opts, baton.WithRequestTimeout(d))
-			case "drift":
-				opts = append(opts, baton.WithDrift(d))
-			}
-		case "prefix":
-			opts = append(opts, baton.WithPrefix(v))
-		default:
-			return nil, fmt.Errorf("unknown parameter %s; known: ttl, renew-every, request-timeout, drift, prefix", strconv.Quote(k))
-		}
-	}
-	return opts, nil
 }

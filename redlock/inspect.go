@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 )
 
 var (
@@ -86,7 +87,7 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		}
 		for v, c := range count {
 			if c >= b.quorum {
-				info.Holder, info.Key, info.TTLLeft = holderOf(v), b.keys(name).lock, max(ttl[v], -1)
+				info.Holder, info.Key, info.TTLLeft = rediskit.HolderOf(v), b.keys(name).lock, max(ttl[v], -1)
 			}
 		}
 		if listed && info.Key == "" {
@@ -108,7 +109,7 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 	var mu sync.Mutex
 	set := map[string]bool{}
 	_, errs := each(ctx, b, b.cfg.RequestTimeout, func(ctx context.Context, n *node) (struct{}, error) {
-		it := n.client.Scan(ctx, 0, escapeGlob(b.prefix)+"*", 256).Iterator()
+		it := n.client.Scan(ctx, 0, rediskit.EscapeGlob(b.prefix)+"*", 256).Iterator()
 		for it.Next(ctx) {
 			name := strings.TrimPrefix(it.Val(), b.prefix)
 			if baton.ValidateName(name) == nil {
@@ -133,17 +134,6 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
-}
-
-func escapeGlob(s string) string {
-	var sb strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			sb.WriteByte('\\')
-		}
-		sb.WriteRune(r)
-	}
-	return sb.String()
 }
 
 // ForceRelease implements baton.ForceReleaser: it deletes the key on every

@@ -1,15 +1,18 @@
 package redlock_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redlock"
 )
@@ -73,15 +76,28 @@ func TestNodeKilledMidHold(t *testing.T) {
 	// running other packages' servers.
 	const ttl = 3 * time.Second
 	// Its renewals' warnings show in the test's output.
-	l := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	l := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("mid"), baton.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 	other := newLocker(t, nodes, baton.WithTTL(ttl))
 	lease, err := l.Acquire(timeout(t, 5*time.Second), "mid-hold")
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes[1].Kill()
-	nodes[2].Pause() // frozen: connections open, no answers
-	defer nodes[2].Resume()
+	// Acquire returns on a majority; under load a slow node's SET may not
+	// have landed (or may have been cut off at the node timeout). The nodes
+	// to fail are those without our key first, so that three that hold it
+	// live on, then one that holds it.
+	cs := clients(t, nodes)
+	victims := slices.Clone(nodes)
+	holds := map[*testsvc.Redis]bool{}
+	for i, n := range nodes {
+		v, _ := cs[i].Get(timeout(t, 5*time.Second), lease.Key()).Result()
+		holds[n] = rediskit.HolderOf(v) == "mid"
+	}
+	slices.SortStableFunc(victims, func(a, b *testsvc.Redis) int { return cmp.Compare(b2i(holds[a]), b2i(holds[b])) })
+	t.Logf("our key is on %d of 5 nodes", len(nodes)-slices.IndexFunc(victims, func(n *testsvc.Redis) bool { return holds[n] }))
+	victims[0].Kill()
+	victims[1].Pause() // frozen: connections open, no answers
+	defer victims[1].Resume()
 	end := time.Now().Add(3 * ttl)
 	for time.Now().Before(end) {
 		if err := lease.Err(); err != nil {
@@ -93,7 +109,7 @@ func TestNodeKilledMidHold(t *testing.T) {
 		time.Sleep(ttl / 5)
 	}
 	deadline := lease.Deadline()
-	nodes[4].Kill() // 2 of 5 left: no majority can renew
+	victims[2].Kill() // 2 of 5 hold our key: no majority can renew
 	select {
 	case <-lease.Done():
 	case <-time.After(3 * ttl):
@@ -220,4 +236,11 @@ func TestOpen_Unreachable(t *testing.T) {
 	if strings.Contains(err.Error(), "secret") {
 		t.Errorf("error shows the password: %v", err)
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,130 @@
+// Package rediskit holds what the redis and redlock backends share besides
+// their wake-ups (internal/rediswake): the values they store in a lock key,
+// the parsing of a Redis node address, and SCAN patterns.
+package rediskit
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/urlparam"
+)
+
+// DefaultPort is Redis's port, used when an address names none.
+const DefaultPort = "6379"
+
+// WakeChannelPrefix names the Pub/Sub channel each Locker is told on when a
+// lock it waits for is handed to it. Channels are server-wide (not per
+// database), so the rest is a random Locker id: see NewWakeChannel.
+const WakeChannelPrefix = "baton:wake:"
+
+// NewWakeChannel returns a Locker's own wake-up channel.
+func NewWakeChannel() string {
+	id := make([]byte, 8)
+	_, _ = rand.Read(id) // never fails (crypto/rand)
+	return WakeChannelPrefix + hex.EncodeToString(id)
+}
+
+// NewValue makes an acquisition's value: 128 random bits from crypto/rand,
+// unique to this acquisition, then the holder identity for status.
+func NewValue(holder string) string {
+	r := make([]byte, 16)
+	_, _ = rand.Read(r) // never fails (crypto/rand)
+	return hex.EncodeToString(r) + " " + holder
+}
+
+// HolderOf returns the holder identity stored in a value made by NewValue,
+// or the value itself when someone other than baton set the key.
+func HolderOf(v string) string {
+	if len(v) > 33 && v[32] == ' ' {
+		if _, err := hex.DecodeString(v[:32]); err == nil {
+			return v[33:]
+		}
+	}
+	return v
+}
+
+// EscapeGlob escapes the characters SCAN MATCH treats specially.
+func EscapeGlob(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			sb.WriteByte('\\')
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// HostPort checks one node's host[:port] from a URL and adds DefaultPort
+// when it names none.
+func HostPort(h string) (string, error) {
+	if h == "" {
+		return "", errors.New("no host")
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		host, port = strings.Trim(h, "[]"), DefaultPort
+		if strings.ContainsAny(host, "[]") || strings.HasPrefix(h, "[") != strings.HasSuffix(h, "]") {
+			return "", fmt.Errorf("bad host %s", strconv.Quote(h))
+		}
+	}
+	if host == "" {
+		return "", fmt.Errorf("no host in %s", strconv.Quote(h))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return "", fmt.Errorf("bad port %s", strconv.Quote(port))
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// DB reads a database number from a URL path ("", "/" and "/0" are 0).
+func DB(path string) (int, error) {
+	p := strings.Trim(path, "/")
+	if p == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 0 || strconv.Itoa(n) != p {
+		return 0, fmt.Errorf("path %q: want a database number such as /0", path)
+	}
+	return n, nil
+}
+
+// CheckPrefix refuses a key prefix with braces: a lock's queue keys are
+// {KEY}:SUFFIX so that they share KEY's Redis Cluster hash slot, and a
+// brace in the prefix would change the slot.
+func CheckPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return &baton.OptionError{Option: "prefix", Value: strconv.Quote(prefix), Reason: "must not contain braces: the lock's queue keys use {KEY} to share its Cluster hash slot"}
+	}
+	return nil
+}
+
+// QueryOptions reads the query parameters of a redis:// or redlock:// URL:
+// the lease timings (urlparam.Durations) and prefix.
+func QueryOptions(q url.Values) ([]baton.Option, error) {
+	var opts []baton.Option
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		opt, ok, err := urlparam.Duration(k, v)
+		switch {
+		case err != nil:
+			return nil, err
+		case ok:
+			opts = append(opts, opt)
+		case k == "prefix":
+			opts = append(opts, baton.WithPrefix(v))
+		default:
+			return nil, fmt.Errorf("unknown parameter %s; known: %s, prefix", strconv.Quote(baton.Printable(k)), strings.Join(urlparam.Durations, ", "))
+		}
+	}
+	return opts, nil
+}

@@ -1,0 +1,68 @@
+package rediskit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/baton-go/baton"
+)
+
+func TestValue(t *testing.T) {
+	a, b := NewValue("host:1"), NewValue("host:1")
+	if a == b {
+		t.Fatal("two acquisitions got the same value")
+	}
+	if got := HolderOf(a); got != "host:1" {
+		t.Errorf("HolderOf(%q) = %q", a, got)
+	}
+	if got := HolderOf("set by hand"); got != "set by hand" {
+		t.Errorf("a foreign value came back as %q", got)
+	}
+}
+
+func TestHostPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"h": "h:6379", "h:7000": "h:7000", "[::1]": "[::1]:6379", "[::1]:7000": "[::1]:7000",
+		"": "", ":7000": "", "h:0": "", "h:x": "", "h:70000": "", "[h": "",
+	} {
+		got, err := HostPort(in)
+		if (err != nil) != (want == "") || got != want {
+			t.Errorf("HostPort(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func TestDB(t *testing.T) {
+	for in, want := range map[string]int{"": 0, "/": 0, "/0": 0, "/3": 3, "/-1": -1, "/01": -1, "/x": -1} {
+		got, err := DB(in)
+		if (err != nil) != (want < 0) || (err == nil && got != want) {
+			t.Errorf("DB(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+func TestEscapeGlob(t *testing.T) {
+	if got := EscapeGlob(`a*b?c[d]e\f`); got != `a\*b\?c\[d\]e\\f` {
+		t.Errorf("EscapeGlob = %q", got)
+	}
+}
+
+func TestCheckPrefix(t *testing.T) {
+	if err := CheckPrefix("baton:lock:"); err != nil {
+		t.Error(err)
+	}
+	var oe *baton.OptionError
+	if err := CheckPrefix("a{b}:"); !errors.As(err, &oe) || !strings.Contains(err.Error(), "braces") {
+		t.Errorf("CheckPrefix with braces: %v", err)
+	}
+}
+
+func TestQueryOptions(t *testing.T) {
+	if _, err := QueryOptions(map[string][]string{"ttl": {"2s"}, "drift": {"5ms"}, "prefix": {"p:"}}); err != nil {
+		t.Error(err)
+	}
+	if _, err := QueryOptions(map[string][]string{"colour": {"red"}}); err == nil || !strings.Contains(err.Error(), "known: ttl") {
+		t.Errorf("unknown parameter: %v", err)
+	}
+}

@@ -1,0 +1,49 @@
+package urlparam
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+func TestDuration(t *testing.T) {
+	for _, tc := range []struct {
+		key, value string
+		ok         bool
+		want       func(baton.Config) time.Duration
+		err        string
+	}{
+		{"ttl", "7s", true, func(c baton.Config) time.Duration { return c.TTL }, ""},
+		{"renew-every", "2s", true, func(c baton.Config) time.Duration { return c.RenewEvery }, ""},
+		{"request-timeout", "3s", true, func(c baton.Config) time.Duration { return c.RequestTimeout }, ""},
+		{"drift", "40ms", true, func(c baton.Config) time.Duration { return c.Drift }, ""},
+		{"ttl", "7", true, nil, `ttl="7" is not a duration such as 15s`},
+		{"drift", "\x00x", true, nil, "is not a duration"},
+		{"table", "x", false, nil, ""},
+	} {
+		opt, ok, err := Duration(tc.key, tc.value)
+		if ok != tc.ok {
+			t.Errorf("%s=%q: ok %v, want %v", tc.key, tc.value, ok, tc.ok)
+		}
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s=%q: error %v, want %q", tc.key, tc.value, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s=%q: %v", tc.key, tc.value, err)
+			continue
+		}
+		if tc.want == nil {
+			continue
+		}
+		var c baton.Config
+		opt(&c)
+		if d, _ := time.ParseDuration(tc.value); tc.want(c) != d {
+			t.Errorf("%s=%q set %v", tc.key, tc.value, tc.want(c))
+		}
+	}
+}
