@@ -89,9 +89,7 @@ end
 // (or the first waiter's, when the lock is free but reserved for it), PTTL
 // the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
 // first in the queue.
-var acquireScript = goredis.NewScript(acquireSrc)
-
-const acquireSrc = luaHelpers + `
+var acquireScript = goredis.NewScript(luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local v, ttl, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local queued = redis.call('exists', q) == 1
@@ -131,14 +129,12 @@ end
 local first = 0
 if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
-`
+`)
 
 // releaseScript leaves the wait queue and, if the lock holds ARGV[1],
 // deletes it and hands it to the first live waiter. It returns 1 when the
 // lock was ours. Release, a waiter giving up and Close all use it.
-var releaseScript = goredis.NewScript(releaseSrc)
-
-const releaseSrc = luaHelpers + `
+var releaseScript = goredis.NewScript(luaHelpers + `
 local k, q, w, o, n, v = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 local queued = redis.call('exists', q) == 1
 if queued then
@@ -149,7 +145,7 @@ if redis.call('get', k) ~= v then return 0 end
 redis.call('del', k)
 freed(k, q, w, o, n, queued)
 return 1
-`
+`)
 
 // renewScript resets the lock's TTL to ARGV[2] ms if it still holds
 // ARGV[1] (compare-and-PEXPIRE). It returns 1 when renewed, 0 when the key
