@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/holderval"
 )
 
 // Acquire implements baton.Backend.
@@ -49,7 +50,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	octx, cancel := b.op(ctx)
 	resp, err := b.client.Txn(octx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, encodeValue(req.Holder), clientv3.WithLease(s.id)),
+		Then(clientv3.OpPut(key, string(holderval.Encode(req.Holder)), clientv3.WithLease(s.id)),
 			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
 		Commit()
 	cancel()
@@ -78,7 +79,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	}
 	if !req.Wait {
 		b.deleteKey(ctx, key)
-		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: decodeValue(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
+		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: holderval.Decode(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
 	}
 	if err := b.wait(ctx, s, pfx, key, rev); err != nil {
 		select {

@@ -3,7 +3,6 @@ package etcd
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,34 +13,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/holderval"
 )
 
 var (
 	_ baton.Inspector     = (*backend)(nil)
 	_ baton.ForceReleaser = (*backend)(nil)
 )
-
-// keyValue is what a lock key holds: who took it and when, as JSON, so
-// etcdctl get shows it plainly.
-type keyValue struct {
-	Holder string    `json:"holder"`
-	Since  time.Time `json:"since"`
-}
-
-func encodeValue(holder string) string {
-	b, _ := json.Marshal(keyValue{Holder: holder, Since: time.Now().UTC()})
-	return string(b)
-}
-
-// decodeValue reads a lock key's value; a key written by etcdctl lock holds
-// an empty value, others are shown as they are.
-func decodeValue(v []byte) keyValue {
-	var kv keyValue
-	if json.Unmarshal(v, &kv) != nil {
-		return keyValue{Holder: string(v)}
-	}
-	return kv
-}
 
 // Inspect implements baton.Inspector.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
@@ -84,7 +62,7 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	for name, keys := range byName {
 		slices.SortFunc(keys, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
 		h := keys[0]
-		v := decodeValue(h.Value)
+		v := holderval.Decode(h.Value)
 		info := baton.LockInfo{Name: name, Holder: v.Holder, Key: string(h.Key), Token: baton.Token(h.CreateRevision), Since: v.Since, Waiters: len(keys) - 1, TTLLeft: -1}
 		if info.Holder == "" {
 			info.Holder = "(etcdctl lock)"

@@ -8,6 +8,7 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/holderval"
 )
 
 // Acquire implements baton.Backend with the recipe: create our candidate
@@ -42,7 +43,7 @@ var errSessionEnded = errors.New("ZooKeeper session ended")
 func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (baton.Hold, error) {
 	dir := b.lockDir(req.Name)
 	listed := b.observe()
-	own, cands, err := b.createAndList(ctx, dir, encodeValue(req.Holder))
+	own, cands, err := b.createAndList(ctx, dir, holderval.Encode(req.Holder))
 	if own.path == "" {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func (b *backend) notAcquired(ctx context.Context, s *session, name, holderPath,
 	b.dropCandidate(ctx, s, ours)
 	nae := &baton.NotAcquiredError{Name: name}
 	if got, err := await(b, ctx, gc); err == nil {
-		nae.Holder = decodeValue(got.data).Holder
+		nae.Holder = holderval.Decode(got.data).Holder
 		nae.Token = baton.Token(got.stat.Czxid)
 	}
 	return nae

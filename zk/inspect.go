@@ -2,7 +2,6 @@ package zk
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,37 +11,13 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/holderval"
 )
 
 var (
 	_ baton.Inspector     = (*backend)(nil)
 	_ baton.ForceReleaser = (*backend)(nil)
 )
-
-// nodeValue is what a candidate node holds: who queued and when, as JSON,
-// so zkCli's get shows it plainly.
-type nodeValue struct {
-	Holder string    `json:"holder"`
-	Since  time.Time `json:"since"`
-}
-
-func encodeValue(holder string) []byte {
-	b, _ := json.Marshal(nodeValue{Holder: holder, Since: time.Now().UTC()})
-	return b
-}
-
-// decodeValue reads a candidate's data. Curator stores the client's IP
-// address there and zk.Lock nothing; both are shown as they are.
-func decodeValue(v []byte) nodeValue {
-	var nv nodeValue
-	if json.Unmarshal(v, &nv) != nil {
-		if len(v) == 0 {
-			return nodeValue{Holder: "(no holder data)"}
-		}
-		return nodeValue{Holder: baton.Printable(string(v))}
-	}
-	return nv
-}
 
 // Inspect implements baton.Inspector. TTLLeft is -1: ZooKeeper does not
 // tell anyone but the server how long a session has left.
@@ -92,29 +67,20 @@ func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, err
 		if len(cands) == 0 {
 			return baton.LockInfo{Name: name}, nil
 		}
-		path := dir + "/" + cands[0].name
-		got, err := retryRead(b, ctx, func() (watched, error) {
-			data, stat, err := b.conn.Get(path)
-			return watched{data: data, stat: stat}, err
-		})
-		if errors.Is(err, zkgo.ErrNoNode) {
-			continue // released meanwhile: look again
-		}
+		h, ok, err := b.readHead(ctx, dir+"/"+cands[0].name)
 		if err != nil {
-			return baton.LockInfo{}, b.fail(ctx, "read "+path, err)
+			return baton.LockInfo{}, err
 		}
-		v := decodeValue(got.data)
-		since := v.Since
-		if since.IsZero() {
-			since = time.UnixMilli(got.stat.Ctime) // the server's clock
+		if !ok {
+			continue // released meanwhile: look again
 		}
 		return baton.LockInfo{
 			Name:    name,
-			Holder:  v.Holder,
-			Key:     path,
-			Token:   baton.Token(got.stat.Czxid),
+			Holder:  h.holder,
+			Key:     h.path,
+			Token:   h.token,
 			TTLLeft: -1,
-			Since:   since,
+			Since:   h.since,
 			Waiters: len(cands) - 1,
 		}, nil
 	}
@@ -143,4 +109,33 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return info, b.fail(ctx, "delete "+info.Key, err)
 	}
 	return info, nil
+}
+
+// head is what the first candidate's node says.
+type head struct {
+	path   string
+	holder string
+	since  time.Time // by the holder's clock, or the node's creation by the server's
+	token  baton.Token
+}
+
+// readHead reads the candidate node at path; ok is false when it is gone
+// (released meanwhile).
+func (b *backend) readHead(ctx context.Context, path string) (h head, ok bool, err error) {
+	got, err := retryRead(b, ctx, func() (watched, error) {
+		data, stat, err := b.conn.Get(path)
+		return watched{data: data, stat: stat}, err
+	})
+	if errors.Is(err, zkgo.ErrNoNode) {
+		return head{}, false, nil
+	}
+	if err != nil {
+		return head{}, false, b.fail(ctx, "read "+path, err)
+	}
+	v := holderval.Decode(got.data)
+	h = head{path: path, holder: v.Holder, since: v.Since, token: baton.Token(got.stat.Czxid)}
+	if h.since.IsZero() {
+		h.since = time.UnixMilli(got.stat.Ctime)
+	}
+	return h, true, nil
 }

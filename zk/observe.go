@@ -106,23 +106,14 @@ func (b *backend) leaderW(ctx context.Context, name, dir string) (baton.Term, <-
 		if len(cands) == 0 {
 			return baton.Term{Election: name}, l.watch, nil
 		}
-		path := dir + "/" + cands[0].name
-		got, err := retryRead(b, ctx, func() (watched, error) {
-			data, stat, err := b.conn.Get(path)
-			return watched{data: data, stat: stat}, err
-		})
-		if errors.Is(err, zkgo.ErrNoNode) {
+		h, ok, err := b.readHead(ctx, dir+"/"+cands[0].name)
+		if err != nil {
+			return baton.Term{}, nil, err
+		}
+		if !ok {
 			continue // the leader left meanwhile; the watch has fired too
 		}
-		if err != nil {
-			return baton.Term{}, nil, b.fail(ctx, "read "+path, err)
-		}
-		v := decodeValue(got.data)
-		since := v.Since
-		if since.IsZero() {
-			since = time.UnixMilli(got.stat.Ctime)
-		}
-		return baton.Term{Election: name, Leader: v.Holder, Token: baton.Token(got.stat.Czxid), Key: path, Since: since}, l.watch, nil
+		return baton.Term{Election: name, Leader: h.holder, Token: h.token, Key: h.path, Since: h.since}, l.watch, nil
 	}
 	return baton.Term{}, nil, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("election %q keeps changing leader; look again", name)}
 }

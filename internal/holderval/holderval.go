@@ -1,0 +1,42 @@
+// Package holderval is what the etcd and ZooKeeper backends store in a
+// lock's key or candidate node: who took it and when, as JSON, so that
+// etcdctl get and zkCli's get show it plainly.
+package holderval
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// NoData is the holder shown for a key or node without data: etcdctl lock
+// and go-zookeeper's zk.Lock store nothing.
+const NoData = "(no holder data)"
+
+// Value is a stored holder value.
+type Value struct {
+	Holder string    `json:"holder"`
+	Since  time.Time `json:"since"` // by the holder's clock
+}
+
+// Encode returns the value for holder, taking the lock now.
+func Encode(holder string) []byte {
+	b, _ := json.Marshal(Value{Holder: holder, Since: time.Now().UTC()}) // cannot fail
+	return b
+}
+
+// Decode reads a stored value. Data written by another client (Curator
+// stores the client's IP address) is shown as it is, made printable; no
+// data at all is NoData.
+func Decode(v []byte) Value {
+	var hv Value
+	if json.Unmarshal(v, &hv) == nil {
+		hv.Holder = baton.Printable(hv.Holder)
+		return hv
+	}
+	if len(v) == 0 {
+		return Value{Holder: NoData}
+	}
+	return Value{Holder: baton.Printable(string(v))}
+}
