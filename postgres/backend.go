@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // MinTTL is the shortest lease TTL accepted. A lease must outlive a
@@ -107,10 +108,8 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 	return b, nil
 }
 
-// where names a server and database for messages: host:port/database.
-func where(c *pgconn.Config) string {
-	return fmt.Sprintf("postgres://%s:%d/%s", c.Host, c.Port, c.Database)
-}
+// where names a server and database for messages: postgres://host:port/database.
+func where(c *pgconn.Config) string { return "postgres://" + pgkit.Where(c) }
 
 // TokenSource implements baton.FencedBackend.
 func (b *backend) TokenSource() string {

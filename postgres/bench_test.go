@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/benchcycle"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -27,34 +25,17 @@ import (
 // pg_advisory_lock (each client on a dedicated connection) side by side, on
 // the same server, in the same run.
 
-// cycler is what every contender does: take and give back one lock.
-type cycler interface {
-	lock(ctx context.Context) error
-	unlock(ctx context.Context) error
-}
-
-type batonCycler struct {
-	l     *baton.FencedLocker
-	lease *baton.FencedLease
-}
-
-func (c *batonCycler) lock(ctx context.Context) (err error) {
-	c.lease, err = c.l.Acquire(ctx, "bench")
-	return err
-}
-func (c *batonCycler) unlock(ctx context.Context) error { return c.lease.Release(ctx) }
-
 // advisoryCycler holds a session-level advisory lock on its own connection.
 type advisoryCycler struct{ conn *pgx.Conn }
 
 const advisoryKey = 4242
 
-func (c *advisoryCycler) lock(ctx context.Context) error {
+func (c *advisoryCycler) Lock(ctx context.Context) error {
 	_, err := c.conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(advisoryKey))
 	return err
 }
 
-func (c *advisoryCycler) unlock(ctx context.Context) error {
+func (c *advisoryCycler) Unlock(ctx context.Context) error {
 	var ok bool
 	if err := c.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(advisoryKey)).Scan(&ok); err != nil {
 		return err
@@ -68,23 +49,14 @@ func (c *advisoryCycler) unlock(ctx context.Context) error {
 // newCyclers builds n contenders of one kind, each with its own pool or
 // connection, as n processes would have, and has each take and give back
 // the lock once, so that connecting is not timed.
-func newCyclers(b *testing.B, dsn, kind string, n int) []cycler {
+func newCyclers(b *testing.B, dsn, kind string, n int) []benchcycle.Cycler {
 	b.Helper()
-	out := make([]cycler, n)
-	defer func() {
-		for _, c := range out {
-			if err := c.lock(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			if err := c.unlock(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}()
+	out := make([]benchcycle.Cycler, n)
 	for i := range out {
 		switch kind {
 		case "baton":
-			out[i] = &batonCycler{l: dial(b, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("bench-"+strconv.Itoa(i)))}
+			fl := dial(b, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("bench-"+strconv.Itoa(i)))
+			out[i] = benchcycle.Baton(fl.Acquire)
 		case "advisory":
 			conn, err := pgx.Connect(context.Background(), dsn)
 			if err != nil {
@@ -94,6 +66,7 @@ func newCyclers(b *testing.B, dsn, kind string, n int) []cycler {
 			out[i] = &advisoryCycler{conn: conn}
 		}
 	}
+	benchcycle.Warm(b, out...)
 	return out
 }
 
@@ -104,19 +77,8 @@ func BenchmarkCycle(b *testing.B) {
 	dsn := pg.Database(b)
 	for _, kind := range kinds {
 		b.Run(kind, func(b *testing.B) {
-			c := newCyclers(b, dsn, kind, 1)[0]
-			ctx := context.Background()
-			b.ResetTimer()
-			start := time.Now()
-			for b.Loop() {
-				if err := c.lock(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := c.unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
+			benchcycle.Cycle(b, newCyclers(b, dsn, kind, 1)[0])
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 		})
 	}
 }
@@ -130,50 +92,9 @@ func BenchmarkContended(b *testing.B) {
 	const contenders = 8
 	for _, kind := range kinds {
 		b.Run(fmt.Sprintf("%s/%d", kind, contenders), func(b *testing.B) {
-			cs := newCyclers(b, dsn, kind, contenders)
-			ctx := context.Background()
-			var left atomic.Int64
-			left.Store(int64(b.N))
-			var inside, overlaps atomic.Int64
-			counts := make([]atomic.Int64, contenders)
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start := time.Now()
-			for i, c := range cs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for left.Add(-1) >= 0 {
-						if err := c.lock(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-						if inside.Add(1) != 1 {
-							overlaps.Add(1)
-						}
-						inside.Add(-1)
-						counts[i].Add(1)
-						if err := c.unlock(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
-			if n := overlaps.Load(); n != 0 {
-				b.Fatalf("mutual exclusion broken %d times", n)
-			}
-			if b.N >= 10*contenders {
-				per := make([]int64, contenders)
-				for i := range counts {
-					per[i] = counts[i].Load()
-				}
-				fair := float64(b.N) / contenders
-				b.ReportMetric(float64(slices.Min(per))/fair, "min-share")
-				b.ReportMetric(float64(slices.Max(per))/fair, "max-share")
-			}
+			r := benchcycle.Contend(b, newCyclers(b, dsn, kind, contenders))
+			benchcycle.ReportCycles(b, r)
+			benchcycle.ReportShares(b, r)
 		})
 	}
 }

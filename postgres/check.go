@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // Querier runs a query: pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it.
@@ -43,7 +44,7 @@ func CheckLease(ctx context.Context, q Querier, lease *baton.FencedLease) error 
 		if ctx.Err() != nil {
 			return fmt.Errorf("check lease %q: %w", name, context.Cause(ctx))
 		}
-		return &baton.UnavailableError{Where: whereOf(q), Err: fmt.Errorf("check lease %q (token %d): %w", name, lease.Token(), err)}
+		return &baton.UnavailableError{Where: pgkit.WhereOf(q), Err: fmt.Errorf("check lease %q (token %d): %w", name, lease.Token(), err)}
 	}
 	if !live {
 		return &baton.LostError{Name: name, Token: lease.Token(), Cause: fmt.Errorf("%w: its row in %s no longer holds token %d, or its expiry passed by the database's clock", baton.ErrLeaseLost, table, lease.Token())}

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/pgkit"
 	"github.com/baton-go/baton/internal/urlparam"
 )
 
@@ -25,7 +24,7 @@ import (
 func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedLocker, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: redactDSN(dsn), Reason: parseReason(err)}
+		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: pgkit.RedactDSN(dsn), Reason: pgkit.ParseReason(err)}
 	}
 	cfg, err := baton.NewConfig(opts...)
 	if err != nil {
@@ -102,7 +101,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 // Its errors are *baton.OptionError and never show the password.
 func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 	bad := func(reason string) error {
-		return &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Printable(redactURL(u)), Reason: reason}
+		return &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Printable(pgkit.RedactURL(u)), Reason: reason}
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return "", nil, bad(`scheme must be "postgres" or "postgresql"`)
@@ -141,53 +140,7 @@ func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 	rest.RawQuery = q.Encode()
 	dsn = rest.String()
 	if _, err := pgxpool.ParseConfig(dsn); err != nil {
-		return "", nil, bad(parseReason(err))
+		return "", nil, bad(pgkit.ParseReason(err))
 	}
 	return dsn, opts, nil
-}
-
-// parseReason returns what pgx found wrong with a connection string,
-// without the string, which may hold a password.
-func parseReason(err error) string {
-	msg := err.Error()
-	var pce *pgconn.ParseConfigError
-	if errors.As(err, &pce) {
-		msg = "cannot parse it"
-		if inner := errors.Unwrap(pce); inner != nil {
-			msg = inner.Error()
-		}
-		if pce.ConnString != "" {
-			msg = strings.ReplaceAll(msg, pce.ConnString, redactDSN(pce.ConnString))
-		}
-	}
-	return baton.Printable(msg) + "; write it as postgres://user@host:port/database"
-}
-
-// redactURL shows u without its password, in the user part or the query.
-func redactURL(u *url.URL) string {
-	c := *u
-	if q, err := url.ParseQuery(c.RawQuery); err == nil {
-		for _, k := range []string{"password", "sslpassword"} {
-			if q.Has(k) {
-				q.Set(k, "xxxxx")
-			}
-		}
-		c.RawQuery = q.Encode()
-	} else {
-		c.RawQuery = "..."
-	}
-	return c.Redacted()
-}
-
-var kvPassword = regexp.MustCompile(`(?i)((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
-
-// redactDSN shows a URL or key=value connection string without passwords.
-func redactDSN(dsn string) string {
-	if strings.Contains(dsn, "://") {
-		if u, err := url.Parse(dsn); err == nil {
-			return baton.Printable(redactURL(u))
-		}
-		dsn = baton.Redact(dsn)
-	}
-	return baton.Printable(kvPassword.ReplaceAllString(dsn, "${1}xxxxx"))
 }

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // Execer runs a statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
@@ -39,7 +38,7 @@ func Init(ctx context.Context, db Execer, table string) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("create lock tables %s: %w", n.table, context.Cause(ctx))
 		}
-		return &baton.UnavailableError{Where: whereOf(db), Err: fmt.Errorf("create lock tables %s: %w%s", n.table, err, privilegeHint(err))}
+		return &baton.UnavailableError{Where: pgkit.WhereOf(db), Err: fmt.Errorf("create lock tables %s: %w%s", n.table, err, privilegeHint(err))}
 	}
 	return nil
 }
@@ -76,21 +75,6 @@ func privilegeHint(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42501" || pgErr.Code == "3F000") { // insufficient_privilege, invalid_schema_name
 		return "; create them once as a user who may (postgres.Init, or the SQL in the postgres package documentation), and grant this user SELECT, INSERT, UPDATE, DELETE on the tables and USAGE on the sequences"
-	}
-	return ""
-}
-
-// whereOf names the server behind db, when db says.
-func whereOf(db any) string {
-	switch db := db.(type) {
-	case interface{ Config() *pgx.ConnConfig }: // *pgx.Conn
-		return where(&db.Config().Config)
-	case interface{ Conn() *pgx.Conn }: // pgx.Tx, *pgxpool.Conn
-		if c := db.Conn(); c != nil {
-			return where(&c.Config().Config)
-		}
-	case interface{ Config() *pgxpool.Config }:
-		return where(&db.Config().ConnConfig.Config)
 	}
 	return ""
 }

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
-	"github.com/jackc/pgx/v5"
 )
 
 // Check raises the fence for resource to token inside the caller's

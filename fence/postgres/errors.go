@@ -10,10 +10,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/baton-go/baton"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
 )
 
 // MissingTableError says that one of the store's tables does not exist.
@@ -87,30 +86,4 @@ func connFailure(err error) bool {
 		return true
 	}
 	return false
-}
-
-// whereOf says where db connects to, as host:port/database, for messages;
-// never the password.
-func whereOf(db any) string {
-	switch db := db.(type) {
-	case *pgxpool.Pool:
-		return where(&db.Config().ConnConfig.Config)
-	case *pgx.Conn:
-		return where(&db.Config().Config)
-	case interface{ Conn() *pgx.Conn }: // pgx.Tx, *pgxpool.Conn
-		if c := db.Conn(); c != nil {
-			return where(&c.Config().Config)
-		}
-	}
-	return ""
-}
-
-func where(cfg *pgconn.Config) string {
-	host := cfg.Host
-	if !strings.HasPrefix(host, "/") { // not a unix socket directory
-		host = net.JoinHostPort(host, strconv.Itoa(int(cfg.Port)))
-	} else {
-		host = host + ":" + strconv.Itoa(int(cfg.Port))
-	}
-	return host + "/" + cfg.Database
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // Row is one row to insert at most once: the guide's idempotent write,
@@ -99,7 +100,7 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 	}
 	tag, err := q.Exec(ctx, row.insertSQL(1, ""), row.Values...)
 	if err != nil {
-		s := Store{where: whereOf(q)}
+		s := Store{where: pgkit.WhereOf(q)}
 		return false, s.wrap(ctx, fmt.Sprintf("insert into %q", row.Table), err, hintNotDone)
 	}
 	return tag.RowsAffected() == 1, nil

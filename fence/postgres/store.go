@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
-	"github.com/baton-go/baton"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // DB is what a Store needs from its connection: *pgxpool.Pool, *pgxpool.Conn
@@ -65,7 +66,7 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 		db:        db,
 		sendBatch: batchSender(db),
 		cfg:       cfg,
-		where:     whereOf(db),
+		where:     pgkit.WhereOf(db),
 		sql:       newStatements(quoteTable(cfg.table), quoteTable(cfg.runs)),
 	}
 	if cfg.create {
@@ -88,11 +89,11 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: parseReason(err)}
+		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: pgkit.RedactDSN(dsn), Reason: pgkit.ParseReason(err)}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, &baton.UnavailableError{Where: where(&pcfg.ConnConfig.Config), Err: fmt.Errorf("%w; %s", err, hintConnect)}
+		return nil, &baton.UnavailableError{Where: pgkit.Where(&pcfg.ConnConfig.Config), Err: fmt.Errorf("%w; %s", err, hintConnect)}
 	}
 	s, err := New(ctx, pool, opts...)
 	if err != nil {
@@ -101,24 +102,6 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	s.pool = pool
 	return s, nil
-}
-
-// parseReason returns what pgx found wrong with a connection string, without
-// the string itself, which may hold a password.
-func parseReason(err error) string {
-	msg := err.Error()
-	var pce *pgconn.ParseConfigError
-	if errors.As(err, &pce) {
-		if inner := errors.Unwrap(pce); inner != nil {
-			msg = inner.Error()
-		} else if i := strings.Index(msg, "`: "); i >= 0 {
-			msg = msg[i+3:]
-		}
-	}
-	if pce != nil && pce.ConnString != "" {
-		msg = strings.ReplaceAll(msg, pce.ConnString, baton.Redact(pce.ConnString))
-	}
-	return msg + "; write it as postgres://user@host:port/database"
 }
 
 // Close closes the pool if the Store made it with Open; a Store built with

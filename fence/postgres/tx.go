@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/fence/internal/fencesql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence/internal/fencesql"
 )
 
 // rollbackTimeout bounds the rollback that ends a failed transaction; it

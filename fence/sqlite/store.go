@@ -7,8 +7,9 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/baton-go/baton"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+
+	"github.com/baton-go/baton"
 )
 
 // Querier runs statements: *sql.Tx, *sql.DB and *sql.Conn satisfy it. Check
