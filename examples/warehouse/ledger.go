@@ -37,9 +37,6 @@ type Ledger interface {
 	// SaveUnfenced writes inv without the fence check, as the guide's team
 	// first did; the primary key still stops a duplicate row.
 	SaveUnfenced(ctx context.Context, token baton.Token, inv Invoice) (inserted bool, err error)
-	// Duplicates runs the guide's check: client ids billed more than once
-	// for a month.
-	Duplicates(ctx context.Context) ([]int, error)
 	// Billed returns, per client, the token that billed it for month.
 	Billed(ctx context.Context, month string) (map[int]baton.Token, error)
 	// Close frees the ledger's connections.
@@ -91,8 +88,6 @@ func row(token baton.Token, inv Invoice) (string, []string, []any, []string) {
 		[]any{inv.ClientID, inv.Month, inv.Amount, int64(token)}, []string{"client_id", "month"}
 }
 
-const duplicatesSQL = `SELECT client_id FROM invoices GROUP BY client_id, month HAVING count(*) > 1 ORDER BY client_id`
-
 // pgLedger keeps invoices in PostgreSQL through fence/postgres.
 type pgLedger struct {
 	pool  *pgxpool.Pool
@@ -135,14 +130,6 @@ func (l *pgLedger) Save(ctx context.Context, token baton.Token, inv Invoice) (in
 
 func (l *pgLedger) SaveUnfenced(ctx context.Context, token baton.Token, inv Invoice) (bool, error) {
 	return fencepg.InsertOnce(ctx, l.pool, l.pgRow(token, inv))
-}
-
-func (l *pgLedger) Duplicates(ctx context.Context) ([]int, error) {
-	rows, err := l.pool.Query(ctx, duplicatesSQL)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
 func (l *pgLedger) Billed(ctx context.Context, month string) (map[int]baton.Token, error) {
@@ -220,23 +207,6 @@ func (l *sqliteLedger) Save(ctx context.Context, token baton.Token, inv Invoice)
 
 func (l *sqliteLedger) SaveUnfenced(ctx context.Context, token baton.Token, inv Invoice) (bool, error) {
 	return fencesqlite.InsertOnce(ctx, l.db, l.sqliteRow(token, inv))
-}
-
-func (l *sqliteLedger) Duplicates(ctx context.Context) ([]int, error) {
-	rows, err := l.db.QueryContext(ctx, duplicatesSQL)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var c int
-		if err := rows.Scan(&c); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
 }
 
 func (l *sqliteLedger) Billed(ctx context.Context, month string) (map[int]baton.Token, error) {
