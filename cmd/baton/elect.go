@@ -6,29 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/fence"
 )
 
+// electFlags are baton elect's flags: the shared ones and its own.
 type electFlags struct {
-	backend string
-	ttl     time.Duration
-	ttlSet  bool // --ttl given: it then overrides a ttl= in the URL
-	grace   time.Duration
-	fence   string
-	id      string
+	leaseCmd
 	observe bool
 	json    bool
 }
 
 func newElect(g *globals) *cobra.Command {
-	var f electFlags
+	f := electFlags{leaseCmd: leaseCmd{
+		noun:     "election",
+		noTokens: "use etcd://, zk:// or postgres://",
+	}}
 	cmd := &cobra.Command{
 		Use:   "elect [flags] NAME -- COMMAND [ARGS...]",
 		Short: "Run a command while this process leads the election NAME",
@@ -53,33 +49,27 @@ then every change of leader, including "no leader", one line each.`,
   baton elect --observe --json mailer`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dash := cmd.ArgsLenAtDash()
 			if f.observe {
-				if len(args) != 1 || dash >= 0 {
+				if len(args) != 1 || cmd.ArgsLenAtDash() >= 0 {
 					return usageError("elect --observe takes one election name and no command: baton elect --observe NAME")
 				}
 				return observe(cmd, g, f, args[0])
 			}
-			switch {
-			case len(args) == 0:
-				return usageError("elect needs an election name and a command: baton elect NAME -- COMMAND [ARGS...]")
-			case dash < 0:
-				return usageError("put -- between the election name and the command: baton elect %s -- COMMAND [ARGS...]", args[0])
-			case dash != 1:
-				return usageError("give exactly one election name before --, got %d: %q", dash, args[:dash])
-			case len(args) == 1:
-				return usageError("no command after --: baton elect %s -- COMMAND [ARGS...]", args[0])
+			name, argv, err := f.nameAndCommand(cmd, args)
+			if err != nil {
+				return err
 			}
-			f.ttlSet = cmd.Flags().Changed("ttl")
-			return lead(cmd, g, f, args[0], args[1:])
+			return lead(cmd, g, f, name, argv)
 		},
 	}
+	f.define(cmd, leaseHelp{
+		backend: "lock service URL (env BATON_BACKEND)",
+		ttl:     "lease time to live: how soon another replica takes over after the leader dies",
+		grace:   "time between SIGTERM and SIGKILL when leadership is lost",
+		fence:   "fence store URL; raise the fence for NAME before each term's COMMAND starts",
+		id:      "holder identity (default host:pid)",
+	})
 	fl := cmd.Flags()
-	fl.StringVar(&f.backend, "backend", envOr("BATON_BACKEND", defaultBackend), "lock service URL (env BATON_BACKEND)")
-	fl.DurationVar(&f.ttl, "ttl", 15*time.Second, "lease time to live: how soon another replica takes over after the leader dies")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when leadership is lost")
-	fl.StringVar(&f.fence, "fence", "", "fence store URL; raise the fence for NAME before each term's COMMAND starts")
-	fl.StringVar(&f.id, "id", "", "holder identity (default host:pid)")
 	fl.BoolVar(&f.observe, "observe", false, "print every change of leader instead of campaigning")
 	fl.BoolVar(&f.json, "json", false, "with --observe: one JSON object per line")
 	return cmd
@@ -87,104 +77,50 @@ then every change of leader, including "no leader", one line each.`,
 
 // lead campaigns, runs argv while leading, and campaigns again after a loss.
 func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []string) error {
-	ctx := cmd.Context()
-	stderr := cmd.ErrOrStderr()
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
-	if f.grace < 0 {
-		return usageError("--grace %v: must not be negative", f.grace)
+	if err := f.validate(); err != nil {
+		return err
 	}
-	log := g.logger(stderr)
-	var opts []baton.Option
-	if f.ttlSet {
-		opts = append(opts, baton.WithTTL(f.ttl))
-	}
-	if f.id != "" {
-		opts = append(opts, baton.WithHolder(f.id))
-	}
-	locker, err := openBackend(cmd, g, f.backend, opts...)
+	ctx := cmd.Context()
+	s, err := f.open(cmd, g)
 	if err != nil {
 		return err
 	}
-	defer locker.Close()
-	fl, fenced := locker.Fenced()
-	var store fence.Store
-	if f.fence != "" {
-		if !fenced {
-			return usageError("--fence needs fencing tokens, and %s gives none: use etcd://, zk:// or postgres://", baton.Redact(f.backend))
-		}
-		if store, err = fence.Open(ctx, f.fence); err != nil {
-			return err
-		}
-		defer store.Close()
-	}
+	defer s.Close()
 	for {
-		lease, token, err := campaign(ctx, locker, fl, name)
+		lease, token, err := s.take(ctx, name, (*baton.Locker).Campaign, (*baton.FencedLocker).Campaign)
 		if err != nil {
 			return interrupted(ctx, err)
 		}
 		bg := context.WithoutCancel(ctx)
-		fmt.Fprintf(stderr, "baton: leading %s (token %d)\n", name, token)
-		if store != nil {
-			if err := store.Raise(bg, name, token); err != nil {
+		fmt.Fprintf(s.stderr, "baton: leading %s (token %d)\n", name, token)
+		if s.store != nil {
+			if err := s.store.Raise(bg, name, token); err != nil {
 				_ = lease.Release(bg)
 				if !errors.Is(err, baton.ErrStaleToken) {
 					return err // the store failed: campaigning again would loop on it
 				}
 				// A newer leader has written already: our term is over.
-				fmt.Fprintf(stderr, "baton: %v; campaigning again\n", err)
+				fmt.Fprintf(s.stderr, "baton: %v; campaigning again\n", err)
 				continue
 			}
 		}
-		res, err := supervise(lease, argv, commandEnv(f.backend, name, lease, token, fenced), f.grace, cmd.InOrStdin(), cmd.OutOrStdout(), stderr, log)
+		res, err := s.supervise(name, lease, token, argv)
+		_ = lease.Release(bg)
 		if err != nil {
-			_ = lease.Release(bg)
 			return err
 		}
-		_ = lease.Release(bg)
 		switch {
 		case res.signaled || ctx.Err() != nil:
 			return codeOf(res.code)
 		case res.lost != nil:
-			fmt.Fprintf(stderr, "baton: leadership of %s lost; stopped %s (%s); campaigning again\n", name, argv[0], res.status)
+			fmt.Fprintf(s.stderr, "baton: leadership of %s lost; stopped %s (%s); campaigning again\n", name, argv[0], res.status)
 		default:
 			return codeOf(res.code) // the command ended by itself: resign
 		}
 	}
-}
-
-func codeOf(code int) error {
-	if code == 0 {
-		return nil
-	}
-	return &exitError{code: code}
-}
-
-// campaign blocks until this process leads, through the fenced view when
-// there is one.
-func campaign(ctx context.Context, l *baton.Locker, fl *baton.FencedLocker, name string) (*baton.Lease, baton.Token, error) {
-	if fl != nil {
-		fe, err := fl.Campaign(ctx, name)
-		if err != nil {
-			return nil, 0, err
-		}
-		return fe.Lease(), fe.Token(), nil
-	}
-	lease, err := l.Campaign(ctx, name)
-	return lease, 0, err
-}
-
-// commandEnv is the environment of a command run under a lease.
-func commandEnv(backend, name string, lease *baton.Lease, token baton.Token, fenced bool) []string {
-	env := append(os.Environ(), "BATON_LOCK="+name, "BATON_HOLDER="+lease.Holder())
-	if fenced {
-		env = append(env, "BATON_TOKEN="+strconv.FormatInt(int64(token), 10))
-	}
-	if u, err := baton.ParseURL(backend); err == nil && u.Scheme == "etcd" {
-		env = append(env, "ETCD_LOCK_KEY="+lease.Key(), "ETCD_LOCK_REV="+strconv.FormatInt(int64(token), 10))
-	}
-	return env
 }
 
 type termJSON struct {

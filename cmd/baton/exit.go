@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/baton-go/baton"
 )
 
@@ -38,6 +40,38 @@ func usageError(format string, args ...any) error {
 	return &exitError{code: exitUsage, msg: fmt.Sprintf(format, args...)}
 }
 
+// cobraUsage marks an error of cobra's own (a flag it cannot parse,
+// arguments a command does not take, an unknown command, a required flag
+// not given) as a usage error, pointing to the help; nil stays nil, and an
+// error already marked is left as it is.
+func cobraUsage(err error) error {
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: exitUsage, msg: err.Error() + " (see baton --help)"}
+}
+
+// executed marks the errors cobra returns before any hook of ours can see
+// them: an unknown command (cobra found no command to call, so cmd, the
+// root, was never called) and the argument check of the hidden __complete
+// command, which cobra makes while it executes, after markArgErrors. cmd
+// and err are what ExecuteC returned.
+func executed(cmd *cobra.Command, err error) error {
+	if err != nil && (cmd.CalledAs() == "" || cmd.Name() == cobra.ShellCompRequestCmd) {
+		return cobraUsage(err)
+	}
+	return err
+}
+
+// codeOf is the error that makes baton exit with a command's code.
+func codeOf(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
 // exitCode prints err as one line and maps it to an exit code.
 func exitCode(stderr io.Writer, err error) int {
 	if err == nil {
@@ -59,23 +93,9 @@ func exitCode(stderr io.Writer, err error) int {
 		code = exitNotAcquired
 	case errors.Is(err, baton.ErrUnavailable):
 		code = exitUnavailable
-	case isCobraUsage(msg):
-		code = exitUsage
-		msg += " (see baton --help)"
 	}
 	if msg != "" {
 		fmt.Fprintf(stderr, "baton: %s\n", strings.ReplaceAll(msg, "\n", "; "))
 	}
 	return code
-}
-
-// isCobraUsage recognises cobra's own argument and flag errors, which it
-// returns as plain errors.
-func isCobraUsage(msg string) bool {
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "flag needs an argument", "invalid argument", "accepts ", "requires at least", "requires at most", "required flag"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
 }

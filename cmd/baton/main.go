@@ -44,6 +44,6 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	return exitCode(stderr, err)
+	cmd, err := root.ExecuteContextC(ctx)
+	return exitCode(stderr, executed(cmd, err))
 }

@@ -4,10 +4,23 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
+
+// defaultBackend is used when neither --backend nor BATON_BACKEND is set;
+// `baton serve` serves it.
+const defaultBackend = "etcd://127.0.0.1:2379"
+
+// envOr returns the environment variable k, or def when it is unset or empty.
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
 
 // globals are the flags every command takes.
 type globals struct {
@@ -41,15 +54,44 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "error", "log level: debug, info, warn or error (failures are always reported on one line)")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	// Every command (cobra asks the nearest parent that has one) reports the
+	// flags it cannot parse as usage errors.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cobraUsage(err) })
+	// The root's persistent hook runs before every command, as no command
+	// has one of its own.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		var lv slog.Level
 		if err := lv.UnmarshalText([]byte(g.logLevel)); err != nil {
 			return usageError("--log-level %q: use debug, info, warn or error", g.logLevel)
 		}
-		return nil
+		// Cobra checks required flags and flag groups after this hook and
+		// returns their errors as they are; checked here first, they are
+		// usage errors.
+		if err := cmd.ValidateRequiredFlags(); err != nil {
+			return cobraUsage(err)
+		}
+		return cobraUsage(cmd.ValidateFlagGroups())
 	}
 	root.AddCommand(newRun(g), newElect(g), newStatus(g), newRelease(g), newFence(), newServe(g), newDemo(), newVersion())
+	// Cobra adds its help and completion commands when it executes, unless
+	// they are there: made now, their argument checks are marked too.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	markArgErrors(root)
 	return root
+}
+
+// markArgErrors makes the argument check (Args) of c and of every command
+// under it report a usage error. A command without one keeps cobra's
+// default, under which only the root refuses arguments, as an unknown
+// command: see executed.
+func markArgErrors(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error { return cobraUsage(check(cmd, args)) }
+	}
+	for _, sub := range c.Commands() {
+		markArgErrors(sub)
+	}
 }
 
 func newVersion() *cobra.Command {

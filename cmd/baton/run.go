@@ -4,40 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"os/exec"
-	"os/signal"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/backends"
-	"github.com/baton-go/baton/fence"
 )
 
-// defaultBackend is used when neither --backend nor BATON_BACKEND is set;
-// `baton serve` serves it.
-const defaultBackend = "etcd://127.0.0.1:2379"
-
+// runFlags are baton run's flags: the shared ones and its own.
 type runFlags struct {
-	backend string
-	ttl     time.Duration
-	ttlSet  bool // --ttl given: it then overrides a ttl= in the URL
-	wait    time.Duration
-	grace   time.Duration
-	fence   string
-	once    string
-	id      string
+	leaseCmd
+	wait time.Duration
+	once string
 }
 
 func newRun(g *globals) *cobra.Command {
-	var f runFlags
+	f := runFlags{leaseCmd: leaseCmd{
+		noun:     "lock",
+		noTokens: "it is an efficiency lock; use etcd://, zk:// or postgres:// for a correctness lock",
+	}}
 	cmd := &cobra.Command{
 		Use:   "run [flags] NAME -- COMMAND [ARGS...]",
 		Short: "Run a command while holding the lock NAME",
@@ -82,161 +67,110 @@ Exit codes:
   baton run --wait 1m stock -- ./rebuild-stock-report`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dash := cmd.ArgsLenAtDash()
-			switch {
-			case len(args) == 0:
-				return usageError("run needs a lock name and a command: baton run NAME -- COMMAND [ARGS...]")
-			case dash < 0:
-				return usageError("put -- between the lock name and the command: baton run %s -- COMMAND [ARGS...]", args[0])
-			case dash != 1:
-				return usageError("give exactly one lock name before --, got %d: %q", dash, args[:dash])
-			case len(args) == 1:
-				return usageError("no command after --: baton run %s -- COMMAND [ARGS...]", args[0])
-			}
-			f.ttlSet = cmd.Flags().Changed("ttl")
-			return runLocked(cmd.Context(), g, f, args[0], args[1:], cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
-	fl := cmd.Flags()
-	fl.StringVar(&f.backend, "backend", envOr("BATON_BACKEND", defaultBackend), "lock service URL: etcd://h:p[,h:p], zk://h:p/root, postgres://..., redis://h:p/db, redlock://h:p,h:p,h:p (env BATON_BACKEND)")
-	fl.DurationVar(&f.ttl, "ttl", 15*time.Second, "lease time to live: how soon another server can take over after this one dies (overrides the URL's ttl=)")
-	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock; 0 makes one attempt")
-	fl.DurationVar(&f.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when the lease is lost")
-	fl.StringVar(&f.fence, "fence", "", "fence store URL (postgres://... or sqlite:PATH); raise the fence for NAME before COMMAND starts")
-	fl.StringVar(&f.once, "once", "", "run id (such as a date): skip if already done, mark done on success; needs --fence")
-	fl.StringVar(&f.id, "id", "", "holder identity stored with the lock (default host:pid)")
-	return cmd
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-// runLocked is baton run after its arguments are checked.
-func runLocked(ctx context.Context, g *globals, f runFlags, name string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if err := baton.ValidateName(name); err != nil {
-		return err
-	}
-	switch {
-	case f.wait < 0:
-		return usageError("--wait %v: must not be negative; 0 makes one attempt", f.wait)
-	case f.grace < 0:
-		return usageError("--grace %v: must not be negative", f.grace)
-	case f.once != "" && f.fence == "":
-		return usageError("--once needs --fence: the fence store records which runs are done")
-	}
-	log := g.logger(stderr)
-	opts := []baton.Option{baton.WithLogger(log)}
-	if f.ttlSet {
-		opts = append(opts, baton.WithTTL(f.ttl))
-	}
-	if f.id != "" {
-		opts = append(opts, baton.WithHolder(f.id))
-	}
-	locker, err := backends.Open(ctx, f.backend, opts...)
-	if err != nil {
-		return withHint(f.backend, err)
-	}
-	defer locker.Close()
-
-	var store fence.Store
-	fl, fenced := locker.Fenced()
-	if f.fence != "" {
-		if !fenced {
-			return usageError("--fence needs fencing tokens, and %s gives none: it is an efficiency lock; use etcd://, zk:// or postgres:// for a correctness lock", baton.Redact(f.backend))
-		}
-		if store, err = fence.Open(ctx, f.fence); err != nil {
-			return err
-		}
-		defer store.Close()
-		if f.once != "" {
-			done, err := store.Done(ctx, name, f.once)
+			name, argv, err := f.nameAndCommand(cmd, args)
 			if err != nil {
 				return err
 			}
-			if done {
-				fmt.Fprintf(stderr, "baton: run %q of %s is already done; skipping\n", f.once, name)
-				return nil
-			}
+			return runLocked(cmd, g, f, name, argv)
+		},
+	}
+	f.define(cmd, leaseHelp{
+		backend: "lock service URL: etcd://h:p[,h:p], zk://h:p/root, postgres://..., redis://h:p/db, redlock://h:p,h:p,h:p (env BATON_BACKEND)",
+		ttl:     "lease time to live: how soon another server can take over after this one dies (overrides the URL's ttl=)",
+		grace:   "time between SIGTERM and SIGKILL when the lease is lost",
+		fence:   "fence store URL (postgres://... or sqlite:PATH); raise the fence for NAME before COMMAND starts",
+		id:      "holder identity stored with the lock (default host:pid)",
+	})
+	fl := cmd.Flags()
+	fl.DurationVar(&f.wait, "wait", 0, "how long to wait for the lock; 0 makes one attempt")
+	fl.StringVar(&f.once, "once", "", "run id (such as a date): skip if already done, mark done on success; needs --fence")
+	return cmd
+}
+
+// validate checks NAME and the flags that need no lock service, in the
+// order their messages have always come.
+func (f *runFlags) validate(name string) error {
+	if err := baton.ValidateName(name); err != nil {
+		return err
+	}
+	if f.wait < 0 {
+		return usageError("--wait %v: must not be negative; 0 makes one attempt", f.wait)
+	}
+	if err := f.leaseCmd.validate(); err != nil {
+		return err
+	}
+	if f.once != "" && f.fence == "" {
+		return usageError("--once needs --fence: the fence store records which runs are done")
+	}
+	return nil
+}
+
+// runLocked is baton run after its arguments are split.
+func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []string) error {
+	if err := f.validate(name); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	s, err := f.open(cmd, g)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if s.store != nil && f.once != "" {
+		if done, err := s.store.Done(ctx, name, f.once); err != nil {
+			return err
+		} else if done {
+			fmt.Fprintf(s.stderr, "baton: run %q of %s is already done; skipping\n", f.once, name)
+			return nil
 		}
 	}
 
-	lease, token, err := acquire(ctx, locker, fl, name, f.wait)
+	lease, token, err := acquire(ctx, s, name, f.wait)
 	if err != nil {
 		return err
 	}
 	bg := context.WithoutCancel(ctx)
 	defer lease.Release(bg)
-	if store != nil {
-		if err := store.Raise(bg, name, token); err != nil {
+	if s.store != nil {
+		if err := s.store.Raise(bg, name, token); err != nil {
 			return err
 		}
 		if f.once != "" {
 			// Another replica may have finished the run while we waited.
-			if done, err := store.Done(bg, name, f.once); err != nil {
+			if done, err := s.store.Done(bg, name, f.once); err != nil {
 				return err
 			} else if done {
-				fmt.Fprintf(stderr, "baton: run %q of %s is already done; skipping\n", f.once, name)
+				fmt.Fprintf(s.stderr, "baton: run %q of %s is already done; skipping\n", f.once, name)
 				return nil
 			}
 		}
 	}
 
-	res, err := supervise(lease, argv, commandEnv(f.backend, name, lease, token, fenced), f.grace, stdin, stdout, stderr, log)
+	res, err := s.supervise(name, lease, token, argv)
 	if err != nil {
 		return err
 	}
 	if res.lost != nil {
 		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; stopped %s (%s)", res.lost, argv[0], res.status)}
 	}
-	code := res.code
-	if code == 0 && f.once != "" {
-		if err := store.MarkDone(bg, name, f.once, token); err != nil {
+	if res.code == 0 && f.once != "" {
+		if err := s.store.MarkDone(bg, name, f.once, token); err != nil {
 			return fmt.Errorf("mark run %q of %s done: %w", f.once, name, err)
 		}
 	}
 	if err := lease.Release(bg); err != nil {
-		log.Warn("release failed; the lock ends with its TTL", "err", err)
+		s.log.Warn("release failed; the lock ends with its TTL", "err", err)
 	}
-	if code != 0 {
-		return &exitError{code: code}
-	}
-	return nil
+	return codeOf(res.code)
 }
 
 // errWaited is the cause of an acquisition that ran out of --wait.
 var errWaited = errors.New("not acquired within --wait")
 
-// acquire takes the lock, through the fenced view when there is one (to
-// get the token), once when wait is 0.
-func acquire(ctx context.Context, l *baton.Locker, fl *baton.FencedLocker, name string, wait time.Duration) (*baton.Lease, baton.Token, error) {
-	take := func(ctx context.Context) (*baton.Lease, baton.Token, error) {
-		switch {
-		case fl != nil && wait == 0:
-			fe, err := fl.TryAcquire(ctx, name)
-			if err != nil {
-				return nil, 0, err
-			}
-			return fe.Lease(), fe.Token(), nil
-		case fl != nil:
-			fe, err := fl.Acquire(ctx, name)
-			if err != nil {
-				return nil, 0, err
-			}
-			return fe.Lease(), fe.Token(), nil
-		case wait == 0:
-			lease, err := l.TryAcquire(ctx, name)
-			return lease, 0, err
-		default:
-			lease, err := l.Acquire(ctx, name)
-			return lease, 0, err
-		}
-	}
+// acquire takes the lock, once when wait is 0.
+func acquire(ctx context.Context, s *leaseSession, name string, wait time.Duration) (*baton.Lease, baton.Token, error) {
 	if wait == 0 {
-		lease, token, err := take(ctx)
+		lease, token, err := s.take(ctx, name, (*baton.Locker).TryAcquire, (*baton.FencedLocker).TryAcquire)
 		if err != nil && errors.Is(err, baton.ErrNotAcquired) {
 			return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (--wait 0 makes one attempt)", unwrapNotAcquired(err))}
 		}
@@ -244,7 +178,7 @@ func acquire(ctx context.Context, l *baton.Locker, fl *baton.FencedLocker, name 
 	}
 	wctx, cancel := context.WithTimeoutCause(ctx, wait, errWaited)
 	defer cancel()
-	lease, token, err := take(wctx)
+	lease, token, err := s.take(wctx, name, (*baton.Locker).Acquire, (*baton.FencedLocker).Acquire)
 	if err != nil && errors.Is(err, errWaited) {
 		return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("lock %q not acquired within --wait %v: another holder has it", name, wait)}
 	}
@@ -257,86 +191,4 @@ func unwrapNotAcquired(err error) error {
 		return nae
 	}
 	return err
-}
-
-// interrupted turns a wait cut short by SIGINT, SIGTERM or SIGHUP into exit 130.
-func interrupted(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the lock"}
-	}
-	return err
-}
-
-// supervised is how a supervised command ended.
-type supervised struct {
-	code     int   // its exit code (128+N if killed by signal N)
-	lost     error // the lease's loss, if that is why it was stopped
-	signaled bool  // baton got SIGINT, SIGTERM or SIGHUP and passed it on
-	status   string
-}
-
-// passedOn are the signals baton passes on to a supervised command's
-// process group; run's help lists them.
-var passedOn = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
-
-// supervise runs argv in its own process group until it exits, passing on
-// the signals in passedOn, and stops it when the lease is lost: SIGTERM to
-// the group at once, SIGKILL after grace.
-func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) (supervised, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	// Its own process group, so a loss can stop all of it; and the command
-	// (not what it forks: the kernel signals direct children only) is killed
-	// if baton itself dies, since nothing would renew the lease or stop it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, passedOn...)
-	defer signal.Stop(sigs)
-
-	if err := cmd.Start(); err != nil {
-		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
-	}
-	pgid := cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-
-	var res supervised
-	var kill <-chan time.Time
-	for {
-		select {
-		case <-exited:
-			res.code, res.status = exitStatus(cmd.ProcessState), status(cmd.ProcessState)
-			return res, nil
-		case s := <-sigs:
-			log.Info("passing signal on to the command", "signal", s)
-			res.signaled = true
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
-		case <-lease.Done():
-			if res.lost != nil || !errors.Is(lease.Err(), baton.ErrLeaseLost) {
-				continue
-			}
-			res.lost = lease.Err()
-			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			kill = time.After(grace)
-		case <-kill:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	}
-}
-
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
-}
-
-func status(ps *os.ProcessState) string {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by " + unix.SignalName(ws.Signal())
-	}
-	return "exit " + strconv.Itoa(ps.ExitCode())
 }

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence"
+)
+
+// leaseCmd is what baton run and baton elect share: the flags that say
+// where the lock is and how a lease on it behaves, the check of
+// NAME -- COMMAND [ARGS...], and the opening of the lock service and the
+// fence store. Each command words the help and messages for what it does.
+type leaseCmd struct {
+	noun     string // what NAME names, in messages: "lock" or "election"
+	noTokens string // the advice when --fence names a backend without tokens
+
+	backend string
+	ttl     time.Duration
+	grace   time.Duration
+	fence   string
+	id      string
+}
+
+// leaseHelp is the help of each shared flag, in one command's words.
+type leaseHelp struct{ backend, ttl, grace, fence, id string }
+
+// define adds the shared flags to cmd, with their defaults.
+func (c *leaseCmd) define(cmd *cobra.Command, h leaseHelp) {
+	fl := cmd.Flags()
+	fl.StringVar(&c.backend, "backend", envOr("BATON_BACKEND", defaultBackend), h.backend)
+	fl.DurationVar(&c.ttl, "ttl", 15*time.Second, h.ttl)
+	fl.DurationVar(&c.grace, "grace", 10*time.Second, h.grace)
+	fl.StringVar(&c.fence, "fence", "", h.fence)
+	fl.StringVar(&c.id, "id", "", h.id)
+}
+
+// nameAndCommand splits the arguments NAME -- COMMAND [ARGS...].
+func (c *leaseCmd) nameAndCommand(cmd *cobra.Command, args []string) (string, []string, error) {
+	use := "baton " + cmd.Name()
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case len(args) == 0:
+		a := "a"
+		if strings.IndexByte("aeiou", c.noun[0]) >= 0 {
+			a = "an"
+		}
+		return "", nil, usageError("%s needs %s %s name and a command: %s NAME -- COMMAND [ARGS...]", cmd.Name(), a, c.noun, use)
+	case dash < 0:
+		return "", nil, usageError("put -- between the %s name and the command: %s %s -- COMMAND [ARGS...]", c.noun, use, args[0])
+	case dash != 1:
+		return "", nil, usageError("give exactly one %s name before --, got %d: %q", c.noun, dash, args[:dash])
+	case len(args) == 1:
+		return "", nil, usageError("no command after --: %s %s -- COMMAND [ARGS...]", use, args[0])
+	}
+	return args[0], args[1:], nil
+}
+
+// validate checks the shared flags that need no lock service.
+func (c *leaseCmd) validate() error {
+	if c.grace < 0 {
+		return usageError("--grace %v: must not be negative", c.grace)
+	}
+	return nil
+}
+
+// open opens the lock service, with --ttl when it is given (it then
+// overrides a ttl= in the URL) and --id, and the fence store of --fence,
+// which only a backend that gives fencing tokens can serve.
+func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
+	var opts []baton.Option
+	if cmd.Flags().Changed("ttl") {
+		opts = append(opts, baton.WithTTL(c.ttl))
+	}
+	if c.id != "" {
+		opts = append(opts, baton.WithHolder(c.id))
+	}
+	locker, err := openBackend(cmd, g, c.backend, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s := &leaseSession{
+		locker:  locker,
+		backend: c.backend,
+		grace:   c.grace,
+		log:     g.logger(cmd.ErrOrStderr()),
+		stdin:   cmd.InOrStdin(),
+		stdout:  cmd.OutOrStdout(),
+		stderr:  cmd.ErrOrStderr(),
+	}
+	s.fenced, _ = locker.Fenced()
+	if c.fence == "" {
+		return s, nil
+	}
+	if s.fenced == nil {
+		_ = locker.Close()
+		return nil, usageError("--fence needs fencing tokens, and %s gives none: %s", baton.Redact(c.backend), c.noTokens)
+	}
+	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
+		_ = locker.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// leaseSession is an open lock service, with its fenced view and the fence
+// store of --fence, ready to take leases and run a command under them.
+type leaseSession struct {
+	locker  *baton.Locker
+	fenced  *baton.FencedLocker // nil: the backend gives no fencing tokens
+	store   fence.Store         // nil without --fence
+	backend string
+	grace   time.Duration
+	log     *slog.Logger
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// Close closes the fence store, then the lock service.
+func (s *leaseSession) Close() {
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+	_ = s.locker.Close()
+}
+
+// take takes a lease on name with a Locker method (TryAcquire, Acquire or
+// Campaign), through the fenced view's method of the same name when the
+// backend has one, to get the token; without one the token is 0.
+func (s *leaseSession) take(ctx context.Context, name string,
+	plain func(*baton.Locker, context.Context, string) (*baton.Lease, error),
+	fenced func(*baton.FencedLocker, context.Context, string) (*baton.FencedLease, error),
+) (*baton.Lease, baton.Token, error) {
+	if s.fenced == nil {
+		lease, err := plain(s.locker, ctx, name)
+		return lease, 0, err
+	}
+	fe, err := fenced(s.fenced, ctx, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	return fe.Lease(), fe.Token(), nil
+}
+
+// supervise runs argv under lease (see supervise) with the environment of a
+// command run under a lease, and stops it --grace after a SIGTERM when the
+// lease is lost.
+func (s *leaseSession) supervise(name string, lease *baton.Lease, token baton.Token, argv []string) (supervised, error) {
+	env := commandEnv(s.backend, name, lease, token, s.fenced != nil)
+	return supervise(lease, argv, env, s.grace, s.stdin, s.stdout, s.stderr, s.log)
+}
+
+// interrupted turns a wait cut short by SIGINT, SIGTERM or SIGHUP into exit 130.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the lock"}
+	}
+	return err
+}
