@@ -8,6 +8,7 @@ import (
 	"github.com/bsm/redislock"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/benchcycle"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
 )
@@ -19,17 +20,17 @@ type redislockCycler struct {
 	held *redislock.Lock
 }
 
-func (c *redislockCycler) lock(ctx context.Context) (err error) {
+func (c *redislockCycler) Lock(ctx context.Context) (err error) {
 	c.held, err = c.c.Obtain(ctx, redis.DefaultPrefix+"bench", 10*time.Second, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)})
 	return err
 }
-func (c *redislockCycler) unlock(ctx context.Context) error { return c.held.Release(ctx) }
+func (c *redislockCycler) Unlock(ctx context.Context) error { return c.held.Release(ctx) }
 
 // newRedisCyclers builds n contenders of one kind on one Redis server,
 // each with its own client, as n processes would have.
-func newRedisCyclers(b *testing.B, addr, kind string, n int) []cycler {
+func newRedisCyclers(b *testing.B, addr, kind string, n int) []benchcycle.Cycler {
 	b.Helper()
-	out := make([]cycler, n)
+	out := make([]benchcycle.Cycler, n)
 	for i := range out {
 		c := newClient(b, addr)
 		switch kind {
@@ -39,7 +40,7 @@ func newRedisCyclers(b *testing.B, addr, kind string, n int) []cycler {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = l.Close() })
-			out[i] = &batonCycler{l: l}
+			out[i] = benchcycle.Baton(l.Acquire)
 		case "redislock":
 			out[i] = &redislockCycler{c: redislock.New(c)}
 		}
@@ -53,7 +54,7 @@ func BenchmarkRedisCycle(b *testing.B) {
 	srv := testsvc.StartRedis(b)
 	for _, kind := range []string{"baton", "redislock"} {
 		b.Run(kind, func(b *testing.B) {
-			runCycle(b, newRedisCyclers(b, srv.Addr, kind, 1)[0])
+			benchcycle.Cycle(b, newRedisCyclers(b, srv.Addr, kind, 1)[0])
 		})
 	}
 }

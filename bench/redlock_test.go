@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/benchcycle"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redlock"
 )
@@ -21,7 +22,7 @@ import (
 // is tried again, so the benchmark measures waiting, not giving up.
 type redsyncCycler struct{ m *redsync.Mutex }
 
-func (c *redsyncCycler) lock(ctx context.Context) error {
+func (c *redsyncCycler) Lock(ctx context.Context) error {
 	for {
 		err := c.m.LockContext(ctx)
 		var taken *redsync.ErrTaken
@@ -30,16 +31,16 @@ func (c *redsyncCycler) lock(ctx context.Context) error {
 		}
 	}
 }
-func (c *redsyncCycler) unlock(ctx context.Context) error {
+func (c *redsyncCycler) Unlock(ctx context.Context) error {
 	_, err := c.m.UnlockContext(ctx)
 	return err
 }
 
 // newRedlockCyclers builds n contenders of one kind on the nodes, each
 // with its own clients, as n processes would have.
-func newRedlockCyclers(b *testing.B, nodes []*testsvc.Redis, kind string, n int) []cycler {
+func newRedlockCyclers(b *testing.B, nodes []*testsvc.Redis, kind string, n int) []benchcycle.Cycler {
 	b.Helper()
-	out := make([]cycler, n)
+	out := make([]benchcycle.Cycler, n)
 	for i := range out {
 		cs := make([]*goredis.Client, len(nodes))
 		for j, node := range nodes {
@@ -56,7 +57,7 @@ func newRedlockCyclers(b *testing.B, nodes []*testsvc.Redis, kind string, n int)
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = l.Close() })
-			out[i] = &batonCycler{l: l}
+			out[i] = benchcycle.Baton(l.Acquire)
 		case "redsync":
 			pools := make([]redsyncredis.Pool, len(cs))
 			for j, c := range cs {
@@ -74,7 +75,7 @@ func BenchmarkRedlockCycle(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
 	for _, kind := range []string{"baton", "redsync"} {
 		b.Run(kind+"/5-nodes", func(b *testing.B) {
-			runCycle(b, newRedlockCyclers(b, nodes, kind, 1)[0])
+			benchcycle.Cycle(b, newRedlockCyclers(b, nodes, kind, 1)[0])
 		})
 	}
 }

@@ -6,65 +6,40 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/benchcycle"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/zk"
 )
 
-// cycler is what every contender in a benchmark does: take and give back
-// one lock.
-type cycler interface {
-	lock(ctx context.Context) error
-	unlock(ctx context.Context) error
-}
-
-type batonCycler struct {
-	l     *baton.FencedLocker
-	lease *baton.FencedLease
-}
-
-func (c *batonCycler) lock(ctx context.Context) (err error) {
-	c.lease, err = c.l.Acquire(ctx, "bench")
-	return err
-}
-func (c *batonCycler) unlock(ctx context.Context) error { return c.lease.Release(ctx) }
-
 // zkLockCycler is go-zookeeper's own recipe, zk.Lock.
 type zkLockCycler struct{ l *zkgo.Lock }
 
-func (c *zkLockCycler) lock(context.Context) error   { return c.l.Lock() }
-func (c *zkLockCycler) unlock(context.Context) error { return c.l.Unlock() }
+func (c *zkLockCycler) Lock(context.Context) error   { return c.l.Lock() }
+func (c *zkLockCycler) Unlock(context.Context) error { return c.l.Unlock() }
 
 // newCyclers builds n contenders of one kind, each with its own connection
 // and session, as n processes would have.
-func newCyclers(b testing.TB, addr, kind string, n int) []cycler {
+func newCyclers(b testing.TB, addr, kind string, n int) []benchcycle.Cycler {
 	b.Helper()
-	out := make([]cycler, n)
+	out := make([]benchcycle.Cycler, n)
 	for i := range out {
 		switch kind {
 		case "baton":
 			fl := dial(b, []string{addr}, zk.Settings{}, baton.WithTTL(10*time.Second), baton.WithPrefix("/bench-baton"))
-			out[i] = &batonCycler{l: fl}
+			out[i] = benchcycle.Baton(fl.Acquire)
 		case "zk.Lock":
 			conn := adminConn(b, addr)
 			out[i] = &zkLockCycler{l: zkgo.NewLock(conn, "/bench-zklock/bench", zkgo.WorldACL(zkgo.PermAll))}
 		}
 	}
 	// Warm up: the first cycle creates the parents and the session.
-	for _, c := range out[:1] {
-		if err := c.lock(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		if err := c.unlock(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchcycle.Warm(b, out[:1]...)
 	return out
 }
 
@@ -86,7 +61,7 @@ func warmUp(b testing.TB, addr string) {
 				go func() {
 					defer wg.Done()
 					for time.Now().Before(end) {
-						if c.lock(ctx) != nil || c.unlock(ctx) != nil {
+						if c.Lock(ctx) != nil || c.Unlock(ctx) != nil {
 							b.Error("warm-up cycle failed")
 							return
 						}
@@ -113,16 +88,7 @@ func BenchmarkCycle(b *testing.B) {
 	warmUp(b, addr)
 	for _, kind := range []string{"baton", "zk.Lock"} {
 		b.Run("lib="+kind, func(b *testing.B) {
-			c := newCyclers(b, addr, kind, 1)[0]
-			ctx := context.Background()
-			for b.Loop() {
-				if err := c.lock(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := c.unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchcycle.Cycle(b, newCyclers(b, addr, kind, 1)[0])
 		})
 	}
 }
@@ -136,39 +102,8 @@ func BenchmarkContended(b *testing.B) {
 	const contenders = 8
 	for _, kind := range []string{"baton", "zk.Lock"} {
 		b.Run(fmt.Sprintf("clients=%d/lib=%s", contenders, kind), func(b *testing.B) {
-			cs := newCyclers(b, addr, kind, contenders)
-			ctx := context.Background()
-			var left atomic.Int64
-			left.Store(int64(b.N))
-			var inside, overlaps atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start := time.Now()
-			for _, c := range cs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for left.Add(-1) >= 0 {
-						if err := c.lock(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-						if inside.Add(1) != 1 {
-							overlaps.Add(1)
-						}
-						inside.Add(-1)
-						if err := c.unlock(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "cycles/s")
-			if n := overlaps.Load(); n != 0 {
-				b.Fatalf("mutual exclusion broken %d times", n)
-			}
+			r := benchcycle.Contend(b, newCyclers(b, addr, kind, contenders))
+			benchcycle.ReportCycles(b, r)
 		})
 	}
 }
@@ -178,44 +113,10 @@ func BenchmarkContended(b *testing.B) {
 // and baton's speed relative to zk.Lock (above 1: baton is faster). On a
 // machine shared with other work, whose load swings within seconds, these
 // ratios are steadier than those of the separate sub-benchmarks above.
+// Each round checks mutual exclusion as BenchmarkContended does.
 func BenchmarkPaired(b *testing.B) {
 	addr := zkServer.Addr(b)
 	warmUp(b, addr)
-	ctx := context.Background()
-	// round runs cycles lock cycles spread over the contenders cs and
-	// returns how long they took.
-	round := func(b *testing.B, cs []cycler, cycles int) time.Duration {
-		var left atomic.Int64
-		left.Store(int64(cycles))
-		var inside, overlaps atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for _, c := range cs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for left.Add(-1) >= 0 {
-					if err := c.lock(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					inside.Add(-1)
-					if err := c.unlock(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if n := overlaps.Load(); n != 0 {
-			b.Fatalf("mutual exclusion broken %d times", n)
-		}
-		return time.Since(start)
-	}
 	for _, clients := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			bc, zc := newCyclers(b, addr, "baton", clients), newCyclers(b, addr, "zk.Lock", clients)
@@ -223,8 +124,8 @@ func BenchmarkPaired(b *testing.B) {
 			var tb, tz time.Duration
 			n := 0
 			for b.Loop() {
-				tb += round(b, bc, per)
-				tz += round(b, zc, per)
+				tb += benchcycle.Run(b, bc, per).Elapsed
+				tz += benchcycle.Run(b, zc, per).Elapsed
 				n += per
 			}
 			b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
@@ -272,11 +173,11 @@ func TestRecipe_RequestsPerCycle(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for range cycles {
-						if err := c.lock(ctx); err != nil {
+						if err := c.Lock(ctx); err != nil {
 							t.Error(err)
 							return
 						}
-						if err := c.unlock(ctx); err != nil {
+						if err := c.Unlock(ctx); err != nil {
 							t.Error(err)
 							return
 						}
