@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-go/baton/internal/etcdserver"
+)
+
+// etcd binary start-up and shutdown limits.
+const (
+	etcdStartTimeout = 30 * time.Second
+	etcdPollEvery    = 50 * time.Millisecond
+	etcdStopTimeout  = 10 * time.Second // SIGTERM, then SIGKILL
 )
 
 // Etcd is an etcd server for one test: embedded in-process, or the Debian
@@ -75,34 +81,30 @@ func StartEtcdBinary(tb testing.TB) *Etcd {
 	if err != nil {
 		Unavailable(tb, "etcd binary", err)
 	}
-	var lastErr error
-	for range 3 {
-		e, err := startEtcdBinary(tb, bin)
-		if err == nil {
-			tb.Cleanup(e.Stop)
-			return e
-		}
-		lastErr = err
+	dir := tb.TempDir()
+	e, err := onFreePort("etcd", func(port, try int) (*Etcd, error) {
+		return startEtcdBinary(bin, filepath.Join(dir, fmt.Sprintf("etcd-%d", try)), port)
+	})
+	if err != nil {
+		tb.Fatalf("etcd binary did not start: %v", err)
 	}
-	tb.Fatalf("etcd binary did not start: %v", lastErr)
-	return nil
+	tb.Cleanup(e.Stop)
+	return e
 }
 
-func startEtcdBinary(tb testing.TB, bin string) (*Etcd, error) {
-	dir := tb.TempDir()
-	cp, err1 := FreePort()
-	pp, err2 := FreePort()
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, err
-	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", cp)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
-	logPath := filepath.Join(dir, "etcd.log")
-	logf, err := os.Create(logPath)
+// startEtcdBinary starts the etcd binary with its data and log in dir, its
+// client URL on port and its peer URL on another free port, and waits
+// until it answers.
+func startEtcdBinary(bin, dir string, port int) (*Etcd, error) {
+	pp, err := FreePort()
 	if err != nil {
+		return nil, fmt.Errorf("find a free port for etcd: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	defer logf.Close()
+	client := fmt.Sprintf("http://127.0.0.1:%d", port)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
 	cmd := exec.Command(bin,
 		"--name", "default",
 		"--data-dir", filepath.Join(dir, "data"),
@@ -111,65 +113,33 @@ func startEtcdBinary(tb testing.TB, bin string) (*Etcd, error) {
 		"--initial-cluster", "default="+peer,
 		"--log-level", "warn", "--logger", "zap",
 	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	proc, err := startProcess("etcd on "+client, cmd, filepath.Join(dir, "etcd.log"))
+	if err != nil {
 		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	version, err := waitEtcd(client, exited)
+	stop := func() { proc.stop(syscall.SIGTERM, etcdStopTimeout) }
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		stop()
-		out, _ := os.ReadFile(logPath)
-		return nil, fmt.Errorf("%w; log: %s", err, lastLines(string(out), 5))
-	}
-	return &Etcd{Endpoint: client, Version: version, stop: stop}, nil
-}
-
-// waitEtcd polls the server's status until it answers, the process exits or
-// 30 s pass.
-func waitEtcd(endpoint string, exited <-chan struct{}) (string, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer c.Close()
-	for {
+	var version string
+	ready := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := c.Status(ctx, endpoint)
-		cancel()
-		if err == nil {
-			return st.Version, nil
+		defer cancel()
+		st, err := c.Status(ctx, client)
+		if err != nil {
+			return err
 		}
-		select {
-		case <-exited:
-			return "", errors.New("etcd exited while starting")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("etcd not ready after 30s: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		version = st.Version
+		return nil
 	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	if err := proc.waitReady(etcdStartTimeout, etcdPollEvery, ready); err != nil {
+		stop()
+		return nil, err
 	}
-	return strings.Join(lines, " | ")
+	return &Etcd{Endpoint: client, Version: version, stop: stop}, nil
 }
 
 // Stop stops the server; it is safe to call more than once.

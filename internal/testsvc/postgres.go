@@ -1,7 +1,6 @@
 package testsvc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,12 +24,10 @@ const (
 	pgStartTimeout = 30 * time.Second      // initdb excluded
 	pgPollEvery    = 50 * time.Millisecond // readiness poll interval
 	pgStopTimeout  = 10 * time.Second      // SIGINT, then SIGKILL
-	pgPortTries    = 3                     // ports tried when one is taken
 	pgOpTimeout    = 30 * time.Second      // CREATE/DROP DATABASE
 	pgBinDirs      = "/usr/lib/postgresql/*/bin"
 	pgPackage      = "postgresql"
 	pgSuperuser    = "postgres"
-	pgLogTailLines = 15
 )
 
 // Postgres is one PostgreSQL server shared by every test of a test binary.
@@ -66,10 +63,9 @@ type Postgres struct {
 
 // pgServer is a running postmaster.
 type pgServer struct {
-	dir    string // temp dir: data dir, socket, log
-	port   int
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd.Wait returned
+	dir  string // temp dir: data dir, socket, log
+	port int
+	proc *process
 }
 
 // Database creates a fresh, empty database for tb, drops it (WITH (FORCE),
@@ -214,38 +210,17 @@ func startIn(dir, initdb, postgres string, cred *syscall.Credential) (*pgServer,
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%s failed: %w\n%s", initdb, err, tail(out, pgLogTailLines))
+		return nil, fmt.Errorf("%s failed: %w\n%s", initdb, err, tail(out, logTailLines))
 	}
 
-	var errs []error
-	for try := 0; try < pgPortTries; try++ {
-		port, err := FreePort()
-		if err != nil {
-			return nil, fmt.Errorf("find a free port for PostgreSQL: %w", err)
-		}
-		srv, err := runPostgres(dir, postgres, port, cred, try)
-		if err == nil {
-			return srv, nil
-		}
-		errs = append(errs, err)
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
+	return onFreePort("PostgreSQL", func(port, try int) (*pgServer, error) {
+		return runPostgres(dir, postgres, port, cred, try)
+	})
 }
-
-var errPortTaken = errors.New("port taken")
 
 // runPostgres starts the postmaster on port and waits until it accepts a
 // connection.
 func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try int) (*pgServer, error) {
-	logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", try))
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("create PostgreSQL log: %w", err)
-	}
-	defer logFile.Close() // the child has its own copy
 	cmd := exec.Command(postgres,
 		"-D", filepath.Join(dir, "data"),
 		"-p", strconv.Itoa(port),
@@ -257,77 +232,34 @@ func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try i
 		"-c", "max_connections=300",
 	)
 	cmd.Dir = dir
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
+	// Not a process group of its own: signals go to the postmaster, which
+	// passes them on to its backends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", postgres, err)
+	proc, err := startProcess(fmt.Sprintf("postgres on port %d", port), cmd, filepath.Join(dir, fmt.Sprintf("postgres-%d.log", try)))
+	if err != nil {
+		return nil, err
 	}
-	srv := &pgServer{dir: dir, port: port, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		cmd.Wait() // the result is in cmd.ProcessState
-		close(srv.exited)
-	}()
-	if err := srv.waitReady(logPath); err != nil {
+	srv := &pgServer{dir: dir, port: port, proc: proc}
+	ready := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, srv.dsn("postgres"))
+		if err != nil {
+			return err
+		}
+		_ = conn.Close(ctx)
+		return nil
+	}
+	if err := proc.waitReady(pgStartTimeout, pgPollEvery, ready); err != nil {
 		srv.stop()
 		return nil, err
 	}
 	return srv, nil
 }
 
-// waitReady polls until a connection succeeds, the process exits or
-// pgStartTimeout passes.
-func (s *pgServer) waitReady(logPath string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), pgStartTimeout)
-	defer cancel()
-	tick := time.NewTicker(pgPollEvery)
-	defer tick.Stop()
-	var last error
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, time.Second)
-		conn, err := pgx.Connect(cctx, s.dsn("postgres"))
-		ccancel()
-		if err == nil {
-			conn.Close(ctx)
-			return nil
-		}
-		last = err
-		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(logPath)
-			err := fmt.Errorf("postgres on port %d exited during start-up (%v); log %s:\n%s",
-				s.port, s.cmd.ProcessState, logPath, tail(log, pgLogTailLines))
-			if bytes.Contains(log, []byte("already in use")) {
-				return fmt.Errorf("%w: %w", errPortTaken, err)
-			}
-			return err
-		case <-ctx.Done():
-			log, _ := os.ReadFile(logPath)
-			return fmt.Errorf("postgres on port %d did not accept connections within %v (last error: %v); log %s:\n%s",
-				s.port, pgStartTimeout, last, logPath, tail(log, pgLogTailLines))
-		case <-tick.C:
-		}
-	}
-}
-
 // stop sends SIGINT (fast shutdown) and waits, sending SIGKILL after
 // pgStopTimeout.
-func (s *pgServer) stop() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGINT)
-	t := time.NewTimer(pgStopTimeout)
-	defer t.Stop()
-	select {
-	case <-s.exited:
-	case <-t.C:
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
+func (s *pgServer) stop() { s.proc.stop(syscall.SIGINT, pgStopTimeout) }
 
 // pgCredential returns the credential to run PostgreSQL's binaries with:
 // the "postgres" OS user when running as root, nil (the current user)
@@ -349,13 +281,4 @@ func pgCredential() (*syscall.Credential, error) {
 		return nil, fmt.Errorf("user postgres has gid %q: %w", u.Gid, err)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil // and no supplementary groups
-}
-
-// tail returns the last n lines of b.
-func tail(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -89,7 +89,7 @@ func TestPostgres_Stop(t *testing.T) {
 
 	p.Stop()
 	select {
-	case <-srv.exited:
+	case <-srv.proc.exited:
 	default:
 		t.Fatal("postgres still running after Stop")
 	}

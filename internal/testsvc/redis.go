@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -21,7 +20,6 @@ const (
 	redisPackage      = "redis-server"
 	redisStartTimeout = 10 * time.Second
 	redisStopTimeout  = 10 * time.Second
-	redisPortTries    = 3
 	redisPollEvery    = 10 * time.Millisecond
 )
 
@@ -36,12 +34,7 @@ type Redis struct {
 	// Port is the TCP port.
 	Port int
 
-	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd.Wait returned
-
-	mu     sync.Mutex
-	paused bool
+	proc *process
 }
 
 // StartRedis starts one redis-server for tb, with extra arguments appended
@@ -118,31 +111,12 @@ func RedisVersion() (string, error) {
 }
 
 func startRedis(bin, dir string, args []string) (*Redis, error) {
-	var errs []error
-	for try := range redisPortTries {
-		port, err := FreePort()
-		if err != nil {
-			return nil, fmt.Errorf("find a free port for redis-server: %w", err)
-		}
-		r, err := runRedis(bin, dir, port, try, args)
-		if err == nil {
-			return r, nil
-		}
-		errs = append(errs, err)
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
+	return onFreePort("redis-server", func(port, try int) (*Redis, error) {
+		return runRedis(bin, dir, port, try, args)
+	})
 }
 
 func runRedis(bin, dir string, port, try int, args []string) (*Redis, error) {
-	logPath := filepath.Join(dir, fmt.Sprintf("redis-%d.log", try))
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("create redis-server log: %w", err)
-	}
-	defer logFile.Close() // the child has its own copy
 	argv := append([]string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -155,50 +129,16 @@ func runRedis(bin, dir string, port, try int, args []string) (*Redis, error) {
 	}, args...)
 	cmd := exec.Command(bin, argv...)
 	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group, so a signal meant for the test binary's group
-	// does not reach it, and it dies with the test binary.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	proc, err := startProcess(fmt.Sprintf("redis-server on port %d", port), cmd, filepath.Join(dir, fmt.Sprintf("redis-%d.log", try)))
+	if err != nil {
+		return nil, err
 	}
-	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait() // the result is in cmd.ProcessState
-		close(r.exited)
-	}()
-	if err := r.waitReady(logPath); err != nil {
+	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, proc: proc}
+	if err := proc.waitReady(redisStartTimeout, redisPollEvery, func() error { return r.Ping(time.Second) }); err != nil {
 		r.Kill()
 		return nil, err
 	}
 	return r, nil
-}
-
-// waitReady polls with PING until the server answers, exits, or the start
-// timeout passes.
-func (r *Redis) waitReady(logPath string) error {
-	deadline := time.Now().Add(redisStartTimeout)
-	var last error
-	for {
-		if last = r.Ping(time.Second); last == nil {
-			return nil
-		}
-		select {
-		case <-r.exited:
-			log, _ := os.ReadFile(logPath)
-			err := fmt.Errorf("redis-server on port %d exited during start-up (%v); log %s:\n%s", r.Port, r.cmd.ProcessState, logPath, tail(log, 10))
-			if strings.Contains(string(log), "Address already in use") {
-				return fmt.Errorf("%w: %w", errPortTaken, err)
-			}
-			return err
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logPath)
-			return fmt.Errorf("redis-server on port %d did not answer PING within %v (last error: %v); log:\n%s", r.Port, redisStartTimeout, last, tail(log, 10))
-		}
-		time.Sleep(redisPollEvery)
-	}
 }
 
 // Ping sends PING on a new connection and waits up to timeout for +PONG.
@@ -226,59 +166,22 @@ func (r *Redis) Ping(timeout time.Duration) error {
 func (r *Redis) URL() string { return "redis://" + r.Addr }
 
 // Pid returns the server's process id.
-func (r *Redis) Pid() int { return r.cmd.Process.Pid }
+func (r *Redis) Pid() int { return r.proc.cmd.Process.Pid }
 
 // Exited returns a channel closed when the process has exited.
-func (r *Redis) Exited() <-chan struct{} { return r.exited }
+func (r *Redis) Exited() <-chan struct{} { return r.proc.exited }
 
 // Stop shuts the server down (SIGTERM; SIGKILL after 10s) and waits for it
 // to exit. It is safe to call more than once, and after Kill.
-func (r *Redis) Stop() {
-	select {
-	case <-r.exited:
-		return
-	default:
-	}
-	r.Resume() // a stopped process cannot act on SIGTERM
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(redisStopTimeout)
-	defer t.Stop()
-	select {
-	case <-r.exited:
-	case <-t.C:
-		r.Kill()
-	}
-}
+func (r *Redis) Stop() { r.proc.stop(syscall.SIGTERM, redisStopTimeout) }
 
 // Kill crashes the server (SIGKILL) and waits for it to exit: its clients'
 // connections are reset and everything it held is gone.
-func (r *Redis) Kill() {
-	select {
-	case <-r.exited:
-		return
-	default:
-	}
-	_ = r.cmd.Process.Kill()
-	<-r.exited
-}
+func (r *Redis) Kill() { r.proc.kill() }
 
 // Pause freezes the server with SIGSTOP: connections stay open and nothing
 // is answered until Resume.
-func (r *Redis) Pause() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.paused {
-		_ = r.cmd.Process.Signal(syscall.SIGSTOP)
-		r.paused = true
-	}
-}
+func (r *Redis) Pause() { r.proc.pause() }
 
 // Resume thaws a paused server with SIGCONT.
-func (r *Redis) Resume() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.paused {
-		_ = r.cmd.Process.Signal(syscall.SIGCONT)
-		r.paused = false
-	}
-}
+func (r *Redis) Resume() { r.proc.resume() }

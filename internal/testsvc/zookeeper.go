@@ -1,7 +1,6 @@
 package testsvc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -24,12 +23,10 @@ const (
 	zkStartTimeout   = 60 * time.Second       // JVM start-up on a loaded machine
 	zkPollEvery      = 50 * time.Millisecond
 	zkStopTimeout    = 10 * time.Second // SIGTERM, then SIGKILL
-	zkPortTries      = 3
 	zkPackage        = "zookeeper"
 	zkJar            = "/usr/share/java/zookeeper.jar"
 	zkLogJar         = "/usr/share/java/slf4j-simple.jar" // optional: server logs
 	zkMainClass      = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-	zkLogTailLines   = 15
 	zkFourLetterWait = 2 * time.Second
 )
 
@@ -137,11 +134,9 @@ type ZKServer struct {
 
 	java, dir, cfg string
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	logPath string
-	starts  int
+	mu     sync.Mutex
+	proc   *process // the current run; nil before the first Start
+	starts int
 }
 
 // zkJava finds java and the ZooKeeper jar, or says which package is missing.
@@ -178,26 +173,17 @@ func startStandalone(dir string) (*ZKServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var errs []error
-	for try := range zkPortTries {
-		port, err := FreePort()
-		if err != nil {
-			return nil, fmt.Errorf("free port for ZooKeeper: %w", err)
-		}
+	return onFreePort("ZooKeeper", func(port, try int) (*ZKServer, error) {
 		sdir := filepath.Join(dir, fmt.Sprintf("zk-%d", try))
 		s := &ZKServer{Addr: "127.0.0.1:" + strconv.Itoa(port), java: java, dir: sdir, cfg: filepath.Join(sdir, "zoo.cfg")}
 		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), port, nil)); err != nil {
 			return nil, err
 		}
-		if err = s.Start(); err == nil {
-			return s, nil
+		if err := s.Start(); err != nil {
+			return nil, err
 		}
-		errs = append(errs, err)
-		if !errors.Is(err, errPortTaken) {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
+		return s, nil
+	})
 }
 
 func (s *ZKServer) writeConfig(cfg string) error {
@@ -222,20 +208,10 @@ func (s *ZKServer) writeConfig(cfg string) error {
 func (s *ZKServer) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
-		select {
-		case <-s.exited:
-		default:
-			return fmt.Errorf("ZooKeeper server %s is already running", s.Addr)
-		}
+	if s.proc != nil && s.proc.running() {
+		return fmt.Errorf("ZooKeeper server %s is already running", s.Addr)
 	}
 	s.starts++
-	s.logPath = filepath.Join(s.dir, fmt.Sprintf("zookeeper-%d.log", s.starts))
-	logFile, err := os.Create(s.logPath)
-	if err != nil {
-		return fmt.Errorf("create ZooKeeper log: %w", err)
-	}
-	defer logFile.Close() // the child has its own copy
 	cp := zkJar
 	if _, err := os.Stat(zkLogJar); err == nil {
 		cp += ":" + zkLogJar
@@ -249,53 +225,29 @@ func (s *ZKServer) Start() error {
 		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
 		"-cp", cp, zkMainClass, s.cfg)
 	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.java, err)
+	proc, err := startProcess("ZooKeeper on "+s.Addr, cmd, filepath.Join(s.dir, fmt.Sprintf("zookeeper-%d.log", s.starts)))
+	if err != nil {
+		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the result is in cmd.ProcessState
-		close(exited)
-	}()
-	s.cmd, s.exited = cmd, exited
-	if err := s.waitStarted(); err != nil {
-		s.stopLocked(true)
+	s.proc = proc
+	if err := proc.waitReady(zkStartTimeout, zkPollEvery, s.serving); err != nil {
+		proc.kill()
 		return err
 	}
 	return nil
 }
 
-// waitStarted polls until the server answers srvr (standalone: with its
-// mode), exits, or zkStartTimeout passes. Called with s.mu held.
-func (s *ZKServer) waitStarted() error {
-	deadline := time.Now().Add(zkStartTimeout)
-	var last error
-	for {
-		out, err := FourLetter(s.Addr, "srvr")
-		switch {
-		case err == nil && (s.ID > 0 || strings.Contains(out, "Mode:")):
-			return nil
-		case err == nil:
-			last = errors.New(firstLine(out))
-		default:
-			last = err
-		}
-		select {
-		case <-s.exited:
-			log, _ := os.ReadFile(s.logPath)
-			err := fmt.Errorf("ZooKeeper on %s exited during start-up (%v); log %s:\n%s", s.Addr, s.cmd.ProcessState, s.logPath, tail(log, zkLogTailLines))
-			if bytes.Contains(log, []byte("Address already in use")) {
-				return fmt.Errorf("%w: %w", errPortTaken, err)
-			}
-			return err
-		case <-time.After(zkPollEvery):
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(s.logPath)
-			return fmt.Errorf("ZooKeeper on %s not serving within %v (last: %v); log %s:\n%s", s.Addr, zkStartTimeout, last, s.logPath, tail(log, zkLogTailLines))
-		}
+// serving returns nil once the server answers srvr: a standalone server
+// with its mode, an ensemble member with anything.
+func (s *ZKServer) serving() error {
+	out, err := FourLetter(s.Addr, "srvr")
+	switch {
+	case err != nil:
+		return err
+	case s.ID > 0 || strings.Contains(out, "Mode:"):
+		return nil
+	default:
+		return errors.New(firstLine(out))
 	}
 }
 
@@ -304,7 +256,9 @@ func (s *ZKServer) waitStarted() error {
 func (s *ZKServer) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stopLocked(false)
+	if s.proc != nil {
+		s.proc.stop(syscall.SIGTERM, zkStopTimeout)
+	}
 }
 
 // Kill stops the server at once with SIGKILL, as a crash would, and waits
@@ -312,31 +266,8 @@ func (s *ZKServer) Stop() {
 func (s *ZKServer) Kill() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stopLocked(true)
-}
-
-func (s *ZKServer) stopLocked(kill bool) {
-	if s.cmd == nil {
-		return
-	}
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	if kill {
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.exited
-		return
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	t := time.NewTimer(zkStopTimeout)
-	defer t.Stop()
-	select {
-	case <-s.exited:
-	case <-t.C:
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.exited
+	if s.proc != nil {
+		s.proc.kill()
 	}
 }
 
@@ -344,25 +275,19 @@ func (s *ZKServer) stopLocked(kill bool) {
 func (s *ZKServer) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
+	return s.proc != nil && s.proc.running()
 }
 
 // LogTail returns the last lines of the server's current log, for a test
 // that wants to show what the server said.
 func (s *ZKServer) LogTail(lines int) string {
 	s.mu.Lock()
-	path := s.logPath
+	proc := s.proc
 	s.mu.Unlock()
-	b, _ := os.ReadFile(path)
-	return tail(b, lines)
+	if proc == nil {
+		return ""
+	}
+	return proc.logTail(lines)
 }
 
 // FourLetter sends a four-letter command (srvr, cons, wchc, wchp, ...) to
@@ -426,7 +351,7 @@ func StartZKEnsemble(tb testing.TB, n int) *ZKEnsemble {
 		Unavailable(tb, "ZooKeeper", err)
 	}
 	var lastErr error
-	for range zkPortTries {
+	for range portTries {
 		e, err := startEnsemble(tb.TempDir(), java, n)
 		if err == nil {
 			tb.Cleanup(e.Stop)

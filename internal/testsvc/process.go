@@ -1,0 +1,196 @@
+package testsvc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// What every server process shares.
+const (
+	portTries    = 3  // ports tried when one is taken
+	logTailLines = 15 // log lines quoted when a server does not start
+)
+
+// errPortTaken marks a start-up that failed because another process bound
+// the server's port first.
+var errPortTaken = errors.New("port taken")
+
+// process is one server process started by this package: its output goes
+// to a log file, it is waited for as soon as it starts (exited closes
+// then), and it can be stopped, killed, paused and resumed. Each method is
+// safe to call more than once and after the process exited.
+type process struct {
+	what    string // names it in errors: "redis-server on port 6379"
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{} // closed when cmd.Wait returned
+	group   bool          // signals go to its process group
+
+	mu     sync.Mutex
+	paused bool
+}
+
+// startProcess starts cmd with its output to a new log file at logPath.
+// Unless the caller set cmd.SysProcAttr, the process gets its own process
+// group, so that a signal meant for the test binary's group does not reach
+// it, and dies with the test binary (PR_SET_PDEATHSIG). Signals go to the
+// whole group when the process has one of its own.
+func startProcess(what string, cmd *exec.Cmd, logPath string) (*process, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("create %s log: %w", what, err)
+	}
+	defer logFile.Close() // the child has its own copy
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	p := &process{what: what, cmd: cmd, logPath: logPath, exited: make(chan struct{}), group: cmd.SysProcAttr.Setpgid}
+	go func() {
+		_ = cmd.Wait() // the result is in cmd.ProcessState
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// onFreePort calls start with a free loopback port and the try's number
+// (from 0), and again with another port while start fails with
+// errPortTaken (another process bound the port between FreePort and the
+// server), up to portTries times.
+func onFreePort[T any](what string, start func(port, try int) (T, error)) (T, error) {
+	var zero T
+	var errs []error
+	for try := range portTries {
+		port, err := FreePort()
+		if err != nil {
+			return zero, fmt.Errorf("find a free port for %s: %w", what, err)
+		}
+		v, err := start(port, try)
+		if err == nil {
+			return v, nil
+		}
+		errs = append(errs, err)
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+	}
+	return zero, errors.Join(errs...)
+}
+
+// waitReady calls ready every poll until it returns nil, the process exits
+// or timeout passes, and says why in the error, with the log's last
+// lines. An exit whose log says an address is already in use is
+// errPortTaken. It leaves the process running on a timeout.
+func (p *process) waitReady(timeout, poll time.Duration, ready func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		last := ready()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			log, _ := os.ReadFile(p.logPath)
+			err := fmt.Errorf("%s exited during start-up (%v); log %s:\n%s", p.what, p.cmd.ProcessState, p.logPath, tail(log, logTailLines))
+			if bytes.Contains(bytes.ToLower(log), []byte("already in use")) {
+				return fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
+		case <-time.After(poll):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready within %v (last error: %v); log %s:\n%s", p.what, timeout, last, p.logPath, p.logTail(logTailLines))
+		}
+	}
+}
+
+// running reports whether the process has not exited yet.
+func (p *process) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// signal sends sig to the process, or to its group if it has its own.
+func (p *process) signal(sig syscall.Signal) {
+	if p.group {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+		return
+	}
+	_ = p.cmd.Process.Signal(sig)
+}
+
+// stop sends sig (after SIGCONT, if paused: a stopped process cannot act
+// on it) and waits for the process to exit, killing it after timeout.
+func (p *process) stop(sig syscall.Signal, timeout time.Duration) {
+	if !p.running() {
+		return
+	}
+	p.resume()
+	p.signal(sig)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		p.kill()
+	}
+}
+
+// kill sends SIGKILL, as a crash would, and waits for the process to exit.
+func (p *process) kill() {
+	if !p.running() {
+		return
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// pause freezes the process with SIGSTOP: its connections stay open and
+// nothing is answered until resume.
+func (p *process) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.paused {
+		p.signal(syscall.SIGSTOP)
+		p.paused = true
+	}
+}
+
+// resume thaws a paused process with SIGCONT.
+func (p *process) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused {
+		p.signal(syscall.SIGCONT)
+		p.paused = false
+	}
+}
+
+// logTail returns the last n lines of the process's log.
+func (p *process) logTail(n int) string {
+	b, _ := os.ReadFile(p.logPath)
+	return tail(b, n)
+}
+
+// tail returns the last n lines of b.
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
