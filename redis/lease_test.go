@@ -433,19 +433,7 @@ func TestObserve_Handoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() string {
-		t.Helper()
-		select {
-		case tm := <-terms:
-			if tm.NoLeader() {
-				return "-"
-			}
-			return tm.Leader
-		case <-time.After(10 * time.Second):
-			t.Fatal("no term within 10s")
-			return ""
-		}
-	}
+	next := func() string { t.Helper(); return nextLeader(t, terms) }
 	if got := next(); got != "-" {
 		t.Fatalf("first term %q, want no leader", got)
 	}
@@ -523,19 +511,7 @@ func TestObserve_RegistrationLapsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() string {
-		t.Helper()
-		select {
-		case tm := <-terms:
-			if tm.NoLeader() {
-				return "-"
-			}
-			return tm.Leader
-		case <-time.After(10 * time.Second):
-			t.Fatal("no term within 10s")
-			return ""
-		}
-	}
+	next := func() string { t.Helper(); return nextLeader(t, terms) }
 	if got := next(); got != "-" {
 		t.Fatalf("first term %q, want no leader", got)
 	}
@@ -561,5 +537,21 @@ func TestObserve_RegistrationLapsed(t *testing.T) {
 	}
 	if n := c.Exists(timeout(t, time.Second), reg).Val(); n != 1 {
 		t.Fatal("the observer did not register again")
+	}
+}
+
+// nextLeader returns the leader of the next term observed ("-" for none),
+// failing the test when none comes within 10s.
+func nextLeader(t *testing.T, terms <-chan baton.Term) string {
+	t.Helper()
+	select {
+	case tm := <-terms:
+		if tm.NoLeader() {
+			return "-"
+		}
+		return tm.Leader
+	case <-time.After(10 * time.Second):
+		t.Fatal("no term within 10s")
+		return ""
 	}
 }
