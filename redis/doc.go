@@ -51,11 +51,13 @@
 //   - Release and renewal act only on our own value: a holder whose key
 //     expired and was taken by another can neither delete nor extend the
 //     new holder's key.
-//   - A refused renewal (the key is gone or holds another value) ends the
+//   - A refused renewal (the key is gone or holds another value) or a
+//     failed one (an error, no answer within the request timeout) ends the
 //     lease at once: Done closes, Err is a *baton.LostError, the work
-//     context is cancelled. A renewal that gets no answer is retried until
-//     the local deadline, and the lease ends then, even on a client that
-//     ignores context deadlines.
+//     context is cancelled. A renewal still unanswered at the local
+//     deadline ends it then, even on a client that ignores context
+//     deadlines. (The fenced backends retry a failed renewal until the
+//     local deadline instead: their tokens make a late holder harmless.)
 //
 // # What is not
 //

@@ -36,16 +36,20 @@ func (h *hold) Context() context.Context { return h.kp.Context() }
 func (h *hold) Deadline() time.Time      { return h.kp.Deadline() }
 
 // renew is the keeper's RenewFunc: compare-and-PEXPIRE. A refusal (the key
-// expired, was deleted, or holds another value) ends the lease at once. The
-// keeper bounds it by the local deadline, even on a client that does not
-// honour context deadlines.
+// expired, was deleted, or holds another value) or a failure (an error, no
+// answer within the request timeout) ends the lease at once: without a
+// fencing token, a holder that cannot confirm its key stops rather than
+// hope. The keeper bounds a renewal by the local deadline, even on a client
+// that does not honour context deadlines.
 func (h *hold) renew(ctx context.Context) error {
 	octx, cancel := h.b.op(ctx)
 	defer cancel()
 	n, err := renewScript.Run(octx, h.b.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
 	switch {
+	case err != nil && ctx.Err() == nil:
+		return fmt.Errorf("%w: the renewal of %s failed: %w", baton.ErrLeaseLost, h.k.lock, h.b.fail(ctx, "renew "+h.k.lock, err))
 	case err != nil:
-		return h.b.fail(ctx, "renew "+h.k.lock, err)
+		return h.b.fail(ctx, "renew "+h.k.lock, err) // past the deadline or stopped: the keeper decides
 	case n != 1:
 		return fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
 	}

@@ -555,3 +555,35 @@ func nextLeader(t *testing.T, terms <-chan baton.Term) string {
 		return ""
 	}
 }
+
+// TestRenewal_FailureEndsLeaseAtOnce: a renewal that fails (the server is
+// gone: connection refused) ends the lease at that renewal, long before
+// the local deadline, as a refused one does.
+func TestRenewal_FailureEndsLeaseAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartRedis(t)
+	const ttl = 3 * time.Second
+	l := newLocker(t, srv.Addr, baton.WithTTL(ttl)) // renews every second
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	deadline := lease.Deadline()
+	select {
+	case <-lease.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("lease not lost two TTLs after the server died")
+	}
+	early := time.Until(deadline)
+	t.Logf("lost %v before the local deadline: %v", early.Round(time.Millisecond), lease.Err())
+	// The first renewal is due a third of the TTL after the acquisition;
+	// its failure ends the lease then, not at the deadline.
+	if early < ttl/3 {
+		t.Errorf("lost only %v before the local deadline: the failed renewal was retried", early)
+	}
+	var lost *baton.LostError
+	if !errors.As(lease.Err(), &lost) || !errors.Is(lease.Err(), baton.ErrUnavailable) {
+		t.Errorf("Err = %v, want a *LostError naming the failure", lease.Err())
+	}
+}

@@ -24,10 +24,10 @@
 // deadline is the attempt's start + TTL - drift. A failed attempt is
 // undone on every node, also those that did not answer. Release deletes
 // the key (compare-and-delete) on every node. Renewal every TTL/3 is a
-// compare-and-PEXPIRE on every node and succeeds on a majority; when so
-// many nodes refuse that no majority can hold the key any more, the lease
-// ends at once, and when too few answer it is retried until the local
-// deadline. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
+// compare-and-PEXPIRE on every node and succeeds on a majority; when it
+// does not (so many nodes refuse that no majority can hold the key any
+// more, or too few answer within the node timeout), the lease ends at
+// once, and a renewal still out at the local deadline ends it then. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
 //
 // # Waiting
 //

@@ -96,7 +96,9 @@ func (h *hold) renew(ctx context.Context) error {
 	case refused > len(h.b.nodes)-h.b.quorum:
 		return fmt.Errorf("%w: %d of %d nodes refused the renewal of %s, so no majority holds it: %w", baton.ErrLeaseLost, refused, len(h.b.nodes), h.k.lock, errors.Join(failed...))
 	}
-	return &baton.UnavailableError{Where: h.b.where, Err: fmt.Errorf("renew %s: %d of %d nodes renewed, %d needed: %w", h.k.lock, ok, len(h.b.nodes), h.b.quorum, errors.Join(failed...))}
+	// Too few answered: without a fencing token, a holder that cannot
+	// confirm a majority stops rather than hope (as on one Redis node).
+	return fmt.Errorf("%w: %w", baton.ErrLeaseLost, &baton.UnavailableError{Where: h.b.where, Err: fmt.Errorf("renew %s: %d of %d nodes renewed, %d needed: %w", h.k.lock, ok, len(h.b.nodes), h.b.quorum, errors.Join(failed...))})
 }
 
 // Release deletes the key on every node where it still holds our value

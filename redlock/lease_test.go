@@ -117,6 +117,9 @@ func TestNodeKilledMidHold(t *testing.T) {
 	}
 	lostAfter := time.Since(deadline)
 	t.Logf("lost %v after the local deadline that stood when the majority went: %v", lostAfter.Round(time.Millisecond), lease.Err())
+	// The frozen node's answer could still make a majority, so the
+	// renewal waits for it until the node timeout or the local deadline,
+	// whichever is first; the deadline ends the lease.
 	if lostAfter > 200*time.Millisecond {
 		t.Errorf("lost %v after the local deadline", lostAfter)
 	}
@@ -243,4 +246,34 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestFailedMajority_EndsAtOnce: when a majority of nodes is gone (their
+// renewals fail at once: connection refused), the next renewal ends the
+// lease, long before the local deadline, as a refusal does.
+func TestFailedMajority_EndsAtOnce(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	const ttl = 3 * time.Second
+	l := newLocker(t, nodes, baton.WithTTL(ttl))
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "failed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].Kill()
+	nodes[1].Kill()
+	deadline := lease.Deadline()
+	select {
+	case <-lease.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("lease not lost two TTLs after 2 of 3 nodes died")
+	}
+	early := time.Until(deadline)
+	t.Logf("lost %v before the local deadline: %v", early.Round(time.Millisecond), lease.Err())
+	if early < ttl/3 {
+		t.Errorf("lost only %v before the local deadline: the failed renewal was retried", early)
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !errors.Is(lease.Err(), baton.ErrUnavailable) {
+		t.Errorf("Err = %v, want a loss naming the unreachable nodes", lease.Err())
+	}
 }
