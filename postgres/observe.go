@@ -178,11 +178,18 @@ func (o *observer) connect(ctx context.Context) error {
 	if err := conn.QueryRow(cctx, o.b.sql.observeSetup, o.b.n.lease).Scan(&oid, &triggers); err != nil {
 		return err
 	}
-	switch {
-	case oid == nil:
+	if oid == nil {
 		return fmt.Errorf("%w: the lock table %s does not exist; create it with postgres.Init", errNotObservable, o.b.n.table)
-	case triggers != 2:
-		return fmt.Errorf("%w: the lock table %s lacks the triggers that notify observers (it was made before they existed); add them by running postgres.Init as the table's owner", errNotObservable, o.b.n.table)
+	}
+	if triggers != 2 {
+		// The first observer of the table adds the triggers that notify
+		// observers; the tables are made without them.
+		if _, err := conn.Exec(cctx, o.b.sql.observers); err != nil {
+			if cctx.Err() != nil {
+				return err
+			}
+			return fmt.Errorf("%w: the lock table %s lacks the triggers that notify observers, and this user may not add them (%v); add them by running postgres.Init as the table's owner", errNotObservable, o.b.n.table, err)
+		}
 	}
 	o.channel = "baton.observe." + strconv.FormatUint(uint64(*oid), 10)
 	_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{o.channel}.Sanitize()+"; LISTEN "+pgx.Identifier{o.mark}.Sanitize())

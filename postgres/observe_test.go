@@ -83,6 +83,9 @@ func listenRaw(t *testing.T, dsn string) *pgx.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := postgres.Init(timeout(t, 10*time.Second), conn, ""); err != nil { // the triggers
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	var channel string
 	if err := conn.QueryRow(timeout(t, 10*time.Second), `SELECT 'baton.observe.' || 'baton_lock'::regclass::oid`).Scan(&channel); err != nil {
@@ -426,15 +429,27 @@ func TestObserve_Reconnects(t *testing.T) {
 	}
 }
 
-// TestObserve_NoTriggers: on tables made before the observers' triggers
-// existed, a Locker whose user may not add them still locks, and Observe
-// says to run Init; it works once the owner has. A Locker whose user may
-// add them adds them.
+// TestObserve_NoTriggers: Dial makes the tables without the observers'
+// triggers, so a lock nobody observes does not pay for them. A Locker whose
+// user may not add them still locks, and Observe says to run Init; it works
+// once the owner has. The first Observe of a user who may add them does.
 func TestObserve_NoTriggers(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	dial(t, dsn) // creates the tables
-	execSQL(t, admin, `DROP TRIGGER baton_observe_update ON baton_lock`)
+	owner := dial(t, dsn) // creates the tables
+	triggers := func() int {
+		var n int
+		queryRow(t, admin, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'baton_lock'::regclass AND tgname LIKE 'baton_observe_%'`, nil, &n)
+		return n
+	}
+	lo, err := owner.Acquire(timeout(t, 10*time.Second), "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lo.Release(context.Background())
+	if n := triggers(); n != 0 {
+		t.Fatalf("%d observer triggers after Dial and a lock, want none until someone observes", n)
+	}
 
 	role := fmt.Sprintf("app_%d", time.Now().UnixNano()%1e9)
 	execSQL(t, admin, "CREATE ROLE "+role+" LOGIN")
@@ -465,12 +480,10 @@ func TestObserve_NoTriggers(t *testing.T) {
 	}
 	expectTerms(t, observe(t, app, "x"), 5*time.Second, "app")
 
-	execSQL(t, admin, `DROP TRIGGER baton_observe_insert ON baton_lock`)
-	dial(t, dsn)
-	var n int
-	queryRow(t, admin, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'baton_lock'::regclass AND tgname LIKE 'baton_observe_%'`, nil, &n)
-	if n != 2 {
-		t.Errorf("%d observer triggers after Dial, want 2", n)
+	execSQL(t, admin, `DROP TRIGGER baton_observe_insert ON baton_lock; DROP TRIGGER baton_observe_update ON baton_lock`)
+	expectTerms(t, observe(t, owner, "x"), 5*time.Second, "app")
+	if n := triggers(); n != 2 {
+		t.Errorf("%d observer triggers after the owner's Observe, want 2", n)
 	}
 }
 

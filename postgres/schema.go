@@ -34,7 +34,8 @@ func Init(ctx context.Context, db Execer, table string) error {
 	}
 	// No arguments: pgx sends it with the simple protocol, all statements
 	// in one implicit transaction, so the advisory lock covers them all.
-	if _, err := db.Exec(ctx, n.replacer().Replace(createSQL)); err != nil {
+	r := n.replacer()
+	if _, err := db.Exec(ctx, r.Replace(createSQL)+";\n"+r.Replace(observersSQL)); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("create lock tables %s: %w", n.table, context.Cause(ctx))
 		}
@@ -43,28 +44,22 @@ func Init(ctx context.Context, db Execer, table string) error {
 	return nil
 }
 
-// ensureSchema creates the schema unless all of it exists already, so a
-// user without CREATE privilege works once it does. Tables made before
-// the observers' triggers existed get them here when the user may add
-// them; when it may not, locking still works, and only Observe fails
-// until the owner runs Init.
+// ensureSchema creates the tables and sequences unless they exist already,
+// so a user without CREATE privilege works once they do. It does not add
+// the observers' triggers: the first Observe does (or Init), so that a lock
+// nobody observes does not pay for them.
 func (b *backend) ensureSchema(ctx context.Context) error {
 	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	var tables, observe bool
-	err := b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq, b.n.observeFn+"()").Scan(&tables, &observe)
+	var tables bool
+	err := b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq).Scan(&tables)
 	if err != nil {
 		return b.fail(ctx, "look for the lock tables", fmt.Errorf("%w; check the URL, and that the server is up", err))
 	}
-	if tables && observe {
+	if tables {
 		return nil
 	}
 	if _, err := b.pool.Exec(octx, b.sql.create); err != nil {
-		if tables && ctx.Err() == nil {
-			b.cfg.Logger.Warn("the lock table has no triggers for observers of elections, and this user may not add them; Observe fails until its owner runs postgres.Init",
-				"table", b.n.table, "err", err)
-			return nil
-		}
 		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, privilegeHint(err)))
 	}
 	return nil
