@@ -346,14 +346,15 @@
 // each client on its own connection:
 //
 //	                                  baton            pg_advisory_lock
-//	uncontended cycle                 1,208 cycles/s   7,227 cycles/s
-//	8 contenders                      682 cycles/s     6,593 cycles/s
-//	  fewest / most cycles of one     0.99 / 1.01      1.00 / 1.01   (of a fair share)
+//	uncontended cycle                 1,720 cycles/s   5,822 cycles/s
+//	8 contenders                      788 cycles/s     6,033 cycles/s
+//	  fewest / most cycles of one     0.99 / 1.01      0.99 / 1.02   (of a fair share)
 //	holder frozen with SIGSTOP, TTL 1s:
 //	  lock taken after its expiry     3 ms             never (0 of 6 within 3s)
 //	  lock taken after the freeze     978 ms
 //
-// A cycle of baton's is two round trips of a few statements that write WAL
+// (With observers' triggers on the table, which Init or an Observe adds,
+// 1,208 and 682 cycles/s in an earlier set.) A cycle of baton's is two round trips of a few statements that write WAL
 // (the lease row; the queue when contended), and under contention every
 // release also wakes each waiting Locker's listener on the server; an
 // advisory lock writes nothing and is handed on inside the server's lock
