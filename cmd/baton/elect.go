@@ -32,7 +32,10 @@ func newElect(g *globals) *cobra.Command {
 process leads: one of many replicas runs the scheduler, the mailer, the
 singleton worker. When leadership is lost, COMMAND's process group gets
 SIGTERM (SIGKILL after --grace) and elect campaigns again. When COMMAND exits
-by itself, elect resigns and exits with COMMAND's code.
+by itself, elect resigns and exits with COMMAND's code. SIGINT, SIGTERM and
+SIGHUP sent to elect while COMMAND runs are passed on to its process group,
+and elect then exits with COMMAND's code; any of them while elect still
+campaigns makes it exit 130.
 
 COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER
 and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and
@@ -107,7 +110,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 				continue
 			}
 		}
-		res, err := s.supervise(name, lease, token, argv)
+		res, err := s.supervise(ctx, name, lease, token, argv)
 		_ = lease.Release(bg)
 		if err != nil {
 			return err

@@ -152,8 +152,13 @@ func (s *leaseSession) take(ctx context.Context, name string,
 
 // supervise runs argv under lease (see supervise) with the environment of a
 // command run under a lease, and stops it --grace after a SIGTERM when the
-// lease is lost.
-func (s *leaseSession) supervise(name string, lease *baton.Lease, token baton.Token, argv []string) (supervised, error) {
+// lease is lost. A stop signal that came after the lease was granted but
+// before the command could start (ctx is cancelled then) starts nothing:
+// exit 130, and the caller releases the lease.
+func (s *leaseSession) supervise(ctx context.Context, name string, lease *baton.Lease, token baton.Token, argv []string) (supervised, error) {
+	if ctx.Err() != nil {
+		return supervised{}, &exitError{code: exitInterrupted, msg: "interrupted before the command started"}
+	}
 	env := commandEnv(s.backend, name, lease, token, s.fenced != nil)
 	return supervise(lease, argv, env, s.grace, s.stdin, s.stdout, s.stderr, s.log)
 }

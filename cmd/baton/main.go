@@ -26,12 +26,16 @@ func mainCode() int {
 	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }
 
-// signalContext is cancelled by SIGINT, SIGTERM or SIGHUP, which ends a
-// wait for a lock (exit 130) and leaves its queue. While baton run or elect
-// runs a command, supervise passes the same signals (passedOn) on to the
-// command's process group instead.
+// signalContext is cancelled by SIGINT, SIGTERM or SIGHUP (those not
+// ignored at start: see handled), which ends a wait for a lock (exit 130)
+// and leaves its queue. While baton run or elect runs a command, supervise
+// passes the same signals on to the command's process group instead.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), passedOn...)
+	sigs := handled()
+	if len(sigs) == 0 { // NotifyContext with none would catch every signal
+		return context.WithCancel(context.Background())
+	}
+	return signal.NotifyContext(context.Background(), sigs...)
 }
 
 // quietRedis drops go-redis's own log lines.

@@ -37,7 +37,8 @@ also ETCD_LOCK_KEY and ETCD_LOCK_REV, as etcdctl lock sets them. If the lease
 is lost while COMMAND runs, its process group gets SIGTERM at once and
 SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP sent to baton while COMMAND
 runs are passed on to its process group, and baton then exits with COMMAND's
-code; any of them while baton still waits for the lock makes it exit 130.
+code; any of them while baton still waits for the lock makes it exit 130. A
+signal ignored when baton started (SIGHUP under nohup) stays ignored.
 
 With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With
@@ -146,7 +147,7 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 		}
 	}
 
-	res, err := s.supervise(name, lease, token, argv)
+	res, err := s.supervise(ctx, name, lease, token, argv)
 	if err != nil {
 		return err
 	}

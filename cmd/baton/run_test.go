@@ -513,3 +513,81 @@ func waiters(t *testing.T, backend, name string) int {
 	}
 	return st[0].Waiters
 }
+
+// TestRun_IgnoredSIGHUPStaysIgnored: started with SIGHUP ignored (as under
+// nohup), baton leaves it ignored while it waits, rather than catching it
+// and giving up the wait; started normally, it catches SIGHUP. Read from
+// the kernel's view of the waiting process (/proc/PID/status).
+func TestRun_IgnoredSIGHUPStaysIgnored(t *testing.T) {
+	backend := etcdBackend(t)
+	started := filepath.Join(t.TempDir(), "started")
+	holder := startBaton(t, "run", "--backend", backend, "hup", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	for _, nohup := range []bool{false, true} {
+		c := batonCmd("run", "--backend", backend, "--wait", "60s", "hup", "--", "true")
+		if nohup {
+			sh := exec.Command("sh", append([]string{"-c", `trap '' HUP; exec "$0" "$@"`}, c.Args...)...)
+			sh.Env, sh.SysProcAttr = c.Env, c.SysProcAttr
+			c = sh
+		}
+		waiter := startCmd(t, c)
+		waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "hup") == 1 },
+			func() string { return "the waiter never queued: " + waiter.stderr.String() })
+		ignored, caught := sigMasks(t, waiter.cmd.Process.Pid)
+		const hup = 1 << (syscall.SIGHUP - 1)
+		if got := ignored&hup != 0; got != nohup {
+			t.Errorf("started with SIGHUP ignored %v: ignored while waiting %v", nohup, got)
+		}
+		if got := caught&hup != 0; got == nohup {
+			t.Errorf("started with SIGHUP ignored %v: caught while waiting %v", nohup, got)
+		}
+		_ = waiter.cmd.Process.Signal(syscall.SIGTERM)
+		if r := waiter.wait(t); r.code != exitInterrupted {
+			t.Errorf("exit %d after SIGTERM while waiting, want %d; %q", r.code, exitInterrupted, r.stderr)
+		}
+	}
+}
+
+// sigMasks reads the ignored and caught signal masks of process pid.
+func sigMasks(t *testing.T, pid int) (ignored, caught uint64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		n, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		switch k {
+		case "SigIgn":
+			ignored = n
+		case "SigCgt":
+			caught = n
+		}
+	}
+	return ignored, caught
+}
+
+// TestRun_LossGraceIdle: after a loss baton waits out --grace for a command
+// that ignores SIGTERM before it sends SIGKILL, and it waits idle: the CPU
+// time of its whole life stays far below the grace period (a select on the
+// lease's closed Done channel once spun through all of it).
+func TestRun_LossGraceIdle(t *testing.T) {
+	backend := etcdBackend(t)
+	started := filepath.Join(t.TempDir(), "started")
+	const grace = 3 * time.Second
+	run := startBaton(t, "run", "--backend", backend, "--grace", grace.String(), "graceful", "--", "sh", "-c", "trap '' TERM; touch "+started+"; sleep 60")
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return run.stderr.String() })
+	if r := runBaton(t, "release", "--force", "--backend", backend, "graceful"); r.code != 0 {
+		t.Fatalf("release --force: %d %s", r.code, r.stderr)
+	}
+	r := run.wait(t)
+	if r.code != exitLeaseLost {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLeaseLost, r.stderr)
+	}
+	cpu := run.cmd.ProcessState.UserTime() + run.cmd.ProcessState.SystemTime()
+	t.Logf("baton used %v of CPU, %v of it waiting out the grace period", cpu.Round(time.Millisecond), grace)
+	if cpu > grace/2 {
+		t.Errorf("baton used %v of CPU over its life, with a %v grace period in it: it spins while it waits", cpu, grace)
+	}
+}

@@ -25,9 +25,25 @@ type supervised struct {
 	status   string
 }
 
-// passedOn are the signals baton passes on to a supervised command's
-// process group; run's help lists them.
+// passedOn are the signals baton handles: they end a wait for the lock
+// (exit 130), and while a command runs baton passes them on to its process
+// group; run's help lists them.
 var passedOn = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// handled returns passedOn without the signals ignored when baton started
+// (SIGHUP under nohup): those stay ignored, for baton and, as the kernel
+// passes an ignored disposition on, for the command. Go keeps a signal
+// ignored at start-up ignored until it is asked to notify of it, which
+// baton never does, so handled gives the same answer all along.
+func handled() []os.Signal {
+	var out []os.Signal
+	for _, s := range passedOn {
+		if !signal.Ignored(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // supervise runs argv in its own process group until it exits, passing on
 // the signals in passedOn, and stops it when the lease is lost: SIGTERM to
@@ -42,7 +58,9 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, passedOn...)
+	if hs := handled(); len(hs) > 0 { // Notify with none would relay every signal
+		signal.Notify(sigs, hs...)
+	}
 	defer signal.Stop(sigs)
 
 	if err := cmd.Start(); err != nil {
@@ -54,6 +72,7 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 
 	var res supervised
 	var kill <-chan time.Time
+	done := lease.Done() // nil once handled: a closed channel would spin
 	for {
 		select {
 		case <-exited:
@@ -63,8 +82,9 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			log.Info("passing signal on to the command", "signal", s)
 			res.signaled = true
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
-		case <-lease.Done():
-			if res.lost != nil || !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		case <-done:
+			done = nil
+			if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 				continue
 			}
 			res.lost = lease.Err()
