@@ -47,9 +47,10 @@ var _ baton.Backend = (*backend)(nil)
 
 // New returns a Locker on client, an efficiency lock: no fencing tokens
 // (see the package documentation). The client stays the caller's: closing
-// the Locker does not close it. For prompt cancellation set
-// ContextTimeoutEnabled in the client's options (Open does); renewals are
-// bounded by the local deadline either way.
+// the Locker does not close it. Set ContextTimeoutEnabled in the client's
+// options (Open does), so that context deadlines bound each command on the
+// socket (go-redis interrupts a read at a deadline, not at a cancellation);
+// renewals are bounded by the local deadline either way.
 //
 // Options: baton.WithTTL (at least MinTTL; default 15s),
 // baton.WithPrefix (default DefaultPrefix; no braces, which would change

@@ -93,7 +93,11 @@
 // MinTTL is 200ms. Redis Cluster works through redis.UniversalClient (the
 // queue keys share the lock key's hash slot; the prefix must not contain
 // braces). For a client you build yourself, set ContextTimeoutEnabled so
-// that cancellation reaches the socket; Open does.
+// that context deadlines reach the socket (go-redis interrupts a read at a
+// deadline, not at a cancellation); Open does. A Release waits for a
+// renewal in flight, so it can take up to the request timeout longer than
+// the release timeout. Any renewal error ends the lease, also one that
+// says nothing about the key (the client's pool timing out under load).
 //
 // # Performance
 //

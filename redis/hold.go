@@ -47,7 +47,7 @@ func (h *hold) renew(ctx context.Context) error {
 	n, err := renewScript.Run(octx, h.b.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
 	switch {
 	case err != nil && ctx.Err() == nil:
-		return fmt.Errorf("%w: the renewal of %s failed: %w", baton.ErrLeaseLost, h.k.lock, h.b.fail(ctx, "renew "+h.k.lock, err))
+		return fmt.Errorf("%w: renewal failed: %w", baton.ErrLeaseLost, h.b.fail(ctx, "renew "+h.k.lock, err))
 	case err != nil:
 		return h.b.fail(ctx, "renew "+h.k.lock, err) // past the deadline or stopped: the keeper decides
 	case n != 1:

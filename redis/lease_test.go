@@ -493,50 +493,86 @@ func TestObserve_StreamOnlyWhileObserved(t *testing.T) {
 	if _, err := newLocker(t, srv.Addr).Observe(ctx, "quiet"); err != nil {
 		t.Fatal(err)
 	}
+	before := c.XLen(timeout(t, time.Second), stream).Val() // the holder as the observer came
 	cycle()
-	if n := c.XLen(timeout(t, time.Second), stream).Val(); n != 2 {
-		t.Fatalf("observed lock: %d stream entries after one acquire and release, want 2", n)
+	if n := c.XLen(timeout(t, time.Second), stream).Val() - before; n != 2 {
+		t.Fatalf("observed lock: %d stream entries for one acquire and release, want 2", n)
 	}
 }
 
-// TestObserve_RegistrationLapsed: when an observer's registration is gone
-// (it did not run for a minute), changes go unwritten; the observer notices
-// at its next look and reports the holder there is, not a stale one.
+// TestObserve_RegistrationLapsed: when the observers' registration is gone
+// (nobody looked for a minute, or the key was lost to a failover or an
+// eviction), changes go unwritten. The next observer to look, the same one
+// when its TTL-bound wait ends or another one that starts observing,
+// appends the holder there is, and every observer reports it, not a stale
+// one and not "no leader".
 func TestObserve_RegistrationLapsed(t *testing.T) {
-	srv := testsvc.StartRedis(t)
-	c := client(t, srv.Addr)
-	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
-	b := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("b"))
-	terms, err := newLocker(t, srv.Addr).Observe(timeout(t, 30*time.Second), "lapse")
-	if err != nil {
-		t.Fatal(err)
+	for _, another := range []bool{false, true} {
+		t.Run(map[bool]string{false: "self", true: "another"}[another], func(t *testing.T) {
+			srv := testsvc.StartRedis(t)
+			c := client(t, srv.Addr)
+			a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
+			b := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("b"))
+			terms, err := newLocker(t, srv.Addr).Observe(timeout(t, 30*time.Second), "lapse")
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := func() string { t.Helper(); return nextLeader(t, terms) }
+			if got := next(); got != "-" {
+				t.Fatalf("first term %q, want no leader", got)
+			}
+			la, err := a.Acquire(timeout(t, 5*time.Second), "lapse")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := next(); got != "a" {
+				t.Fatalf("term %q, want a", got)
+			}
+			// The observer registers again after every read: wait until it
+			// blocks in its next one, then take the registration away.
+			waitBlockedXRead(t, c)
+			reg := "{" + la.Key() + "}:n"
+			if err := c.Del(timeout(t, time.Second), reg).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_ = la.Release(context.Background())
+			if _, err := b.Acquire(timeout(t, 5*time.Second), "lapse"); err != nil {
+				t.Fatal(err)
+			}
+			if another {
+				if _, err := newLocker(t, srv.Addr).Observe(timeout(t, 30*time.Second), "lapse"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Nothing was written for the release and b's acquisition.
+			if got := next(); got != "b" {
+				t.Fatalf("after the lapse the term is %q, want b", got)
+			}
+			if n := c.Exists(timeout(t, time.Second), reg).Val(); n != 1 {
+				t.Fatal("the observers did not register again")
+			}
+		})
 	}
-	next := func() string { t.Helper(); return nextLeader(t, terms) }
-	if got := next(); got != "-" {
-		t.Fatalf("first term %q, want no leader", got)
-	}
-	la, err := a.Acquire(timeout(t, 5*time.Second), "lapse")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := next(); got != "a" {
-		t.Fatalf("term %q, want a", got)
-	}
-	reg := "{" + la.Key() + "}:n"
-	if err := c.Del(timeout(t, time.Second), reg).Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = la.Release(context.Background())
-	if _, err := b.Acquire(timeout(t, 5*time.Second), "lapse"); err != nil {
-		t.Fatal(err)
-	}
-	// Nothing was written for the release and b's acquisition; the observer
-	// looks again when a's TTL would have run out, and finds b.
-	if got := next(); got != "b" {
-		t.Fatalf("after the lapse the term is %q, want b", got)
-	}
-	if n := c.Exists(timeout(t, time.Second), reg).Val(); n != 1 {
-		t.Fatal("the observer did not register again")
+}
+
+// waitBlockedXRead waits until a client of the server is blocked in XREAD.
+func waitBlockedXRead(t *testing.T, c *goredis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := c.ClientList(timeout(t, time.Second)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " cmd=xread") && strings.Contains(line, " flags=b ") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no client blocked in XREAD within 10s: %s", list)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

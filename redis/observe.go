@@ -24,11 +24,13 @@ const (
 // Observe implements baton.Observer. While someone observes a lock (its
 // registration key {K}:n lives), the scripts that give the lock to a
 // holder or free it append the change to the lock's stream {K}:o, so an
-// observer reads every such change in order with XREAD. An observer that
-// did not run for observerTTL (a consumer that stopped reading) may find
-// its registration lapsed: changes made meanwhile are not in the stream,
-// and it reports the holder it finds next. The stream's cap (about 64
-// entries) is the other such limit. A lease that
+// observer reads every such change in order with XREAD. When the
+// registration had lapsed (no observer looked for observerTTL, or the key
+// was lost to a failover or an eviction), changes made meanwhile are not in
+// the stream: the next observer to look appends the holder there is then,
+// so every observer goes on from the holder there is, having missed the
+// terms in between. The stream's cap (about 64 entries) is the other such
+// limit. A lease that
 // expires writes nothing; the observer reads the lock's state again when
 // the holder's PTTL runs out, and when the holder it finds is not the last
 // one the stream named and no change is waiting in the stream, the old
@@ -53,7 +55,6 @@ type lockState struct {
 	value string        // the holder's value; "" when free
 	pttl  time.Duration // the key's remaining TTL
 	last  string        // the change stream's last entry ID
-	gap   bool          // the observer's registration had lapsed
 }
 
 func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
@@ -64,7 +65,7 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 		return lockState{}, b.fail(ctx, "read lock state", err)
 	}
 	var st lockState
-	if len(res) != 4 {
+	if len(res) != 3 {
 		return lockState{}, b.fail(ctx, "read lock state", errors.New("unexpected reply"))
 	}
 	st.value, _ = res[0].(string)
@@ -72,8 +73,6 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 		st.pttl = time.Duration(ms) * time.Millisecond
 	}
 	st.last, _ = res[2].(string)
-	present, _ := res[3].(int64)
-	st.gap = present == 0
 	return st, nil
 }
 
@@ -123,18 +122,6 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			return
 		}
 		pttl = now.pttl
-		if now.gap {
-			// Our registration lapsed: the stream may lack changes. Go on
-			// from the holder there is now.
-			last = now.last
-			if now.value != cur {
-				cur = now.value
-				if !send(ctx, ch, b.term(k.name, cur)) {
-					return
-				}
-			}
-			continue
-		}
 		if cur != "" && now.value != cur && now.last == last {
 			// No change is waiting in the stream, yet the holder is not
 			// the last one it named: that one expired. The stream tells

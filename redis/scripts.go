@@ -170,15 +170,19 @@ return cur
 
 // stateScript registers an observer of the lock, setting {K}:n (KEYS[3])
 // for ARGV[1] ms, and reads the lock's holder value (false when free), its
-// PTTL in ms, the ID of the last entry of its change stream ("0-0" when
-// none), and 1 if {K}:n already existed (0 if it had lapsed, so changes
-// since the observer's last call may be missing from the stream), at one
-// moment.
+// PTTL in ms, and the ID of the last entry of its change stream ("0-0" when
+// none), at one moment. When {K}:n was missing (nobody observed, or every
+// observer's registration lapsed, or the key was lost), changes may have
+// gone unwritten: it first appends the holder there is now, so that every
+// observer reading the stream from where it was converges on it.
 var stateScript = goredis.NewScript(`
-local present = redis.call('exists', KEYS[3])
+if redis.call('exists', KEYS[3]) == 0 then
+  redis.call('xadd', KEYS[2], 'MAXLEN', '~', '64', '*', 'v', redis.call('get', KEYS[1]) or '')
+  redis.call('pexpire', KEYS[2], 86400000)
+end
 redis.call('set', KEYS[3], '1', 'px', ARGV[1])
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
 local id = '0-0'
 if last then id = last[1] end
-return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id, present}
+return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id}
 `)

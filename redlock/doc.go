@@ -26,8 +26,9 @@
 // the key (compare-and-delete) on every node. Renewal every TTL/3 is a
 // compare-and-PEXPIRE on every node and succeeds on a majority; when it
 // does not (so many nodes refuse that no majority can hold the key any
-// more, or too few answer within the node timeout), the lease ends at
-// once, and a renewal still out at the local deadline ends it then. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
+// more, or too few answer within the request timeout), the lease ends at
+// once; a renewal still waiting for a node at the local deadline (a frozen
+// node's answer could still make the majority) ends it then. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
 //
 // # Waiting
 //

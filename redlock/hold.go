@@ -46,10 +46,11 @@ var errRefused = errors.New("key no longer holds this lease's value")
 
 // renew is the keeper's RenewFunc: compare-and-PEXPIRE on every node in
 // parallel. It succeeds when a majority renewed, which extends the lease
-// on each of them from a moment no earlier than the send time. When so
-// many nodes refuse that no majority can renew any more, the lease is lost
-// at once; failures short of that are retried by the keeper until the
-// local deadline. A node that lost our key (it restarted, or never had
+// on each of them from a moment no earlier than the send time. When no
+// majority renewed (so many nodes refused that no majority can renew any
+// more, or too few answered), the lease is lost at once; a renewal cut off
+// by the local deadline is left to the keeper, which reports the deadline.
+// A node that lost our key (it restarted, or never had
 // it) is not written to: renewal only extends, it never re-acquires.
 func (h *hold) renew(ctx context.Context) error {
 	_, errs := each(ctx, h.b, min(h.b.cfg.RequestTimeout, h.b.cfg.TTL-h.b.cfg.Drift), func(ctx context.Context, n *node) (struct{}, error) {
@@ -73,6 +74,11 @@ func (h *hold) renew(ctx context.Context) error {
 		}
 		return ok >= h.b.quorum || refused > len(h.b.nodes)-h.b.quorum
 	})
+	if ctx.Err() != nil {
+		// The local deadline passed (or the keeper stopped): the nodes
+		// still out were cut off, not slow; the keeper says which.
+		return fmt.Errorf("renew %s: %w", h.k.lock, ctx.Err())
+	}
 	ok, refused := 0, 0
 	var failed []error
 	for _, err := range errs {

@@ -21,8 +21,9 @@ import (
 
 // RenewFunc makes one renewal. It returns nil when the lease was extended by
 // the full TTL from a moment no earlier than the call's start. An error
-// matching baton.ErrLeaseLost is final (the service refused: the lease is
-// gone); any other error is retried until the local deadline passes. ctx
+// matching baton.ErrLeaseLost is final (the service refused, or the
+// backend gives up on a failure: the efficiency-only Redis backends do);
+// any other error is retried until the local deadline passes. ctx
 // ends at the local deadline: a renewal that lands later cannot help.
 type RenewFunc func(ctx context.Context) error
 

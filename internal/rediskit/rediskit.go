@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,8 +114,8 @@ func CheckPrefix(prefix string) error {
 // the lease timings (urlparam.Durations) and prefix.
 func QueryOptions(q url.Values) ([]baton.Option, error) {
 	var opts []baton.Option
-	for k, vs := range q {
-		v := vs[len(vs)-1]
+	for _, k := range slices.Sorted(maps.Keys(q)) { // the same error for the same URL
+		v := q[k][len(q[k])-1]
 		opt, ok, err := urlparam.Duration(k, v)
 		switch {
 		case err != nil:
