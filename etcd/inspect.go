@@ -64,8 +64,8 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		h := keys[0]
 		v := holderval.Decode(h.Value)
 		info := baton.LockInfo{Name: name, Holder: v.Holder, Key: string(h.Key), Token: baton.Token(h.CreateRevision), Since: v.Since, Waiters: len(keys) - 1, TTLLeft: -1}
-		if info.Holder == "" {
-			info.Holder = "(etcdctl lock)"
+		if info.Holder == holderval.NoData {
+			info.Holder = "(etcdctl lock)" // etcdctl lock stores nothing
 		}
 		if h.Lease != 0 {
 			if ttl, err := b.client.TimeToLive(octx, clientv3.LeaseID(h.Lease)); err == nil && ttl.TTL >= 0 {

@@ -140,9 +140,9 @@ func TestHandOff_LostNotify_Claimed(t *testing.T) {
 	}
 	// The waiter's last statement went out before the release, and it looks
 	// again at most RenewEvery (TTL/3) after it; the claim is one statement
-	// more, given 250ms here.
+	// more, given 500ms here (a loaded machine, -race).
 	recheck := w.Locker().Config().RenewEvery
-	if bound := recheck + 250*time.Millisecond; took > bound {
+	if bound := recheck + 500*time.Millisecond; took > bound {
 		t.Errorf("claimed %v after the release; want within its re-check interval (%v) and one statement: %v", took, recheck, bound)
 	}
 	var left float64

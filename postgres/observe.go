@@ -58,9 +58,10 @@ var errNotObservable = errors.New("elections on this lock table cannot be observ
 // closing the channel, when ctx ends, when the Locker is closed, or when
 // the table can no longer be observed (dropped, or a privilege revoked);
 // a lost connection is made again. Observe fails (with an error wrapping
-// baton.ErrUnavailable) when the database cannot be reached or the lease
-// table lacks the observers' triggers (tables made before they existed,
-// by an owner who has not run Init since).
+// baton.ErrUnavailable) when the database cannot be reached, or when the
+// lease table lacks the observers' triggers and this user may not add them
+// (only the table's owner may: run Init, or one Observe, as the owner; the
+// CLI's `baton elect --observe NAME` is one).
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -185,10 +186,11 @@ func (o *observer) connect(ctx context.Context) error {
 		// The first observer of the table adds the triggers that notify
 		// observers; the tables are made without them.
 		if _, err := conn.Exec(cctx, o.b.sql.observers); err != nil {
-			if cctx.Err() != nil {
-				return err
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+				return fmt.Errorf("%w: the lock table %s lacks the triggers that notify observers, and this user may not add them (%v); add them as the table's owner: postgres.Init, or one `baton elect --observe NAME` run as the owner", errNotObservable, o.b.n.table, err)
 			}
-			return fmt.Errorf("%w: the lock table %s lacks the triggers that notify observers, and this user may not add them (%v); add them by running postgres.Init as the table's owner", errNotObservable, o.b.n.table, err)
+			return fmt.Errorf("add the observers' triggers to %s: %w", o.b.n.table, err) // transient: a lock wait, a lost connection
 		}
 	}
 	o.channel = "baton.observe." + strconv.FormatUint(uint64(*oid), 10)
@@ -509,6 +511,9 @@ func transient(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return true
+	}
+	if pgErr.Code == "55P03" { // lock_not_available: adding the triggers waited too long
 		return true
 	}
 	switch pgErr.Code[:2] {

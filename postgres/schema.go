@@ -21,9 +21,11 @@ type Execer interface {
 // and the token and ticket sequences, and the trigger function and the two
 // triggers on the lease table that notify observers of elections, as shown
 // in the package documentation. It is safe to run again, and from several
-// processes at once. New and Dial run it when something is missing; run it
-// yourself (or the SQL) where the Locker's database user may not create
-// tables, as the owner of the tables.
+// processes at once. New and Dial create the tables and sequences when they
+// are missing, and the first Observe the function and triggers; run Init
+// yourself (or the SQL) as the owner of the tables where the Locker's
+// database user may not create them, or may not add the triggers (only the
+// table's owner may) and someone will observe elections.
 func Init(ctx context.Context, db Execer, table string) error {
 	n, err := newNames(table)
 	if err != nil {

@@ -89,7 +89,9 @@ func (s *Store) stale(ctx context.Context, q Querier, resource string, token bat
 // nothing. A refused token costs a second statement, reading the newest
 // token for the error. The upsert locks the row exclusively even for the
 // token the fence already holds, so such a raise waits for the fenced
-// transactions that hold the row share-locked, as any raise does.
+// transactions that hold the row share-locked, as any raise does: do not
+// call Raise from inside a WithTx on the same resource (it would wait for
+// itself).
 func (s *Store) Raise(ctx context.Context, resource string, token baton.Token) error {
 	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
