@@ -79,7 +79,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	}
 	if !req.Wait {
 		b.deleteKey(ctx, key)
-		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: holderval.Decode(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
+		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: decodeValue(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
 	}
 	if err := b.wait(ctx, s, pfx, key, rev); err != nil {
 		select {

@@ -21,6 +21,16 @@ var (
 	_ baton.ForceReleaser = (*backend)(nil)
 )
 
+// decodeValue reads a lock key's value. A key without data is etcdctl
+// lock's, which stores nothing: status, observers and errors name it so.
+func decodeValue(v []byte) holderval.Value {
+	hv := holderval.Decode(v)
+	if hv.Holder == holderval.NoData {
+		hv.Holder = "(etcdctl lock)"
+	}
+	return hv
+}
+
 // Inspect implements baton.Inspector.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	octx, cancel := b.op(ctx)
@@ -62,11 +72,8 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	for name, keys := range byName {
 		slices.SortFunc(keys, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
 		h := keys[0]
-		v := holderval.Decode(h.Value)
+		v := decodeValue(h.Value)
 		info := baton.LockInfo{Name: name, Holder: v.Holder, Key: string(h.Key), Token: baton.Token(h.CreateRevision), Since: v.Since, Waiters: len(keys) - 1, TTLLeft: -1}
-		if info.Holder == holderval.NoData {
-			info.Holder = "(etcdctl lock)" // etcdctl lock stores nothing
-		}
 		if h.Lease != 0 {
 			if ttl, err := b.client.TimeToLive(octx, clientv3.LeaseID(h.Lease)); err == nil && ttl.TTL >= 0 {
 				info.TTLLeft = time.Duration(ttl.TTL) * time.Second

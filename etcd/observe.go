@@ -9,7 +9,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/internal/holderval"
 )
 
 var _ baton.Observer = (*backend)(nil)
@@ -108,7 +107,7 @@ func term(name string, keys map[string]*mvccpb.KeyValue) baton.Term {
 	if first == nil {
 		return baton.Term{Election: name}
 	}
-	v := holderval.Decode(first.Value)
+	v := decodeValue(first.Value)
 	return baton.Term{Election: name, Leader: v.Holder, Token: baton.Token(first.CreateRevision), Key: string(first.Key), Since: v.Since}
 }
 

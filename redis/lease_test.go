@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
 )
@@ -433,7 +434,7 @@ func TestObserve_Handoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() string { t.Helper(); return nextLeader(t, terms) }
+	next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 10*time.Second) }
 	if got := next(); got != "-" {
 		t.Fatalf("first term %q, want no leader", got)
 	}
@@ -517,7 +518,7 @@ func TestObserve_RegistrationLapsed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			next := func() string { t.Helper(); return nextLeader(t, terms) }
+			next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 10*time.Second) }
 			if got := next(); got != "-" {
 				t.Fatalf("first term %q, want no leader", got)
 			}
@@ -573,22 +574,6 @@ func waitBlockedXRead(t *testing.T, c *goredis.Client) {
 			t.Fatalf("no client blocked in XREAD within 10s: %s", list)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// nextLeader returns the leader of the next term observed ("-" for none),
-// failing the test when none comes within 10s.
-func nextLeader(t *testing.T, terms <-chan baton.Term) string {
-	t.Helper()
-	select {
-	case tm := <-terms:
-		if tm.NoLeader() {
-			return "-"
-		}
-		return tm.Leader
-	case <-time.After(10 * time.Second):
-		t.Fatal("no term within 10s")
-		return ""
 	}
 }
 

@@ -47,12 +47,15 @@ local function live_head(q, w, now)
   end
 end
 
--- note records a change of holder (v empty: freed) for observers, when
--- there are any.
-local function note(o, n, v)
-  if redis.call('exists', n) == 0 then return end
+-- record appends holder v (empty: free) to the observers' stream o.
+local function record(o, v)
   redis.call('xadd', o, 'MAXLEN', '~', '64', '*', 'v', v)
   redis.call('pexpire', o, 86400000)
+end
+
+-- note records a change of holder for observers, when there are any.
+local function note(o, n, v)
+  if redis.call('exists', n) == 1 then record(o, v) end
 end
 
 -- handoff gives the free lock to the first live waiter, with that waiter's
@@ -175,10 +178,9 @@ return cur
 // observer's registration lapsed, or the key was lost), changes may have
 // gone unwritten: it first appends the holder there is now, so that every
 // observer reading the stream from where it was converges on it.
-var stateScript = goredis.NewScript(`
+var stateScript = goredis.NewScript(luaHelpers + `
 if redis.call('exists', KEYS[3]) == 0 then
-  redis.call('xadd', KEYS[2], 'MAXLEN', '~', '64', '*', 'v', redis.call('get', KEYS[1]) or '')
-  redis.call('pexpire', KEYS[2], 86400000)
+  record(KEYS[2], redis.call('get', KEYS[1]) or '')
 end
 redis.call('set', KEYS[3], '1', 'px', ARGV[1])
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/zk"
 )
 
@@ -22,19 +23,7 @@ func TestObserve_Handoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() string {
-		t.Helper()
-		select {
-		case tm := <-terms:
-			if tm.NoLeader() {
-				return "-"
-			}
-			return tm.Leader
-		case <-time.After(10 * time.Second):
-			t.Fatal("no term within 10s")
-			return ""
-		}
-	}
+	next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 10*time.Second) }
 	if got := next(); got != "-" {
 		t.Fatalf("first term %q, want no leader", got)
 	}
