@@ -46,10 +46,8 @@ func (h *hold) renew(ctx context.Context) error {
 	defer cancel()
 	n, err := renewScript.Run(octx, h.b.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
 	switch {
-	case err != nil && ctx.Err() == nil:
-		return fmt.Errorf("%w: renewal failed: %w", baton.ErrLeaseLost, h.b.fail(ctx, "renew "+h.k.lock, err))
 	case err != nil:
-		return h.b.fail(ctx, "renew "+h.k.lock, err) // past the deadline or stopped: the keeper decides
+		return fmt.Errorf("%w: renewal failed: %w", baton.ErrLeaseLost, h.b.fail(ctx, "renew "+h.k.lock, err))
 	case n != 1:
 		return fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
 	}

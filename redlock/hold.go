@@ -48,8 +48,8 @@ var errRefused = errors.New("key no longer holds this lease's value")
 // parallel. It succeeds when a majority renewed, which extends the lease
 // on each of them from a moment no earlier than the send time. When no
 // majority renewed (so many nodes refused that no majority can renew any
-// more, or too few answered), the lease is lost at once; a renewal cut off
-// by the local deadline is left to the keeper, which reports the deadline.
+// more, or too few answered), the lease is lost at once; the keeper reports
+// a renewal cut off by the local deadline as the deadline.
 // A node that lost our key (it restarted, or never had
 // it) is not written to: renewal only extends, it never re-acquires.
 func (h *hold) renew(ctx context.Context) error {
@@ -74,11 +74,6 @@ func (h *hold) renew(ctx context.Context) error {
 		}
 		return ok >= h.b.quorum || refused > len(h.b.nodes)-h.b.quorum
 	})
-	if ctx.Err() != nil {
-		// The local deadline passed (or the keeper stopped): the nodes
-		// still out were cut off, not slow; the keeper says which.
-		return fmt.Errorf("renew %s: %w", h.k.lock, ctx.Err())
-	}
 	ok, refused := 0, 0
 	var failed []error
 	for _, err := range errs {

@@ -227,8 +227,10 @@ func (k *Keeper) rearm() {
 // renewOnce runs one renewal with ctx ending at deadline. It returns the
 // renewal's error and true, or false when the deadline passed or the
 // Keeper stopped first: a RenewFunc whose client ignores its context cannot
-// hold the loss past the deadline. The renewal's goroutine is awaited by
-// Stop.
+// hold the loss past the deadline. An error returned once ctx has ended
+// counts as the deadline's too, not as the renewal's verdict: the request
+// was cut off, so a RenewFunc need not tell the two apart. The renewal's
+// goroutine is awaited by Stop.
 func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
 	rctx, cancel := context.WithDeadline(k.ctx, deadline)
 	defer cancel()
@@ -240,12 +242,18 @@ func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
 	}()
 	select {
 	case err := <-res:
+		if err != nil && rctx.Err() != nil {
+			return nil, false // cut off by the deadline or a stop
+		}
 		return err, true
 	case <-rctx.Done():
-		// Prefer an answer that arrived together with the deadline.
+		// Prefer a confirmation that arrived together with the deadline.
 		select {
 		case err := <-res:
-			return err, true
+			if err != nil {
+				return nil, false
+			}
+			return nil, true
 		default:
 			return nil, false
 		}
