@@ -113,19 +113,29 @@ func (s *suite) election(t *testing.T) {
 		}
 	}
 
-	// The observer saw each leader in order, then no leader.
+	// The observer saw each leader in order, then no leader. Where a leader
+	// crashed, its successor takes office only once the crashed one's lease
+	// has run out: a backend whose waiters find that out by looking again
+	// (Redis, PostgreSQL) has a real moment with no leader between the two,
+	// which an observer may report. Nowhere else may one appear.
 	want := make([]string, 0, 4)
-	for _, c := range order {
+	crashedLeader := map[string]bool{}
+	for i, c := range order {
 		want = append(want, c.id)
+		crashedLeader[c.id] = i < 2 && c.c.Crash != nil
 	}
 	want = append(want, "")
-	var got []string
+	var got, raw []string
 	deadline := time.After(2*s.f.TTL + 10*time.Second)
 	for len(got) < len(want) {
 		select {
 		case tm, ok := <-seen:
 			if !ok {
-				t.Fatalf("observation ended early; saw %q, want %q", got, want)
+				t.Fatalf("observation ended early; saw %q, want %q", raw, want)
+			}
+			raw = append(raw, tm.Leader)
+			if n := len(got); n > 0 && tm.NoLeader() && crashedLeader[got[n-1]] {
+				continue // between a crashed leader and its successor
 			}
 			got = append(got, tm.Leader)
 			if !tm.NoLeader() && s.f.Fenced {
@@ -136,12 +146,12 @@ func (s *suite) election(t *testing.T) {
 				}
 			}
 		case <-deadline:
-			t.Fatalf("observed %q, want %q", got, want)
+			t.Fatalf("observed %q, want %q", raw, want)
 		}
 	}
 	for i := range want {
 		if got[i] != want[i] {
-			t.Fatalf("observed leaders %q, want %q in that order", got, want)
+			t.Fatalf("observed leaders %q, want %q in that order (no leader allowed only right after a crashed one)", raw, want)
 		}
 	}
 }
