@@ -40,6 +40,7 @@ var errTooSlow = errors.New("the lock was granted, but the answer came after the
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	var key string
 	var wake <-chan int64
+	var slot int32 // our waiters row; 0, no row, when not waiting
 	if req.Wait {
 		lis, err := b.listener(ctx)
 		if err != nil {
@@ -50,11 +51,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		key = strconv.FormatUint(b.waiterSeq.Add(1), 10)
 		wake = lis.register(key)
 		defer lis.unregister(key)
+		slot = b.slots.take()
+		defer b.slots.give(slot) // after leaving the queue: deferred calls run last first
 	}
 	var ticket int64 // our place in the queue, once queued
 	defer func() {
 		if ticket != 0 {
-			b.leaveQueue(ctx, req.Name, ticket)
+			b.leaveQueue(ctx, req.Name, slot, ticket)
 		}
 	}()
 	timer := time.NewTimer(time.Hour)
@@ -62,7 +65,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	defer timer.Stop()
 	for {
 		sent := time.Now()
-		r, err := b.attempt(ctx, req, ticket, key)
+		r, err := b.attempt(ctx, req, slot, ticket, key)
 		if err != nil {
 			return nil, err
 		}
@@ -119,14 +122,14 @@ type result struct {
 // that came and went before it (a snapshot taken before waiting for the
 // lock could count waiters that have since left, and queue behind them
 // while the lock stays free).
-func (b *backend) attempt(ctx context.Context, req baton.Request, ticket int64, key string) (result, error) {
+func (b *backend) attempt(ctx context.Context, req baton.Request, slot int32, ticket int64, key string) (result, error) {
 	b.attempts.Add(1)
 	octx, cancel := b.op(ctx)
 	defer cancel()
 	var r result
 	var batch pgx.Batch
 	batch.Queue(b.sql.lockRow, req.Name)
-	batch.Queue(b.sql.attempt, req.Name, req.Holder, b.cfg.TTL, ticket, req.Wait, b.channel, key, b.now()).QueryRow(func(row pgx.Row) error {
+	batch.Queue(b.sql.attempt, req.Name, req.Holder, b.cfg.TTL, ticket, req.Wait, b.channel, key, b.now(), slot).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&r.token, &r.ticket, &r.holder, &r.holderToken, &r.holderLeft, &r.ahead, &r.aheadLeft, &r.next)
 	})
 	if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
@@ -191,16 +194,16 @@ func (b *backend) freeDetached(ctx context.Context, name string, token baton.Tok
 	}
 }
 
-// leaveQueue takes us off the queue. If the lock was handed to us
+// leaveQueue takes us off the queue (ends our place in slot). If the lock was handed to us
 // meanwhile (or an acquisition we never heard back from took it), it frees
 // it and hands it on; all under the row's lock, so no hand-off can pick us
 // after we left.
-func (b *backend) leaveQueue(ctx context.Context, name string, ticket int64) {
+func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticket int64) {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
 	var batch pgx.Batch
 	batch.Queue(b.sql.lockRow, name)
-	batch.Queue(b.sql.leave, name, ticket)
+	batch.Queue(b.sql.leave, name, b.channel, slot)
 	batch.Queue(b.sql.freeOur, name, ticket)
 	batch.Queue(b.sql.handOff, name)
 	if err := b.pool.SendBatch(fctx, &batch).Close(); err != nil {

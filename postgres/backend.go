@@ -40,6 +40,7 @@ type backend struct {
 	now func() time.Time
 
 	waiterSeq atomic.Uint64 // numbers this Locker's waiters
+	slots     slots         // this Locker's rows in the waiters table
 	attempts  atomic.Int64  // acquisition statements sent, for tests
 	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
 
@@ -180,6 +181,14 @@ func (b *backend) Close() error {
 	}
 	if lis != nil {
 		lis.stop()
+		// This Locker waited: its rows in the waiters table go with it
+		// (a crashed one's go an hour after their places ended).
+		ctx, cancel := b.detached(context.Background())
+		_, err := b.pool.Exec(ctx, b.sql.forget, b.channel)
+		cancel()
+		if err != nil {
+			b.cfg.Logger.Warn("could not delete this Locker's rows in the waiters table; the next wait on their locks deletes them after an hour", "channel", b.channel, "err", err)
+		}
 	}
 	if b.owned {
 		b.pool.Close()
@@ -218,4 +227,33 @@ func (b *backend) untrack(h *hold) {
 	b.mu.Lock()
 	delete(b.holds, h)
 	b.mu.Unlock()
+}
+
+// slots hands out a Locker's rows in the waiters table (see createSQL): a
+// waiting acquisition takes one, and gives it back when it returns, for
+// the next to reuse. Slots are numbered from 1; 0 is "no row".
+type slots struct {
+	mu   sync.Mutex
+	free []int32
+	n    int32 // slots made so far
+}
+
+// take returns a slot no other acquisition of this Locker is using.
+func (s *slots) take() int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := len(s.free); k > 0 {
+		slot := s.free[k-1]
+		s.free = s.free[:k-1]
+		return slot
+	}
+	s.n++
+	return s.n
+}
+
+// give returns slot for reuse.
+func (s *slots) give(slot int32) {
+	s.mu.Lock()
+	s.free = append(s.free, slot)
+	s.mu.Unlock()
 }

@@ -30,15 +30,16 @@
 //	);
 //	CREATE UNLOGGED TABLE IF NOT EXISTS baton_lock_waiters (
 //		name         text        NOT NULL,
-//		ticket       bigint      NOT NULL,  -- FIFO order
 //		channel      text        NOT NULL,  -- the waiter's Locker's LISTEN channel
+//		slot         integer     NOT NULL,  -- the Locker's row, reused by its next wait
+//		ticket       bigint      NOT NULL,  -- FIFO order
 //		waiter       text        NOT NULL,  -- the NOTIFY payload that reaches it
 //		holder       text        NOT NULL,
 //		ttl          interval    NOT NULL,  -- its lease's TTL, for a hand-off
 //		holder_clock timestamptz,
 //		expires_at   timestamptz NOT NULL,  -- its place lapses unless it looks again
-//		PRIMARY KEY (name, ticket)
-//	);
+//		PRIMARY KEY (name, channel, slot)
+//	) WITH (fillfactor = 50);
 //	-- for observers of elections, added by Init or the first Observe:
 //	-- a NOTIFY when a change of holder commits
 //	CREATE OR REPLACE FUNCTION baton_lock_observe() RETURNS trigger LANGUAGE plpgsql
@@ -90,7 +91,15 @@
 // UPDATE baton_lock SET expires_at = '-infinity' WHERE name = '...', which
 // is what ForceRelease (baton release --force) does. The waiters table is
 // UNLOGGED: after a crash of the server it is empty, and each waiter queues
-// again at its next re-check.
+// again at its next re-check. Its rows are slots: each Locker reuses its
+// own for its next wait on the same lock, so a wait updates a row (a HOT
+// update, no new index entry) rather than inserting and deleting one,
+// which left a dead index entry per wait for every later statement to
+// walk until VACUUM came, and halved a contended lock's speed within
+// seconds. An ended place keeps its row; Close deletes a Locker's rows,
+// and a wait on a lock deletes the rows there whose place ended over an
+// hour ago (a crashed Locker's). A waiters table of an older baton, keyed
+// (name, ticket), is replaced by New and Dial.
 //
 // # The statements
 //
@@ -104,7 +113,8 @@
 // Acquire, one round trip: lock the row, then in one statement take it if
 // it is free or expired and no live waiter is queued ahead of us, or claim
 // it if a release handed it to our ticket $4; otherwise, when waiting, queue
-// (or keep our place). Locking first gives the statement a snapshot taken
+// (or keep our place) in our Locker's row: its channel $6 and slot $9.
+// Locking first gives the statement a snapshot taken
 // under the row's lock, so it never counts a waiter that has already left.
 // It also returns who holds the lock and how long the holder's lease and
 // the places ahead have left, as intervals by the database's clock, which
@@ -131,13 +141,19 @@
 //			OR ($4 <> 0 AND l.ticket = $4)                              -- handed to us
 //		RETURNING l.token
 //	), deq AS (
-//		DELETE FROM baton_lock_waiters WHERE name = $1 AND ticket = $4 AND EXISTS (SELECT FROM acq)
+//		UPDATE baton_lock_waiters SET expires_at = clock_timestamp()
+//		WHERE name = $1 AND channel = $6 AND slot = $9 AND expires_at > clock_timestamp()
+//			AND EXISTS (SELECT FROM acq)
 //	), reg AS (
-//		INSERT INTO baton_lock_waiters (name, ticket, channel, waiter, holder, ttl, holder_clock, expires_at)
-//		SELECT $1, coalesce(nullif($4, 0), nextval('baton_lock_ticket')), $6, $7, $2, $3, $8, clock_timestamp() + $3
+//		INSERT INTO baton_lock_waiters (name, channel, slot, ticket, waiter, holder, ttl, holder_clock, expires_at)
+//		SELECT $1, $6, $9, coalesce(nullif($4, 0), nextval('baton_lock_ticket')), $7, $2, $3, $8, clock_timestamp() + $3
 //		WHERE $5 AND NOT EXISTS (SELECT FROM acq)
-//		ON CONFLICT (name, ticket) DO UPDATE SET expires_at = EXCLUDED.expires_at, holder_clock = EXCLUDED.holder_clock
+//		ON CONFLICT (name, channel, slot) DO UPDATE SET ticket = EXCLUDED.ticket, waiter = EXCLUDED.waiter,
+//			holder = EXCLUDED.holder, ttl = EXCLUDED.ttl, holder_clock = EXCLUDED.holder_clock, expires_at = EXCLUDED.expires_at
 //		RETURNING ticket
+//	), gc AS (
+//		DELETE FROM baton_lock_waiters WHERE name = $1 AND expires_at < clock_timestamp() - interval '1 hour'
+//			AND NOT (channel = $6 AND slot = $9)
 //	)
 //	SELECT (SELECT token FROM acq), (SELECT ticket FROM reg), cur.holder, cur.token,
 //		CASE WHEN cur.expires_at > clock_timestamp() THEN extract(epoch FROM cur.expires_at - clock_timestamp()) END,
@@ -157,19 +173,20 @@
 //	UPDATE baton_lock SET expires_at = CASE WHEN token = $2 THEN '-infinity' ELSE expires_at END
 //	WHERE name = $1;
 //	WITH head AS (
-//		SELECT ticket, channel, waiter, holder, ttl, holder_clock FROM baton_lock_waiters
+//		SELECT ticket, channel, slot, waiter, holder, ttl, holder_clock FROM baton_lock_waiters
 //		WHERE name = $1 AND expires_at > clock_timestamp() ORDER BY ticket LIMIT 1
 //	), handed AS (
 //		UPDATE baton_lock l SET holder = head.holder, token = nextval('baton_lock_token'), ticket = head.ticket,
 //			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + head.ttl, holder_clock = head.holder_clock
 //		FROM head WHERE l.name = $1 AND l.expires_at <= clock_timestamp()
-//		RETURNING l.token, head.ticket, head.channel, head.waiter
+//		RETURNING l.token, head.channel, head.slot, head.waiter
 //	), gone AS (
-//		DELETE FROM baton_lock_waiters w USING handed WHERE w.name = $1 AND w.ticket = handed.ticket
+//		UPDATE baton_lock_waiters w SET expires_at = clock_timestamp()
+//		FROM handed WHERE w.name = $1 AND w.channel = handed.channel AND w.slot = handed.slot
 //	)
 //	SELECT pg_notify(channel, waiter || ' ' || token) FROM handed;
 //
-// A waiter that gives up locks the row, deletes its place, frees the lock if it was handed to its
+// A waiter that gives up locks the row, ends its place, frees the lock if it was handed to its
 // ticket meanwhile, and hands it on (the last statement above); a forced
 // release locks the row, expires it and hands it on. baton status reads the live rows, with TTL LEFT computed by the
 // database (expires_at - now()) and the number of live waiters; CheckLease

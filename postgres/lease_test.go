@@ -391,8 +391,8 @@ func TestAcquire_SeesQueueAsOfRowLock(t *testing.T) {
 	// A holder and a waiter queued behind it, written by hand.
 	execSQL(t, admin, `INSERT INTO baton_lock (name, holder, token, acquired_at, expires_at)
 		VALUES ('ghost', 'holder', nextval('baton_lock_token'), clock_timestamp(), clock_timestamp() + interval '1 hour')`)
-	execSQL(t, admin, `INSERT INTO baton_lock_waiters (name, ticket, channel, waiter, holder, ttl, expires_at)
-		VALUES ('ghost', nextval('baton_lock_ticket'), 'nobody', '0', 'waiter-a', interval '1 hour', clock_timestamp() + interval '1 hour')`)
+	execSQL(t, admin, `INSERT INTO baton_lock_waiters (name, channel, slot, ticket, waiter, holder, ttl, expires_at)
+		VALUES ('ghost', 'nobody', 1, nextval('baton_lock_ticket'), '0', 'waiter-a', interval '1 hour', clock_timestamp() + interval '1 hour')`)
 
 	ctx := timeout(t, time.Minute)
 	tx, err := admin.Begin(ctx)

@@ -23,7 +23,8 @@ type statements struct {
 	// queues for it, in one statement:
 	//   $1 name, $2 holder, $3 TTL (interval), $4 our ticket (0: none yet),
 	//   $5 queue when not acquired, $6 our NOTIFY channel, $7 our waiter
-	//   key, $8 the holder's own clock (recorded, never compared).
+	//   key, $8 the holder's own clock (recorded, never compared), $9 our
+	//   slot (the waiters row this acquisition uses).
 	// It returns: the token when acquired; our ticket when queued; the
 	// holder, its token and the seconds its lease has left by the
 	// database's clock (NULL when expired), as of the statement's start;
@@ -36,8 +37,9 @@ type statements struct {
 	// handOff grants a free lock to the first live waiter, takes it off
 	// the queue and NOTIFYs it with the token: $1 name.
 	handOff string
-	leave   string // $1 name, $2 ticket; leave the queue
+	leave   string // $1 name, $2 channel, $3 slot; leave the queue
 	freeOur string // $1 name, $2 ticket; free a lease handed to ticket
+	forget  string // $1 channel; delete a closing Locker's waiters rows
 	// inspect, inspectNames and forceRelease serve baton status and
 	// baton release --force.
 	inspect      string
@@ -60,7 +62,7 @@ type statements struct {
 func newStatements(n names) statements {
 	r := n.replacer()
 	return statements{
-		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
+		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AND EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'slot' AND NOT attisdropped)`,
 		create:       r.Replace(createSQL),
 		observers:    r.Replace(observersSQL),
 		attempt:      r.Replace(attemptSQL),
@@ -70,6 +72,7 @@ func newStatements(n names) statements {
 		handOff:      r.Replace(handOffSQL),
 		leave:        r.Replace(leaveSQL),
 		freeOur:      r.Replace(freeOurSQL),
+		forget:       r.Replace(forgetSQL),
 		inspect:      r.Replace(inspectSQL),
 		inspectNames: r.Replace(inspectNamesSQL),
 		forceRelease: r.Replace(forceReleaseSQL),
@@ -87,6 +90,7 @@ func (n names) replacer() *strings.Replacer {
 		"{waiters}", n.waiters,
 		"{token_seq}", "'"+n.tokenSeq+"'", // nextval takes the name as text
 		"{ticket_seq}", "'"+n.ticketSeq+"'",
+		"{waiters_name}", "'"+n.waiters+"'",
 		"{lock_key}", "'"+n.table+"'",
 		"{observe_fn}", n.observeFn,
 		"{token_seq_name}", n.tokenSeq,
@@ -98,6 +102,19 @@ func (n names) replacer() *strings.Replacer {
 // tables. The advisory lock serializes concurrent creators: two CREATE ...
 // IF NOT EXISTS can otherwise both find the name free and one fails on the
 // catalog's unique index.
+//
+// A waiters row is a slot of one Locker (channel, slot), reused by that
+// Locker's later waits on the same lock: queueing, a hand-off and leaving
+// update the row, and an ended place keeps its row with expires_at in the
+// past. No update touches an indexed column, so each one is a HOT update
+// (fillfactor 50 leaves the page room for it) and the primary key keeps
+// one entry per slot. Inserting and deleting a row per wait instead left a
+// dead index entry per wait, and every statement that reads the queue
+// walked them all until VACUUM came: a contended lock slowed to half its
+// speed within seconds. Rows whose place ended over an hour ago are
+// deleted by the next wait on their lock. A waiters table of an older
+// baton, keyed (name, ticket), holds only places in queues, so it is
+// replaced: its waiters queue again at their next look.
 const createSQL = `SELECT pg_advisory_xact_lock(hashtext('baton lock schema'), hashtext({lock_key}));
 CREATE SEQUENCE IF NOT EXISTS {token_seq_name} AS bigint;
 CREATE SEQUENCE IF NOT EXISTS {ticket_seq_name} AS bigint;
@@ -110,17 +127,24 @@ CREATE TABLE IF NOT EXISTS {lease} (
 	expires_at   timestamptz NOT NULL,
 	holder_clock timestamptz
 );
+DO $$ BEGIN
+	IF to_regclass({waiters_name}) IS NOT NULL AND NOT EXISTS (
+			SELECT FROM pg_attribute WHERE attrelid = to_regclass({waiters_name}) AND attname = 'slot' AND NOT attisdropped) THEN
+		DROP TABLE {waiters};
+	END IF;
+END $$;
 CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
-	name       text        NOT NULL,
-	ticket     bigint      NOT NULL,
-	channel    text        NOT NULL,
-	waiter     text        NOT NULL,
+	name         text        NOT NULL,
+	channel      text        NOT NULL,
+	slot         integer     NOT NULL,
+	ticket       bigint      NOT NULL,
+	waiter       text        NOT NULL,
 	holder       text        NOT NULL,
 	ttl          interval    NOT NULL,
 	holder_clock timestamptz,
 	expires_at   timestamptz NOT NULL,
-	PRIMARY KEY (name, ticket)
-)`
+	PRIMARY KEY (name, channel, slot)
+) WITH (fillfactor = 50)`
 
 // observersSQL adds the observers' function and triggers to the lease
 // table. CREATE TRIGGER waits for the table's writers and holds up the new
@@ -190,14 +214,20 @@ const attemptSQL = `WITH ahead AS (
 		OR ($4::bigint <> 0 AND l.ticket = $4::bigint)
 	RETURNING l.token
 ), deq AS (
-	DELETE FROM {waiters} WHERE name = $1 AND ticket = $4::bigint AND EXISTS (SELECT FROM acq)
+	UPDATE {waiters} SET expires_at = clock_timestamp()
+	WHERE name = $1 AND channel = $6 AND slot = $9 AND expires_at > clock_timestamp()
+		AND EXISTS (SELECT FROM acq)
 ), reg AS (
-	INSERT INTO {waiters} (name, ticket, channel, waiter, holder, ttl, holder_clock, expires_at)
-	SELECT $1, coalesce(nullif($4::bigint, 0), nextval({ticket_seq})), $6, $7, $2, $3::interval, $8::timestamptz,
+	INSERT INTO {waiters} (name, channel, slot, ticket, waiter, holder, ttl, holder_clock, expires_at)
+	SELECT $1, $6, $9, coalesce(nullif($4::bigint, 0), nextval({ticket_seq})), $7, $2, $3::interval, $8::timestamptz,
 		clock_timestamp() + $3::interval
 	WHERE $5::bool AND NOT EXISTS (SELECT FROM acq)
-	ON CONFLICT (name, ticket) DO UPDATE SET expires_at = EXCLUDED.expires_at, holder_clock = EXCLUDED.holder_clock
+	ON CONFLICT (name, channel, slot) DO UPDATE SET ticket = EXCLUDED.ticket, waiter = EXCLUDED.waiter,
+		holder = EXCLUDED.holder, ttl = EXCLUDED.ttl, holder_clock = EXCLUDED.holder_clock, expires_at = EXCLUDED.expires_at
 	RETURNING ticket
+), gc AS (
+	DELETE FROM {waiters} WHERE name = $1 AND expires_at < clock_timestamp() - interval '1 hour'
+		AND NOT (channel = $6 AND slot = $9)
 )
 SELECT (SELECT token FROM acq), (SELECT ticket FROM reg), cur.holder, cur.token,
 	CASE WHEN cur.expires_at > clock_timestamp() THEN extract(epoch FROM cur.expires_at - clock_timestamp())::float8 END,
@@ -215,20 +245,23 @@ const releaseSQL = `UPDATE {lease} SET expires_at = CASE WHEN token = $2 THEN '-
 WHERE name = $1`
 
 const handOffSQL = `WITH head AS (
-	SELECT ticket, channel, waiter, holder, ttl, holder_clock FROM {waiters}
+	SELECT ticket, channel, slot, waiter, holder, ttl, holder_clock FROM {waiters}
 	WHERE name = $1 AND expires_at > clock_timestamp()
 	ORDER BY ticket LIMIT 1
 ), handed AS (
 	UPDATE {lease} l SET holder = head.holder, token = nextval({token_seq}), ticket = head.ticket,
 		acquired_at = clock_timestamp(), expires_at = clock_timestamp() + head.ttl, holder_clock = head.holder_clock
 	FROM head WHERE l.name = $1 AND l.expires_at <= clock_timestamp()
-	RETURNING l.token, head.ticket, head.channel, head.waiter
+	RETURNING l.token, head.channel, head.slot, head.waiter
 ), gone AS (
-	DELETE FROM {waiters} w USING handed WHERE w.name = $1 AND w.ticket = handed.ticket
+	UPDATE {waiters} w SET expires_at = clock_timestamp()
+	FROM handed WHERE w.name = $1 AND w.channel = handed.channel AND w.slot = handed.slot
 )
 SELECT pg_notify(channel, waiter || ' ' || token) FROM handed`
 
-const leaveSQL = `DELETE FROM {waiters} WHERE name = $1 AND ticket = $2`
+const leaveSQL = `UPDATE {waiters} SET expires_at = clock_timestamp() WHERE name = $1 AND channel = $2 AND slot = $3`
+
+const forgetSQL = `DELETE FROM {waiters} WHERE channel = $1`
 
 const freeOurSQL = `UPDATE {lease} SET expires_at = '-infinity' WHERE name = $1 AND ticket = $2 AND ticket > 0`
 

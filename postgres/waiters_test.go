@@ -1,0 +1,150 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// pingPong has a and b take the lock name in turns, rounds times each,
+// every acquisition but the first waiting behind the other's hold, and
+// returns once both gave it back for the last time.
+func pingPong(t *testing.T, a, b *baton.FencedLocker, name string, rounds int) {
+	t.Helper()
+	ctx := timeout(t, 2*time.Minute)
+	cur, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockers := [2]*baton.FencedLocker{b, a}
+	for i := range 2*rounds - 1 {
+		next := make(chan error, 1)
+		var got *baton.FencedLease
+		go func() {
+			var err error
+			got, err = lockers[i%2].Acquire(ctx, name)
+			next <- err
+		}()
+		// Release only once the other is queued, so that every turn is a
+		// wait and a hand-off, as under contention.
+		waitQueued(t, lockers[i%2], name)
+		if err := cur.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-next; err != nil {
+			t.Fatal(err)
+		}
+		cur = got
+	}
+	if err := cur.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitQueued returns once l's status of name shows a waiter.
+func waitQueued(t *testing.T, l *baton.FencedLocker, name string) {
+	t.Helper()
+	ins, ok := l.Locker().Backend().(baton.Inspector)
+	if !ok {
+		t.Fatal("the postgres backend is not a baton.Inspector")
+	}
+	waitFor(t, 10*time.Second, "the waiter queued", func() bool {
+		infos, err := ins.Inspect(context.Background(), name)
+		return err == nil && len(infos) == 1 && infos[0].Waiters > 0
+	})
+}
+
+// TestWaiters_RowsReusedNoIndexChurn: a thousand waits by two Lockers on
+// one lock leave the waiters table's index as small as it started. Each
+// wait reuses its Locker's row (a HOT update), so the index gains no entry
+// per wait; with a row inserted and deleted per wait it held a dead entry
+// for each (seven pages here) until VACUUM, and every statement reading
+// the queue walked them all.
+func TestWaiters_RowsReusedNoIndexChurn(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
+	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	pingPong(t, a, b, "churn", 500)
+
+	var rows, pages int64
+	queryRow(t, admin, `SELECT (SELECT count(*) FROM baton_lock_waiters),
+		pg_relation_size('baton_lock_waiters_pkey') / current_setting('block_size')::int`, nil, &rows, &pages)
+	if rows > 2 {
+		t.Errorf("the waiters table has %d rows after two Lockers waited in turns; want one per Locker", rows)
+	}
+	// A B-tree's metapage and one leaf; a third page allows for an
+	// update that could not stay on its heap page.
+	if pages > 3 {
+		t.Errorf("the waiters table's primary key has %d pages after 1000 waits; want at most 3 (no entry per wait)", pages)
+	}
+}
+
+// TestWaiters_ClosedLockerRowsDeleted: Close deletes the rows of a Locker
+// that waited, and a wait on a lock deletes the rows there whose place
+// ended over an hour ago (a crashed Locker's), but not newer ones.
+func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
+	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	pingPong(t, a, b, "gc", 2)
+	count := func(where string) (n int) {
+		queryRow(t, admin, `SELECT count(*) FROM baton_lock_waiters WHERE `+where, nil, &n)
+		return n
+	}
+	if n := count("true"); n != 2 {
+		t.Fatalf("%d waiters rows after both Lockers waited; want 2", n)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("true"); n != 0 {
+		t.Fatalf("%d waiters rows after both Lockers closed; want 0", n)
+	}
+
+	// Rows a crashed Locker left: one whose place ended two hours ago, one
+	// a minute ago.
+	for _, ended := range []string{"2 hours", "1 minute"} {
+		execSQL(t, admin, `INSERT INTO baton_lock_waiters (name, channel, slot, ticket, waiter, holder, ttl, expires_at)
+			VALUES ('gc', 'crashed', $1, nextval('baton_lock_ticket'), '0', 'crashed', interval '10s', clock_timestamp() - $2::interval)`,
+			len(ended), ended)
+	}
+	c := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("c"))
+	d := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("d"))
+	pingPong(t, c, d, "gc", 1)
+	if n := count("channel = 'crashed' AND expires_at < clock_timestamp() - interval '1 hour'"); n != 0 {
+		t.Errorf("the row whose place ended two hours ago is still there after a wait on its lock")
+	}
+	if n := count("channel = 'crashed'"); n != 1 {
+		t.Errorf("%d rows of the crashed Locker left; want 1, the one whose place ended a minute ago", n)
+	}
+}
+
+// TestWaiters_OldTableReplaced: a waiters table of an older baton (keyed
+// by name and ticket, without slots) is replaced when a Locker is built,
+// and the lock works.
+func TestWaiters_OldTableReplaced(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	dial(t, dsn).Close() // the current schema
+	execSQL(t, admin, `DROP TABLE baton_lock_waiters`)
+	execSQL(t, admin, `CREATE UNLOGGED TABLE baton_lock_waiters (
+		name text NOT NULL, ticket bigint NOT NULL, channel text NOT NULL, waiter text NOT NULL,
+		holder text NOT NULL, ttl interval NOT NULL, holder_clock timestamptz, expires_at timestamptz NOT NULL,
+		PRIMARY KEY (name, ticket))`)
+
+	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
+	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	var slot bool
+	queryRow(t, admin, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'baton_lock_waiters'::regclass AND attname = 'slot')`, nil, &slot)
+	if !slot {
+		t.Fatal("the old waiters table was kept")
+	}
+	pingPong(t, a, b, "upgraded", 2)
+}
