@@ -26,11 +26,13 @@ lint:
 	cd bench && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 ## bench: benchmarks against the peers, five runs each (see README for the figures):
-## those in the backends' packages, then the bench module's (Redis, Redlock).
+## those in the backends' packages, then the bench module's (Redis, Redlock,
+## PostgreSQL against ZooKeeper's recipe).
 bench: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 $(PKGS)
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench Redis -benchtime 3000x -count 5 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench Redlock -benchtime 300x -count 5 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
 
 ## fuzz: a short fuzzing pass over every URL parser.
 FUZZ_PKGS = . ./etcd/ ./zk/ ./postgres/ ./redis/ ./redlock/
