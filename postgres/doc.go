@@ -363,15 +363,20 @@
 // each client on its own connection:
 //
 //	                                  baton            pg_advisory_lock
-//	uncontended cycle                 1,720 cycles/s   5,822 cycles/s
-//	8 contenders                      788 cycles/s     6,033 cycles/s
-//	  fewest / most cycles of one     0.99 / 1.01      0.99 / 1.02   (of a fair share)
+//	uncontended cycle                 2,022 cycles/s   6,511 cycles/s
+//	8 contenders                      1,137 cycles/s   8,042 cycles/s
+//	  fewest / most cycles of one     0.99 / 1.01      0.99 / 1.01   (of a fair share)
 //	holder frozen with SIGSTOP, TTL 1s:
-//	  lock taken after its expiry     3 ms             never (0 of 6 within 3s)
-//	  lock taken after the freeze     978 ms
+//	  lock taken after its expiry     2-3 ms           never (0 of 6 within 3s)
+//	  lock taken after the freeze     ~990 ms
 //
-// (With observers' triggers on the table, which Init or an Observe adds,
-// 1,208 and 682 cycles/s in an earlier set.) A cycle of baton's is two round trips of a few statements that write WAL
+// Against ZooKeeper's lock recipe (go-zookeeper's zk.Lock, 8 contenders on
+// a server on the same machine), in alternating rounds so that the
+// machine's slow spells fall on both (the bench module's
+// BenchmarkPostgresVsZooKeeper): 1,010 against 947 cycles/s, 1.07x, and
+// 1.00x in another set of five runs. (With observers' triggers on the
+// table, which Init or an Observe adds, expect about a sixth less under
+// contention and half uncontended.) A cycle of baton's is two round trips of a few statements that write WAL
 // (the lease row; the queue when contended), and under contention every
 // release also wakes each waiting Locker's listener on the server; an
 // advisory lock writes nothing and is handed on inside the server's lock
