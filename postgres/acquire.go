@@ -53,6 +53,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		defer lis.unregister(key)
 		slot = b.slots.take()
 		defer b.slots.give(slot) // after leaving the queue: deferred calls run last first
+		defer b.keepRow(ctx, req.Name)
 	}
 	var ticket int64 // our place in the queue, once queued
 	defer func() {
@@ -191,6 +192,21 @@ func (b *backend) freeDetached(ctx context.Context, name string, token baton.Tok
 	defer cancel()
 	if err := b.free(fctx, name, token); err != nil {
 		b.cfg.Logger.Warn("could not give back a lease nobody will use", "lock", name, "token", int64(token), "err", err)
+	}
+}
+
+// keepRow notes that this Locker keeps a row on name, and deletes its ended
+// rows on the lock it waited on least recently when that makes more than
+// keptNames locks.
+func (b *backend) keepRow(ctx context.Context, name string) {
+	evict, ok := b.kept.ended(name)
+	if !ok {
+		return
+	}
+	fctx, cancel := b.detached(ctx)
+	defer cancel()
+	if _, err := b.pool.Exec(fctx, b.sql.forgetName, evict, b.channel); err != nil {
+		b.cfg.Logger.Debug("could not delete this Locker's rows in the waiters table; the next acquisition of that lock, or the next Locker built, deletes them once their place ended an hour ago", "lock", evict, "err", err)
 	}
 }
 

@@ -41,6 +41,7 @@ type backend struct {
 
 	waiterSeq atomic.Uint64 // numbers this Locker's waiters
 	slots     slots         // this Locker's rows in the waiters table
+	kept      keptRows      // the locks this Locker keeps rows on
 	attempts  atomic.Int64  // acquisition statements sent, for tests
 	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
 
@@ -182,12 +183,13 @@ func (b *backend) Close() error {
 	if lis != nil {
 		lis.stop()
 		// This Locker waited: its rows in the waiters table go with it
-		// (a crashed one's go an hour after their places ended).
+		// (a crashed one's go an hour after their places ended, at the
+		// next acquisition of their lock or the next Locker built).
 		ctx, cancel := b.detached(context.Background())
 		_, err := b.pool.Exec(ctx, b.sql.forget, b.channel)
 		cancel()
 		if err != nil {
-			b.cfg.Logger.Warn("could not delete this Locker's rows in the waiters table; the next wait on their locks deletes them after an hour", "channel", b.channel, "err", err)
+			b.cfg.Logger.Warn("could not delete this Locker's rows in the waiters table; rows whose place ended an hour ago are deleted by the next acquisition of their lock and by the next Locker built", "channel", b.channel, "err", err)
 		}
 	}
 	if b.owned {
@@ -256,4 +258,40 @@ func (s *slots) give(slot int32) {
 	s.mu.Lock()
 	s.free = append(s.free, slot)
 	s.mu.Unlock()
+}
+
+// keptNames is how many locks a Locker keeps its ended rows in the waiters
+// table on, for its next wait there to reuse. Past that, the rows on the
+// lock it waited on least recently are deleted, so a Locker that waits on
+// ever new names (a lock per job ID) does not grow the table without end.
+const keptNames = 64
+
+// keptRows tracks the locks a Locker keeps rows on, in the order of its
+// last wait on each.
+type keptRows struct {
+	mu   sync.Mutex
+	last map[string]uint64 // lock name -> number of the last wait on it
+	n    uint64
+}
+
+// ended records that a wait on name ended. It returns the name to delete
+// the Locker's rows on, when that makes more than keptNames.
+func (k *keptRows) ended(name string) (evict string, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.last == nil {
+		k.last = map[string]uint64{}
+	}
+	k.n++
+	k.last[name] = k.n
+	if len(k.last) <= keptNames {
+		return "", false
+	}
+	for nm, at := range k.last {
+		if !ok || at < k.last[evict] {
+			evict, ok = nm, true
+		}
+	}
+	delete(k.last, evict)
+	return evict, true
 }

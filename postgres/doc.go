@@ -28,6 +28,7 @@
 //		expires_at   timestamptz NOT NULL,  -- the database's clock; '-infinity' once released
 //		holder_clock timestamptz            -- the holder's own clock: recorded, never compared
 //	);
+//	-- (a waiters table without the slot column, an older baton's, is dropped first)
 //	CREATE UNLOGGED TABLE IF NOT EXISTS baton_lock_waiters (
 //		name         text        NOT NULL,
 //		channel      text        NOT NULL,  -- the waiter's Locker's LISTEN channel
@@ -96,10 +97,15 @@
 // update, no new index entry) rather than inserting and deleting one,
 // which left a dead index entry per wait for every later statement to
 // walk until VACUUM came, and halved a contended lock's speed within
-// seconds. An ended place keeps its row; Close deletes a Locker's rows,
-// and a wait on a lock deletes the rows there whose place ended over an
-// hour ago (a crashed Locker's). A waiters table of an older baton, keyed
-// (name, ticket), is replaced by New and Dial.
+// seconds. An ended place keeps its row, on the 64 locks its Locker waited
+// on last; Close deletes a Locker's rows. Rows whose place ended over an
+// hour ago (a crashed Locker's) are deleted by the next acquisition of
+// their lock, and on every lock by New and Dial. A waiters table of an
+// older baton, keyed (name, ticket), is replaced (dropped and created
+// again) by New, Dial and Init when the user owns it; otherwise they say
+// so, and its owner runs Init or DROP TABLE baton_lock_waiters. Lockers of
+// that older baton fail on the new table (no constraint matches their ON
+// CONFLICT): stop them first.
 //
 // # The statements
 //

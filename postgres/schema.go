@@ -53,18 +53,33 @@ func Init(ctx context.Context, db Execer, table string) error {
 func (b *backend) ensureSchema(ctx context.Context) error {
 	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	var tables bool
-	err := b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq).Scan(&tables)
+	var tables, oldWaiters bool
+	err := b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq).Scan(&tables, &oldWaiters)
 	if err != nil {
 		return b.fail(ctx, "look for the lock tables", fmt.Errorf("%w; check the URL, and that the server is up", err))
 	}
-	if tables {
+	if tables && !oldWaiters {
+		b.sweepWaiters(octx)
 		return nil
 	}
 	if _, err := b.pool.Exec(octx, b.sql.create); err != nil {
-		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, privilegeHint(err)))
+		hint := privilegeHint(err)
+		if oldWaiters && hint != "" {
+			hint = fmt.Sprintf("; the waiters table %s is an older baton's (keyed by name and ticket), which this one replaces: have its owner run postgres.Init, or DROP TABLE %[1]s (it holds only places in queues; stop the older Lockers first, which fail on the new table)", b.n.waiters)
+		}
+		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, hint))
 	}
 	return nil
+}
+
+// sweepWaiters deletes the rows of the waiters table, on every lock, whose
+// place ended over an hour ago: those of Lockers that crashed, on locks
+// nobody has waited on since (a wait deletes them on its own lock). New and
+// Dial run it; a failure only leaves the rows for the next one.
+func (b *backend) sweepWaiters(ctx context.Context) {
+	if _, err := b.pool.Exec(ctx, b.sql.sweep); err != nil {
+		b.cfg.Logger.Debug("could not sweep the waiters table; the next Locker built tries again", "table", b.n.waiters, "err", err)
+	}
 }
 
 // privilegeHint says what to do when the user may not create the tables.

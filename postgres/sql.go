@@ -14,7 +14,8 @@ import "strings"
 // it, so they follow the order in which the lock is held.
 type statements struct {
 	// exists says whether the lock tables and sequences exist ($1..$4,
-	// their quoted names).
+	// their quoted names), and whether the waiters table is one of an
+	// older baton (without slots), which create replaces.
 	exists    string
 	create    string // the tables and sequences, one simple-protocol round trip
 	observers string // the observers' function and triggers, likewise
@@ -40,6 +41,10 @@ type statements struct {
 	leave   string // $1 name, $2 channel, $3 slot; leave the queue
 	freeOur string // $1 name, $2 ticket; free a lease handed to ticket
 	forget  string // $1 channel; delete a closing Locker's waiters rows
+	// forgetName deletes a Locker's ended rows for one lock ($1 name, $2
+	// channel); sweep deletes every row whose place ended an hour ago.
+	forgetName string
+	sweep      string
 	// inspect, inspectNames and forceRelease serve baton status and
 	// baton release --force.
 	inspect      string
@@ -62,7 +67,7 @@ type statements struct {
 func newStatements(n names) statements {
 	r := n.replacer()
 	return statements{
-		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AND EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'slot' AND NOT attisdropped)`,
+		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL, to_regclass($2) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'slot' AND NOT attisdropped)`,
 		create:       r.Replace(createSQL),
 		observers:    r.Replace(observersSQL),
 		attempt:      r.Replace(attemptSQL),
@@ -73,6 +78,8 @@ func newStatements(n names) statements {
 		leave:        r.Replace(leaveSQL),
 		freeOur:      r.Replace(freeOurSQL),
 		forget:       r.Replace(forgetSQL),
+		forgetName:   r.Replace(forgetNameSQL),
+		sweep:        r.Replace(sweepSQL),
 		inspect:      r.Replace(inspectSQL),
 		inspectNames: r.Replace(inspectNamesSQL),
 		forceRelease: r.Replace(forceReleaseSQL),
@@ -111,10 +118,13 @@ func (n names) replacer() *strings.Replacer {
 // one entry per slot. Inserting and deleting a row per wait instead left a
 // dead index entry per wait, and every statement that reads the queue
 // walked them all until VACUUM came: a contended lock slowed to half its
-// speed within seconds. Rows whose place ended over an hour ago are
-// deleted by the next wait on their lock. A waiters table of an older
-// baton, keyed (name, ticket), holds only places in queues, so it is
-// replaced: its waiters queue again at their next look.
+// speed within seconds. A Locker keeps its rows on the keptNames locks it
+// waited on last, and Close deletes them; rows whose place ended over an
+// hour ago (a crashed Locker's) are deleted by the next acquisition of
+// their lock, and on every lock when a Locker is built (sweepSQL). A
+// waiters table of an older baton, keyed (name, ticket), holds only places
+// in queues, so it is replaced; that baton's Lockers then fail on it (no
+// constraint matches their ON CONFLICT) and must be stopped first.
 const createSQL = `SELECT pg_advisory_xact_lock(hashtext('baton lock schema'), hashtext({lock_key}));
 CREATE SEQUENCE IF NOT EXISTS {token_seq_name} AS bigint;
 CREATE SEQUENCE IF NOT EXISTS {ticket_seq_name} AS bigint;
@@ -262,6 +272,10 @@ SELECT pg_notify(channel, waiter || ' ' || token) FROM handed`
 const leaveSQL = `UPDATE {waiters} SET expires_at = clock_timestamp() WHERE name = $1 AND channel = $2 AND slot = $3`
 
 const forgetSQL = `DELETE FROM {waiters} WHERE channel = $1`
+
+const forgetNameSQL = `DELETE FROM {waiters} WHERE name = $1 AND channel = $2 AND expires_at <= clock_timestamp()`
+
+const sweepSQL = `DELETE FROM {waiters} WHERE expires_at < clock_timestamp() - interval '1 hour'`
 
 const freeOurSQL = `UPDATE {lease} SET expires_at = '-infinity' WHERE name = $1 AND ticket = $2 AND ticket > 0`
 

@@ -2,10 +2,15 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/postgres"
 )
 
 // pingPong has a and b take the lock name in turns, rounds times each,
@@ -60,7 +65,7 @@ func waitQueued(t *testing.T, l *baton.FencedLocker, name string) {
 // one lock leave the waiters table's index as small as it started. Each
 // wait reuses its Locker's row (a HOT update), so the index gains no entry
 // per wait; with a row inserted and deleted per wait it held a dead entry
-// for each (seven pages here) until VACUUM, and every statement reading
+// for each (six pages here) until VACUUM, and every statement reading
 // the queue walked them all.
 func TestWaiters_RowsReusedNoIndexChurn(t *testing.T) {
 	dsn := pg.Database(t)
@@ -124,11 +129,44 @@ func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 	if n := count("channel = 'crashed'"); n != 1 {
 		t.Errorf("%d rows of the crashed Locker left; want 1, the one whose place ended a minute ago", n)
 	}
+
+	// On a lock nobody waits on again, building a Locker sweeps them.
+	for _, ended := range []string{"2 hours", "1 minute"} {
+		execSQL(t, admin, `INSERT INTO baton_lock_waiters (name, channel, slot, ticket, waiter, holder, ttl, expires_at)
+			VALUES ('orphan', 'crashed', $1, nextval('baton_lock_ticket'), '0', 'crashed', interval '10s', clock_timestamp() - $2::interval)`,
+			len(ended), ended)
+	}
+	dial(t, dsn)
+	if n := count("name = 'orphan'"); n != 1 {
+		t.Errorf("%d rows on a lock nobody waits on after a Locker was built; want 1, the one whose place ended a minute ago", n)
+	}
+}
+
+// TestWaiters_KeptOnBoundedLocks: a Locker that waits on ever new locks
+// keeps its rows on the 64 it waited on last, not on all of them.
+func TestWaiters_KeptOnBoundedLocks(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
+	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	const locks = 70
+	for i := range locks {
+		pingPong(t, a, b, fmt.Sprintf("job-%d", i), 1) // b waits on job-i
+	}
+	var n, first int
+	queryRow(t, admin, `SELECT count(DISTINCT name), count(DISTINCT name) FILTER (WHERE name = ANY ($1))
+		FROM baton_lock_waiters`, []any{[]string{"job-0", "job-1", "job-2", "job-3", "job-4", "job-5"}}, &n, &first)
+	if n != 64 {
+		t.Errorf("rows on %d locks after a Locker waited on %d; want 64, the last it waited on", n, locks)
+	}
+	if first != 0 {
+		t.Errorf("rows kept on %d of the 6 locks waited on first; want them dropped", first)
+	}
 }
 
 // TestWaiters_OldTableReplaced: a waiters table of an older baton (keyed
-// by name and ticket, without slots) is replaced when a Locker is built,
-// and the lock works.
+// by name and ticket, without slots) is replaced when a Locker is built by
+// a user who may, and the lock works; a user who may not is told how.
 func TestWaiters_OldTableReplaced(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
@@ -138,6 +176,28 @@ func TestWaiters_OldTableReplaced(t *testing.T) {
 		name text NOT NULL, ticket bigint NOT NULL, channel text NOT NULL, waiter text NOT NULL,
 		holder text NOT NULL, ttl interval NOT NULL, holder_clock timestamptz, expires_at timestamptz NOT NULL,
 		PRIMARY KEY (name, ticket))`)
+
+	// A user who may not drop it is told what to do.
+	role := fmt.Sprintf("app_%d", time.Now().UnixNano()%1e9)
+	execSQL(t, admin, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+	execSQL(t, admin, "GRANT SELECT, INSERT, UPDATE, DELETE ON baton_lock, baton_lock_waiters TO "+role+
+		"; GRANT USAGE ON SEQUENCE baton_lock_token, baton_lock_ticket TO "+role)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	_, err = postgres.Dial(timeout(t, 10*time.Second), u.String())
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "older baton") || !strings.Contains(err.Error(), `DROP TABLE "baton_lock_waiters"`) {
+		t.Fatalf("Dial by a user who may not replace the old waiters table: %v; want ErrUnavailable saying it is an older baton's and how to drop it", err)
+	}
 
 	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
 	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
