@@ -14,12 +14,6 @@ import (
 	"github.com/baton-go/baton/postgres"
 )
 
-// zkLockCycler is go-zookeeper's own lock recipe on its own connection.
-type zkLockCycler struct{ l *zkgo.Lock }
-
-func (c *zkLockCycler) Lock(context.Context) error   { return c.l.Lock() }
-func (c *zkLockCycler) Unlock(context.Context) error { return c.l.Unlock() }
-
 // silent drops go-zookeeper's log lines.
 type silent struct{}
 
@@ -63,21 +57,14 @@ func BenchmarkPostgresVsZooKeeper(b *testing.B) {
 			for range events { // until go-zookeeper's loop has ended
 			}
 		})
-		zcs[i] = &zkLockCycler{l: zkgo.NewLock(conn, "/bench-zklock/bench", zkgo.WorldACL(zkgo.PermAll))}
+		zcs[i] = benchcycle.ZKLock(conn, "/bench-zklock/bench")
 	}
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
 		benchcycle.Run(b, zcs, 256)
 		benchcycle.Run(b, pcs, 256)
 	}
 
-	const per = 64 // cycles of each per round
-	var tp, tz time.Duration
-	n := 0
-	for b.Loop() {
-		tp += benchcycle.Run(b, pcs, per).Elapsed
-		tz += benchcycle.Run(b, zcs, per).Elapsed
-		n += per
-	}
+	tp, tz, n := benchcycle.Alternate(b, pcs, zcs, 64)
 	b.ReportMetric(float64(n)/tp.Seconds(), "pg-cycles/s")
 	b.ReportMetric(float64(n)/tz.Seconds(), "zk.Lock-cycles/s")
 	b.ReportMetric(float64(tz)/float64(tp), "pg/zk")

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -95,4 +96,28 @@ func queued(t testing.TB, admin *pgxpool.Pool, name string) int {
 	var n int
 	queryRow(t, admin, `SELECT count(*) FROM baton_lock_waiters WHERE name = $1 AND expires_at > clock_timestamp()`, []any{name}, &n)
 	return n
+}
+
+// dmlUser makes a login role that may read and write the default lock
+// tables and use their sequences, but owns nothing (dropped when t ends),
+// and returns dsn as that role.
+func dmlUser(t testing.TB, admin *pgxpool.Pool, dsn string) string {
+	t.Helper()
+	role := fmt.Sprintf("app_%d", time.Now().UnixNano()%1e9)
+	execSQL(t, admin, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+	execSQL(t, admin, "GRANT SELECT, INSERT, UPDATE, DELETE ON baton_lock, baton_lock_waiters TO "+role+
+		"; GRANT USAGE ON SEQUENCE baton_lock_token, baton_lock_ticket TO "+role)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return u.String()
 }

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -451,23 +450,7 @@ func TestObserve_NoTriggers(t *testing.T) {
 		t.Fatalf("%d observer triggers after Dial and a lock, want none until someone observes", n)
 	}
 
-	role := fmt.Sprintf("app_%d", time.Now().UnixNano()%1e9)
-	execSQL(t, admin, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := admin.Exec(ctx, "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
-	execSQL(t, admin, "GRANT SELECT, INSERT, UPDATE, DELETE ON baton_lock, baton_lock_waiters TO "+role+
-		"; GRANT USAGE ON SEQUENCE baton_lock_token, baton_lock_ticket TO "+role)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	app := dial(t, u.String(), baton.WithTTL(5*time.Second), baton.WithHolder("app"))
+	app := dial(t, dmlUser(t, admin, dsn), baton.WithTTL(5*time.Second), baton.WithHolder("app"))
 	if _, err := app.Acquire(timeout(t, 10*time.Second), "x"); err != nil {
 		t.Fatalf("Acquire without the observers' triggers: %v", err)
 	}

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/postgres"
@@ -115,11 +116,7 @@ func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 
 	// Rows a crashed Locker left: one whose place ended two hours ago, one
 	// a minute ago.
-	for _, ended := range []string{"2 hours", "1 minute"} {
-		execSQL(t, admin, `INSERT INTO baton_lock_waiters (name, channel, slot, ticket, waiter, holder, ttl, expires_at)
-			VALUES ('gc', 'crashed', $1, nextval('baton_lock_ticket'), '0', 'crashed', interval '10s', clock_timestamp() - $2::interval)`,
-			len(ended), ended)
-	}
+	insertEnded(t, admin, "gc")
 	c := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("c"))
 	d := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("d"))
 	pingPong(t, c, d, "gc", 1)
@@ -131,14 +128,22 @@ func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 	}
 
 	// On a lock nobody waits on again, building a Locker sweeps them.
-	for _, ended := range []string{"2 hours", "1 minute"} {
-		execSQL(t, admin, `INSERT INTO baton_lock_waiters (name, channel, slot, ticket, waiter, holder, ttl, expires_at)
-			VALUES ('orphan', 'crashed', $1, nextval('baton_lock_ticket'), '0', 'crashed', interval '10s', clock_timestamp() - $2::interval)`,
-			len(ended), ended)
-	}
+	insertEnded(t, admin, "orphan")
 	dial(t, dsn)
 	if n := count("name = 'orphan'"); n != 1 {
 		t.Errorf("%d rows on a lock nobody waits on after a Locker was built; want 1, the one whose place ended a minute ago", n)
+	}
+}
+
+// insertEnded writes two rows of a crashed Locker on lock name, as its
+// Close would not have deleted them: one whose place ended two hours ago,
+// one a minute ago.
+func insertEnded(t *testing.T, admin *pgxpool.Pool, name string) {
+	t.Helper()
+	for slot, ended := range []string{"2 hours", "1 minute"} {
+		execSQL(t, admin, `INSERT INTO baton_lock_waiters (name, channel, slot, ticket, waiter, holder, ttl, expires_at)
+			VALUES ($1, 'crashed', $2, nextval('baton_lock_ticket'), '0', 'crashed', interval '10s', clock_timestamp() - $3::interval)`,
+			name, slot+1, ended)
 	}
 }
 
@@ -178,23 +183,7 @@ func TestWaiters_OldTableReplaced(t *testing.T) {
 		PRIMARY KEY (name, ticket))`)
 
 	// A user who may not drop it is told what to do.
-	role := fmt.Sprintf("app_%d", time.Now().UnixNano()%1e9)
-	execSQL(t, admin, "CREATE ROLE "+role+" LOGIN")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := admin.Exec(ctx, "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
-	execSQL(t, admin, "GRANT SELECT, INSERT, UPDATE, DELETE ON baton_lock, baton_lock_waiters TO "+role+
-		"; GRANT USAGE ON SEQUENCE baton_lock_token, baton_lock_ticket TO "+role)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.User(role)
-	_, err = postgres.Dial(timeout(t, 10*time.Second), u.String())
+	_, err := postgres.Dial(timeout(t, 10*time.Second), dmlUser(t, admin, dsn))
 	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "older baton") || !strings.Contains(err.Error(), `DROP TABLE "baton_lock_waiters"`) {
 		t.Fatalf("Dial by a user who may not replace the old waiters table: %v; want ErrUnavailable saying it is an older baton's and how to drop it", err)
 	}

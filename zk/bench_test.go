@@ -9,19 +9,11 @@ import (
 	"testing"
 	"time"
 
-	zkgo "github.com/go-zookeeper/zk"
-
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/benchcycle"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/zk"
 )
-
-// zkLockCycler is go-zookeeper's own recipe, zk.Lock.
-type zkLockCycler struct{ l *zkgo.Lock }
-
-func (c *zkLockCycler) Lock(context.Context) error   { return c.l.Lock() }
-func (c *zkLockCycler) Unlock(context.Context) error { return c.l.Unlock() }
 
 // newCyclers builds n contenders of one kind, each with its own connection
 // and session, as n processes would have.
@@ -35,7 +27,7 @@ func newCyclers(b testing.TB, addr, kind string, n int) []benchcycle.Cycler {
 			out[i] = benchcycle.Baton(fl.Acquire)
 		case "zk.Lock":
 			conn := adminConn(b, addr)
-			out[i] = &zkLockCycler{l: zkgo.NewLock(conn, "/bench-zklock/bench", zkgo.WorldACL(zkgo.PermAll))}
+			out[i] = benchcycle.ZKLock(conn, "/bench-zklock/bench")
 		}
 	}
 	// Warm up: the first cycle creates the parents and the session.
@@ -120,14 +112,7 @@ func BenchmarkPaired(b *testing.B) {
 	for _, clients := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			bc, zc := newCyclers(b, addr, "baton", clients), newCyclers(b, addr, "zk.Lock", clients)
-			const per = 16 // cycles of each per round
-			var tb, tz time.Duration
-			n := 0
-			for b.Loop() {
-				tb += benchcycle.Run(b, bc, per).Elapsed
-				tz += benchcycle.Run(b, zc, per).Elapsed
-				n += per
-			}
+			tb, tz, n := benchcycle.Alternate(b, bc, zc, 16)
 			b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
 			b.ReportMetric(float64(tz.Microseconds())/float64(n), "zk.Lock-us/cycle")
 			b.ReportMetric(float64(tz)/float64(tb), "speedup")

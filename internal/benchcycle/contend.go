@@ -106,3 +106,18 @@ func run(ctx context.Context, cs []Cycler, cycles int) (Result, error) {
 	slices.SortFunc(r.Holds, func(x, y Hold) int { return x.Got.Compare(y.Got) })
 	return r, errors.Join(errs...)
 }
+
+// Alternate has the contenders a, then z, run rounds of per cycles in
+// turn, for as long as b.Loop says, and returns the time each side took in
+// all and the cycles each ran. Taking turns puts the machine's slow spells
+// (a neighbour on a shared VM, a JIT compiling) on both sides alike, which
+// two benchmarks run one after the other do not.
+func Alternate(b *testing.B, a, z []Cycler, per int) (ta, tz time.Duration, cycles int) {
+	b.Helper()
+	for b.Loop() {
+		ta += Run(b, a, per).Elapsed
+		tz += Run(b, z, per).Elapsed
+		cycles += per
+	}
+	return ta, tz, cycles
+}
