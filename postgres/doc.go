@@ -379,8 +379,9 @@
 // Against ZooKeeper's lock recipe (go-zookeeper's zk.Lock, 8 contenders on
 // a server on the same machine), in alternating rounds so that the
 // machine's slow spells fall on both (the bench module's
-// BenchmarkPostgresVsZooKeeper): 1,010 against 947 cycles/s, 1.07x, and
-// 1.00x in another set of five runs. (With observers' triggers on the
+// BenchmarkPostgresVsZooKeeper): 1,010 against 947 cycles/s, 1.07x; 1.00x
+// and 1.02x in two other sets of five runs (1.03x over the fifteen, 0.97x
+// to 1.10x in single runs). (With observers' triggers on the
 // table, which Init or an Observe adds, expect about a sixth less under
 // contention and half uncontended.) A cycle of baton's is two round trips of a few statements that write WAL
 // (the lease row; the queue when contended), and under contention every
