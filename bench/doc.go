@@ -8,17 +8,18 @@
 // go-zookeeper's zk.Lock, PostgreSQL's pg_advisory_lock) are benchmarked
 // in the backends' own packages; here, too, is one that needs two
 // servers: baton's PostgreSQL lock against ZooKeeper's recipe (zk.Lock),
-// the bar issue 6 sets for it. Run with (make bench runs them all):
+// under contention, the bar we set the PostgreSQL lock. Run with (make
+// bench runs them all):
 //
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench Redis -benchtime 3000x -count 5 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench Redlock -benchtime 300x -count 5 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
 //
-// The Redis and Redlock contended benchmarks check mutual exclusion as they
-// run and report
-// throughput, the handoff latency (a release to the next holder's
-// acquisition, when the next holder is another client), how often the
-// releasing client took the lock straight back, the median and longest
-// wait and their ratio, and the busiest client's share of holds over a
-// fair share.
+// Every benchmark here checks mutual exclusion as it runs. The Redis and
+// Redlock contended ones report throughput, the handoff latency (a release
+// to the next holder's acquisition, when the next holder is another
+// client), how often the releasing client took the lock straight back, the
+// median and longest wait and their ratio, and the busiest client's share
+// of holds over a fair share; PostgresVsZooKeeper reports the two locks'
+// throughput in alternating rounds, and their ratio.
 package bench

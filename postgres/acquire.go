@@ -53,12 +53,15 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		defer lis.unregister(key)
 		slot = b.slots.take()
 		defer b.slots.give(slot) // after leaving the queue: deferred calls run last first
-		defer b.keepRow(ctx, req.Name)
 	}
 	var ticket int64 // our place in the queue, once queued
+	wrote := false   // a statement queued us: our slot has a row on this lock
 	defer func() {
 		if ticket != 0 {
 			b.leaveQueue(ctx, req.Name, slot, ticket)
+		}
+		if wrote {
+			b.keepRow(ctx, req.Name)
 		}
 	}()
 	timer := time.NewTimer(time.Hour)
@@ -72,6 +75,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		}
 		if r.ticket != nil {
 			ticket = *r.ticket
+			wrote = true
 		}
 		if r.token != nil {
 			ticket = 0 // the statement took us off the queue
@@ -195,9 +199,11 @@ func (b *backend) freeDetached(ctx context.Context, name string, token baton.Tok
 	}
 }
 
-// keepRow notes that this Locker keeps a row on name, and deletes its ended
-// rows on the lock it waited on least recently when that makes more than
-// keptNames locks.
+// keepRow notes that this Locker keeps a row on name, after a wait there
+// that queued, and deletes its ended rows on the lock it waited on least
+// recently when that makes more than maxKeptLocks locks: one more round
+// trip at the end of such a wait, only for a Locker that waits on ever new
+// names.
 func (b *backend) keepRow(ctx context.Context, name string) {
 	evict, ok := b.kept.ended(name)
 	if !ok {
@@ -206,7 +212,7 @@ func (b *backend) keepRow(ctx context.Context, name string) {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
 	if _, err := b.pool.Exec(fctx, b.sql.forgetName, evict, b.channel); err != nil {
-		b.cfg.Logger.Debug("could not delete this Locker's rows in the waiters table; the next acquisition of that lock, or the next Locker built, deletes them once their place ended an hour ago", "lock", evict, "err", err)
+		b.cfg.Logger.Debug("could not delete this Locker's rows in the waiters table; its Close deletes them, as do the next acquisition of that lock and the next Locker built once their place ended an hour ago", "lock", evict, "err", err)
 	}
 }
 

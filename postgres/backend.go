@@ -41,7 +41,7 @@ type backend struct {
 
 	waiterSeq atomic.Uint64 // numbers this Locker's waiters
 	slots     slots         // this Locker's rows in the waiters table
-	kept      keptRows      // the locks this Locker keeps rows on
+	kept      keptRows      // the locks this Locker has waited on, which keep its rows
 	attempts  atomic.Int64  // acquisition statements sent, for tests
 	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
 
@@ -260,11 +260,11 @@ func (s *slots) give(slot int32) {
 	s.mu.Unlock()
 }
 
-// keptNames is how many locks a Locker keeps its ended rows in the waiters
+// maxKeptLocks is how many locks a Locker keeps its ended rows in the waiters
 // table on, for its next wait there to reuse. Past that, the rows on the
 // lock it waited on least recently are deleted, so a Locker that waits on
 // ever new names (a lock per job ID) does not grow the table without end.
-const keptNames = 64
+const maxKeptLocks = 64
 
 // keptRows tracks the locks a Locker keeps rows on, in the order of its
 // last wait on each.
@@ -275,7 +275,7 @@ type keptRows struct {
 }
 
 // ended records that a wait on name ended. It returns the name to delete
-// the Locker's rows on, when that makes more than keptNames.
+// the Locker's rows on, when that makes more than maxKeptLocks.
 func (k *keptRows) ended(name string) (evict string, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -284,7 +284,7 @@ func (k *keptRows) ended(name string) (evict string, ok bool) {
 	}
 	k.n++
 	k.last[name] = k.n
-	if len(k.last) <= keptNames {
+	if len(k.last) <= maxKeptLocks {
 		return "", false
 	}
 	for nm, at := range k.last {

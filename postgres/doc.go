@@ -102,8 +102,8 @@
 // hour ago (a crashed Locker's) are deleted by the next acquisition of
 // their lock, and on every lock by New and Dial. A waiters table of an
 // older baton, keyed (name, ticket), is replaced (dropped and created
-// again) by New, Dial and Init when the user owns it; otherwise they say
-// so, and its owner runs Init or DROP TABLE baton_lock_waiters. Lockers of
+// again) by New, Dial and Init when the user owns it; otherwise New and
+// Dial say so, and its owner runs Init or DROP TABLE baton_lock_waiters. Lockers of
 // that older baton fail on the new table (no constraint matches their ON
 // CONFLICT): stop them first.
 //
@@ -192,12 +192,18 @@
 //	)
 //	SELECT pg_notify(channel, waiter || ' ' || token) FROM handed;
 //
-// A waiter that gives up locks the row, ends its place, frees the lock if it was handed to its
-// ticket meanwhile, and hands it on (the last statement above); a forced
-// release locks the row, expires it and hands it on. baton status reads the live rows, with TTL LEFT computed by the
-// database (expires_at - now()) and the number of live waiters; CheckLease
-// runs SELECT EXISTS (... WHERE name = $1 AND token = $2 AND expires_at >
-// clock_timestamp()) in the caller's transaction.
+// A waiter that gives up locks the row, ends its place, frees the lock if
+// it was handed to its ticket meanwhile, and hands it on (the last
+// statement above); a forced release locks the row, expires it and hands
+// it on. Close deletes the Locker's rows in the waiters table (WHERE
+// channel = $1); New and Dial sweep rows whose place ended over an hour
+// ago (WHERE expires_at < clock_timestamp() - interval '1 hour'); a Locker
+// past 64 locks deletes its ended rows on the one it waited on least
+// recently (WHERE name = $1 AND channel = $2 AND expires_at <=
+// clock_timestamp()). baton status reads the live rows, with TTL LEFT
+// computed by the database (expires_at - now()) and the number of live
+// waiters; CheckLease runs SELECT EXISTS (... WHERE name = $1 AND token =
+// $2 AND expires_at > clock_timestamp()) in the caller's transaction.
 //
 // # Waiting
 //
@@ -363,9 +369,9 @@
 // # Benchmarks
 //
 // go test -run '^$' -bench . -count 5 ./postgres/ on the 2-core development
-// machine, otherwise idle (PostgreSQL 15 as the tests run it, with fsync
-// and synchronous_commit off; the spread between runs is ±20%, so compare
-// the two columns of one run). Medians; pg_advisory_lock is session-level,
+// machine, a shared VM (PostgreSQL 15 as the tests run it, with fsync and
+// synchronous_commit off; the spread between runs is ±20%, up to a third
+// over a session, so compare the two columns of one run). Medians; pg_advisory_lock is session-level,
 // each client on its own connection:
 //
 //	                                  baton            pg_advisory_lock
@@ -379,9 +385,9 @@
 // Against ZooKeeper's lock recipe (go-zookeeper's zk.Lock, 8 contenders on
 // a server on the same machine), in alternating rounds so that the
 // machine's slow spells fall on both (the bench module's
-// BenchmarkPostgresVsZooKeeper): 1,010 against 947 cycles/s, 1.07x; 1.00x
-// and 1.02x in two other sets of five runs (1.03x over the fifteen, 0.97x
-// to 1.10x in single runs). (With observers' triggers on the
+// BenchmarkPostgresVsZooKeeper): 1.03x over fifteen runs in three sets
+// (set medians 1.00x, 1.02x and 1.07x, that one 1,010 against 947
+// cycles/s; single runs 0.97x to 1.10x). (With observers' triggers on the
 // table, which Init or an Observe adds, expect about a sixth less under
 // contention and half uncontended.) A cycle of baton's is two round trips of a few statements that write WAL
 // (the lease row; the queue when contended), and under contention every

@@ -47,9 +47,11 @@ func Init(ctx context.Context, db Execer, table string) error {
 }
 
 // ensureSchema creates the tables and sequences unless they exist already,
-// so a user without CREATE privilege works once they do. It does not add
-// the observers' triggers: the first Observe does (or Init), so that a lock
-// nobody observes does not pay for them.
+// so a user without CREATE privilege works once they do, and replaces a
+// waiters table of an older baton; when all is there, it sweeps the
+// waiters table (sweepWaiters). It does not add the observers' triggers:
+// the first Observe does (or Init), so that a lock nobody observes does
+// not pay for them.
 func (b *backend) ensureSchema(ctx context.Context) error {
 	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
@@ -63,19 +65,21 @@ func (b *backend) ensureSchema(ctx context.Context) error {
 		return nil
 	}
 	if _, err := b.pool.Exec(octx, b.sql.create); err != nil {
-		hint := privilegeHint(err)
-		if oldWaiters && hint != "" {
-			hint = fmt.Sprintf("; the waiters table %s is an older baton's (keyed by name and ticket), which this one replaces: have its owner run postgres.Init, or DROP TABLE %[1]s (it holds only places in queues; stop the older Lockers first, which fail on the new table)", b.n.waiters)
+		if oldWaiters && privilegeHint(err) != "" {
+			return b.fail(ctx, "replace the waiters table "+b.n.waiters+" of an older baton (keyed by name and ticket)",
+				fmt.Errorf("%w; have its owner run postgres.Init, or DROP TABLE %s (it holds only places in queues; stop the older Lockers first, which fail on the new table)", err, b.n.waiters))
 		}
-		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, hint))
+		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, privilegeHint(err)))
 	}
 	return nil
 }
 
 // sweepWaiters deletes the rows of the waiters table, on every lock, whose
-// place ended over an hour ago: those of Lockers that crashed, on locks
-// nobody has waited on since (a wait deletes them on its own lock). New and
-// Dial run it; a failure only leaves the rows for the next one.
+// place ended over an hour ago: those of crashed Lockers, and of live ones
+// whose last wait there was that long ago, on locks nobody has acquired
+// since (an acquisition deletes them on its own lock). New and Dial run
+// it; a failure (a user who may only read, for baton status) only leaves
+// the rows for the next one.
 func (b *backend) sweepWaiters(ctx context.Context) {
 	if _, err := b.pool.Exec(ctx, b.sql.sweep); err != nil {
 		b.cfg.Logger.Debug("could not sweep the waiters table; the next Locker built tries again", "table", b.n.waiters, "err", err)

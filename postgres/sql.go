@@ -118,7 +118,7 @@ func (n names) replacer() *strings.Replacer {
 // one entry per slot. Inserting and deleting a row per wait instead left a
 // dead index entry per wait, and every statement that reads the queue
 // walked them all until VACUUM came: a contended lock slowed to half its
-// speed within seconds. A Locker keeps its rows on the keptNames locks it
+// speed within seconds. A Locker keeps its rows on the maxKeptLocks locks it
 // waited on last, and Close deletes them; rows whose place ended over an
 // hour ago (a crashed Locker's) are deleted by the next acquisition of
 // their lock, and on every lock when a Locker is built (sweepSQL). A

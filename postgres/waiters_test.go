@@ -148,7 +148,8 @@ func insertEnded(t *testing.T, admin *pgxpool.Pool, name string) {
 }
 
 // TestWaiters_KeptOnBoundedLocks: a Locker that waits on ever new locks
-// keeps its rows on the 64 it waited on last, not on all of them.
+// keeps its rows on the 64 it waited on last, not on all of them; taking
+// free locks, which writes no row, does not count.
 func TestWaiters_KeptOnBoundedLocks(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
@@ -158,11 +159,21 @@ func TestWaiters_KeptOnBoundedLocks(t *testing.T) {
 	for i := range locks {
 		pingPong(t, a, b, fmt.Sprintf("job-%d", i), 1) // b waits on job-i
 	}
+	// Acquisitions that did not wait write no row and evict none.
+	for i := range 100 {
+		l, err := b.Acquire(timeout(t, 10*time.Second), fmt.Sprintf("free-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var n, first int
 	queryRow(t, admin, `SELECT count(DISTINCT name), count(DISTINCT name) FILTER (WHERE name = ANY ($1))
 		FROM baton_lock_waiters`, []any{[]string{"job-0", "job-1", "job-2", "job-3", "job-4", "job-5"}}, &n, &first)
 	if n != 64 {
-		t.Errorf("rows on %d locks after a Locker waited on %d; want 64, the last it waited on", n, locks)
+		t.Errorf("rows on %d locks after a Locker waited on %d and took 100 free ones; want 64, the last it waited on", n, locks)
 	}
 	if first != 0 {
 		t.Errorf("rows kept on %d of the 6 locks waited on first; want them dropped", first)

@@ -107,16 +107,22 @@ func run(ctx context.Context, cs []Cycler, cycles int) (Result, error) {
 	return r, errors.Join(errs...)
 }
 
-// Alternate has the contenders a, then z, run rounds of per cycles in
-// turn, for as long as b.Loop says, and returns the time each side took in
-// all and the cycles each ran. Taking turns puts the machine's slow spells
-// (a neighbour on a shared VM, a JIT compiling) on both sides alike, which
-// two benchmarks run one after the other do not.
+// Alternate has the contenders a and z run rounds of per cycles in turn,
+// for as long as b.Loop says, a first in one round and z first in the
+// next, and returns the time each side took in all and the cycles each
+// began. Taking turns puts the machine's slow spells (a neighbour on a
+// shared VM, a JIT compiling) on both sides alike, which two benchmarks
+// run one after the other do not.
 func Alternate(b *testing.B, a, z []Cycler, per int) (ta, tz time.Duration, cycles int) {
 	b.Helper()
-	for b.Loop() {
-		ta += Run(b, a, per).Elapsed
-		tz += Run(b, z, per).Elapsed
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			ta += Run(b, a, per).Elapsed
+			tz += Run(b, z, per).Elapsed
+		} else {
+			tz += Run(b, z, per).Elapsed
+			ta += Run(b, a, per).Elapsed
+		}
 		cycles += per
 	}
 	return ta, tz, cycles

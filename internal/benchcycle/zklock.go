@@ -9,7 +9,8 @@ import (
 // ZKLock returns a Cycler on go-zookeeper's own lock recipe (zk.Lock) for
 // the lock node path, on conn, open to all: ZooKeeper's recipe as a Go
 // team would take it off the shelf, the peer of baton's zk and postgres
-// backends.
+// backends. zk.Lock takes no context: Lock and Unlock ignore theirs, and
+// Lock waits for as long as the lock is held.
 func ZKLock(conn *zkgo.Conn, path string) Cycler {
 	return &zkLockCycler{l: zkgo.NewLock(conn, path, zkgo.WorldACL(zkgo.PermAll))}
 }
