@@ -49,6 +49,12 @@ func pingPong(t *testing.T, a, b *baton.FencedLocker, name string, rounds int) {
 	}
 }
 
+// lockers dials two Lockers on dsn (TTL 10s) holding as x and y.
+func lockers(t *testing.T, dsn, x, y string) (*baton.FencedLocker, *baton.FencedLocker) {
+	t.Helper()
+	return dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder(x)), dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder(y))
+}
+
 // waitQueued returns once l's status of name shows a waiter.
 func waitQueued(t *testing.T, l *baton.FencedLocker, name string) {
 	t.Helper()
@@ -71,8 +77,7 @@ func waitQueued(t *testing.T, l *baton.FencedLocker, name string) {
 func TestWaiters_RowsReusedNoIndexChurn(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
-	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	a, b := lockers(t, dsn, "a", "b")
 	pingPong(t, a, b, "churn", 500)
 
 	var rows, pages int64
@@ -94,8 +99,7 @@ func TestWaiters_RowsReusedNoIndexChurn(t *testing.T) {
 func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
-	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	a, b := lockers(t, dsn, "a", "b")
 	pingPong(t, a, b, "gc", 2)
 	count := func(where string) (n int) {
 		queryRow(t, admin, `SELECT count(*) FROM baton_lock_waiters WHERE `+where, nil, &n)
@@ -117,8 +121,7 @@ func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 	// Rows a crashed Locker left: one whose place ended two hours ago, one
 	// a minute ago.
 	insertEnded(t, admin, "gc")
-	c := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("c"))
-	d := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("d"))
+	c, d := lockers(t, dsn, "c", "d")
 	pingPong(t, c, d, "gc", 1)
 	if n := count("channel = 'crashed' AND expires_at < clock_timestamp() - interval '1 hour'"); n != 0 {
 		t.Errorf("the row whose place ended two hours ago is still there after a wait on its lock")
@@ -153,8 +156,7 @@ func insertEnded(t *testing.T, admin *pgxpool.Pool, name string) {
 func TestWaiters_KeptOnBoundedLocks(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
-	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	a, b := lockers(t, dsn, "a", "b")
 	const locks = 70
 	for i := range locks {
 		pingPong(t, a, b, fmt.Sprintf("job-%d", i), 1) // b waits on job-i
@@ -199,8 +201,7 @@ func TestWaiters_OldTableReplaced(t *testing.T) {
 		t.Fatalf("Dial by a user who may not replace the old waiters table: %v; want ErrUnavailable saying it is an older baton's and how to drop it", err)
 	}
 
-	a := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
-	b := dial(t, dsn, baton.WithTTL(10*time.Second), baton.WithHolder("b"))
+	a, b := lockers(t, dsn, "a", "b")
 	var slot bool
 	queryRow(t, admin, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'baton_lock_waiters'::regclass AND attname = 'slot')`, nil, &slot)
 	if !slot {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redlock"
@@ -266,14 +267,7 @@ func TestFailedMajority_EndsAtOnce(t *testing.T) {
 	}
 	nodes[0].Kill()
 	nodes[1].Kill()
-	deadline := lease.Deadline()
-	select {
-	case <-lease.Done():
-	case <-time.After(2 * ttl):
-		t.Fatal("lease not lost two TTLs after 2 of 3 nodes died")
-	}
-	early := time.Until(deadline)
-	t.Logf("lost %v before the local deadline: %v", early.Round(time.Millisecond), lease.Err())
+	early := batontest.LostBeforeDeadline(t, lease, 2*ttl)
 	if early < ttl/3 {
 		t.Errorf("lost only %v before the local deadline: the failed renewal was retried", early)
 	}

@@ -250,10 +250,7 @@ func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
 		// Prefer a confirmation that arrived together with the deadline.
 		select {
 		case err := <-res:
-			if err != nil {
-				return nil, false
-			}
-			return nil, true
+			return nil, err == nil
 		default:
 			return nil, false
 		}
