@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/pgkit"
 )
 
@@ -30,8 +31,9 @@ type backend struct {
 	cfg     baton.Config
 	n       names
 	sql     statements
-	where   string // host:port/database, for messages; never a password
-	channel string // this Locker's NOTIFY channel
+	where   string            // host:port/database, for messages; never a password
+	channel string            // this Locker's NOTIFY channel
+	sched   *keeper.Scheduler // renews the holds
 
 	// now is the client's wall clock. It is used only for holder_clock, a
 	// record of what the holder believed the time was; expiry is never
@@ -99,6 +101,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 		sql:     newStatements(n),
 		where:   where(&pool.Config().ConnConfig.Config),
 		channel: "baton." + hex.EncodeToString(id[:]),
+		sched:   keeper.NewScheduler(),
 		now:     time.Now,
 		holds:   map[*hold]struct{}{},
 

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediswake"
 )
@@ -48,6 +49,7 @@ type backend struct {
 	cfg         baton.Config
 	prefix      string
 	where       string
+	sched       *keeper.Scheduler // renews the holds
 	nodeTimeout time.Duration
 	channel     string
 
@@ -102,6 +104,7 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 		prefix:      prefix,
 		nodeTimeout: min(cfg.RequestTimeout, cfg.TTL/nodeTimeoutShare),
 		channel:     rediskit.NewWakeChannel(),
+		sched:       keeper.NewScheduler(),
 		holds:       map[*hold]struct{}{},
 	}
 	addrs := make([]string, len(clients))

@@ -29,7 +29,7 @@ type hold struct {
 
 func newHold(b *backend, k keys, value string, start time.Time, settled <-chan struct{}) *hold {
 	h := &hold{b: b, k: k, value: value, settled: settled}
-	h.kp = keeper.Start(start, b.cfg, h.renew)
+	h.kp = b.sched.Start(start, b.cfg, h.renew)
 	return h
 }
 

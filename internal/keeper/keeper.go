@@ -31,9 +31,9 @@ type RenewFunc func(ctx context.Context) error
 var ErrDeadline = errors.New("local deadline passed without a confirmed renewal")
 
 // Keeper renews one lease until stopped or lost. It runs no goroutine
-// between renewals: a timer fires at the next renewal or at the local
-// deadline, whichever comes first, and its callback renews or reports the
-// loss. Stop waits for a callback or renewal in flight.
+// between renewals: its Scheduler calls it at the next renewal or at the
+// local deadline, whichever comes first, and that call renews or reports
+// the loss. Stop waits for a call or renewal in flight.
 type Keeper struct {
 	ttl, every, drift time.Duration
 	renew             RenewFunc
@@ -41,12 +41,13 @@ type Keeper struct {
 
 	ctx      context.Context // cancelled by Stop and by a loss
 	cancel   context.CancelFunc
-	ticks    sync.WaitGroup // timer callbacks scheduled or running
+	sched    *Scheduler
+	ticks    sync.WaitGroup // calls of tick scheduled or running
 	renewals sync.WaitGroup // renewals in flight
 	done     chan struct{}
 
 	mu       sync.Mutex
-	timer    *time.Timer
+	pending  *tick     // the scheduled call of tick
 	next     time.Time // when to renew
 	lastErr  error     // the last renewal's error, since the last success
 	lastSent time.Time
@@ -55,11 +56,18 @@ type Keeper struct {
 }
 
 // Start begins renewing a lease created or last renewed by a request sent at
-// sent. cfg gives TTL, RenewEvery, Drift and Logger.
+// sent, on a Scheduler of its own. cfg gives TTL, RenewEvery, Drift and
+// Logger. A backend that starts a Keeper per hold shares one Scheduler
+// among them instead (Scheduler.Start).
 func Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
+	return NewScheduler().Start(sent, cfg, renew)
+}
+
+func start(s *Scheduler, sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &Keeper{
-		ttl: cfg.TTL, every: cfg.RenewEvery, drift: cfg.Drift,
+		sched: s,
+		ttl:   cfg.TTL, every: cfg.RenewEvery, drift: cfg.Drift,
 		renew:    renew,
 		log:      cfg.Logger,
 		ctx:      ctx,
@@ -83,7 +91,7 @@ func (k *Keeper) arm() {
 		at = k.deadline
 	}
 	k.ticks.Add(1)
-	k.timer = time.AfterFunc(time.Until(at), k.tick)
+	k.pending = k.sched.after(at, k.tick)
 }
 
 // Done is closed when the lease is lost or the Keeper stopped.
@@ -135,14 +143,14 @@ func (k *Keeper) Stop(cause error) {
 	k.wait()
 }
 
-// wait stops the pending timer and waits for callbacks and renewals in
+// wait cancels the pending call and waits for calls and renewals in
 // flight; the Keeper is finished, so nothing schedules another.
 func (k *Keeper) wait() {
 	k.mu.Lock()
-	t := k.timer
+	t := k.pending
 	k.mu.Unlock()
-	if t != nil && t.Stop() {
-		k.ticks.Done() // its callback will never run
+	if t != nil && k.sched.cancel(t) {
+		k.ticks.Done() // it will never run
 	}
 	k.ticks.Wait()
 	k.renewals.Wait()
@@ -160,8 +168,8 @@ func (k *Keeper) finish(cause error) {
 	k.cancel()
 }
 
-// tick is the timer's callback: it reports a passed deadline, or renews,
-// then schedules the next tick.
+// tick is called by the Scheduler: it reports a passed deadline, or
+// renews, then schedules the next tick.
 func (k *Keeper) tick() {
 	defer k.ticks.Done()
 	k.mu.Lock()
