@@ -11,7 +11,8 @@
 // under contention, the bar we set the PostgreSQL lock. Run with (make
 // bench runs them all):
 //
-//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench Redis -benchtime 3000x -count 5 .
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench 'RedisCycle|RedisContended' -benchtime 3000x -count 5 .
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedisPaired -benchtime 400x -count 10 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench Redlock -benchtime 300x -count 5 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
 //
@@ -20,6 +21,6 @@
 // to the next holder's acquisition, when the next holder is another
 // client), how often the releasing client took the lock straight back, the
 // median and longest wait and their ratio, and the busiest client's share
-// of holds over a fair share; PostgresVsZooKeeper reports the two locks'
-// throughput in alternating rounds, and their ratio.
+// of holds over a fair share; RedisPaired and PostgresVsZooKeeper report
+// two locks' figures in alternating rounds, and their ratio.
 package bench

@@ -68,3 +68,19 @@ func BenchmarkRedisContended(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisPaired alternates baton and bsm/redislock, one uncontended
+// client each on one server, in rounds of 16 cycles (benchcycle.Alternate),
+// so that a slow spell of the machine falls on both alike, and reports
+// each one's cycle and baton's speed relative to redislock (above 1: baton
+// is faster). Only the uncontended cycle is paired: with contenders,
+// redislock's 10ms back-off at every round's edge would cap its figure.
+func BenchmarkRedisPaired(b *testing.B) {
+	srv := testsvc.StartRedis(b)
+	bc, rc := newRedisCyclers(b, srv.Addr, "baton", 1), newRedisCyclers(b, srv.Addr, "redislock", 1)
+	benchcycle.Warm(b, bc[0], rc[0])
+	tb, tr, n := benchcycle.Alternate(b, bc, rc, 16)
+	b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
+	b.ReportMetric(float64(tr.Microseconds())/float64(n), "redislock-us/cycle")
+	b.ReportMetric(float64(tr)/float64(tb), "speedup")
+}

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
 )
@@ -26,9 +28,59 @@ func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (att
 	if wait {
 		w = "1"
 	}
+	return b.runAcquire(ctx, k, value, w, "0")
+}
+
+// claim is the first attempt of an acquisition that has not joined the
+// queue, in one round trip without a script: a pipeline of SET key value
+// NX PX ttl, then EXISTS of the queue and of the observers' mark, and, for
+// an attempt that will not wait (holder), GET key to name the holder when
+// the SET found the key taken. When the SET took the free key and EXISTS
+// found neither, the lock is ours. When it took the key and found either,
+// the acquire script finishes the claim: the first live waiter (there
+// only when the last holder's key expired: a handoff never leaves the key
+// free) was there first and is handed the lock; else we keep it and
+// observers are told.
+//
+// The pipeline need not be atomic. A queue or a mark that was there when
+// the SET ran and gone at EXISTS leaves nobody to be fair to or to tell.
+// One that came in between finds the lock ours, so the script hands a
+// lock we could have kept to a waiter that came after us: a rare race
+// that costs us our turn, never mutual exclusion, since the script only
+// ever gives the key away.
+func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) (attempt, error) {
 	octx, cancel := b.op(ctx)
 	defer cancel()
-	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), w, b.wake.Channel()).Slice()
+	set := goredis.NewBoolCmd(octx, "set", k.lock, value, "nx", "px", b.ttlMS())
+	seen := goredis.NewIntCmd(octx, "exists", k.q, k.n)
+	cur := goredis.NewStringCmd(octx, "get", k.lock)
+	_, err := b.client.Pipelined(octx, func(p goredis.Pipeliner) error {
+		_ = p.Process(octx, set)
+		_ = p.Process(octx, seen)
+		if holder {
+			_ = p.Process(octx, cur)
+		}
+		return nil
+	})
+	if errors.Is(err, goredis.Nil) { // GET found the key gone again
+		err = errors.Join(set.Err(), seen.Err())
+	}
+	switch {
+	case err != nil:
+		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
+	case !set.Val():
+		return attempt{holder: cur.Val()}, nil
+	case seen.Val() == 0:
+		return attempt{held: true}, nil
+	}
+	return b.runAcquire(ctx, k, value, "0", "1")
+}
+
+// runAcquire runs acquireScript with ARGV[3] wait and ARGV[5] claimed.
+func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed string) (attempt, error) {
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), wait, b.wake.Channel(), claimed).Slice()
 	if err != nil {
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	}
@@ -52,8 +104,11 @@ func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (att
 
 // Acquire implements baton.Backend.
 //
-// One attempt is one script run: SET key value NX PX ttl, unless a live
-// waiter was there first (then the lock is reserved for it). A waiting
+// The first attempt, unless the acquisition queues at once, is a claim: a
+// plain SET key value NX PX ttl in a MULTI, one round trip without a
+// script (see claim). Every other attempt is one run of the acquire
+// script: the same SET, unless a live waiter was there first (then the
+// lock is reserved for it). A waiting
 // acquisition joins the lock's FIFO queue and sleeps until the holder's
 // release hands the lock to it (the release script sets the key to the
 // waiter's value and publishes on the waiter's Locker channel), or until a
@@ -77,9 +132,15 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	for {
+	for first := true; ; first = false {
 		sent := time.Now()
-		a, err := b.try(ctx, k, value, queued)
+		var a attempt
+		var err error
+		if first && !queued {
+			a, err = b.claim(ctx, k, value, !req.Wait)
+		} else {
+			a, err = b.try(ctx, k, value, queued)
+		}
 		if err != nil {
 			if queued {
 				b.leave(ctx, k, value)

@@ -24,9 +24,16 @@
 //	redis-cli SET baton:lock:invoices x NX PX 900000   # (nil) while held
 //	redis-cli PTTL baton:lock:invoices                 # just under the TTL
 //
-// behave as in the guide. DELEX key IFEQ value (Redis 8.4) would replace
-// the release script, but it is not used: only Redis 7.0.15 could be
-// tested here, and the script is needed anyway for the wait queue.
+// behave as in the guide. An acquisition's first attempt is that SET
+// itself, pipelined with an EXISTS of the lock's wait queue and observers'
+// mark, with no script: a script costs the server about 5µs before its
+// first call and about 2µs per call. Only when the SET took the key and
+// the EXISTS found a queue (the last holder's key expired with waiters
+// queued) or an observer does a script follow, which hands the lock to the
+// first waiter or tells the observers. DELEX key IFEQ value (Redis 8.4)
+// would replace the release script, but it is not used: only Redis 7.0.15
+// could be tested here, and the script is needed anyway for the wait
+// queue.
 //
 // # Waiting: FIFO, no herd, no blind polling
 //
@@ -101,32 +108,38 @@
 //
 // # Performance
 //
-// An uncontended acquire+release is two round trips (one EVALSHA each),
-// the floor, as for bsm/redislock. Measured on the 2-core development
-// machine (otherwise idle) against Redis 7.0.15 on loopback, in one run
-// with bsm/redislock v0.9.4 using the 10ms linear back-off its README shows
-// for waiting (in the bench module: cd bench && go test -run '^$' -bench
-// Redis -benchtime 3000x -count 5 ., medians):
+// An uncontended acquire+release is two round trips, the floor, as for
+// bsm/redislock: a pipelined SET and EXISTS, then one EVALSHA. Measured on
+// the 2-core development machine (a shared VM, slower on the day than
+// before) against Redis 7.0.15 on loopback, in one run with
+// bsm/redislock v0.9.4 using the 10ms linear back-off its README shows for
+// waiting (in the bench module: cd bench && go test -run '^$' -bench
+// 'RedisCycle|RedisContended' -benchtime 3000x -count 5 ., medians):
 //
 //	                               baton      redislock   ratio
-//	cycle, uncontended             201µs      174µs       1.15x slower
-//	8 contenders: holds/s          3,904      5,722       0.68x
-//	  same client again            0.03%      94.8%
-//	  busiest client / fair share  1.005      1.64
-//	  longest wait                 7.9ms      124ms
-//	  longest / median wait        4.5        1,628
-//	  handoff p50 (other client)   239µs      161µs
+//	cycle, uncontended             193µs      163µs       0.85x
+//	8 contenders: holds/s          3,652      4,917       0.74x
+//	  same client again            0.03%      94.6%
+//	  busiest client / fair share  1.003      1.47
+//	  longest wait                 14.3ms     156ms
+//	  longest / median wait        7.1        1,696
+//	  handoff p50 (other client)   246µs      190µs
+//
+// BenchmarkRedisPaired alternates the two uncontended in rounds of 16, so
+// that the machine's slow spells fall on both: 0.88x (median of ten runs,
+// 0.86x to 0.93x), up from 0.71x before the pipelined first attempt, the
+// shared renewal timer (internal/keeper's Scheduler) and the request
+// timeout left to the client's socket timeouts. What is left, measured:
+// the EXISTS and the pipeline in go-redis (about 5%), and the lease around
+// the lock that redislock does not have: a renewal schedule, a work context
+// and the Locker's bookkeeping (about 10µs of CPU per cycle).
 //
 // Under contention redislock's releasing client takes the lock again at
 // once 95% of the time while the others wait out 10ms back-offs; baton
-// hands the lock over in arrival order, with no starvation, at two thirds
-// of that throughput. The extra cost is not round trips but what rides on
-// them. Uncontended, the scripts take about 16µs of server time each
-// (redislock's 10µs) and the lease machinery around them (a renewal timer
-// and a work context per lease) about 25µs; the observers' stream is
-// written only while someone observes the lock (before, its two XADDs
-// made every cycle about 40µs longer). Under contention a hold costs the
-// server two queue scripts of about 45µs each (INFO commandstats), on the
-// same two cores as the eight clients, and the next holder is woken through
-// Pub/Sub.
+// hands the lock over in arrival order, with no starvation, at three
+// quarters of that throughput. The next holder is another client, woken
+// through Pub/Sub, and the server runs two scripts per hold (the release
+// that hands over, the releaser's place in the queue) of about ten calls
+// each, which INFO commandstats puts at about 48µs each under this load:
+// the server shares the two cores with the eight clients.
 package redis

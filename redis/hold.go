@@ -23,7 +23,7 @@ type hold struct {
 
 func newHold(b *backend, k keys, value string, sent time.Time) *hold {
 	h := &hold{b: b, k: k, value: value}
-	h.kp = keeper.Start(sent, b.cfg, h.renew)
+	h.kp = b.sched.Start(sent, b.cfg, h.renew)
 	return h
 }
 

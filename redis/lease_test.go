@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
 )
@@ -280,6 +281,45 @@ func TestAcquire_FIFO_NoHerd(t *testing.T) {
 	}
 }
 
+// TestClaim_YieldsToQueuedWaiter: a waiter queued behind a holder whose
+// key vanished (a crash: the key expired) is first in line; a newcomer's
+// claim (a plain SET NX) finds the key free and sets it, then sees the
+// queue and hands the lock to that waiter instead of keeping it.
+func TestClaim_YieldsToQueuedWaiter(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
+	w := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("w"))
+	n := newLocker(t, srv.Addr, baton.WithHolder("newcomer"))
+	la, err := a.Acquire(timeout(t, 5*time.Second), "queued")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *baton.Lease, 1)
+	go func() {
+		lw, err := w.Acquire(timeout(t, 10*time.Second), "queued")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lw
+	}()
+	waitQueued(t, cli, la.Key(), 1)
+	if err := cli.Del(timeout(t, time.Second), la.Key()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.TryAcquire(timeout(t, 5*time.Second), "queued")
+	var na *baton.NotAcquiredError
+	if !errors.As(err, &na) || na.Holder != "w" {
+		t.Fatalf("newcomer's try: %v, want not acquired, held by w", err)
+	}
+	if lw := <-got; lw == nil || lw.Err() != nil {
+		t.Fatalf("the queued waiter did not get the lock")
+	}
+	if v := cli.Get(timeout(t, time.Second), la.Key()).Val(); rediskit.HolderOf(v) != "w" {
+		t.Fatalf("key holds %q, want w's value", v)
+	}
+}
+
 // scriptCalls counts EVAL and EVALSHA calls the server has run.
 func scriptCalls(t *testing.T, c *goredis.Client) int64 {
 	t.Helper()
@@ -415,6 +455,43 @@ func TestOpen_Unreachable(t *testing.T) {
 	}
 }
 
+// TestRequestTimeout_FrozenServer: an acquisition on a frozen server fails
+// as unavailable within the request timeout, whether the client's own
+// read timeout is longer (baton then bounds the request with a context
+// deadline) or no longer (Open's client: its socket timeouts do).
+func TestRequestTimeout_FrozenServer(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	const limit = 300 * time.Millisecond
+	slow := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = slow.Close() })
+	own, err := redis.New(slow, baton.WithRequestTimeout(limit), baton.WithHolder("own"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = own.Close() })
+	u, _ := url.Parse(srv.URL())
+	opened, err := redis.Open(timeout(t, 5*time.Second), u, baton.WithRequestTimeout(limit), baton.WithHolder("opened"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = opened.Close() })
+	lockers := map[string]*baton.Locker{"client with a 1m read timeout": own, "Open's client": opened}
+	for _, l := range lockers {
+		if _, err := l.TryAcquire(timeout(t, 5*time.Second), "warm-"+l.Config().Holder); err != nil { // connect first
+			t.Fatal(err)
+		}
+	}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	for name, l := range lockers {
+		start := time.Now()
+		_, err := l.TryAcquire(context.Background(), "frozen")
+		if d := time.Since(start); !errors.Is(err, baton.ErrUnavailable) || d > limit+time.Second {
+			t.Errorf("%s: TryAcquire on a frozen server = %v after %v, want unavailable within about %v", name, err, d.Round(time.Millisecond), limit)
+		}
+	}
+}
+
 // TestObserve_Handoff: a release that hands the lock straight to a waiter
 // is one change (A to B), with no empty term between, and a DEL from
 // outside (an expiry) shows as no leader.
@@ -457,6 +534,41 @@ func TestObserve_Handoff(t *testing.T) {
 	}
 	if got := next(); got != "-" {
 		t.Fatalf("after the key vanished the term is %q, want no leader", got)
+	}
+}
+
+// TestObserve_UnnotedClaim: a holder whose key is replaced by a claim that
+// writes nothing to the change stream (its client died between its plain
+// SET and the script that notes it) is reported by the next look at the
+// key: the old term ends, the new holder follows.
+func TestObserve_UnnotedClaim(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
+	obs := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
+	terms, err := obs.Observe(timeout(t, 30*time.Second), "claimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 5*time.Second) }
+	if got := next(); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	la, err := a.Acquire(timeout(t, 5*time.Second), "claimed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "a" {
+		t.Fatalf("term %q, want a", got)
+	}
+	// a's key expires and a claim takes it at once, noting nothing.
+	if err := client(t, srv.Addr).Set(timeout(t, time.Second), la.Key(), rediskit.NewValue("claimer"), 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "-" {
+		t.Fatalf("after a's key was replaced the term is %q, want no leader", got)
+	}
+	if got := next(); got != "claimer" {
+		t.Fatalf("then the term is %q, want the claim's holder", got)
 	}
 }
 

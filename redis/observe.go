@@ -34,8 +34,11 @@ const (
 // expires writes nothing; the observer reads the lock's state again when
 // the holder's PTTL runs out, and when the holder it finds is not the last
 // one the stream named and no change is waiting in the stream, the old
-// holder's key must have expired: it reports a term with no leader before
-// the stream's next change.
+// holder's key must have expired: it reports a term with no leader, then
+// the holder it found, if any. That holder took the key with a claim (a
+// plain SET, see Acquire), whose note follows in a moment unless its
+// client died first; while the lock is free the observer reads its state
+// every observerRefresh, which bounds how late such a holder is reported.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -122,12 +125,16 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			return
 		}
 		pttl = now.pttl
-		if cur != "" && now.value != cur && now.last == last {
+		if now.value != cur && now.last == last {
 			// No change is waiting in the stream, yet the holder is not
-			// the last one it named: that one expired. The stream tells
-			// who comes next.
-			cur = ""
-			if !send(ctx, ch, b.term(k.name, "")) {
+			// the last one it named: that one expired, and the key is
+			// free or was claimed since by a plain SET whose note has
+			// not come (or never will: its client died in between).
+			if cur != "" && !send(ctx, ch, b.term(k.name, "")) {
+				return
+			}
+			cur = now.value
+			if cur != "" && !send(ctx, ch, b.term(k.name, cur)) {
 				return
 			}
 		}

@@ -58,8 +58,10 @@ local function note(o, n, v)
   if redis.call('exists', n) == 1 then record(o, v) end
 end
 
--- handoff gives the free lock to the first live waiter, with that waiter's
--- own TTL, and tells it on its channel. The caller checked that q exists.
+-- handoff gives the lock to the first live waiter, with that waiter's own
+-- TTL, overwriting the key whatever it held (nothing, the releasing
+-- holder's value, or a newcomer's claim), and tells the waiter on its
+-- channel. The caller checked that q exists.
 -- It returns the new holder's value, or false when no waiter was live.
 local function handoff(k, q, w)
   local now = now_ms()
@@ -72,19 +74,15 @@ local function handoff(k, q, w)
   redis.call('publish', ch, h)
   return h
 end
-
--- freed notes the lock's next state after its holder left.
-local function freed(k, q, w, o, n, queued)
-  local h = false
-  if queued then h = handoff(k, q, w) end
-  note(o, n, h or '')
-end
 `
 
 // acquireScript takes the lock for ARGV[1] (the acquisition's value) with
 // TTL ARGV[2] ms, when it is free and no live waiter was there first.
 // ARGV[3] is "1" to join (or stay in) the wait queue when the lock is not
 // free, with ARGV[4] as the channel to be told on; "0" for one attempt.
+// ARGV[5] is "1" after a claim (see claimArgs) set the key to ARGV[1] but
+// found a queue or an observer: the script then hands the lock to the
+// first live waiter, who was there first, or else keeps it and notes it.
 //
 // It returns {1} when held: newly set, or handed to us while we waited
 // (then its expiry is reset to our TTL, so the caller's send time bounds
@@ -96,13 +94,18 @@ var acquireScript = goredis.NewScript(luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local v, ttl, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local queued = redis.call('exists', q) == 1
-if not queued and redis.call('set', k, v, 'nx', 'px', ttl) then
+if ARGV[5] == '1' and redis.call('get', k) == v then
+  local h = queued and handoff(k, q, w)
+  note(o, n, h or v)
+  if not h then return {1} end
+end
+if not queued and redis.call('set', k, v, 'nx', 'px', ARGV[2]) then
   note(o, n, v)
   return {1}
 end
 local cur = redis.call('get', k)
 if cur == v then
-  redis.call('pexpire', k, ttl)
+  redis.call('pexpire', k, ARGV[2])
   return {1}
 end
 local head, now, t = false, 0, false
@@ -111,7 +114,7 @@ if queued or wait then
   head = live_head(q, w, now)
 end
 if not cur and (not head or head == v) then
-  redis.call('set', k, v, 'px', ttl)
+  redis.call('set', k, v, 'px', ARGV[2])
   note(o, n, v)
   if head then
     redis.call('zrem', q, v)
@@ -120,13 +123,13 @@ if not cur and (not head or head == v) then
   return {1}
 end
 if wait then
-  if not redis.call('zscore', q, v) then
-    redis.call('zadd', q, tonumber(t[1]) * 1000000 + tonumber(t[2]), v)
-    if not head then head = v end
-  end
-  redis.call('hset', w, v, (now + ttl) .. ' ' .. ttl .. ' ' .. ARGV[4])
+  local added = redis.call('zadd', q, 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), v)
+  if added == 1 and not head then head = v end
+  redis.call('hset', w, v, (now + ttl) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4])
+  -- The queue's keys outlive every live entry (each one ends within ttl)
+  -- by at most 2 * ttl; refreshed once per ttl, not on every attempt.
   for _, key in ipairs({q, w}) do
-    if redis.call('pttl', key) < 2 * ttl then redis.call('pexpire', key, 2 * ttl) end
+    if redis.call('pttl', key) < ttl then redis.call('pexpire', key, 2 * ttl) end
   end
 end
 local first = 0
@@ -134,19 +137,37 @@ if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
 `)
 
-// releaseScript leaves the wait queue and, if the lock holds ARGV[1],
-// deletes it and hands it to the first live waiter. It returns 1 when the
-// lock was ours. Release, a waiter giving up and Close all use it.
-var releaseScript = goredis.NewScript(luaHelpers + `
+// releaseScript frees the lock if it holds ARGV[1] and hands it to the
+// first live waiter, or else takes ARGV[1] out of the wait queue. It
+// returns 1 when the lock was ours. Release, a waiter giving up and Close
+// all use it. A lock with neither a queue nor an observer is done with
+// before the helpers are defined (each definition makes a closure, on
+// every run): EXISTS, GET, DEL. A holder is never in the queue (each way
+// of taking the lock leaves it), so a holder's release skips the queue's
+// ZREM and HDEL, and a handoff overwrites the key instead of deleting it
+// first. The count of EXISTS of the queue and the observers' mark, less
+// that of the queue alone, says whether anyone observes.
+var releaseScript = goredis.NewScript(`
 local k, q, w, o, n, v = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
-local queued = redis.call('exists', q) == 1
-if queued then
-  redis.call('zrem', q, v)
-  redis.call('hdel', w, v)
+local marks = redis.call('exists', q, n)
+local cur = redis.call('get', k)
+if marks == 0 then
+  if cur ~= v then return 0 end
+  redis.call('del', k)
+  return 1
 end
-if redis.call('get', k) ~= v then return 0 end
-redis.call('del', k)
-freed(k, q, w, o, n, queued)
+` + luaHelpers + `
+local queued = redis.call('exists', q)
+if cur ~= v then
+  if queued == 1 then
+    redis.call('zrem', q, v)
+    redis.call('hdel', w, v)
+  end
+  return 0
+end
+local h = queued == 1 and handoff(k, q, w)
+if not h then redis.call('del', k) end
+if marks - queued == 1 then record(o, h or '') end -- observed
 return 1
 `)
 
@@ -166,8 +187,9 @@ var forceScript = goredis.NewScript(luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cur = redis.call('get', k)
 if not cur then return false end
-redis.call('del', k)
-freed(k, q, w, o, n, redis.call('exists', q) == 1)
+local h = redis.call('exists', q) == 1 and handoff(k, q, w)
+if not h then redis.call('del', k) end
+note(o, n, h or '')
 return cur
 `)
 
