@@ -65,15 +65,25 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 	if errors.Is(err, goredis.Nil) { // GET found the key gone again
 		err = errors.Join(set.Err(), seen.Err())
 	}
+	// The key holds our value when the SET took it, or when go-redis sent
+	// the pipeline again after an answer was lost and GET shows it.
+	ours := set.Val() || cur.Val() == value
 	switch {
 	case err != nil:
+		if ours { // nobody would free it before its TTL runs out
+			b.leave(ctx, k, value)
+		}
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
-	case !set.Val():
+	case !ours:
 		return attempt{holder: cur.Val()}, nil
 	case seen.Val() == 0:
 		return attempt{held: true}, nil
 	}
-	return b.runAcquire(ctx, k, value, "0", "1")
+	a, err := b.runAcquire(ctx, k, value, "0", "1")
+	if err != nil {
+		b.leave(ctx, k, value)
+	}
+	return a, err
 }
 
 // runAcquire runs acquireScript with ARGV[3] wait and ARGV[5] claimed.
@@ -105,8 +115,8 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed s
 // Acquire implements baton.Backend.
 //
 // The first attempt, unless the acquisition queues at once, is a claim: a
-// plain SET key value NX PX ttl in a MULTI, one round trip without a
-// script (see claim). Every other attempt is one run of the acquire
+// plain SET key value NX PX ttl pipelined with an EXISTS, one round trip
+// without a script (see claim). Every other attempt is one run of the acquire
 // script: the same SET, unless a live waiter was there first (then the
 // lock is reserved for it). A waiting
 // acquisition joins the lock's FIFO queue and sleeps until the holder's

@@ -39,9 +39,6 @@ type backend struct {
 	where  string // for error messages, without password
 	wake   *rediswake.Waker
 	sched  *keeper.Scheduler // renews the holds
-	// bounded: the client's own read and write timeouts bound every
-	// request within RequestTimeout, so op adds no deadline (see op)
-	bounded bool
 
 	mu     sync.Mutex
 	holds  map[*hold]struct{}
@@ -88,13 +85,12 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 		return nil, err
 	}
 	b := &backend{
-		client:  client,
-		cfg:     cfg,
-		prefix:  prefix,
-		where:   describe(client),
-		sched:   keeper.NewScheduler(),
-		bounded: socketBounded(client, cfg.RequestTimeout),
-		holds:   map[*hold]struct{}{},
+		client: client,
+		cfg:    cfg,
+		prefix: prefix,
+		where:  describe(client),
+		sched:  keeper.NewScheduler(),
+		holds:  map[*hold]struct{}{},
 	}
 	b.wake = rediswake.New(client, rediskit.NewWakeChannel(), 10*time.Millisecond)
 	return b, nil
@@ -129,32 +125,9 @@ func (k keys) all() []string { return []string{k.lock, k.q, k.w, k.o, k.n} }
 
 func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
 
-// op bounds one request by the request timeout. When the client's own
-// read and write timeouts are no longer (Open sets them to it), the client
-// already ends a request the server does not answer within it, and op adds
-// no context deadline: each one is a runtime timer, and creating one that
-// is due before the others wakes an idle thread of the Go scheduler, which
-// on a 2-core machine costs a lock cycle more than the request's CPU does.
+// op bounds one request by the request timeout.
 func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) {
-	if b.bounded {
-		return ctx, func() {}
-	}
 	return context.WithTimeout(ctx, b.cfg.RequestTimeout)
-}
-
-// socketBounded reports whether c's read and write timeouts are set and at
-// most d.
-func socketBounded(c goredis.UniversalClient, d time.Duration) bool {
-	var r, w time.Duration
-	switch c := c.(type) {
-	case *goredis.Client:
-		r, w = c.Options().ReadTimeout, c.Options().WriteTimeout
-	case *goredis.ClusterClient:
-		r, w = c.Options().ReadTimeout, c.Options().WriteTimeout
-	default:
-		return false
-	}
-	return r > 0 && w > 0 && r <= d && w <= d
 }
 
 // fail classifies err from a request made with a context derived from ctx:

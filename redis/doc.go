@@ -117,22 +117,25 @@
 // 'RedisCycle|RedisContended' -benchtime 3000x -count 5 ., medians):
 //
 //	                               baton      redislock   ratio
-//	cycle, uncontended             193µs      163µs       0.85x
-//	8 contenders: holds/s          3,652      4,917       0.74x
-//	  same client again            0.03%      94.6%
-//	  busiest client / fair share  1.003      1.47
-//	  longest wait                 14.3ms     156ms
-//	  longest / median wait        7.1        1,696
-//	  handoff p50 (other client)   246µs      190µs
+//	cycle, uncontended             205µs      139µs       0.68x
+//	  in alternating rounds                               0.85x
+//	8 contenders: holds/s          3,733      5,089       0.73x
+//	  same client again            0.03%      94.5%
+//	  busiest client / fair share  1.003      1.54
+//	  longest wait                 14.3ms     178ms
+//	  longest / median wait        7.0        2,202
+//	  handoff p50 (other client)   256µs      189µs
 //
-// BenchmarkRedisPaired alternates the two uncontended in rounds of 16, so
-// that the machine's slow spells fall on both: 0.88x (median of ten runs,
-// 0.86x to 0.93x), up from 0.71x before the pipelined first attempt, the
-// shared renewal timer (internal/keeper's Scheduler) and the request
-// timeout left to the client's socket timeouts. What is left, measured:
-// the EXISTS and the pipeline in go-redis (about 5%), and the lease around
-// the lock that redislock does not have: a renewal schedule, a work context
-// and the Locker's bookkeeping (about 10µs of CPU per cycle).
+// The uncontended figures, measured one sub-benchmark after the other,
+// swing with the VM's slow spells (baton's five runs: 183µs to 242µs).
+// BenchmarkRedisPaired alternates the two in rounds of 16, so that those
+// spells fall on both: 0.85x (median of ten runs, 0.83x to 0.87x; cd bench
+// && go test -run '^$' -bench RedisPaired -benchtime 400x -count 10 .), up
+// from 0.71x before the pipelined first attempt and the shared renewal
+// timer (internal/keeper's Scheduler). What is left, measured: the EXISTS
+// and the pipeline in go-redis (about 5%), and the lease around the lock
+// that redislock does not have: a renewal schedule, a work context and the
+// Locker's bookkeeping (about 10µs of CPU per cycle).
 //
 // Under contention redislock's releasing client takes the lock again at
 // once 95% of the time while the others wait out 10ms back-offs; baton

@@ -27,7 +27,8 @@ import goredis "github.com/redis/go-redis/v9"
 // falls back to EVAL when the server answers NOSCRIPT (a restarted server,
 // SCRIPT FLUSH), which also loads the script for the next call.
 
-// luaHelpers are shared by the scripts that may hand the lock on.
+// luaHelpers are shared by the scripts that hand the lock on or note its
+// holder for observers.
 const luaHelpers = `
 local function now_ms()
   local t = redis.call('time')
@@ -80,7 +81,7 @@ end
 // TTL ARGV[2] ms, when it is free and no live waiter was there first.
 // ARGV[3] is "1" to join (or stay in) the wait queue when the lock is not
 // free, with ARGV[4] as the channel to be told on; "0" for one attempt.
-// ARGV[5] is "1" after a claim (see claimArgs) set the key to ARGV[1] but
+// ARGV[5] is "1" after a claim (see claim) set the key to ARGV[1] but
 // found a queue or an observer: the script then hands the lock to the
 // first live waiter, who was there first, or else keeps it and notes it.
 //

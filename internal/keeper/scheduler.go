@@ -20,7 +20,9 @@ import (
 //
 // A Scheduler runs no goroutine between ticks and needs no closing: once
 // its queue is empty, its timer fires at most once more and finds nothing
-// to do. Its methods are safe for concurrent use.
+// to do. Its methods are safe for concurrent use. Its timer belongs to the
+// testing/synctest bubble (or the outside) that NewScheduler ran in, so a
+// test starts its Keepers where it made the Scheduler.
 type Scheduler struct {
 	mu    sync.Mutex
 	q     ticks
