@@ -185,14 +185,14 @@ func (b *backend) Close() error {
 	}
 	if lis != nil {
 		lis.stop()
-		// This Locker waited: its rows in the waiters table go with it
-		// (a crashed one's go an hour after their places ended, at the
-		// next acquisition of their lock or the next Locker built).
+		// This Locker waited: its rows in the waiters table go with it,
+		// and so do rows whose place ended over an hour ago (a crashed
+		// Locker's), as when a Locker is built.
 		ctx, cancel := b.detached(context.Background())
 		_, err := b.pool.Exec(ctx, b.sql.forget, b.channel)
 		cancel()
 		if err != nil {
-			b.cfg.Logger.Warn("could not delete this Locker's rows in the waiters table; rows whose place ended an hour ago are deleted by the next acquisition of their lock and by the next Locker built", "channel", b.channel, "err", err)
+			b.cfg.Logger.Warn("could not delete this Locker's rows in the waiters table; rows whose place ended an hour ago are deleted when a Locker is built or one that waited closes", "channel", b.channel, "err", err)
 		}
 	}
 	if b.owned {

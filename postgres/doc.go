@@ -157,9 +157,6 @@
 //		ON CONFLICT (name, channel, slot) DO UPDATE SET ticket = EXCLUDED.ticket, waiter = EXCLUDED.waiter,
 //			holder = EXCLUDED.holder, ttl = EXCLUDED.ttl, holder_clock = EXCLUDED.holder_clock, expires_at = EXCLUDED.expires_at
 //		RETURNING ticket
-//	), gc AS (
-//		DELETE FROM baton_lock_waiters WHERE name = $1 AND expires_at < clock_timestamp() - interval '1 hour'
-//			AND NOT (channel = $6 AND slot = $9)
 //	)
 //	SELECT (SELECT token FROM acq), (SELECT ticket FROM reg), cur.holder, cur.token,
 //		CASE WHEN cur.expires_at > clock_timestamp() THEN extract(epoch FROM cur.expires_at - clock_timestamp()) END,
@@ -195,9 +192,10 @@
 // A waiter that gives up locks the row, ends its place, frees the lock if
 // it was handed to its ticket meanwhile, and hands it on (the last
 // statement above); a forced release locks the row, expires it and hands
-// it on. Close deletes the Locker's rows in the waiters table (WHERE
-// channel = $1); New and Dial sweep rows whose place ended over an hour
-// ago (WHERE expires_at < clock_timestamp() - interval '1 hour'); a Locker
+// it on. New and Dial sweep rows of the waiters table whose place ended
+// over an hour ago (WHERE expires_at < clock_timestamp() - interval '1
+// hour'); Close deletes the Locker's rows, and those (WHERE channel = $1
+// OR ...); a Locker
 // past 64 locks deletes its ended rows on the one it waited on least
 // recently (WHERE name = $1 AND channel = $2 AND expires_at <=
 // clock_timestamp()). baton status reads the live rows, with TTL LEFT

@@ -76,10 +76,10 @@ func (b *backend) ensureSchema(ctx context.Context) error {
 
 // sweepWaiters deletes the rows of the waiters table, on every lock, whose
 // place ended over an hour ago: those of crashed Lockers, and of live ones
-// whose last wait there was that long ago, on locks nobody has acquired
-// since (an acquisition deletes them on its own lock). New and Dial run
-// it; a failure (a user who may only read, for baton status) only leaves
-// the rows for the next one.
+// whose last wait there was that long ago. New and Dial run it, and the
+// Close of a Locker that waited does the same in its own DELETE; a failure
+// (a user who may only read, for baton status) only leaves the rows for
+// the next one.
 func (b *backend) sweepWaiters(ctx context.Context) {
 	if _, err := b.pool.Exec(ctx, b.sql.sweep); err != nil {
 		b.cfg.Logger.Debug("could not sweep the waiters table; the next Locker built tries again", "table", b.n.waiters, "err", err)

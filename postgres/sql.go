@@ -40,7 +40,7 @@ type statements struct {
 	handOff string
 	leave   string // $1 name, $2 channel, $3 slot; leave the queue
 	freeOur string // $1 name, $2 ticket; free a lease handed to ticket
-	forget  string // $1 channel; delete a closing Locker's waiters rows
+	forget  string // $1 channel; delete a closing Locker's waiters rows, and swept ones
 	// forgetName deletes a Locker's ended rows for one lock ($1 name, $2
 	// channel); sweep deletes every row whose place ended an hour ago.
 	forgetName string
@@ -120,8 +120,8 @@ func (n names) replacer() *strings.Replacer {
 // walked them all until VACUUM came: a contended lock slowed to half its
 // speed within seconds. A Locker keeps its rows on the maxKeptLocks locks it
 // waited on last, and Close deletes them; rows whose place ended over an
-// hour ago (a crashed Locker's) are deleted by the next acquisition of
-// their lock, and on every lock when a Locker is built (sweepSQL). A
+// hour ago (a crashed Locker's) are deleted when a Locker is built
+// (sweepSQL) and when one that waited closes (forgetSQL). A
 // waiters table of an older baton, keyed (name, ticket), holds only places
 // in queues, so it is replaced; that baton's Lockers then fail on it (no
 // constraint matches their ON CONFLICT) and must be stopped first.
@@ -235,9 +235,6 @@ const attemptSQL = `WITH ahead AS (
 	ON CONFLICT (name, channel, slot) DO UPDATE SET ticket = EXCLUDED.ticket, waiter = EXCLUDED.waiter,
 		holder = EXCLUDED.holder, ttl = EXCLUDED.ttl, holder_clock = EXCLUDED.holder_clock, expires_at = EXCLUDED.expires_at
 	RETURNING ticket
-), gc AS (
-	DELETE FROM {waiters} WHERE name = $1 AND expires_at < clock_timestamp() - interval '1 hour'
-		AND NOT (channel = $6 AND slot = $9)
 )
 SELECT (SELECT token FROM acq), (SELECT ticket FROM reg), cur.holder, cur.token,
 	CASE WHEN cur.expires_at > clock_timestamp() THEN extract(epoch FROM cur.expires_at - clock_timestamp())::float8 END,
@@ -271,7 +268,7 @@ SELECT pg_notify(channel, waiter || ' ' || token) FROM handed`
 
 const leaveSQL = `UPDATE {waiters} SET expires_at = clock_timestamp() WHERE name = $1 AND channel = $2 AND slot = $3`
 
-const forgetSQL = `DELETE FROM {waiters} WHERE channel = $1`
+const forgetSQL = `DELETE FROM {waiters} WHERE channel = $1 OR expires_at < clock_timestamp() - interval '1 hour'`
 
 const forgetNameSQL = `DELETE FROM {waiters} WHERE name = $1 AND channel = $2 AND expires_at <= clock_timestamp()`
 

@@ -94,8 +94,8 @@ func TestWaiters_RowsReusedNoIndexChurn(t *testing.T) {
 }
 
 // TestWaiters_ClosedLockerRowsDeleted: Close deletes the rows of a Locker
-// that waited, and a wait on a lock deletes the rows there whose place
-// ended over an hour ago (a crashed Locker's), but not newer ones.
+// that waited and, like building a Locker, the rows whose place ended over
+// an hour ago (a crashed Locker's), but not newer ones.
 func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
@@ -118,13 +118,20 @@ func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 		t.Fatalf("%d waiters rows after both Lockers closed; want 0", n)
 	}
 
-	// Rows a crashed Locker left: one whose place ended two hours ago, one
-	// a minute ago.
-	insertEnded(t, admin, "gc")
+	// Rows a crashed Locker left, after c and d were built: one whose place
+	// ended two hours ago, one a minute ago. The Close of a Locker that
+	// waited (d) sweeps them too.
 	c, d := lockers(t, dsn, "c", "d")
+	insertEnded(t, admin, "gc")
 	pingPong(t, c, d, "gc", 1)
+	if n := count("channel = 'crashed'"); n != 2 {
+		t.Fatalf("%d rows of the crashed Locker before any Close; want 2", n)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if n := count("channel = 'crashed' AND expires_at < clock_timestamp() - interval '1 hour'"); n != 0 {
-		t.Errorf("the row whose place ended two hours ago is still there after a wait on its lock")
+		t.Errorf("the row whose place ended two hours ago is still there after a Locker that waited closed")
 	}
 	if n := count("channel = 'crashed'"); n != 1 {
 		t.Errorf("%d rows of the crashed Locker left; want 1, the one whose place ended a minute ago", n)
