@@ -212,7 +212,7 @@ func (b *backend) keepRow(ctx context.Context, name string) {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
 	if _, err := b.pool.Exec(fctx, b.sql.forgetName, evict, b.channel); err != nil {
-		b.cfg.Logger.Debug("could not delete this Locker's rows in the waiters table; its Close deletes them, as do the next acquisition of that lock and the next Locker built once their place ended an hour ago", "lock", evict, "err", err)
+		b.cfg.Logger.Debug("could not delete this Locker's rows in the waiters table; its Close deletes them, as do a Locker built and the Close of one that waited once their place ended an hour ago", "lock", evict, "err", err)
 	}
 }
 

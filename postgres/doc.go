@@ -99,8 +99,8 @@
 // walk until VACUUM came, and halved a contended lock's speed within
 // seconds. An ended place keeps its row, on the 64 locks its Locker waited
 // on last; Close deletes a Locker's rows. Rows whose place ended over an
-// hour ago (a crashed Locker's) are deleted by the next acquisition of
-// their lock, and on every lock by New and Dial. A waiters table of an
+// hour ago (a crashed Locker's) are deleted, on every lock, by New and
+// Dial and by the Close of a Locker that waited. A waiters table of an
 // older baton, keyed (name, ticket), is replaced (dropped and created
 // again) by New, Dial and Init when the user owns it; otherwise New and
 // Dial say so, and its owner runs Init or DROP TABLE baton_lock_waiters. Lockers of
@@ -194,9 +194,9 @@
 // statement above); a forced release locks the row, expires it and hands
 // it on. New and Dial sweep rows of the waiters table whose place ended
 // over an hour ago (WHERE expires_at < clock_timestamp() - interval '1
-// hour'); Close deletes the Locker's rows, and those (WHERE channel = $1
-// OR ...); a Locker
-// past 64 locks deletes its ended rows on the one it waited on least
+// hour'); Close deletes the Locker's rows and those (WHERE channel = $1 OR
+// expires_at < clock_timestamp() - interval '1 hour'); a Locker past 64
+// locks deletes its ended rows on the one it waited on least
 // recently (WHERE name = $1 AND channel = $2 AND expires_at <=
 // clock_timestamp()). baton status reads the live rows, with TTL LEFT
 // computed by the database (expires_at - now()) and the number of live

@@ -65,8 +65,10 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 	if errors.Is(err, goredis.Nil) { // GET found the key gone again
 		err = errors.Join(set.Err(), seen.Err())
 	}
-	// The key holds our value when the SET took it, or when go-redis sent
-	// the pipeline again after an answer was lost and GET shows it.
+	// The key holds our value when the SET took it, or, for a try (which
+	// sends GET), when go-redis sent the pipeline again after an answer
+	// was lost and GET shows it. A waiting acquisition's next attempt finds
+	// such a key its own (acquireScript: cur == v).
 	ours := set.Val() || cur.Val() == value
 	switch {
 	case err != nil:
