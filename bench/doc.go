@@ -13,7 +13,8 @@
 //
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench 'RedisCycle|RedisContended' -benchtime 3000x -count 5 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedisPaired -benchtime 400x -count 10 .
-//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench Redlock -benchtime 300x -count 5 .
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedlockContended -benchtime 1000x -count 5 .
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedlockPaired -benchtime 100x -count 10 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
 //
 // Every benchmark here checks mutual exclusion as it runs. The Redis and
@@ -21,6 +22,7 @@
 // to the next holder's acquisition, when the next holder is another
 // client), how often the releasing client took the lock straight back, the
 // median and longest wait and their ratio, and the busiest client's share
-// of holds over a fair share; RedisPaired and PostgresVsZooKeeper report
-// two locks' figures in alternating rounds, and their ratio.
+// of holds over a fair share; RedisPaired, RedlockPaired and
+// PostgresVsZooKeeper report two locks' figures in alternating rounds, and
+// their ratio.
 package bench

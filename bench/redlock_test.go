@@ -90,3 +90,18 @@ func BenchmarkRedlockContended(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedlockPaired alternates baton and go-redsync/redsync, one
+// uncontended client each on the same 5 nodes, in rounds of 16 cycles
+// (benchcycle.Alternate), so that a slow spell of the machine falls on
+// both alike, and reports each one's cycle and baton's speed relative to
+// redsync (above 1: baton is faster).
+func BenchmarkRedlockPaired(b *testing.B) {
+	nodes := testsvc.StartRedisNodes(b, 5)
+	bc, rc := newRedlockCyclers(b, nodes, "baton", 1), newRedlockCyclers(b, nodes, "redsync", 1)
+	benchcycle.Warm(b, bc[0], rc[0])
+	tb, tr, n := benchcycle.Alternate(b, bc, rc, 16)
+	b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
+	b.ReportMetric(float64(tr.Microseconds())/float64(n), "redsync-us/cycle")
+	b.ReportMetric(float64(tr)/float64(tb), "speedup")
+}

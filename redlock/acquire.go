@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
 )
@@ -38,35 +40,19 @@ type round struct {
 // no one holds the lock.
 const splitRetries = 5
 
-// attempt runs the acquire script on every node in parallel.
-func (b *backend) attempt(ctx context.Context, k keys, value string, wait bool, score int64) round {
+// attempt runs the acquire script on every node in parallel; with claim,
+// a claim on every node instead (see claim).
+func (b *backend) attempt(ctx context.Context, k keys, value string, wait, claim bool, score int64) round {
 	w := "0"
 	if wait {
 		w = "1"
 	}
 	var r round
 	r.res, r.errs, r.settled = eachSettled(ctx, b, b.nodeTimeout, func(ctx context.Context, n *node) (nodeResult, error) {
-		var nr nodeResult
-		res, err := acquireScript.Run(ctx, n.client, k.all(), value, b.ttlMS(), w, score, b.channel).Slice()
-		if err != nil {
-			return nr, n.err("acquire "+k.lock, err)
+		if claim {
+			return b.claim(ctx, n, k, value, score)
 		}
-		if len(res) == 0 {
-			return nr, n.err("acquire "+k.lock, fmt.Errorf("empty reply"))
-		}
-		if v, _ := res[0].(int64); v == 1 {
-			nr.held = true
-			return nr, nil
-		}
-		if len(res) < 4 {
-			return nr, n.err("acquire "+k.lock, fmt.Errorf("unexpected reply %v", res))
-		}
-		nr.holder, _ = res[1].(string)
-		pttl, _ := res[2].(int64)
-		nr.pttl = time.Duration(pttl) * time.Millisecond
-		head, _ := res[3].(int64)
-		nr.head = head == 1
-		return nr, nil
+		return b.runAcquire(ctx, n, k, value, w, score, "0")
 	}, func(res []nodeResult, errs []error) bool {
 		held := 0
 		for i, nr := range res {
@@ -93,6 +79,65 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, wait bool, 
 	return r
 }
 
+// claim is the first attempt of an acquisition that has not queued, on
+// node n, in one round trip without a script, as redsync takes the lock: a
+// pipeline of SET K value NX PX ttl, EXISTS of the queue, and GET K to
+// name the holder when the SET found K taken. Only when the SET took K and
+// a queue is there does the acquire script follow: K was free but maybe
+// reserved for the first live waiter (a release frees K and tells that
+// waiter), and then the script frees it again. As in the redis package,
+// the pipeline need not be atomic: a queue that came after the SET only
+// costs us our vote on this node, and the script only ever gives K away.
+func (b *backend) claim(ctx context.Context, n *node, k keys, value string, score int64) (nodeResult, error) {
+	set := goredis.NewBoolCmd(ctx, "set", k.lock, value, "nx", "px", b.ttlMS())
+	seen := goredis.NewIntCmd(ctx, "exists", k.q)
+	cur := goredis.NewStringCmd(ctx, "get", k.lock)
+	_, err := n.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, c := range []goredis.Cmder{set, seen, cur} {
+			_ = p.Process(ctx, c)
+		}
+		return nil
+	})
+	if errors.Is(err, goredis.Nil) { // GET found K gone again
+		err = errors.Join(set.Err(), seen.Err())
+	}
+	switch {
+	case err != nil:
+		return nodeResult{}, n.err("acquire "+k.lock, err)
+	case !set.Val() && cur.Val() != value: // a pipeline sent again may find K ours
+		return nodeResult{holder: cur.Val()}, nil
+	case seen.Val() == 0:
+		return nodeResult{held: true}, nil
+	}
+	return b.runAcquire(ctx, n, k, value, "0", score, "1")
+}
+
+// runAcquire runs acquireScript on node n with ARGV[3] wait and ARGV[6]
+// claimed.
+func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value, wait string, score int64, claimed string) (nodeResult, error) {
+	var nr nodeResult
+	res, err := acquireScript.Run(ctx, n.client, k.all(), value, b.ttlMS(), wait, score, b.channel, claimed).Slice()
+	if err != nil {
+		return nr, n.err("acquire "+k.lock, err)
+	}
+	if len(res) == 0 {
+		return nr, n.err("acquire "+k.lock, fmt.Errorf("empty reply"))
+	}
+	if v, _ := res[0].(int64); v == 1 {
+		nr.held = true
+		return nr, nil
+	}
+	if len(res) < 4 {
+		return nr, n.err("acquire "+k.lock, fmt.Errorf("unexpected reply %v", res))
+	}
+	nr.holder, _ = res[1].(string)
+	pttl, _ := res[2].(int64)
+	nr.pttl = time.Duration(pttl) * time.Millisecond
+	head, _ := res[3].(int64)
+	nr.head = head == 1
+	return nr, nil
+}
+
 // majorityHolder returns the value another acquisition holds on a
 // majority of the nodes, if any.
 func (b *backend) majorityHolder(r round) (string, bool) {
@@ -114,9 +159,11 @@ func (b *backend) majorityHolder(r round) (string, bool) {
 // Acquire implements baton.Backend with Redlock: the lock is held when it
 // was set on a majority of the nodes, within its validity (TTL - the time
 // the attempt took - drift). A failed attempt is undone on every node, also
-// those that did not answer. A waiting acquisition joins each node's queue
-// and is woken by the first node that frees the lock for it, or by a timed
-// retry (see retryIn).
+// those that did not answer. The first attempt of an acquisition that has
+// not queued is a claim on every node (see claim); later ones run the
+// acquire script. A waiting acquisition joins each node's queue and is
+// woken by the first node that frees the lock for it, or by a timed retry
+// (see retryIn).
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	k := b.keys(req.Name)
 	value := rediskit.NewValue(req.Holder)
@@ -143,9 +190,9 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	timer.Stop()
 	defer timer.Stop()
 	splits := 0
-	for {
+	for first := true; ; first = false {
 		start := time.Now()
-		r := b.attempt(ctx, k, value, queued, score)
+		r := b.attempt(ctx, k, value, queued, first && !queued, score)
 		if r.held >= b.quorum {
 			if h, err := b.held(ctx, k, value, start, r.settled); err == nil || !errors.Is(err, errTooLate) {
 				return h, err
@@ -153,9 +200,10 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// Too late to be of use: undone by held; try again.
 		} else if r.held > 0 {
 			// A minority is no lock: undo it, keeping our place in the
-			// queues, and without waking anyone (the lock is reserved for
-			// the first waiter, possibly us).
-			_ = b.unlock(ctx, k, value, false, false, b.nodeTimeout)
+			// queues, and tell the first waiter on each node we freed (it
+			// may be us): it may be sleeping until our keys would have
+			// expired, having seen them held when it tried.
+			_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
 		}
 		if ctx.Err() != nil {
 			b.giveUp(ctx, k, value, queued)
@@ -171,7 +219,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 				// Racers split the vote and all undo theirs; look again
 				// after a random pause, as Redlock prescribes.
 				splits++
-				if err := sleep(ctx, time.Millisecond+rand.N(5*time.Millisecond)); err != nil {
+				if err := sleep(ctx, splitPause()); err != nil {
 					return nil, err
 				}
 				continue
@@ -201,20 +249,29 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 
 // retryIn is how long a queued waiter sleeps before its next attempt when
 // no node wakes it first: at most RenewEvery, which keeps its queue
-// entries alive; just past the holder's remaining TTL when we are first
-// in line on a majority (a crashed holder is taken over right after its
-// keys expire); and a short random delay when no one holds a majority
-// (the Redlock retry after a failed round).
+// entries alive. First in line on a majority: just past the holder's
+// remaining TTL when someone holds a majority (a crashed holder is taken
+// over right after its keys expire), or a split vote's pause when no one
+// does (racers that split the vote undo their keys at once; waiting out
+// those keys' TTL instead stalled the start of a contended lock for
+// RenewEvery). Further back, when no one holds a majority, a random delay
+// up to the node timeout (the Redlock retry after a failed round).
 func (b *backend) retryIn(r round, majority bool) time.Duration {
 	d := b.cfg.RenewEvery
 	switch {
-	case r.heads >= b.quorum && r.pttl > 0:
+	case r.heads >= b.quorum && majority && r.pttl > 0:
 		d = min(d, r.pttl+time.Millisecond+rand.N(r.pttl/20+1))
-	case r.heads >= b.quorum || !majority:
+	case r.heads >= b.quorum:
+		d = min(d, splitPause())
+	case !majority:
 		d = min(d, time.Millisecond+rand.N(b.nodeTimeout+1))
 	}
 	return max(d, time.Millisecond)
 }
+
+// splitPause is the random pause before looking again after racers split
+// the vote, so that they do not split it again in step.
+func splitPause() time.Duration { return time.Millisecond + rand.N(5*time.Millisecond) }
 
 // subscribed reports whether every node's subscription is up.
 func (b *backend) subscribed() bool {
@@ -252,7 +309,7 @@ var errTooLate = errors.New("acquired after the lease's validity ended")
 func (b *backend) held(ctx context.Context, k keys, value string, start time.Time, settled <-chan struct{}) (baton.Hold, error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
 		<-settled
-		_ = b.unlock(ctx, k, value, false, false, b.nodeTimeout)
+		_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
 		return nil, errTooLate
 	}
 	h := newHold(b, k, value, start, settled)

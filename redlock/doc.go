@@ -73,26 +73,38 @@
 //
 // # Performance
 //
-// An uncontended cycle is two rounds of N parallel requests. Measured on
-// the 2-core development machine (otherwise idle) with 5 nodes of Redis
-// 7.0.15 on loopback, in one run with go-redsync/redsync v4.18.1 at its
-// defaults (32 tries, a random 50-250ms delay; a lock that ran out of
-// tries was tried again) (in the bench module: cd bench && go test -run
-// '^$' -bench Redlock -benchtime 300x -count 5 ., medians):
+// An uncontended cycle is two rounds of N parallel requests; the first
+// acquisition attempt on each node is a plain SET NX PX pipelined with an
+// EXISTS of the queue and a GET, as redsync's is a plain SET (see claim),
+// and a release on a node with no queue finishes before the script's
+// helpers are defined. Measured on the 2-core development machine (a
+// shared VM) with 5 nodes of Redis 7.0.15 on loopback, in one run with
+// go-redsync/redsync v4.18.1 at its defaults (32 tries, a random 50-250ms
+// delay; a lock that ran out of tries was tried again), medians:
 //
 //	                               baton      redsync     ratio
-//	cycle, uncontended             0.98ms     0.75ms      1.31x slower
-//	8 contenders: holds/s          472        788         0.60x
-//	  same client again            0.3%       96%
-//	  busiest client / fair share  1.04       5.6
-//	  longest wait                 33ms       365ms
-//	  longest / median wait        2.3        1,136
-//	  handoff p50 (other client)   1.8ms      10.5ms
+//	cycle, in alternating rounds   915µs      796µs       0.88x
+//	8 contenders: holds/s          598        948         0.63x
+//	  same client again            0%         96.7%
+//	  busiest client / fair share  1.00       1.90
+//	  longest wait                 59ms       705ms
+//	  longest / median wait        5.2        1,860
+//	  handoff p50 (other client)   1.49ms     0.98ms
 //
-// redsync's throughput under contention is one client re-taking the lock;
-// the others wait up to half a second. baton's waiters get it in arrival
-// order, each handoff costing a release round, a wake-up and an acquire
-// round.
+// The cycle is BenchmarkRedlockPaired (cd bench && go test -run '^$'
+// -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.83x to
+// 0.92x, 0.81x without the plain first attempt); the rest
+// BenchmarkRedlockContended (-bench RedlockContended -benchtime 1000x
+// -count 5). redsync's throughput under contention is one client re-taking
+// the lock; the others wait up to most of a second. baton's waiters get it
+// in arrival order, each handoff costing a release round, a wake-up and an
+// acquire round.
+//
+// Racers that split the vote undo their keys at once and tell the first
+// waiter, who tries again after a pause of a few milliseconds. Before,
+// the first waiter slept until the racers' keys would have expired
+// (RenewEvery): about one start in three of eight new contenders stalled
+// 3.4s (TestRace_NoStallAtStart).
 //
 // # Limits
 //

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
@@ -273,5 +275,125 @@ func TestFailedMajority_EndsAtOnce(t *testing.T) {
 	}
 	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !errors.Is(lease.Err(), baton.ErrUnavailable) {
 		t.Errorf("Err = %v, want a loss naming the unreachable nodes", lease.Err())
+	}
+}
+
+// TestClaim_YieldsToQueuedWaiter: a waiter queued on every node behind a
+// holder whose keys vanished (a crash: they expired) is first in line; a
+// newcomer's claims (plain SET NX) find the keys free and set them, then
+// see the queues and free them again for that waiter, who acquires.
+func TestClaim_YieldsToQueuedWaiter(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	// Long TTLs: w's timed retry (a third of its TTL at the soonest, as
+	// a's keys had 30s left) must not be what gives it the lock.
+	a := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("a"))
+	w := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("w"))
+	n := newLocker(t, nodes, baton.WithHolder("newcomer"))
+	cs := clients(t, nodes)
+	la, err := a.Acquire(timeout(t, 5*time.Second), "queued")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *baton.Lease, 1)
+	go func() {
+		lw, err := w.Acquire(timeout(t, 20*time.Second), "queued")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lw
+	}()
+	// w queues where a holds the key: a's Acquire returned once a
+	// majority answered, so a's claim on a slower node may have come after
+	// w's, which then holds the key there.
+	q := "{" + la.Key() + "}:q"
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range cs {
+		for rediskit.HolderOf(c.Get(timeout(t, time.Second), la.Key()).Val()) == "a" && c.ZCard(timeout(t, time.Second), q).Val() < 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("w not queued after 10s on a node where a holds the key")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, c := range cs {
+		if err := c.Del(timeout(t, time.Second), la.Key()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = n.TryAcquire(timeout(t, 5*time.Second), "queued")
+	if !errors.Is(err, baton.ErrNotAcquired) {
+		t.Fatalf("newcomer's try on a lock reserved for a queued waiter: %v, want not acquired", err)
+	}
+	select {
+	case lw := <-got:
+		if lw == nil || lw.Err() != nil {
+			t.Fatal("the queued waiter did not get the lock")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued waiter was not given the lock within 5s of the newcomer's claim")
+	}
+	held := 0
+	for i, c := range cs {
+		switch v := c.Get(timeout(t, time.Second), la.Key()).Val(); rediskit.HolderOf(v) {
+		case "w":
+			held++
+		case "newcomer":
+			t.Errorf("node %d: the newcomer's claim is still there", i)
+		}
+	}
+	if held < 3 {
+		t.Errorf("w's value on %d nodes, want a majority", held)
+	}
+}
+
+// TestRace_NoStallAtStart: eight new Lockers that all wait for a lock at
+// once split the vote at first (each takes some nodes); they undo their
+// minorities, and the first in line must take the lock at once, not after
+// sleeping until the racers' keys would have expired (RenewEvery, 3.3s at a
+// 10s TTL), as it did in about one start in three. Six such starts, each
+// passed round by all eight well under RenewEvery.
+func TestRace_NoStallAtStart(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	const ttl = 10 * time.Second
+	for round := range 6 {
+		var ls []*baton.Locker
+		for i := range 8 {
+			// Clients not yet connected, as a process starts: each node's
+			// first request dials, which spreads the racers' votes.
+			cs := make([]goredis.UniversalClient, len(nodes))
+			for j, n := range nodes {
+				c := goredis.NewClient(&goredis.Options{Addr: n.Addr, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = c.Close() })
+				cs[j] = c
+			}
+			l, err := redlock.New(cs, baton.WithTTL(ttl), baton.WithHolder(string(rune('a'+i))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			ls = append(ls, l)
+		}
+		name := "start-" + string(rune('0'+round))
+		start := time.Now()
+		errs := make(chan error, len(ls))
+		for _, l := range ls {
+			go func() {
+				lease, err := l.Acquire(timeout(t, 20*time.Second), name)
+				if err == nil {
+					err = lease.Release(context.Background())
+				}
+				errs <- err
+			}()
+		}
+		for range ls {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("start %d: eight new racers took %v to pass the lock round; a stall waits RenewEvery (%v)", round, took.Round(time.Millisecond), ttl/3)
+		}
 	}
 }

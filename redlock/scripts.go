@@ -45,12 +45,21 @@ end
 // acquireScript sets K to ARGV[1] with TTL ARGV[2] ms when it is free and
 // no live waiter is before us. With ARGV[3] = "1" it joins (or refreshes
 // its place in) the queue with score ARGV[4] and channel ARGV[5] when it
-// cannot. It returns {1} when K holds our value, else {0, V, PTTL, HEAD}
-// as in the redis package.
+// cannot. ARGV[6] is "1" after a claim (see claim) set K to ARGV[1] but
+// found a queue: when a live waiter is first, K was free but reserved for
+// it, so the script frees K again and tells that waiter. It returns {1}
+// when K holds our value, else {0, V, PTTL, HEAD} as in the redis package.
 var acquireScript = goredis.NewScript(luaHelpers + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
 local v, ttl, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local queued = redis.call('exists', q) == 1
+if ARGV[6] == '1' and redis.call('get', k) == v then
+  local h, e = false, false
+  if queued then h, e = live_head(q, w, now_ms()) end
+  if not h then return {1} end
+  redis.call('del', k)
+  redis.call('publish', string.match(e, '^%d+ (.+)$'), h)
+end
 if not queued and redis.call('set', k, v, 'nx', 'px', ttl) then
   return {1}
 end
@@ -78,8 +87,10 @@ if wait then
     redis.call('zadd', q, ARGV[4], v)
     head = live_head(q, w, now)
   end
+  -- The queue's keys outlive every live entry (each one ends within ttl)
+  -- by at most 2 * ttl; refreshed once per ttl, not on every attempt.
   for _, key in ipairs({q, w}) do
-    if redis.call('pttl', key) < 2 * ttl then redis.call('pexpire', key, 2 * ttl) end
+    if redis.call('pttl', key) < ttl then redis.call('pexpire', key, 2 * ttl) end
   end
 end
 local first = 0
@@ -89,17 +100,25 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 
 // unlockScript deletes K if it holds ARGV[1]. With ARGV[2] = "1" it also
 // leaves the queue; with ARGV[3] = "1" it tells the first live waiter that
-// K is free. It returns 1 when K was ours.
-var unlockScript = goredis.NewScript(luaHelpers + `
+// K is free. It returns 1 when K was ours. A lock with no queue is done
+// with before the helpers are defined (each definition makes a closure,
+// on every run).
+var unlockScript = goredis.NewScript(`
 local k, q, w, v = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local queued = redis.call('exists', q) == 1
-if queued and ARGV[2] == '1' then
+if not queued then
+  if redis.call('get', k) ~= v then return 0 end
+  redis.call('del', k)
+  return 1
+end
+` + luaHelpers + `
+if ARGV[2] == '1' then
   redis.call('zrem', q, v)
   redis.call('hdel', w, v)
 end
 if redis.call('get', k) ~= v then return 0 end
 redis.call('del', k)
-if queued and ARGV[3] == '1' then notify_head(q, w) end
+if ARGV[3] == '1' then notify_head(q, w) end
 return 1
 `)
 
