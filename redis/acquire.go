@@ -93,25 +93,14 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed s
 	octx, cancel := b.op(ctx)
 	defer cancel()
 	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), wait, b.wake.Channel(), claimed).Slice()
+	var r rediskit.Reply
+	if err == nil {
+		r, err = rediskit.ParseReply(res)
+	}
 	if err != nil {
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	}
-	if len(res) == 0 {
-		return attempt{}, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("empty reply %v", res))
-	}
-	if n, _ := res[0].(int64); n == 1 {
-		return attempt{held: true}, nil
-	}
-	if len(res) < 4 {
-		return attempt{}, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("unexpected reply %v", res))
-	}
-	a := attempt{}
-	a.holder, _ = res[1].(string)
-	pttl, _ := res[2].(int64)
-	a.pttl = time.Duration(pttl) * time.Millisecond
-	head, _ := res[3].(int64)
-	a.head = head == 1
-	return a, nil
+	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head}, nil
 }
 
 // Acquire implements baton.Backend.

@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -115,27 +114,15 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 // runAcquire runs acquireScript on node n with ARGV[3] wait and ARGV[6]
 // claimed.
 func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value, wait string, score int64, claimed string) (nodeResult, error) {
-	var nr nodeResult
 	res, err := acquireScript.Run(ctx, n.client, k.all(), value, b.ttlMS(), wait, score, b.channel, claimed).Slice()
+	var r rediskit.Reply
+	if err == nil {
+		r, err = rediskit.ParseReply(res)
+	}
 	if err != nil {
-		return nr, n.err("acquire "+k.lock, err)
+		return nodeResult{}, n.err("acquire "+k.lock, err)
 	}
-	if len(res) == 0 {
-		return nr, n.err("acquire "+k.lock, fmt.Errorf("empty reply"))
-	}
-	if v, _ := res[0].(int64); v == 1 {
-		nr.held = true
-		return nr, nil
-	}
-	if len(res) < 4 {
-		return nr, n.err("acquire "+k.lock, fmt.Errorf("unexpected reply %v", res))
-	}
-	nr.holder, _ = res[1].(string)
-	pttl, _ := res[2].(int64)
-	nr.pttl = time.Duration(pttl) * time.Millisecond
-	head, _ := res[3].(int64)
-	nr.head = head == 1
-	return nr, nil
+	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head}, nil
 }
 
 // majorityHolder returns the value another acquisition holds on a

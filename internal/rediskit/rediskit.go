@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/urlparam"
@@ -129,4 +130,35 @@ func QueryOptions(q url.Values) ([]baton.Option, error) {
 		}
 	}
 	return opts, nil
+}
+
+// Reply is what one run of an acquire script answered: {1} when the key
+// holds our value, else {0, V, PTTL, HEAD}: V the holder's value (or the
+// first waiter's, when the key is free but reserved for it), PTTL the
+// key's remaining TTL in ms, HEAD 1 when we are first in the queue.
+type Reply struct {
+	Held   bool
+	Holder string
+	PTTL   time.Duration // negative when the key is free or has no expiry
+	Head   bool
+}
+
+// ParseReply reads an acquire script's answer.
+func ParseReply(res []any) (Reply, error) {
+	if len(res) == 0 {
+		return Reply{}, errors.New("empty reply")
+	}
+	if n, _ := res[0].(int64); n == 1 {
+		return Reply{Held: true}, nil
+	}
+	if len(res) < 4 {
+		return Reply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	var r Reply
+	r.Holder, _ = res[1].(string)
+	pttl, _ := res[2].(int64)
+	r.PTTL = time.Duration(pttl) * time.Millisecond
+	head, _ := res[3].(int64)
+	r.Head = head == 1
+	return r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton"
 )
@@ -64,5 +65,30 @@ func TestQueryOptions(t *testing.T) {
 	}
 	if _, err := QueryOptions(map[string][]string{"colour": {"red"}}); err == nil || !strings.Contains(err.Error(), "known: ttl") {
 		t.Errorf("unknown parameter: %v", err)
+	}
+}
+
+func TestParseReply(t *testing.T) {
+	for _, c := range []struct {
+		res  []any
+		want Reply
+		err  string
+	}{
+		{res: []any{int64(1)}, want: Reply{Held: true}},
+		{res: []any{int64(0), "v|h", int64(1500), int64(1)}, want: Reply{Holder: "v|h", PTTL: 1500 * time.Millisecond, Head: true}},
+		{res: []any{int64(0), "", int64(-2), int64(0)}, want: Reply{PTTL: -2 * time.Millisecond}},
+		{res: nil, err: "empty reply"},
+		{res: []any{int64(0), "v"}, err: "unexpected reply"},
+	} {
+		got, err := ParseReply(c.res)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ParseReply(%v) error %v, want %q", c.res, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("ParseReply(%v) = %+v, %v; want %+v", c.res, got, err, c.want)
+		}
 	}
 }
