@@ -86,7 +86,8 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, wait, claim
 // reserved for the first live waiter (a release frees K and tells that
 // waiter), and then the script frees it again. As in the redis package,
 // the pipeline need not be atomic: a queue that came after the SET only
-// costs us our vote on this node, and the script only ever gives K away.
+// costs us our vote on this node, and the script gives K back where it was
+// reserved, then does what any attempt does.
 func (b *backend) claim(ctx context.Context, n *node, k keys, value string, score int64) (nodeResult, error) {
 	set := goredis.NewBoolCmd(ctx, "set", k.lock, value, "nx", "px", b.ttlMS())
 	seen := goredis.NewIntCmd(ctx, "exists", k.q)
@@ -126,11 +127,12 @@ func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value, wait s
 }
 
 // majorityHolder returns the value another acquisition holds on a
-// majority of the nodes, if any.
-func (b *backend) majorityHolder(r round) (string, bool) {
+// majority of the nodes, if any. A free key reserved for us (value, first
+// in line there) is not another's.
+func (b *backend) majorityHolder(r round, value string) (string, bool) {
 	count := map[string]int{}
 	for i, res := range r.res {
-		if r.errs[i] == nil && !res.held && res.holder != "" {
+		if r.errs[i] == nil && !res.held && res.holder != "" && res.holder != value {
 			count[res.holder]++
 		}
 	}
@@ -176,7 +178,8 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	splits := 0
+	splits := 0     // TryAcquire's rounds lost to a split vote
+	headSplits := 0 // consecutive rounds first in line with no majority holder
 	for first := true; ; first = false {
 		start := time.Now()
 		r := b.attempt(ctx, k, value, queued, first && !queued, score)
@@ -186,11 +189,15 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			// Too late to be of use: undone by held; try again.
 		} else if r.held > 0 {
-			// A minority is no lock: undo it, keeping our place in the
-			// queues, and tell the first waiter on each node we freed (it
-			// may be us): it may be sleeping until our keys would have
-			// expired, having seen them held when it tried.
-			_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
+			// A minority is no lock: undo it. First in line on a majority
+			// (where we took K as first in line the script took us out of
+			// the queue; our next attempt puts us back at our score), we
+			// try again after a split vote's pause and wake nobody, who
+			// would only take our turn. Otherwise we are a racer that
+			// split the vote: tell the first waiter on each node we freed,
+			// which may be sleeping until our keys would have expired,
+			// having seen them held when it tried.
+			_ = b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout)
 		}
 		if ctx.Err() != nil {
 			b.giveUp(ctx, k, value, queued)
@@ -200,7 +207,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			b.giveUp(ctx, k, value, queued)
 			return nil, b.unavailable(ctx, "acquire "+k.lock, r.errs)
 		}
-		holder, majority := b.majorityHolder(r)
+		holder, majority := b.majorityHolder(r, value)
 		if !req.Wait {
 			if !majority && r.failed == 0 && splits < splitRetries {
 				// Racers split the vote and all undo theirs; look again
@@ -223,7 +230,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			queued = true
 			continue
 		}
-		timer.Reset(b.retryIn(r, majority))
+		if r.held+r.heads >= b.quorum && !majority {
+			headSplits++
+		} else {
+			headSplits = 0
+		}
+		timer.Reset(b.retryIn(r, majority, headSplits))
 		select {
 		case <-ctx.Done():
 			b.giveUp(ctx, k, value, true)
@@ -236,21 +248,24 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 
 // retryIn is how long a queued waiter sleeps before its next attempt when
 // no node wakes it first: at most RenewEvery, which keeps its queue
-// entries alive. First in line on a majority: just past the holder's
-// remaining TTL when someone holds a majority (a crashed holder is taken
-// over right after its keys expire), or a split vote's pause when no one
-// does (racers that split the vote undo their keys at once; waiting out
-// those keys' TTL instead stalled the start of a contended lock for
-// RenewEvery). Further back, when no one holds a majority, a random delay
+// entries alive. First in line on a majority (counting nodes where we took
+// K): a split vote's pause when no one holds a majority, for splitRetries
+// rounds in a row (racers that split the vote undo their keys at once;
+// waiting out those keys' TTL instead stalled the start of a contended
+// lock for RenewEvery); after that, or when someone holds a majority,
+// just past the longest remaining TTL of keys not ours (a crashed holder,
+// or crashed racers, are taken over right after their keys expire).
+// Otherwise, first in line or when no one holds a majority, a random delay
 // up to the node timeout (the Redlock retry after a failed round).
-func (b *backend) retryIn(r round, majority bool) time.Duration {
+func (b *backend) retryIn(r round, majority bool, headSplits int) time.Duration {
 	d := b.cfg.RenewEvery
+	first := r.held+r.heads >= b.quorum
 	switch {
-	case r.heads >= b.quorum && majority && r.pttl > 0:
-		d = min(d, r.pttl+time.Millisecond+rand.N(r.pttl/20+1))
-	case r.heads >= b.quorum:
+	case first && !majority && headSplits <= splitRetries:
 		d = min(d, splitPause())
-	case !majority:
+	case first && r.pttl > 0:
+		d = min(d, r.pttl+time.Millisecond+rand.N(r.pttl/20+1))
+	case first || !majority:
 		d = min(d, time.Millisecond+rand.N(b.nodeTimeout+1))
 	}
 	return max(d, time.Millisecond)

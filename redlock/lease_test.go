@@ -296,9 +296,13 @@ func TestClaim_YieldsToQueuedWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan *baton.Lease, 1)
+	wctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	done := make(chan struct{})
+	t.Cleanup(func() { stop(); <-done })
 	go func() {
-		lw, err := w.Acquire(timeout(t, 20*time.Second), "queued")
-		if err != nil {
+		defer close(done)
+		lw, err := w.Acquire(wctx, "queued")
+		if err != nil && wctx.Err() == nil {
 			t.Error(err)
 		}
 		got <- lw
@@ -307,10 +311,10 @@ func TestClaim_YieldsToQueuedWaiter(t *testing.T) {
 	// majority answered, so a's claim on a slower node may have come after
 	// w's, which then holds the key there.
 	q := "{" + la.Key() + "}:q"
-	deadline := time.Now().Add(10 * time.Second)
+	poll := timeout(t, 10*time.Second)
 	for _, c := range cs {
-		for rediskit.HolderOf(c.Get(timeout(t, time.Second), la.Key()).Val()) == "a" && c.ZCard(timeout(t, time.Second), q).Val() < 1 {
-			if time.Now().After(deadline) {
+		for rediskit.HolderOf(c.Get(poll, la.Key()).Val()) == "a" && c.ZCard(poll, q).Val() < 1 {
+			if poll.Err() != nil {
 				t.Fatalf("w not queued after 10s on a node where a holds the key")
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -359,21 +363,29 @@ func TestRace_NoStallAtStart(t *testing.T) {
 	const ttl = 10 * time.Second
 	for round := range 6 {
 		var ls []*baton.Locker
+		var cls []*goredis.Client
 		for i := range 8 {
 			// Clients not yet connected, as a process starts: each node's
 			// first request dials, which spreads the racers' votes.
 			cs := make([]goredis.UniversalClient, len(nodes))
 			for j, n := range nodes {
 				c := goredis.NewClient(&goredis.Options{Addr: n.Addr, ContextTimeoutEnabled: true})
-				t.Cleanup(func() { _ = c.Close() })
+				cls = append(cls, c)
 				cs[j] = c
 			}
 			l, err := redlock.New(cs, baton.WithTTL(ttl), baton.WithHolder(string(rune('a'+i))))
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = l.Close() })
 			ls = append(ls, l)
+		}
+		closeAll := func() { // this round's Lockers, then their clients
+			for _, l := range ls {
+				_ = l.Close()
+			}
+			for _, c := range cls {
+				_ = c.Close()
+			}
 		}
 		name := "start-" + string(rune('0'+round))
 		start := time.Now()
@@ -387,12 +399,18 @@ func TestRace_NoStallAtStart(t *testing.T) {
 				errs <- err
 			}()
 		}
+		var failed error
 		for range ls {
 			if err := <-errs; err != nil {
-				t.Fatal(err)
+				failed = err
 			}
 		}
-		if took := time.Since(start); took > 2*time.Second {
+		took := time.Since(start)
+		closeAll()
+		if failed != nil {
+			t.Fatal(failed)
+		}
+		if took > 2*time.Second {
 			t.Errorf("start %d: eight new racers took %v to pass the lock round; a stall waits RenewEvery (%v)", round, took.Round(time.Millisecond), ttl/3)
 		}
 	}
