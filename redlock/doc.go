@@ -101,8 +101,10 @@
 // acquire round.
 //
 // Racers that split the vote undo their keys at once and tell the first
-// waiter, who tries again after a pause of a few milliseconds. Before,
-// the first waiter slept until the racers' keys would have expired
+// waiter, who tries again after a pause of a few milliseconds (for a few
+// rounds; then it waits out the keys, which crashed racers leave for a
+// TTL). Before, the first waiter counted the keys reserved for it as
+// another's majority and slept until the racers' keys would have expired
 // (RenewEvery): about one start in three of eight new contenders stalled
 // 3.4s (TestRace_NoStallAtStart).
 //
