@@ -77,10 +77,5 @@ func BenchmarkRedisContended(b *testing.B) {
 // redislock's 10ms back-off at every round's edge would cap its figure.
 func BenchmarkRedisPaired(b *testing.B) {
 	srv := testsvc.StartRedis(b)
-	bc, rc := newRedisCyclers(b, srv.Addr, "baton", 1), newRedisCyclers(b, srv.Addr, "redislock", 1)
-	benchcycle.Warm(b, bc[0], rc[0])
-	tb, tr, n := benchcycle.Alternate(b, bc, rc, 16)
-	b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
-	b.ReportMetric(float64(tr.Microseconds())/float64(n), "redislock-us/cycle")
-	b.ReportMetric(float64(tr)/float64(tb), "speedup")
+	benchcycle.Paired(b, newRedisCyclers(b, srv.Addr, "baton", 1), newRedisCyclers(b, srv.Addr, "redislock", 1), 16, "baton", "redislock")
 }

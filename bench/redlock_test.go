@@ -98,10 +98,5 @@ func BenchmarkRedlockContended(b *testing.B) {
 // redsync (above 1: baton is faster).
 func BenchmarkRedlockPaired(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
-	bc, rc := newRedlockCyclers(b, nodes, "baton", 1), newRedlockCyclers(b, nodes, "redsync", 1)
-	benchcycle.Warm(b, bc[0], rc[0])
-	tb, tr, n := benchcycle.Alternate(b, bc, rc, 16)
-	b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
-	b.ReportMetric(float64(tr.Microseconds())/float64(n), "redsync-us/cycle")
-	b.ReportMetric(float64(tr)/float64(tb), "speedup")
+	benchcycle.Paired(b, newRedlockCyclers(b, nodes, "baton", 1), newRedlockCyclers(b, nodes, "redsync", 1), 16, "baton", "redsync")
 }

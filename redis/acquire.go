@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
 )
@@ -32,53 +30,27 @@ func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (att
 }
 
 // claim is the first attempt of an acquisition that has not joined the
-// queue, in one round trip without a script: a pipeline of SET key value
-// NX PX ttl, then EXISTS of the queue and of the observers' mark, and, for
-// an attempt that will not wait (holder), GET key to name the holder when
-// the SET found the key taken. When the SET took the free key and EXISTS
-// found neither, the lock is ours. When it took the key and found either,
-// the acquire script finishes the claim: the first live waiter (there
-// only when the last holder's key expired: a handoff never leaves the key
-// free) was there first and is handed the lock; else we keep it and
-// observers are told.
-//
-// The pipeline need not be atomic. A queue or a mark that was there when
-// the SET ran and gone at EXISTS leaves nobody to be fair to or to tell.
-// One that came in between finds the lock ours, so the script hands a
-// lock we could have kept to a waiter that came after us: a rare race
-// that costs us our turn, never mutual exclusion, since the script only
-// ever gives the key away.
+// queue: rediskit.Claim, marked by the queue and the observers' mark, with
+// GET for an attempt that will not wait (holder). When the SET took the
+// free key and neither mark was there, the lock is ours. When a mark was
+// there, the acquire script finishes the claim: the first live waiter
+// (there only when the last holder's key expired: a handoff never leaves
+// the key free) was there first and is handed the lock; else we keep it
+// and observers are told. A waiting acquisition sends no GET: its next
+// attempt finds a key a re-sent pipeline took its own (cur == v).
 func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) (attempt, error) {
 	octx, cancel := b.op(ctx)
-	defer cancel()
-	set := goredis.NewBoolCmd(octx, "set", k.lock, value, "nx", "px", b.ttlMS())
-	seen := goredis.NewIntCmd(octx, "exists", k.q, k.n)
-	cur := goredis.NewStringCmd(octx, "get", k.lock)
-	_, err := b.client.Pipelined(octx, func(p goredis.Pipeliner) error {
-		_ = p.Process(octx, set)
-		_ = p.Process(octx, seen)
-		if holder {
-			_ = p.Process(octx, cur)
-		}
-		return nil
-	})
-	if errors.Is(err, goredis.Nil) { // GET found the key gone again
-		err = errors.Join(set.Err(), seen.Err())
-	}
-	// The key holds our value when the SET took it, or, for a try (which
-	// sends GET), when go-redis sent the pipeline again after an answer
-	// was lost and GET shows it. A waiting acquisition's next attempt finds
-	// such a key its own (acquireScript: cur == v).
-	ours := set.Val() || cur.Val() == value
+	c, err := rediskit.Claim(octx, b.client, k.lock, value, b.ttlMS(), holder, k.q, k.n)
+	cancel()
 	switch {
 	case err != nil:
-		if ours { // nobody would free it before its TTL runs out
+		if c.Ours { // nobody would free it before its TTL runs out
 			b.leave(ctx, k, value)
 		}
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
-	case !ours:
-		return attempt{holder: cur.Val()}, nil
-	case seen.Val() == 0:
+	case !c.Ours:
+		return attempt{holder: c.Holder}, nil
+	case !c.Marked:
 		return attempt{held: true}, nil
 	}
 	a, err := b.runAcquire(ctx, k, value, "0", "1")

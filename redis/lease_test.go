@@ -493,15 +493,14 @@ func TestRequestTimeout_FrozenServer(t *testing.T) {
 	}
 }
 
-// TestObserve_Handoff: a release that hands the lock straight to a waiter
-// is one change (A to B), with no empty term between, and a DEL from
-// outside (an expiry) shows as no leader.
-func TestObserve_Handoff(t *testing.T) {
-	srv := testsvc.StartRedis(t)
-	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
-	b := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("b"))
-	obs := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
-	terms, err := obs.Observe(timeout(t, 30*time.Second), "mailer")
+// observedHold starts an observer of name, then has a Locker with holder
+// "a" and a 1s TTL take it, and checks the first two terms: no leader,
+// then a. It returns a's lease and the observer's next term (waited for at
+// most 10s).
+func observedHold(t *testing.T, addr, name string) (*baton.Lease, func() string) {
+	t.Helper()
+	a := newLocker(t, addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
+	terms, err := newLocker(t, addr, baton.WithTTL(time.Second)).Observe(timeout(t, 30*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,13 +508,23 @@ func TestObserve_Handoff(t *testing.T) {
 	if got := next(); got != "-" {
 		t.Fatalf("first term %q, want no leader", got)
 	}
-	la, err := a.Acquire(timeout(t, 5*time.Second), "mailer")
+	la, err := a.Acquire(timeout(t, 5*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := next(); got != "a" {
 		t.Fatalf("term %q, want a", got)
 	}
+	return la, next
+}
+
+// TestObserve_Handoff: a release that hands the lock straight to a waiter
+// is one change (A to B), with no empty term between, and a DEL from
+// outside (an expiry) shows as no leader.
+func TestObserve_Handoff(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	b := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("b"))
+	la, next := observedHold(t, srv.Addr, "mailer")
 	got := make(chan *baton.Lease, 1)
 	go func() {
 		lb, err := b.Acquire(timeout(t, 10*time.Second), "mailer")
@@ -544,23 +553,7 @@ func TestObserve_Handoff(t *testing.T) {
 // key: the old term ends, the new holder follows.
 func TestObserve_UnnotedClaim(t *testing.T) {
 	srv := testsvc.StartRedis(t)
-	a := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("a"))
-	obs := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
-	terms, err := obs.Observe(timeout(t, 30*time.Second), "claimed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 5*time.Second) }
-	if got := next(); got != "-" {
-		t.Fatalf("first term %q, want no leader", got)
-	}
-	la, err := a.Acquire(timeout(t, 5*time.Second), "claimed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := next(); got != "a" {
-		t.Fatalf("term %q, want a", got)
-	}
+	la, next := observedHold(t, srv.Addr, "claimed")
 	// a's key expires and a claim takes it at once, noting nothing.
 	if err := client(t, srv.Addr).Set(timeout(t, time.Second), la.Key(), rediskit.NewValue("claimer"), 5*time.Second).Err(); err != nil {
 		t.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
 )
@@ -79,34 +77,19 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, wait, claim
 }
 
 // claim is the first attempt of an acquisition that has not queued, on
-// node n, in one round trip without a script, as redsync takes the lock: a
-// pipeline of SET K value NX PX ttl, EXISTS of the queue, and GET K to
-// name the holder when the SET found K taken. Only when the SET took K and
-// a queue is there does the acquire script follow: K was free but maybe
-// reserved for the first live waiter (a release frees K and tells that
-// waiter), and then the script frees it again. As in the redis package,
-// the pipeline need not be atomic: a queue that came after the SET only
-// costs us our vote on this node, and the script gives K back where it was
-// reserved, then does what any attempt does.
+// node n, without a script, as redsync takes the lock: rediskit.Claim,
+// marked by the queue, with GET to name the holder. Only when the SET took
+// K and a queue is there does the acquire script follow: K was free but
+// maybe reserved for the first live waiter (a release frees K and tells
+// that waiter), and then the script frees it again.
 func (b *backend) claim(ctx context.Context, n *node, k keys, value string, score int64) (nodeResult, error) {
-	set := goredis.NewBoolCmd(ctx, "set", k.lock, value, "nx", "px", b.ttlMS())
-	seen := goredis.NewIntCmd(ctx, "exists", k.q)
-	cur := goredis.NewStringCmd(ctx, "get", k.lock)
-	_, err := n.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for _, c := range []goredis.Cmder{set, seen, cur} {
-			_ = p.Process(ctx, c)
-		}
-		return nil
-	})
-	if errors.Is(err, goredis.Nil) { // GET found K gone again
-		err = errors.Join(set.Err(), seen.Err())
-	}
+	c, err := rediskit.Claim(ctx, n.client, k.lock, value, b.ttlMS(), true, k.q)
 	switch {
 	case err != nil:
 		return nodeResult{}, n.err("acquire "+k.lock, err)
-	case !set.Val() && cur.Val() != value: // a pipeline sent again may find K ours
-		return nodeResult{holder: cur.Val()}, nil
-	case seen.Val() == 0:
+	case !c.Ours:
+		return nodeResult{holder: c.Holder}, nil
+	case !c.Marked:
 		return nodeResult{held: true}, nil
 	}
 	return b.runAcquire(ctx, n, k, value, "0", score, "1")

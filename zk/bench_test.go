@@ -111,11 +111,7 @@ func BenchmarkPaired(b *testing.B) {
 	warmUp(b, addr)
 	for _, clients := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			bc, zc := newCyclers(b, addr, "baton", clients), newCyclers(b, addr, "zk.Lock", clients)
-			tb, tz, n := benchcycle.Alternate(b, bc, zc, 16)
-			b.ReportMetric(float64(tb.Microseconds())/float64(n), "baton-us/cycle")
-			b.ReportMetric(float64(tz.Microseconds())/float64(n), "zk.Lock-us/cycle")
-			b.ReportMetric(float64(tz)/float64(tb), "speedup")
+			benchcycle.Paired(b, newCyclers(b, addr, "baton", clients), newCyclers(b, addr, "zk.Lock", clients), 16, "baton", "zk.Lock")
 		})
 	}
 }

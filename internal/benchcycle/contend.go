@@ -127,3 +127,15 @@ func Alternate(b *testing.B, a, z []Cycler, per int) (ta, tz time.Duration, cycl
 	}
 	return ta, tz, cycles
 }
+
+// Paired warms up every contender of a and z, runs Alternate on them, and
+// reports each side's time per cycle (aName-us/cycle, zName-us/cycle) and
+// a's speed relative to z (speedup; above 1: a is faster).
+func Paired(b *testing.B, a, z []Cycler, per int, aName, zName string) {
+	b.Helper()
+	Warm(b, slices.Concat(a, z)...)
+	ta, tz, n := Alternate(b, a, z, per)
+	b.ReportMetric(float64(ta.Microseconds())/float64(n), aName+"-us/cycle")
+	b.ReportMetric(float64(tz.Microseconds())/float64(n), zName+"-us/cycle")
+	b.ReportMetric(float64(tz)/float64(ta), "speedup")
+}

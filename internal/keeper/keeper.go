@@ -63,7 +63,9 @@ func Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
 	return NewScheduler().Start(sent, cfg, renew)
 }
 
-func start(s *Scheduler, sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
+// Start begins renewing a lease created or last renewed by a request sent
+// at sent, on s. cfg gives TTL, RenewEvery, Drift and Logger.
+func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &Keeper{
 		sched: s,

@@ -4,8 +4,6 @@ import (
 	"container/heap"
 	"sync"
 	"time"
-
-	"github.com/baton-go/baton"
 )
 
 // Scheduler runs the ticks of many Keepers on one runtime timer. A backend
@@ -36,12 +34,6 @@ func NewScheduler() *Scheduler {
 	s.timer = time.AfterFunc(time.Hour, s.fire)
 	s.timer.Stop()
 	return s
-}
-
-// Start begins renewing a lease created or last renewed by a request sent
-// at sent, on s. cfg gives TTL, RenewEvery, Drift and Logger.
-func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
-	return start(s, sent, cfg, renew)
 }
 
 // tick is one queued call.

@@ -4,6 +4,7 @@
 package rediskit
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/urlparam"
@@ -161,4 +164,53 @@ func ParseReply(res []any) (Reply, error) {
 	head, _ := res[3].(int64)
 	r.Head = head == 1
 	return r, nil
+}
+
+// Claimed is what a Claim found.
+type Claimed struct {
+	Ours   bool   // the key holds our value
+	Marked bool   // one of the marks exists: the acquire script must follow
+	Holder string // the key's value, when GET was sent
+}
+
+// Claim is a lock's first attempt without a script, in one round trip: a
+// pipeline of SET key value NX PX ttlMS, EXISTS of marks (the keys whose
+// presence calls for the acquire script: the wait queue, the observers'
+// mark), and, with get, GET key to name the holder when the SET found the
+// key taken. The key holds our value when the SET took it, or when go-redis
+// sent the pipeline again after an answer was lost and GET shows our value.
+// On an error it still reports Ours as far as it knows, so that the caller
+// frees a key it took.
+//
+// The pipeline need not be atomic. A mark that was there when the SET ran
+// and gone at EXISTS leaves nobody to be fair to or to tell. One that came
+// in between finds the lock ours, and the script that follows may give to
+// a waiter that came after us the key we could have kept: a rare race that
+// costs us our turn, never mutual exclusion, since the script frees or
+// hands on the key only where it holds our value, and otherwise does what
+// any attempt does.
+func Claim(ctx context.Context, c goredis.UniversalClient, key, value string, ttlMS int64, get bool, marks ...string) (Claimed, error) {
+	set := goredis.NewBoolCmd(ctx, "set", key, value, "nx", "px", ttlMS)
+	seen := goredis.NewIntCmd(ctx, append([]any{"exists"}, anys(marks)...)...)
+	cur := goredis.NewStringCmd(ctx, "get", key)
+	_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		_ = p.Process(ctx, set)
+		_ = p.Process(ctx, seen)
+		if get {
+			_ = p.Process(ctx, cur)
+		}
+		return nil
+	})
+	if errors.Is(err, goredis.Nil) { // GET found the key gone again
+		err = errors.Join(set.Err(), seen.Err())
+	}
+	return Claimed{Ours: set.Val() || cur.Val() == value, Marked: seen.Val() > 0, Holder: cur.Val()}, err
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
