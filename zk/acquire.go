@@ -13,12 +13,13 @@ import (
 
 // Acquire implements baton.Backend with the recipe: create our candidate
 // and list the candidates, in one round trip (the token, our node's czxid,
-// comes with the create). The smallest sequence number holds the lock; a
-// waiter watches only the candidate just before its own and lists again
-// when that watch fires, unless that candidate was the only one ahead. An
-// uncontended acquisition costs one round trip and a release another,
-// where zk.Lock takes three in all; a handoff to the next in line costs
-// nothing beyond the watch event.
+// comes with the create, and a create that finds itself alone needs no
+// listing). The smallest sequence number holds the lock; a waiter watches
+// only the candidate just before its own and lists again when that watch
+// fires, unless that candidate was the only one ahead. An uncontended
+// acquisition costs one request and a release another, where zk.Lock
+// takes three in all; a handoff to the next in line costs nothing beyond
+// the watch event.
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	s, err := b.session(ctx)
 	if err != nil {

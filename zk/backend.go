@@ -36,6 +36,10 @@ type backend struct {
 
 	reaper *reaper
 
+	// crowded is set when the last create found other candidates:
+	// the next one lists in the same round trip (see createAndList).
+	crowded atomic.Bool
+
 	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
 
 	mu     sync.Mutex

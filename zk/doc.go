@@ -139,29 +139,29 @@
 //
 // # Performance
 //
-// The extra safety costs no request and no round trip: an uncontended
-// cycle is three requests for baton as for go-zookeeper's zk.Lock (create,
-// list, delete), a cycle among 8 contenders five (TestRecipe_RequestsPerCycle
-// counts them on the server). The GUID is part of the name, the czxid comes
-// with the create, and session states cost nothing on the wire. What
-// remains is the weight of a request: the create is a multi (about 50us
-// more server time than a bare create), and every request runs on its own
-// goroutine so that a caller's context can abandon it, about twice
-// zk.Lock's allocations per cycle. On a 2-core machine shared with other
-// work, where the client's CPU competes with the server's, that shows.
+// The extra safety costs no round trip. An uncontended cycle is two
+// requests, where go-zookeeper's zk.Lock takes three (create, list,
+// delete): the create is a multi whose answer carries our czxid and the
+// election node's child count, and a count of 1 means we hold the lock
+// without listing. Once a create finds others, the backend's next ones
+// send the listing right behind the create, in the same round trip, until
+// one finds itself alone again. A cycle among 8 contenders is five
+// requests for both (TestRecipe_RequestsPerCycle counts them on the
+// server). The GUID is part of the name, and session states cost nothing
+// on the wire. What costs is the weight of a request: the multi takes
+// more server time than a bare create (under contention, a bare create
+// measured about 7% faster, but then the czxid needs a read of its own,
+// which measured slower still), and every request runs on its own
+// goroutine so that a caller's context can abandon it. On a 2-core
+// machine shared with other work, where the client's CPU competes with
+// the server's, that shows under contention.
 //
 // BenchmarkPaired alternates the two in rounds of 16 cycles, so both see
 // the same machine (Debian's ZooKeeper 3.8.0, standalone, tickTime 500ms,
-// 2 cores shared with other work; -count 6, medians of time per cycle):
+// 2 cores shared with other work; medians of ten runs of
+// go test -run '^$' -bench Paired -count 10 ./zk/):
 //
-//	                  baton     zk.Lock   baton's speed
-//	idle (-count 5)
-//	  uncontended     1.12 ms   1.04 ms   0.93x
-//	  8 contenders    1.56 ms   1.35 ms   0.92x
-//	load ~2
-//	  uncontended     1.08 ms   1.09 ms   0.99x (±7%)
-//	  8 contenders    0.95 ms   0.87 ms   0.89x (±6%)
-//	load ~6.5
-//	  uncontended     3.03 ms   2.72 ms   0.91x (±15%)
-//	  8 contenders    2.69 ms   2.38 ms   0.88x (±13%)
+//	                baton     zk.Lock   baton's speed
+//	uncontended     825 us    940 us    1.17x (1.09x to 1.25x)
+//	8 contenders    865 us    780 us    0.90x (0.80x to 0.98x)
 package zk

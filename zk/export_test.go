@@ -34,3 +34,7 @@ func OnPredecessorEvent(l *baton.Locker, fn func(waiter, predecessor string)) {
 
 // ReaperPending returns how many nodes l's reaper still has to delete.
 func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
+
+// Crowded reports whether l's next create sends the listing right behind
+// it: whether its last create found other children in the election node.
+func Crowded(l *baton.Locker) bool { return backendOf(l).crowded.Load() }

@@ -184,16 +184,24 @@ func (b *backend) waitConnected(ctx context.Context, deadline time.Time) error {
 type created struct {
 	path  string
 	czxid int64
+	alone bool // the create's answer showed it the election node's only child
 }
 
 // createAndList creates our ephemeral, sequential, protected candidate
-// under the election node dir, and lists dir's candidates, in one round
-// trip. The create runs in one transaction with an empty write to dir,
-// whose answer carries the transaction's zxid: our node's czxid, without
-// reading our node back. The listing is sent right behind the create, and
-// ZooKeeper serves a session's requests in order, so it normally includes
-// our node; when it does not (it overtook the create on its way out), we
-// list again.
+// under the election node dir, and returns it with dir's candidates. The
+// create runs in one transaction with an empty write to dir, whose answer
+// carries the transaction's zxid (our node's czxid, without reading our
+// node back) and dir's child count just after our create. When that count
+// is 1, our node is the only candidate and no listing is needed: an
+// uncontended acquisition takes this one request. Otherwise we list.
+//
+// Whether the listing goes out right behind the create, in the same round
+// trip, depends on what the backend's previous create found: once a create
+// has found other candidates, the next ones send the listing at once, and
+// once one finds itself alone, the next ones do not. ZooKeeper serves a
+// session's requests in order, so a listing sent behind the create
+// normally includes our node; when it does not (it overtook the create on
+// its way out), we list again.
 //
 // It creates dir (a container, which the server removes once it is empty)
 // and the root's ancestors when they are missing. When the connection
@@ -211,18 +219,27 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (c
 			return b.create(prefix, dir, data)
 		})
 		<-sent
-		lc := async(b, func() ([]string, error) {
-			kids, _, err := b.conn.Children(dir)
-			return kids, err
-		})
+		var lc <-chan result[[]string]
+		if b.crowded.Load() {
+			lc = async(b, func() ([]string, error) {
+				kids, _, err := b.conn.Children(dir)
+				return kids, err
+			})
+		}
 		own, err := await(b, ctx, cc)
 		switch {
 		case err == nil:
-			kids, lerr := await(b, ctx, lc)
-			if lerr == nil {
-				cands := orderCandidates(kids)
-				if pos, _ := predecessor(cands, own.path[len(dir)+1:]); pos >= 0 {
-					return own, cands, nil
+			b.crowded.Store(!own.alone)
+			name := own.path[len(dir)+1:]
+			if seq, ok := parseSeq(name); ok && own.alone {
+				return own, []candidate{{name: name, seq: seq}}, nil
+			}
+			if lc != nil {
+				if kids, lerr := await(b, ctx, lc); lerr == nil {
+					cands := orderCandidates(kids)
+					if pos, _ := predecessor(cands, name); pos >= 0 {
+						return own, cands, nil
+					}
 				}
 			}
 			cands, err := b.listCandidates(ctx, dir)
@@ -259,9 +276,10 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (c
 }
 
 // create makes the candidate node. It is one request, a multi: the create
-// and an empty write to dir, in one transaction, whose zxid the write's
-// answer reports. Where the ACL of dir allows us to create children but
-// not to write it, a plain create and a read of our node do.
+// and an empty write to dir, in one transaction, whose zxid and child
+// count the write's answer reports. Where the ACL of dir allows us to
+// create children but not to write it, a plain create and a read of our
+// node do, and the caller lists.
 func (b *backend) create(prefix, dir string, data []byte) (created, error) {
 	res, err := b.conn.Multi(
 		&zkgo.CreateRequest{Path: prefix, Data: data, Acl: b.acl, Flags: zkgo.FlagEphemeralSequential},
@@ -271,7 +289,8 @@ func (b *backend) create(prefix, dir string, data []byte) (created, error) {
 		if len(res) != 2 || res[1].Stat == nil {
 			return created{}, fmt.Errorf("multi answered %d results; want a path and a stat", len(res))
 		}
-		return created{path: res[0].String, czxid: res[1].Stat.Mzxid}, nil
+		st := res[1].Stat
+		return created{path: res[0].String, czxid: st.Mzxid, alone: st.NumChildren == 1}, nil
 	}
 	if !errors.Is(err, zkgo.ErrNoAuth) {
 		return created{}, err

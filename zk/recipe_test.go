@@ -2,6 +2,7 @@ package zk_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -427,5 +428,70 @@ func TestRecipe_WaiterAheadLeaves(t *testing.T) {
 		_ = lb.Release(ctx)
 	case <-time.After(10 * time.Second):
 		t.Fatal("B did not get the lock within 10s of H's release")
+	}
+}
+
+// TestRecipe_AloneSkipsListing: a create that the server reports as the
+// election node's only child holds the lock without listing; one that
+// finds any other child, here a go-zookeeper zk.Lock holder's node, lists
+// and waits its turn, and the backend's next create sends its listing
+// behind it, until a create finds itself alone again.
+func TestRecipe_AloneSkipsListing(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	ctx := timeout(t, 30*time.Second)
+	admin := adminConn(t, addr)
+	fl := dial(t, []string{addr}, zk.Settings{})
+
+	l, err := fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zk.Crowded(fl.Locker()) {
+		t.Error("crowded after a create that found itself alone")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	other := zkgo.NewLock(admin, lockDir(name), zkgo.WorldACL(zkgo.PermAll))
+	if err := other.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fl.TryAcquire(ctx, name)
+	if nae := (*baton.NotAcquiredError)(nil); !errors.As(err, &nae) {
+		t.Fatalf("TryAcquire while zk.Lock holds the election node: %v, want NotAcquiredError", err)
+	}
+	if !zk.Crowded(fl.Locker()) {
+		t.Error("not crowded after a create that found zk.Lock's node")
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := fl.Acquire(ctx, name)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitWatchers(t, addr, lockDir(name), 1)
+	select {
+	case err := <-got:
+		t.Fatalf("Acquire returned while zk.Lock holds the lock: %v", err)
+	default:
+	}
+	if err := other.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+
+	l, err = fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if zk.Crowded(fl.Locker()) {
+		t.Error("still crowded after a create that found itself alone")
 	}
 }
