@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -698,5 +699,121 @@ func TestRenewal_FailureEndsLeaseAtOnce(t *testing.T) {
 	var lost *baton.LostError
 	if !errors.As(lease.Err(), &lost) || !errors.Is(lease.Err(), baton.ErrUnavailable) {
 		t.Errorf("Err = %v, want a *LostError naming the failure", lease.Err())
+	}
+}
+
+// cutDialer dials Redis and can cut every connection it made, and refuse
+// new ones: a client cut off from the server, as a crashed process is.
+type cutDialer struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func (d *cutDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut {
+		return nil, errors.New("cut off")
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *cutDialer) cutAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cut = true
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+}
+
+// serverMS returns the server's clock in milliseconds.
+func serverMS(t *testing.T, c *goredis.Client) int64 {
+	t.Helper()
+	now, err := c.Time(timeout(t, time.Second)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMilli()
+}
+
+// TestHandoff_SkipsDeadWaiter: a waiter that was cut off while queued (a
+// crashed process) cannot leave the queue; once its entry has gone a TTL
+// without a refresh, a release passes it by and hands the lock to the
+// live waiter behind it, and drops the dead entry.
+func TestHandoff_SkipsDeadWaiter(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	a := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second))
+	la, err := a.Acquire(timeout(t, 5*time.Second), "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const deadTTL = time.Second
+	d := &cutDialer{}
+	dc := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Dialer: d.dial, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = dc.Close() })
+	dead, err := redis.New(dc, baton.WithTTL(deadTTL), baton.WithHolder("dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dead.Close() })
+	deadCtx, cancelDead := context.WithCancel(context.Background())
+	deadDone := make(chan error, 1)
+	go func() {
+		_, err := dead.Acquire(deadCtx, "dead")
+		deadDone <- err
+	}()
+	waitQueued(t, cli, la.Key(), 1)
+
+	live := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("live"))
+	got := make(chan error, 1)
+	go func() {
+		l, err := live.Acquire(timeout(t, 30*time.Second), "dead")
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitQueued(t, cli, la.Key(), 2)
+
+	// The dead waiter's last refresh was before this moment, by the
+	// server's clock: its entry ends by cutAt + deadTTL.
+	d.cutAll()
+	cutAt := serverMS(t, cli)
+	cancelDead()
+	if err := <-deadDone; err == nil {
+		t.Fatal("the cut-off waiter acquired")
+	}
+	for serverMS(t, cli) <= cutAt+deadTTL.Milliseconds() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := cli.ZCard(timeout(t, time.Second), "{"+la.Key()+"}:q").Val(); n != 2 {
+		t.Fatalf("%d entries queued before the release, want the dead and the live waiter's", n)
+	}
+
+	if err := la.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	v, err := cli.Get(timeout(t, time.Second), la.Key()).Result()
+	if err != nil {
+		t.Fatalf("the lock is free after the release (%v); it should have been handed to the live waiter", err)
+	}
+	if h := rediskit.HolderOf(v); h != "live" {
+		t.Fatalf("the release handed the lock to %q, want the live waiter", h)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"{" + la.Key() + "}:q", "{" + la.Key() + "}:w"} {
+		if n, _ := cli.Exists(timeout(t, time.Second), key).Result(); n != 0 {
+			t.Errorf("%s still exists after both entries left", key)
+		}
 	}
 }

@@ -9,10 +9,11 @@ import goredis "github.com/redis/go-redis/v9"
 //	K        the lock: a string holding the holder's value, with PX TTL
 //	{K}:q    the wait queue: a sorted set of waiters' values, scored by
 //	         arrival (server time in microseconds)
-//	{K}:w    the waiters' entries: value -> "DEADLINE_MS TTL_MS CHANNEL",
-//	         where DEADLINE_MS (server time) ends an entry its waiter
-//	         stopped refreshing, TTL_MS is the waiter's lease TTL and
-//	         CHANNEL is where it is told that it was handed the lock
+//	{K}:w    the waiters' entries: value -> "SEEN_MS TTL_MS CHANNEL",
+//	         where SEEN_MS is the server time of the waiter's last
+//	         attempt, TTL_MS its lease TTL (the entry ends at SEEN_MS +
+//	         TTL_MS, unless refreshed) and CHANNEL is where it is told
+//	         that it was handed the lock
 //	{K}:o    the holder's changes, for observers: a stream, capped at about
 //	         64 entries, with one entry {v: VALUE} each time a script gives
 //	         the lock to VALUE or frees it (v empty), written only while
@@ -26,13 +27,45 @@ import goredis "github.com/redis/go-redis/v9"
 // the write that depends on it. go-redis's Script.Run sends EVALSHA and
 // falls back to EVAL when the server answers NOSCRIPT (a restarted server,
 // SCRIPT FLUSH), which also loads the script for the next call.
+//
+// The scripts are written for the server's time, which a contended lock
+// spends on them: each redis.call costs 1.5 to 3us, and a Lua number made
+// a string (a command's argument, a concatenation) as much again, so the
+// paths taken on every hold make few calls and build their times from
+// TIME's strings, not from numbers.
+
+// luaQueue comes first in the scripts that queue waiters: clock reads the
+// server's time as strings (milliseconds, for the entries, and
+// microseconds, for the queue's scores), and join queues a waiter.
+const luaQueue = `
+local function clock()
+  local t = redis.call('time')
+  local us = string.rep('0', 6 - #t[2]) .. t[2]
+  return t[1] .. string.sub(us, 1, 3), t[1] .. us
+end
+
+-- join puts v in the queue at its arrival time, or keeps its place, and
+-- refreshes its entry (seen now, TTL ttl ms, channel ch).
+local function join(q, w, v, now, score, ttl, ch)
+  redis.call('zadd', q, 'NX', score, v)
+  redis.call('hset', w, v, now .. ' ' .. ttl .. ' ' .. ch)
+  -- q and w are created and emptied together, and outlive every live
+  -- entry (each ends within ttl) by at most 2 * ttl; their TTL is
+  -- refreshed once per ttl, not on every attempt.
+  if redis.call('pttl', q) < tonumber(ttl) then
+    redis.call('pexpire', q, 2 * ttl)
+    redis.call('pexpire', w, 2 * ttl)
+  end
+end
+`
 
 // luaHelpers are shared by the scripts that hand the lock on or note its
-// holder for observers.
+// holder for observers (after luaQueue).
 const luaHelpers = `
-local function now_ms()
-  local t = redis.call('time')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+-- live says whether waiter entry e is still refreshed at now (ms).
+local function live(e, now)
+  local seen, ttl = string.match(e, '^(%d+) (%d+)')
+  return seen and tonumber(seen) + tonumber(ttl) > tonumber(now)
 end
 
 -- live_head returns the first waiter whose entry has not run out, and its
@@ -42,7 +75,7 @@ local function live_head(q, w, now)
     local h = redis.call('zrange', q, 0, 0)[1]
     if not h then return false, false end
     local e = redis.call('hget', w, h)
-    if e and tonumber(string.match(e, '^(%d+)')) > now then return h, e end
+    if e and live(e, now) then return h, e end
     redis.call('zrem', q, h)
     redis.call('hdel', w, h)
   end
@@ -59,21 +92,25 @@ local function note(o, n, v)
   if redis.call('exists', n) == 1 then record(o, v) end
 end
 
--- handoff gives the lock to the first live waiter, with that waiter's own
--- TTL, overwriting the key whatever it held (nothing, the releasing
--- holder's value, or a newcomer's claim), and tells the waiter on its
--- channel. The caller checked that q exists.
--- It returns the new holder's value, or false when no waiter was live.
+-- handoff takes the first live waiter out of the queue (and the dead ones
+-- before it), gives it the lock with its own TTL, overwriting the key
+-- whatever it held (nothing, the releasing holder's value, or a
+-- newcomer's claim), and tells it on its channel. It returns the new
+-- holder's value, or false when no waiter was live.
 local function handoff(k, q, w)
-  local now = now_ms()
-  local h, e = live_head(q, w, now)
-  if not h then return false end
-  local _, ttl, ch = string.match(e, '^(%d+) (%d+) (.+)$')
-  redis.call('set', k, h, 'px', ttl)
-  redis.call('zrem', q, h)
-  redis.call('hdel', w, h)
-  redis.call('publish', ch, h)
-  return h
+  local now = clock()
+  while true do
+    local h = redis.call('zpopmin', q)[1]
+    if not h then return false end
+    local e = redis.call('hget', w, h)
+    redis.call('hdel', w, h)
+    if e and live(e, now) then
+      local _, ttl, ch = string.match(e, '^(%d+) (%d+) (.+)$')
+      redis.call('set', k, h, 'px', ttl)
+      redis.call('publish', ch, h)
+      return h
+    end
+  end
 end
 `
 
@@ -91,9 +128,34 @@ end
 // (or the first waiter's, when the lock is free but reserved for it), PTTL
 // the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
 // first in the queue.
-var acquireScript = goredis.NewScript(luaHelpers + `
+//
+// The two cases a contended lock meets on almost every attempt come first,
+// before the helpers are defined (each definition makes a closure, on
+// every run): the key already ours (handed to us), and the key held by
+// another, where a waiter joins or stays in the queue and learns whether
+// it is first by its rank. There, an entry ahead that ran out is only
+// dropped by the next handoff, so a waiter behind one is told it is not
+// first, and looks again at its next refresh rather than at the key's
+// expiry; and PTTL, which only the first waiter uses, is 0 for the others.
+var acquireScript = goredis.NewScript(luaQueue + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local v, ttl, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local v, wait = ARGV[1], ARGV[3] == '1'
+if ARGV[5] ~= '1' then
+  local cur = redis.call('get', k)
+  if cur == v then
+    redis.call('pexpire', k, ARGV[2])
+    return {1}
+  end
+  if cur and wait then
+    local now, score = clock()
+    join(q, w, v, now, score, ARGV[2], ARGV[4])
+    if redis.call('zrank', q, v) == 0 then
+      return {0, cur, redis.call('pttl', k), 1}
+    end
+    return {0, cur, 0, 0}
+  end
+end
+` + luaHelpers + `
 local queued = redis.call('exists', q) == 1
 if ARGV[5] == '1' and redis.call('get', k) == v then
   local h = queued and handoff(k, q, w)
@@ -109,9 +171,9 @@ if cur == v then
   redis.call('pexpire', k, ARGV[2])
   return {1}
 end
-local head, now, t = false, 0, false
+local head, now, score = false, false, false
 if queued or wait then
-  now, t = now_ms()
+  now, score = clock()
   head = live_head(q, w, now)
 end
 if not cur and (not head or head == v) then
@@ -124,14 +186,8 @@ if not cur and (not head or head == v) then
   return {1}
 end
 if wait then
-  local added = redis.call('zadd', q, 'NX', tonumber(t[1]) * 1000000 + tonumber(t[2]), v)
-  if added == 1 and not head then head = v end
-  redis.call('hset', w, v, (now + ttl) .. ' ' .. ARGV[2] .. ' ' .. ARGV[4])
-  -- The queue's keys outlive every live entry (each one ends within ttl)
-  -- by at most 2 * ttl; refreshed once per ttl, not on every attempt.
-  for _, key in ipairs({q, w}) do
-    if redis.call('pttl', key) < ttl then redis.call('pexpire', key, 2 * ttl) end
-  end
+  join(q, w, v, now, score, ARGV[2], ARGV[4])
+  if not head then head = v end
 end
 local first = 0
 if head == v then first = 1 end
@@ -141,13 +197,14 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // releaseScript frees the lock if it holds ARGV[1] and hands it to the
 // first live waiter, or else takes ARGV[1] out of the wait queue. It
 // returns 1 when the lock was ours. Release, a waiter giving up and Close
-// all use it. A lock with neither a queue nor an observer is done with
-// before the helpers are defined (each definition makes a closure, on
-// every run): EXISTS, GET, DEL. A holder is never in the queue (each way
-// of taking the lock leaves it), so a holder's release skips the queue's
-// ZREM and HDEL, and a handoff overwrites the key instead of deleting it
-// first. The count of EXISTS of the queue and the observers' mark, less
-// that of the queue alone, says whether anyone observes.
+// all use it. A lock with neither a queue nor an observer, and a waiter
+// leaving, are done with before the helpers are defined (each definition
+// makes a closure, on every run). A holder is never in the queue (each
+// way of taking the lock leaves it), so a holder's release skips the
+// queue's ZREM and HDEL, and a handoff overwrites the key instead of
+// deleting it first. EXISTS of the queue and the observers' mark counts
+// both: 2 says someone observes, and 1 does unless the handoff found the
+// queue (when it finds none, one more EXISTS tells).
 var releaseScript = goredis.NewScript(`
 local k, q, w, o, n, v = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 local marks = redis.call('exists', q, n)
@@ -157,18 +214,17 @@ if marks == 0 then
   redis.call('del', k)
   return 1
 end
-` + luaHelpers + `
-local queued = redis.call('exists', q)
 if cur ~= v then
-  if queued == 1 then
-    redis.call('zrem', q, v)
-    redis.call('hdel', w, v)
-  end
+  redis.call('zrem', q, v)
+  redis.call('hdel', w, v)
   return 0
 end
-local h = queued == 1 and handoff(k, q, w)
+` + luaQueue + luaHelpers + `
+local h = handoff(k, q, w)
 if not h then redis.call('del', k) end
-if marks - queued == 1 then record(o, h or '') end -- observed
+if marks == 2 or (marks == 1 and not h and redis.call('exists', n) == 1) then
+  record(o, h or '')
+end
 return 1
 `)
 
@@ -184,7 +240,7 @@ return 0
 
 // forceScript deletes the lock whoever holds it, hands it to the first
 // live waiter, and returns the value it held (nil when it was free).
-var forceScript = goredis.NewScript(luaHelpers + `
+var forceScript = goredis.NewScript(luaQueue + luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cur = redis.call('get', k)
 if not cur then return false end
@@ -201,7 +257,7 @@ return cur
 // observer's registration lapsed, or the key was lost), changes may have
 // gone unwritten: it first appends the holder there is now, so that every
 // observer reading the stream from where it was converges on it.
-var stateScript = goredis.NewScript(luaHelpers + `
+var stateScript = goredis.NewScript(luaQueue + luaHelpers + `
 if redis.call('exists', KEYS[3]) == 0 then
   record(KEYS[2], redis.call('get', KEYS[1]) or '')
 end
