@@ -84,12 +84,12 @@
 //
 //	                               baton      redsync     ratio
 //	cycle, in alternating rounds   915µs      796µs       0.88x
-//	8 contenders: holds/s          598        948         0.63x
-//	  same client again            0%         96.7%
-//	  busiest client / fair share  1.00       1.90
-//	  longest wait                 59ms       705ms
-//	  longest / median wait        5.2        1,860
-//	  handoff p50 (other client)   1.49ms     0.98ms
+//	8 contenders: holds/s          698        1,038       0.67x
+//	  same client again            0%         97.0%
+//	  busiest client / fair share  1.00       2.06
+//	  longest wait                 59ms       603ms
+//	  longest / median wait        6.5        1,888
+//	  handoff p50 (other client)   1.30ms     0.87ms
 //
 // The cycle is BenchmarkRedlockPaired (cd bench && go test -run '^$'
 // -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.83x to
@@ -98,7 +98,12 @@
 // -count 5). redsync's throughput under contention is one client re-taking
 // the lock; the others wait up to most of a second. baton's waiters get it
 // in arrival order, each handoff costing a release round, a wake-up and an
-// acquire round.
+// acquire round. The nodes share the two cores with the clients, and their
+// time runs short first: the scripts now make about 20 calls per hold on
+// each node (30 before: the contended paths come first, a first waiter
+// takes the free key without checking its own entry, and times are built
+// from strings), which took the throughput from 598 to 698 holds/s
+// (redsync's 948 and 1,038 in the same runs).
 //
 // Racers that split the vote undo their keys at once and tell the first
 // waiter, who tries again after a pause of a few milliseconds (for a few
