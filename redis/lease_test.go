@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -702,36 +701,6 @@ func TestRenewal_FailureEndsLeaseAtOnce(t *testing.T) {
 	}
 }
 
-// cutDialer dials Redis and can cut every connection it made, and refuse
-// new ones: a client cut off from the server, as a crashed process is.
-type cutDialer struct {
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
-}
-
-func (d *cutDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.cut {
-		return nil, errors.New("cut off")
-	}
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err == nil {
-		d.conns = append(d.conns, c)
-	}
-	return c, err
-}
-
-func (d *cutDialer) cutAll() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.cut = true
-	for _, c := range d.conns {
-		_ = c.Close()
-	}
-}
-
 // serverMS returns the server's clock in milliseconds.
 func serverMS(t *testing.T, c *goredis.Client) int64 {
 	t.Helper()
@@ -742,9 +711,9 @@ func serverMS(t *testing.T, c *goredis.Client) int64 {
 	return now.UnixMilli()
 }
 
-// TestHandoff_SkipsDeadWaiter: a waiter that was cut off while queued (a
-// crashed process) cannot leave the queue; once its entry has gone a TTL
-// without a refresh, a release passes it by and hands the lock to the
+// TestHandoff_SkipsDeadWaiter: a waiter partitioned from the server while
+// queued (or crashed) cannot leave the queue; once its entry has gone a
+// TTL without a refresh, a release passes it by and hands the lock to the
 // live waiter behind it, and drops the dead entry.
 func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 	srv := testsvc.StartRedis(t)
@@ -756,14 +725,8 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 	}
 
 	const deadTTL = time.Second
-	d := &cutDialer{}
-	dc := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Dialer: d.dial, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = dc.Close() })
-	dead, err := redis.New(dc, baton.WithTTL(deadTTL), baton.WithHolder("dead"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dead.Close() })
+	px := testsvc.NewProxy(t, srv.Addr)
+	dead := newLocker(t, px.Addr(), baton.WithTTL(deadTTL), baton.WithHolder("dead"), baton.WithReleaseTimeout(100*time.Millisecond))
 	deadCtx, cancelDead := context.WithCancel(context.Background())
 	deadDone := make(chan error, 1)
 	go func() {
@@ -773,23 +736,24 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 	waitQueued(t, cli, la.Key(), 1)
 
 	live := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("live"))
-	got := make(chan error, 1)
+	type result struct {
+		l   *baton.Lease
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
 		l, err := live.Acquire(timeout(t, 30*time.Second), "dead")
-		if err == nil {
-			err = l.Release(context.Background())
-		}
-		got <- err
+		got <- result{l, err}
 	}()
 	waitQueued(t, cli, la.Key(), 2)
 
 	// The dead waiter's last refresh was before this moment, by the
 	// server's clock: its entry ends by cutAt + deadTTL.
-	d.cutAll()
+	px.Block()
 	cutAt := serverMS(t, cli)
 	cancelDead()
 	if err := <-deadDone; err == nil {
-		t.Fatal("the cut-off waiter acquired")
+		t.Fatal("the partitioned waiter acquired")
 	}
 	for serverMS(t, cli) <= cutAt+deadTTL.Milliseconds() {
 		time.Sleep(10 * time.Millisecond)
@@ -808,7 +772,11 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 	if h := rediskit.HolderOf(v); h != "live" {
 		t.Fatalf("the release handed the lock to %q, want the live waiter", h)
 	}
-	if err := <-got; err != nil {
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := r.l.Release(timeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"{" + la.Key() + "}:q", "{" + la.Key() + "}:w"} {

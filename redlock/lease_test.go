@@ -415,3 +415,107 @@ func TestRace_NoStallAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestRelease_SkipsDeadWaiter: a waiter partitioned from the nodes while
+// queued (or crashed) cannot leave the queues, and is first in them; once its entries
+// have gone a TTL unrefreshed, the live waiter behind it takes the lock
+// when the holder releases, and the dead entries are dropped. Were the
+// dead waiter taken for live, the free keys would stay reserved for it
+// and the live waiter would never get them (it refreshes the queues' TTL
+// itself).
+func TestRelease_SkipsDeadWaiter(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	cs := clients(t, nodes)
+	a := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("a"))
+	la, err := a.Acquire(timeout(t, 5*time.Second), "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := "{" + la.Key() + "}:q"
+	// waitQueued waits for n waiters in the queue of every node where a
+	// holds the key: a's Acquire returned once a majority answered, so a
+	// waiter's claim on a slower node may have come first, and it holds
+	// the key there.
+	waitQueued := func(n int64) {
+		t.Helper()
+		poll := timeout(t, 10*time.Second)
+		for _, c := range cs {
+			for rediskit.HolderOf(c.Get(poll, la.Key()).Val()) == "a" && c.ZCard(poll, q).Val() < n {
+				if poll.Err() != nil {
+					t.Fatalf("fewer than %d waiters queued on a node after 10s", n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+
+	const deadTTL = time.Second
+	pxs := make([]*testsvc.Proxy, len(nodes))
+	via := make([]goredis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		pxs[i] = testsvc.NewProxy(t, n.Addr)
+		c := goredis.NewClient(&goredis.Options{Addr: pxs[i].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		via[i] = c
+	}
+	dead, err := redlock.New(via, baton.WithTTL(deadTTL), baton.WithHolder("dead"), baton.WithReleaseTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dead.Close() })
+	deadCtx, cancelDead := context.WithCancel(context.Background())
+	deadDone := make(chan error, 1)
+	go func() {
+		_, err := dead.Acquire(deadCtx, "dead")
+		deadDone <- err
+	}()
+	waitQueued(1)
+
+	live := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("live"))
+	got := make(chan error, 1)
+	go func() {
+		l, err := live.Acquire(timeout(t, 30*time.Second), "dead")
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitQueued(2)
+
+	// The dead waiter's last refresh on each node was before this moment
+	// by that node's clock: its entries end by then + deadTTL.
+	for _, px := range pxs {
+		px.Block()
+	}
+	cutAt := make([]time.Time, len(cs))
+	for i, c := range cs {
+		cutAt[i] = c.Time(timeout(t, time.Second)).Val()
+	}
+	cancelDead()
+	if err := <-deadDone; err == nil {
+		t.Fatal("the partitioned waiter acquired")
+	}
+	for i, c := range cs {
+		for !c.Time(timeout(t, time.Second)).Val().After(cutAt[i].Add(deadTTL)) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	if err := la.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the live waiter did not get the lock within 10s of the release")
+	}
+	for i, c := range cs {
+		if n := c.ZCard(timeout(t, time.Second), q).Val(); n != 0 {
+			t.Errorf("node %d: %d entries left in the queue", i, n)
+		}
+	}
+}
