@@ -9,11 +9,16 @@ import goredis "github.com/redis/go-redis/v9"
 //	K        the lock: a string holding the holder's value, with PX TTL
 //	{K}:q    the wait queue: a sorted set of waiters' values, scored by
 //	         arrival (server time in microseconds)
-//	{K}:w    the waiters' entries: value -> "SEEN_MS TTL_MS CHANNEL",
+//	{K}:w    the waiters' entries: value -> "0 SEEN_MS TTL_MS CHANNEL",
 //	         where SEEN_MS is the server time of the waiter's last
 //	         attempt, TTL_MS its lease TTL (the entry ends at SEEN_MS +
 //	         TTL_MS, unless refreshed) and CHANNEL is where it is told
-//	         that it was handed the lock
+//	         that it was handed the lock. The leading 0 marks the format:
+//	         earlier versions stored "DEADLINE_MS TTL_MS CHANNEL" and read
+//	         this one as an entry that ran out at 0, and these scripts
+//	         read theirs as run out too, so in a fleet of mixed versions
+//	         a waiter may lose its place and join again, and never is
+//	         the lock handed to an entry that ran out
 //	{K}:o    the holder's changes, for observers: a stream, capped at about
 //	         64 entries, with one entry {v: VALUE} each time a script gives
 //	         the lock to VALUE or frees it (v empty), written only while
@@ -36,7 +41,8 @@ import goredis "github.com/redis/go-redis/v9"
 
 // luaQueue comes first in the scripts that queue waiters: clock reads the
 // server's time as strings (milliseconds, for the entries, and
-// microseconds, for the queue's scores), and join queues a waiter.
+// microseconds, for the queue's scores), live and live_head judge the
+// entries, and join queues a waiter.
 const luaQueue = `
 local function clock()
   local t = redis.call('time')
@@ -44,27 +50,9 @@ local function clock()
   return t[1] .. string.sub(us, 1, 3), t[1] .. us
 end
 
--- join puts v in the queue at its arrival time, or keeps its place, and
--- refreshes its entry (seen now, TTL ttl ms, channel ch).
-local function join(q, w, v, now, score, ttl, ch)
-  redis.call('zadd', q, 'NX', score, v)
-  redis.call('hset', w, v, now .. ' ' .. ttl .. ' ' .. ch)
-  -- q and w are created and emptied together, and outlive every live
-  -- entry (each ends within ttl) by at most 2 * ttl; their TTL is
-  -- refreshed once per ttl, not on every attempt.
-  if redis.call('pttl', q) < tonumber(ttl) then
-    redis.call('pexpire', q, 2 * ttl)
-    redis.call('pexpire', w, 2 * ttl)
-  end
-end
-`
-
-// luaHelpers are shared by the scripts that hand the lock on or note its
-// holder for observers (after luaQueue).
-const luaHelpers = `
 -- live says whether waiter entry e is still refreshed at now (ms).
 local function live(e, now)
-  local seen, ttl = string.match(e, '^(%d+) (%d+)')
+  local seen, ttl = string.match(e, '^0 (%d+) (%d+) ')
   return seen and tonumber(seen) + tonumber(ttl) > tonumber(now)
 end
 
@@ -81,6 +69,26 @@ local function live_head(q, w, now)
   end
 end
 
+-- join puts v in the queue at its arrival time, or keeps its place, and
+-- refreshes its entry (seen now, TTL ttl ms, channel ch). It returns 1
+-- when v was not in the queue.
+local function join(q, w, v, now, score, ttl, ch)
+  local added = redis.call('zadd', q, 'NX', score, v)
+  redis.call('hset', w, v, '0 ' .. now .. ' ' .. ttl .. ' ' .. ch)
+  -- q and w are created and emptied together, and outlive every live
+  -- entry (each ends within ttl) by at most 2 * ttl; their TTL is
+  -- refreshed once per ttl, not on every attempt.
+  if redis.call('pttl', q) < tonumber(ttl) then
+    redis.call('pexpire', q, 2 * ttl)
+    redis.call('pexpire', w, 2 * ttl)
+  end
+  return added
+end
+`
+
+// luaHelpers are shared by the scripts that hand the lock on or note its
+// holder for observers (after luaQueue).
+const luaHelpers = `
 -- record appends holder v (empty: free) to the observers' stream o.
 local function record(o, v)
   redis.call('xadd', o, 'MAXLEN', '~', '64', '*', 'v', v)
@@ -105,7 +113,7 @@ local function handoff(k, q, w)
     local e = redis.call('hget', w, h)
     redis.call('hdel', w, h)
     if e and live(e, now) then
-      local _, ttl, ch = string.match(e, '^(%d+) (%d+) (.+)$')
+      local _, ttl, ch = string.match(e, '^0 (%d+) (%d+) (.+)$')
       redis.call('set', k, h, 'px', ttl)
       redis.call('publish', ch, h)
       return h
@@ -132,11 +140,12 @@ end
 // The two cases a contended lock meets on almost every attempt come first,
 // before the helpers are defined (each definition makes a closure, on
 // every run): the key already ours (handed to us), and the key held by
-// another, where a waiter joins or stays in the queue and learns whether
-// it is first by its rank. There, an entry ahead that ran out is only
-// dropped by the next handoff, so a waiter behind one is told it is not
-// first, and looks again at its next refresh rather than at the key's
-// expiry; and PTTL, which only the first waiter uses, is 0 for the others.
+// another, where a waiter joins or stays in the queue. A waiter that
+// joins learns whether it is first by its rank, so one that joins behind
+// an entry that ran out (a waiter that crashed or was cut off) is told it
+// is not first; at its next refresh, which drops such entries, it learns
+// that it is, and from then on looks again at the key's expiry. PTTL,
+// which only the first waiter uses, is 0 for the others.
 var acquireScript = goredis.NewScript(luaQueue + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local v, wait = ARGV[1], ARGV[3] == '1'
@@ -148,10 +157,13 @@ if ARGV[5] ~= '1' then
   end
   if cur and wait then
     local now, score = clock()
-    join(q, w, v, now, score, ARGV[2], ARGV[4])
-    if redis.call('zrank', q, v) == 0 then
-      return {0, cur, redis.call('pttl', k), 1}
+    local first
+    if join(q, w, v, now, score, ARGV[2], ARGV[4]) == 1 then
+      first = redis.call('zrank', q, v) == 0
+    else
+      first = live_head(q, w, now) == v
     end
+    if first then return {0, cur, redis.call('pttl', k), 1} end
     return {0, cur, 0, 0}
   end
 end

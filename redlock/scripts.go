@@ -27,37 +27,21 @@ import goredis "github.com/redis/go-redis/v9"
 // machine, the nodes' time is what a contended lock runs short of.
 
 // luaQueue comes first in the scripts: clock_ms reads the node's time in
-// milliseconds, as a string, and join queues a waiter.
+// milliseconds, as a string, live_head finds the first live waiter, and
+// join queues a waiter.
 const luaQueue = `
 local function clock_ms()
   local t = redis.call('time')
   return t[1] .. string.sub(string.rep('0', 6 - #t[2]) .. t[2], 1, 3)
 end
 
--- join puts v in the queue with score (its acquisition's start), or keeps
--- its place, and refreshes its entry (TTL ttl ms, channel ch).
-local function join(q, w, v, score, ttl, ch)
-  redis.call('hset', w, v, clock_ms() .. ' ' .. ttl .. ' ' .. ch)
-  redis.call('zadd', q, 'NX', score, v)
-  -- q and w are created and emptied together, and outlive every live
-  -- entry (each ends within ttl) by at most 2 * ttl; their TTL is
-  -- refreshed once per ttl, not on every attempt.
-  if redis.call('pttl', q) < tonumber(ttl) then
-    redis.call('pexpire', q, 2 * ttl)
-    redis.call('pexpire', w, 2 * ttl)
-  end
-end
-`
-
-// luaHelpers follow luaQueue where a script needs them.
-const luaHelpers = `
 local function live_head(q, w, now)
   while true do
     local h = redis.call('zrange', q, 0, 0)[1]
     if not h then return false, false end
     local e = redis.call('hget', w, h)
     if e then
-      local seen, ttl = string.match(e, '^(%d+) (%d+)')
+      local seen, ttl = string.match(e, '^(%d+) (%d+) ')
       if seen and tonumber(seen) + tonumber(ttl) > tonumber(now) then return h, e end
     end
     redis.call('zrem', q, h)
@@ -65,6 +49,25 @@ local function live_head(q, w, now)
   end
 end
 
+-- join puts v in the queue with score (its acquisition's start), or keeps
+-- its place, and refreshes its entry (seen now, TTL ttl ms, channel ch).
+-- It returns 1 when v was not in the queue.
+local function join(q, w, v, now, score, ttl, ch)
+  redis.call('hset', w, v, now .. ' ' .. ttl .. ' ' .. ch)
+  local added = redis.call('zadd', q, 'NX', score, v)
+  -- q and w are created and emptied together, and outlive every live
+  -- entry (each ends within ttl) by at most 2 * ttl; their TTL is
+  -- refreshed once per ttl, not on every attempt.
+  if redis.call('pttl', q) < tonumber(ttl) then
+    redis.call('pexpire', q, 2 * ttl)
+    redis.call('pexpire', w, 2 * ttl)
+  end
+  return added
+end
+`
+
+// luaHelpers follow luaQueue where a script needs them.
+const luaHelpers = `
 local function notify_head(q, w)
   local h, e = live_head(q, w, clock_ms())
   if h then redis.call('publish', string.match(e, '^%d+ %d+ (.+)$'), h) end
@@ -81,9 +84,11 @@ end
 //
 // First come the cases of a contended lock, before the helpers are
 // defined: K ours already; K held by another, where a waiter joins the
-// queue and learns from its rank whether it is first (PTTL, which only a
-// first waiter uses, is 0 for the others); K free with us, or no one,
-// first in the queue (our own entry needs no liveness check).
+// queue and learns from its rank whether it is first, or, refreshing its
+// place, from the first live entry (so one behind a waiter that crashed
+// learns it is first at its next refresh); PTTL, which only a first waiter
+// uses, is 0 for the others; K free with us, or no one, first in the
+// queue (our own entry needs no liveness check).
 var acquireScript = goredis.NewScript(luaQueue + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
 local v, wait = ARGV[1], ARGV[3] == '1'
@@ -95,10 +100,13 @@ if ARGV[6] ~= '1' then
   end
   if cur then
     if wait then
-      join(q, w, v, ARGV[4], ARGV[2], ARGV[5])
-      if redis.call('zrank', q, v) == 0 then
-        return {0, cur, redis.call('pttl', k), 1}
+      local now, first = clock_ms(), false
+      if join(q, w, v, now, ARGV[4], ARGV[2], ARGV[5]) == 1 then
+        first = redis.call('zrank', q, v) == 0
+      else
+        first = live_head(q, w, now) == v
       end
+      if first then return {0, cur, redis.call('pttl', k), 1} end
     end
     return {0, cur, 0, 0}
   end
@@ -135,7 +143,7 @@ if not cur and (not head or head == v) then
   return {1}
 end
 if wait then
-  join(q, w, v, ARGV[4], ARGV[2], ARGV[5])
+  join(q, w, v, now, ARGV[4], ARGV[2], ARGV[5])
   if redis.call('zrank', q, v) == 0 then head = v end
 end
 local first = 0

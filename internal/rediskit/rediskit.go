@@ -138,11 +138,13 @@ func QueryOptions(q url.Values) ([]baton.Option, error) {
 // Reply is what one run of an acquire script answered: {1} when the key
 // holds our value, else {0, V, PTTL, HEAD}: V the holder's value (or the
 // first waiter's, when the key is free but reserved for it), PTTL the
-// key's remaining TTL in ms, HEAD 1 when we are first in the queue.
+// key's remaining TTL in ms, HEAD 1 when we are first in the queue. Only
+// a first waiter uses PTTL: the scripts' contended paths send 0 to the
+// others, and to attempts that do not wait.
 type Reply struct {
 	Held   bool
 	Holder string
-	PTTL   time.Duration // negative when the key is free or has no expiry
+	PTTL   time.Duration // negative when the key is free or has no expiry; 0 when not read
 	Head   bool
 }
 
