@@ -1,24 +1,19 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/internal/rediskit"
+)
 
 // The lock's keys, all in one hash slot so the scripts also run on Redis
 // Cluster (a key without braces hashes over its whole name, and "{K}:q"
 // hashes over K):
 //
 //	K        the lock: a string holding the holder's value, with PX TTL
-//	{K}:q    the wait queue: a sorted set of waiters' values, scored by
-//	         arrival (server time in microseconds)
-//	{K}:w    the waiters' entries: value -> "0 SEEN_MS TTL_MS CHANNEL",
-//	         where SEEN_MS is the server time of the waiter's last
-//	         attempt, TTL_MS its lease TTL (the entry ends at SEEN_MS +
-//	         TTL_MS, unless refreshed) and CHANNEL is where it is told
-//	         that it was handed the lock. The leading 0 marks the format:
-//	         earlier versions stored "DEADLINE_MS TTL_MS CHANNEL" and read
-//	         this one as an entry that ran out at 0, and these scripts
-//	         read theirs as run out too, so in a fleet of mixed versions
-//	         a waiter may lose its place and join again, and never is
-//	         the lock handed to an entry that ran out
+//	{K}:q    the wait queue, scored by arrival (see rediskit.LuaQueue)
+//	{K}:w    the waiters' entries, whose CHANNEL is where a waiter is told
+//	         that it was handed the lock (see rediskit.LuaQueue)
 //	{K}:o    the holder's changes, for observers: a stream, capped at about
 //	         64 entries, with one entry {v: VALUE} each time a script gives
 //	         the lock to VALUE or frees it (v empty), written only while
@@ -31,63 +26,11 @@ import goredis "github.com/redis/go-redis/v9"
 // Every script runs atomically, so no client can act between a check and
 // the write that depends on it. go-redis's Script.Run sends EVALSHA and
 // falls back to EVAL when the server answers NOSCRIPT (a restarted server,
-// SCRIPT FLUSH), which also loads the script for the next call.
-//
-// The scripts are written for the server's time, which a contended lock
-// spends on them: each redis.call costs 1.5 to 3us, and a Lua number made
-// a string (a command's argument, a concatenation) as much again, so the
-// paths taken on every hold make few calls and build their times from
-// TIME's strings, not from numbers.
-
-// luaQueue comes first in the scripts that queue waiters: clock reads the
-// server's time as strings (milliseconds, for the entries, and
-// microseconds, for the queue's scores), live and live_head judge the
-// entries, and join queues a waiter.
-const luaQueue = `
-local function clock()
-  local t = redis.call('time')
-  local us = string.rep('0', 6 - #t[2]) .. t[2]
-  return t[1] .. string.sub(us, 1, 3), t[1] .. us
-end
-
--- live says whether waiter entry e is still refreshed at now (ms).
-local function live(e, now)
-  local seen, ttl = string.match(e, '^0 (%d+) (%d+) ')
-  return seen and tonumber(seen) + tonumber(ttl) > tonumber(now)
-end
-
--- live_head returns the first waiter whose entry has not run out, and its
--- entry, dropping dead ones on the way.
-local function live_head(q, w, now)
-  while true do
-    local h = redis.call('zrange', q, 0, 0)[1]
-    if not h then return false, false end
-    local e = redis.call('hget', w, h)
-    if e and live(e, now) then return h, e end
-    redis.call('zrem', q, h)
-    redis.call('hdel', w, h)
-  end
-end
-
--- join puts v in the queue at its arrival time, or keeps its place, and
--- refreshes its entry (seen now, TTL ttl ms, channel ch). It returns 1
--- when v was not in the queue.
-local function join(q, w, v, now, score, ttl, ch)
-  local added = redis.call('zadd', q, 'NX', score, v)
-  redis.call('hset', w, v, '0 ' .. now .. ' ' .. ttl .. ' ' .. ch)
-  -- q and w are created and emptied together, and outlive every live
-  -- entry (each ends within ttl) by at most 2 * ttl; their TTL is
-  -- refreshed once per ttl, not on every attempt.
-  if redis.call('pttl', q) < tonumber(ttl) then
-    redis.call('pexpire', q, 2 * ttl)
-    redis.call('pexpire', w, 2 * ttl)
-  end
-  return added
-end
-`
+// SCRIPT FLUSH), which also loads the script for the next call. The paths
+// a contended lock takes on every hold come first, with few calls.
 
 // luaHelpers are shared by the scripts that hand the lock on or note its
-// holder for observers (after luaQueue).
+// holder for observers (after rediskit.LuaQueue).
 const luaHelpers = `
 -- record appends holder v (empty: free) to the observers' stream o.
 local function record(o, v)
@@ -113,7 +56,7 @@ local function handoff(k, q, w)
     local e = redis.call('hget', w, h)
     redis.call('hdel', w, h)
     if e and live(e, now) then
-      local _, ttl, ch = string.match(e, '^0 (%d+) (%d+) (.+)$')
+      local _, ttl, ch = entry(e)
       redis.call('set', k, h, 'px', ttl)
       redis.call('publish', ch, h)
       return h
@@ -146,7 +89,7 @@ end
 // is not first; at its next refresh, which drops such entries, it learns
 // that it is, and from then on looks again at the key's expiry. PTTL,
 // which only the first waiter uses, is 0 for the others.
-var acquireScript = goredis.NewScript(luaQueue + `
+var acquireScript = goredis.NewScript(rediskit.LuaQueue + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local v, wait = ARGV[1], ARGV[3] == '1'
 if ARGV[5] ~= '1' then
@@ -231,7 +174,7 @@ if cur ~= v then
   redis.call('hdel', w, v)
   return 0
 end
-` + luaQueue + luaHelpers + `
+` + rediskit.LuaQueue + luaHelpers + `
 local h = handoff(k, q, w)
 if not h then redis.call('del', k) end
 if marks == 2 or (marks == 1 and not h and redis.call('exists', n) == 1) then
@@ -252,7 +195,7 @@ return 0
 
 // forceScript deletes the lock whoever holds it, hands it to the first
 // live waiter, and returns the value it held (nil when it was free).
-var forceScript = goredis.NewScript(luaQueue + luaHelpers + `
+var forceScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cur = redis.call('get', k)
 if not cur then return false end
@@ -269,7 +212,7 @@ return cur
 // observer's registration lapsed, or the key was lost), changes may have
 // gone unwritten: it first appends the holder there is now, so that every
 // observer reading the stream from where it was converges on it.
-var stateScript = goredis.NewScript(luaQueue + luaHelpers + `
+var stateScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 if redis.call('exists', KEYS[3]) == 0 then
   record(KEYS[2], redis.call('get', KEYS[1]) or '')
 end

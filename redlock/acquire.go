@@ -180,14 +180,15 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// split the vote: tell the first waiter on each node we freed,
 			// which may be sleeping until our keys would have expired,
 			// having seen them held when it tried.
+			b.awaitSettled(r.settled)
 			_ = b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout)
 		}
 		if ctx.Err() != nil {
-			b.giveUp(ctx, k, value, queued)
+			b.giveUp(ctx, k, value, queued, r.settled)
 			return nil, context.Cause(ctx)
 		}
 		if r.failed > len(b.nodes)-b.quorum {
-			b.giveUp(ctx, k, value, queued)
+			b.giveUp(ctx, k, value, queued, r.settled)
 			return nil, b.unavailable(ctx, "acquire "+k.lock, r.errs)
 		}
 		holder, majority := b.majorityHolder(r, value)
@@ -221,7 +222,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		timer.Reset(b.retryIn(r, majority, headSplits))
 		select {
 		case <-ctx.Done():
-			b.giveUp(ctx, k, value, true)
+			b.giveUp(ctx, k, value, true, r.settled)
 			return nil, context.Cause(ctx)
 		case <-wake:
 		case <-timer.C:
@@ -276,11 +277,25 @@ func (b *backend) subscribe(ctx context.Context) {
 	}, nil)
 }
 
-// giveUp leaves the queues and undoes whatever this acquisition set.
-func (b *backend) giveUp(ctx context.Context, k keys, value string, queued bool) {
+// awaitSettled waits, at most the node timeout, until every request of an
+// attempt has returned, so that an undo that follows comes after whatever
+// the attempt set, except on a node slower than that.
+func (b *backend) awaitSettled(settled <-chan struct{}) {
+	t := time.NewTimer(b.nodeTimeout)
+	defer t.Stop()
+	select {
+	case <-settled:
+	case <-t.C:
+	}
+}
+
+// giveUp leaves the queues and undoes whatever this acquisition set, once
+// its last attempt's requests (settled) have returned.
+func (b *backend) giveUp(ctx context.Context, k keys, value string, queued bool, settled <-chan struct{}) {
 	if !queued {
 		return // a failed attempt was undone already
 	}
+	b.awaitSettled(settled)
 	if err := b.unlock(ctx, k, value, true, true, b.releaseTimeout()); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}

@@ -147,12 +147,16 @@ func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
 // stop said the answers so far were enough.
 var errPending = errors.New("answer not awaited")
 
-// each runs f on every node in parallel, each bounded by timeout (and
-// ctx), and returns the per-node results and errors. It returns early when
-// stop (if not nil) says the answers so far settle the question; nodes not
-// heard from then have errPending. Requests run on goroutines tracked by
-// the backend and hand their result over on a buffered channel; each
-// returns at its deadline even on a client that does not honour context
+// each runs f on every node in parallel, each bounded by timeout, and
+// returns the per-node results and errors. It returns early when stop (if
+// not nil) says the answers so far settle the question; nodes not heard
+// from then have errPending, and their requests run on to their timeout,
+// also when ctx ends after each returned (the Locker cancels an
+// acquisition's context when it returns): a slow node still gets its
+// claim, its renewal or its unlock. When ctx ends first, each returns and
+// the requests are cancelled. Requests run on goroutines tracked by the
+// backend and hand their result over on a buffered channel; each returns
+// at its deadline even on a client that does not honour context
 // deadlines, so a dead or frozen node costs the node timeout at most, not
 // the client's read timeout.
 func each[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) ([]T, []error) {
@@ -169,14 +173,14 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 		err error
 	}
 	n := len(b.nodes)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	answers := make(chan answer, n) // buffered: abandoned requests never block
 	settled := make(chan struct{})
 	var running atomic.Int64
 	running.Store(int64(n))
 	for i, nd := range b.nodes {
 		b.bg.Go(func() {
-			v, err := f(ctx, nd)
+			v, err := f(rctx, nd)
 			answers <- answer{i, v, err}
 			if running.Add(-1) == 0 {
 				close(settled)
@@ -200,15 +204,21 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 			vals[a.i], errs[a.i] = a.v, a.err
 			if stop != nil && stop(vals, errs) {
 				// Requests not awaited run on to the node timeout, not cut
-				// short: a slow node still gets its renewal or its unlock.
-				// The context's own timer cancels it then.
+				// short; rctx's own timer cancels it then.
 				early = true
 				return vals, errs, settled
 			}
-		case <-ctx.Done():
+		case <-rctx.Done():
 			for i, err := range errs {
 				if err == errPending {
 					errs[i] = &baton.UnavailableError{Where: b.nodes[i].where, Err: fmt.Errorf("no answer within %v", timeout)}
+				}
+			}
+			return vals, errs, settled
+		case <-ctx.Done():
+			for i, err := range errs {
+				if err == errPending {
+					errs[i] = context.Cause(ctx)
 				}
 			}
 			return vals, errs, settled

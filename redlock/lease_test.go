@@ -149,6 +149,18 @@ func TestRefusedByMajority(t *testing.T) {
 	}
 	cfg := l.Config()
 	next := lease.Deadline().Add(cfg.Drift - cfg.TTL + cfg.RenewEvery)
+	// Acquire returned once a majority answered: wait for the third
+	// node's claim, which would otherwise set the key after the PEXPIRE
+	// below and keep a majority.
+	poll := timeout(t, 5*time.Second)
+	for _, c := range cs {
+		for c.Exists(poll, lease.Key()).Val() == 0 {
+			if poll.Err() != nil {
+				t.Fatal("the lease's key is not on every node after 5s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	for _, c := range cs[:2] {
 		if err := c.PExpire(timeout(t, time.Second), lease.Key(), time.Millisecond).Err(); err != nil {
 			t.Fatal(err)

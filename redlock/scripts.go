@@ -1,17 +1,19 @@
 package redlock
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	goredis "github.com/redis/go-redis/v9"
 
-// Each node keeps, for lock K, the same three keys as the redis package's
-// single-node lock (all in K's Cluster hash slot):
+	"github.com/baton-go/baton/internal/rediskit"
+)
+
+// Each node keeps, for lock K, the same keys as the redis package's
+// single-node lock (all in K's Cluster hash slot), but for the observers':
 //
 //	K        the lock: the holder's value, with PX TTL
-//	{K}:q    the wait queue: waiters' values, scored by the waiter's own
-//	         start time (microseconds), so that every node orders the same
-//	         waiters the same way
-//	{K}:w    value -> "SEEN_MS TTL_MS CHANNEL": the node's time at the
-//	         waiter's last attempt and its lease TTL (the entry ends at
-//	         SEEN_MS + TTL_MS, unless refreshed), and its channel
+//	{K}:q    the wait queue, scored by the waiter's own start time
+//	         (microseconds), so that every node orders the same waiters the
+//	         same way (see rediskit.LuaQueue)
+//	{K}:w    the waiters' entries (see rediskit.LuaQueue)
 //
 // Unlike the single node, a release does not hand the lock over (the next
 // holder needs a majority, which no one node can give): it leaves the key
@@ -21,56 +23,15 @@ import goredis "github.com/redis/go-redis/v9"
 // every node orders waiters alike, waiters do not split the vote.
 //
 // As in the redis package, the paths a contended lock takes on every hold
-// come first in the scripts, with few calls, and times are built from
-// TIME's strings, not from Lua numbers (each redis.call costs a node 1.5
-// to 3us, and so does a number made a string): with 5 nodes on the same
-// machine, the nodes' time is what a contended lock runs short of.
+// come first in the scripts, with few calls: with 5 nodes on the same
+// machine as the clients, the nodes' time is what a contended lock runs
+// short of.
 
-// luaQueue comes first in the scripts: clock_ms reads the node's time in
-// milliseconds, as a string, live_head finds the first live waiter, and
-// join queues a waiter.
-const luaQueue = `
-local function clock_ms()
-  local t = redis.call('time')
-  return t[1] .. string.sub(string.rep('0', 6 - #t[2]) .. t[2], 1, 3)
-end
-
-local function live_head(q, w, now)
-  while true do
-    local h = redis.call('zrange', q, 0, 0)[1]
-    if not h then return false, false end
-    local e = redis.call('hget', w, h)
-    if e then
-      local seen, ttl = string.match(e, '^(%d+) (%d+) ')
-      if seen and tonumber(seen) + tonumber(ttl) > tonumber(now) then return h, e end
-    end
-    redis.call('zrem', q, h)
-    redis.call('hdel', w, h)
-  end
-end
-
--- join puts v in the queue with score (its acquisition's start), or keeps
--- its place, and refreshes its entry (seen now, TTL ttl ms, channel ch).
--- It returns 1 when v was not in the queue.
-local function join(q, w, v, now, score, ttl, ch)
-  redis.call('hset', w, v, now .. ' ' .. ttl .. ' ' .. ch)
-  local added = redis.call('zadd', q, 'NX', score, v)
-  -- q and w are created and emptied together, and outlive every live
-  -- entry (each ends within ttl) by at most 2 * ttl; their TTL is
-  -- refreshed once per ttl, not on every attempt.
-  if redis.call('pttl', q) < tonumber(ttl) then
-    redis.call('pexpire', q, 2 * ttl)
-    redis.call('pexpire', w, 2 * ttl)
-  end
-  return added
-end
-`
-
-// luaHelpers follow luaQueue where a script needs them.
+// luaHelpers follow rediskit.LuaQueue where a script needs them.
 const luaHelpers = `
 local function notify_head(q, w)
-  local h, e = live_head(q, w, clock_ms())
-  if h then redis.call('publish', string.match(e, '^%d+ %d+ (.+)$'), h) end
+  local h, e = live_head(q, w, clock())
+  if h then redis.call('publish', select(3, entry(e)), h) end
 end
 `
 
@@ -89,7 +50,7 @@ end
 // learns it is first at its next refresh); PTTL, which only a first waiter
 // uses, is 0 for the others; K free with us, or no one, first in the
 // queue (our own entry needs no liveness check).
-var acquireScript = goredis.NewScript(luaQueue + `
+var acquireScript = goredis.NewScript(rediskit.LuaQueue + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
 local v, wait = ARGV[1], ARGV[3] == '1'
 if ARGV[6] ~= '1' then
@@ -100,7 +61,7 @@ if ARGV[6] ~= '1' then
   end
   if cur then
     if wait then
-      local now, first = clock_ms(), false
+      local now, first = clock(), false
       if join(q, w, v, now, ARGV[4], ARGV[2], ARGV[5]) == 1 then
         first = redis.call('zrank', q, v) == 0
       else
@@ -121,12 +82,12 @@ if ARGV[6] ~= '1' then
   end
 end
 ` + luaHelpers + `
-local now = clock_ms()
+local now = clock()
 if ARGV[6] == '1' and redis.call('get', k) == v then
   local h, e = live_head(q, w, now)
   if not h then return {1} end
   redis.call('del', k)
-  redis.call('publish', string.match(e, '^%d+ %d+ (.+)$'), h)
+  redis.call('publish', select(3, entry(e)), h)
 end
 local cur = redis.call('get', k)
 if cur == v then
@@ -169,7 +130,7 @@ end
 if redis.call('get', k) ~= v then return 0 end
 redis.call('del', k)
 if ARGV[3] ~= '1' then return 1 end
-` + luaQueue + luaHelpers + `
+` + rediskit.LuaQueue + luaHelpers + `
 notify_head(q, w)
 return 1
 `)
@@ -185,7 +146,7 @@ return 0
 
 // forceScript deletes K whoever holds it, tells the first waiter, and
 // returns the value it held (nil when free).
-var forceScript = goredis.NewScript(luaQueue + luaHelpers + `
+var forceScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
 local cur = redis.call('get', k)
 if not cur then return false end

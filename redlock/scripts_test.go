@@ -33,7 +33,7 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := now.UnixMilli()
-	for i, e := range []string{fmt.Sprintf("%d 1000 ch-dead", ms-5000), fmt.Sprintf("%d ch-old", ms+30000)} {
+	for i, e := range []string{fmt.Sprintf("0 %d 1000 ch-dead", ms-5000), fmt.Sprintf("%d ch-old", ms+30000)} {
 		v := fmt.Sprintf("dead%d", i)
 		if err := c.ZAdd(ctx, k.q, goredis.Z{Score: float64(i + 1), Member: v}).Err(); err != nil {
 			t.Fatal(err)

@@ -435,7 +435,9 @@ func TestRecipe_WaiterAheadLeaves(t *testing.T) {
 // election node's only child holds the lock without listing; one that
 // finds any other child, here a go-zookeeper zk.Lock holder's node, lists
 // and waits its turn, and the backend's next create sends its listing
-// behind it, until a create finds itself alone again.
+// behind it, until a create finds itself alone again. (That the alone
+// create sends no listing at all, TestRecipe_RequestsPerCycle counts: 2
+// requests per uncontended cycle.)
 func TestRecipe_AloneSkipsListing(t *testing.T) {
 	addr := zkServer.Addr(t)
 	name := uniqueName(t)

@@ -1,0 +1,75 @@
+package rediskit
+
+// LuaQueue is the Lua that the redis and redlock backends' scripts begin
+// with: the wait queue both keep for a lock K, and its entries.
+//
+//	{K}:q    the queue: a sorted set of waiters' values, in the order they
+//	         are served (the redis package scores by arrival, server time
+//	         in microseconds; redlock by the acquisition's start, so that
+//	         every node orders the same waiters the same way)
+//	{K}:w    the entries: value -> "0 SEEN_MS TTL_MS CHANNEL", where
+//	         SEEN_MS is the server's time at the waiter's last attempt,
+//	         TTL_MS its lease TTL (the entry runs out at SEEN_MS + TTL_MS
+//	         unless refreshed) and CHANNEL is where it is told to look
+//
+// q and w are changed together, always, and expire together, at most
+// 2 * TTL after the last join. The leading 0 marks the entries' format:
+// earlier versions stored "DEADLINE_MS TTL_MS CHANNEL" (redis) and
+// "DEADLINE_MS CHANNEL" (redlock), and they read this one as run out at 0,
+// as these functions read theirs as run out. So in a fleet of mixed
+// versions a waiter may lose its place and join again, and never is an
+// entry taken for live after it ran out.
+//
+// The functions are written for the server's time, which a contended lock
+// spends on its scripts: each redis.call costs 1.5 to 3us, and a Lua
+// number made a string (a command's argument, a concatenation) as much
+// again, so times are built from TIME's strings, not from numbers.
+//
+//	clock()            the server's time as strings: milliseconds, and
+//	                   microseconds (an arrival score)
+//	entry(e)           SEEN_MS, TTL_MS and CHANNEL of entry e, or nil for
+//	                   another format
+//	live(e, now)       whether entry e has not run out at now (ms)
+//	live_head(q, w, now)
+//	                   the first live waiter and its entry, dropping the
+//	                   dead ones before it; false when none
+//	join(q, w, v, now, score, ttl, ch)
+//	                   queues v with score, or keeps its place, and
+//	                   refreshes its entry; 1 when v was not queued
+const LuaQueue = `
+local function clock()
+  local t = redis.call('time')
+  local us = string.rep('0', 6 - #t[2]) .. t[2]
+  return t[1] .. string.sub(us, 1, 3), t[1] .. us
+end
+
+local function entry(e)
+  return string.match(e, '^0 (%d+) (%d+) (.+)$')
+end
+
+local function live(e, now)
+  local seen, ttl = entry(e)
+  return seen and tonumber(seen) + tonumber(ttl) > tonumber(now)
+end
+
+local function live_head(q, w, now)
+  while true do
+    local h = redis.call('zrange', q, 0, 0)[1]
+    if not h then return false, false end
+    local e = redis.call('hget', w, h)
+    if e and live(e, now) then return h, e end
+    redis.call('zrem', q, h)
+    redis.call('hdel', w, h)
+  end
+end
+
+local function join(q, w, v, now, score, ttl, ch)
+  local added = redis.call('zadd', q, 'NX', score, v)
+  redis.call('hset', w, v, '0 ' .. now .. ' ' .. ttl .. ' ' .. ch)
+  if redis.call('pttl', q) < tonumber(ttl) then
+    redis.call('pexpire', q, 2 * ttl)
+    redis.call('pexpire', w, 2 * ttl)
+  end
+  return added
+end
+`
