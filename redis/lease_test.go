@@ -748,14 +748,17 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 	waitQueued(t, cli, la.Key(), 2)
 
 	// The dead waiter's last refresh was before this moment, by the
-	// server's clock: its entry ends by cutAt + deadTTL.
+	// server's clock, give or take a chunk the proxy had let through just
+	// before Block, which arrives within milliseconds: its entry ends by
+	// cutAt + deadTTL + inFlight.
+	const inFlight = 100 * time.Millisecond
 	px.Block()
 	cutAt := serverMS(t, cli)
 	cancelDead()
 	if err := <-deadDone; err == nil {
 		t.Fatal("the partitioned waiter acquired")
 	}
-	for serverMS(t, cli) <= cutAt+deadTTL.Milliseconds() {
+	for serverMS(t, cli) <= cutAt+(deadTTL+inFlight).Milliseconds() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if n := cli.ZCard(timeout(t, time.Second), "{"+la.Key()+"}:q").Val(); n != 2 {

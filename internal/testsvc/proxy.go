@@ -16,7 +16,6 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	flow    sync.RWMutex // held for reading by each write, for writing by Block
 	mu      sync.Mutex
 	gate    chan struct{} // closed while forwarding is allowed
 	conns   map[net.Conn]struct{}
@@ -44,11 +43,7 @@ func NewProxy(tb testing.TB, target string) *Proxy {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Block stops forwarding: bytes sent either way are held until Unblock.
-// It returns once no byte is being passed on, so nothing sent before it
-// returns arrives after.
 func (p *Proxy) Block() {
-	p.flow.Lock()
-	defer p.flow.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -162,7 +157,8 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if werr := p.pass(dst, buf[:n]); werr != nil {
+			<-p.currentGate()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
@@ -172,22 +168,5 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			}
 			return
 		}
-	}
-}
-
-// pass writes b to dst once forwarding is allowed. The write happens under
-// flow's read lock with the gate seen open, so that it either completes
-// before Block returns or waits for Unblock.
-func (p *Proxy) pass(dst net.Conn, b []byte) error {
-	for {
-		gate := p.currentGate()
-		<-gate
-		p.flow.RLock()
-		if p.currentGate() == gate {
-			_, err := dst.Write(b)
-			p.flow.RUnlock()
-			return err
-		}
-		p.flow.RUnlock()
 	}
 }
