@@ -62,8 +62,15 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		// The create may have been applied though its answer was lost
 		// (the caller gave up, the connection broke): the key would then
 		// hold or queue for the lock until the session ends. It is ours
-		// alone, so delete it either way.
-		b.deleteKey(ctx, key)
+		// alone, so delete it either way, unless the session ended: the
+		// lease's end takes the key with it, and a delete through the
+		// connection that just failed would hold the caller up to the
+		// release timeout.
+		select {
+		case <-s.k.Done():
+		default:
+			b.deleteKey(ctx, key)
+		}
 		return nil, b.fail(ctx, "create lock key", err)
 	}
 	if !resp.Succeeded {

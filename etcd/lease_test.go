@@ -330,3 +330,80 @@ func TestAcquire_AnswerLost_KeyDeleted(t *testing.T) {
 		})
 	}
 }
+
+// TestAcquire_SessionEndsDuringCreate: the create of a lock key is applied
+// but its answer is stuck (a partition: here a client interceptor holds
+// it, and any delete, until the request's context ends), and the session
+// ends meanwhile (its lease revoked). Acquire reports the session's end
+// at once. It used to try deleting the key first, through the same stuck
+// connection, for up to the release timeout, though the lease's end
+// deletes it anyway: TestAcquire_WaiterSessionDies/cut-off failed about
+// one run in ten under load when its partition came at that moment.
+func TestAcquire_SessionEndsDuringCreate(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	admin := testsvc.Client(t, srv.Endpoint)
+	var stall atomic.Bool
+	applied := make(chan struct{}, 1)
+	stuck := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if stall.Load() && (method == "/etcdserverpb.KV/Txn" || method == "/etcdserverpb.KV/DeleteRange") {
+			if method == "/etcdserverpb.KV/Txn" {
+				select {
+				case applied <- struct{}{}:
+				default:
+				}
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return err
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{srv.Endpoint},
+		DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(stuck)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	const releaseTimeout = 5 * time.Second
+	l, err := etcd.New(c, baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(releaseTimeout), baton.WithRequestTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	// Start the session before anything is stuck.
+	warm, err := l.TryAcquire(timeout(t, 10*time.Second), "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	stall.Store(true)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(timeout(t, 30*time.Second), "job")
+		errc <- err
+	}()
+	<-applied
+	revokeLeaseOf(t, admin, waitForKeys(t, admin, etcd.DefaultPrefix+"job/", 1)[0])
+	revoked := time.Now()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, baton.ErrLeaseLost) {
+			t.Fatalf("Acquire returned %v, want ErrLeaseLost", err)
+		}
+		// The keeper learns of the revoke at its next renewal, within
+		// RenewEvery (667ms); the delete would have added up to 5s.
+		if d := time.Since(revoked); d > 2*time.Second {
+			t.Errorf("Acquire returned %v after the revoke, want within RenewEvery", d.Round(time.Millisecond))
+		}
+		t.Logf("Acquire returned %v after the revoke: %v", time.Since(revoked).Round(time.Millisecond), err)
+	case <-time.After(releaseTimeout + 5*time.Second):
+		t.Fatal("Acquire still waiting long after its session ended")
+	}
+	stall.Store(false)
+}
