@@ -81,9 +81,10 @@ end
 // first in the queue.
 //
 // The two cases a contended lock meets on almost every attempt come first,
-// before the helpers are defined (each definition makes a closure, on
-// every run): the key already ours (handed to us), and the key held by
-// another, where a waiter joins or stays in the queue. A waiter that
+// after rediskit.LuaQueue and before luaHelpers is defined (each function
+// definition makes a closure, on every run): the key already ours (handed
+// to us), and the key held by another, where a waiter joins or stays in
+// the queue. A waiter that
 // joins learns whether it is first by its rank, so one that joins behind
 // an entry that ran out (a waiter that crashed or was cut off) is told it
 // is not first; at its next refresh, which drops such entries, it learns
