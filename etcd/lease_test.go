@@ -299,15 +299,7 @@ func TestAcquire_AnswerLost_KeyDeleted(t *testing.T) {
 				}
 				return err
 			}
-			c, err := clientv3.New(clientv3.Config{
-				Endpoints:   []string{srv.Endpoint},
-				DialTimeout: 5 * time.Second,
-				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(drop)},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
+			c := interceptedClient(t, srv.Endpoint, drop)
 			l, err := etcd.New(c, baton.WithTTL(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -358,15 +350,7 @@ func TestAcquire_SessionEndsDuringCreate(t *testing.T) {
 		}
 		return err
 	}
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{srv.Endpoint},
-		DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(stuck)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := interceptedClient(t, srv.Endpoint, stuck)
 	const releaseTimeout = 5 * time.Second
 	l, err := etcd.New(c, baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(releaseTimeout), baton.WithRequestTimeout(20*time.Second))
 	if err != nil {
@@ -406,4 +390,20 @@ func TestAcquire_SessionEndsDuringCreate(t *testing.T) {
 		t.Fatal("Acquire still waiting long after its session ended")
 	}
 	stall.Store(false)
+}
+
+// interceptedClient is an etcd client for endpoint whose unary calls go
+// through intercept, closed when t ends.
+func interceptedClient(t *testing.T, endpoint string, intercept grpc.UnaryClientInterceptor) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(intercept)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

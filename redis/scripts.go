@@ -101,13 +101,9 @@ if ARGV[5] ~= '1' then
   end
   if cur and wait then
     local now, score = clock()
-    local first
-    if join(q, w, v, now, score, ARGV[2], ARGV[4]) == 1 then
-      first = redis.call('zrank', q, v) == 0
-    else
-      first = live_head(q, w, now) == v
+    if join_first(q, w, v, now, score, ARGV[2], ARGV[4]) then
+      return {0, cur, redis.call('pttl', k), 1}
     end
-    if first then return {0, cur, redis.call('pttl', k), 1} end
     return {0, cur, 0, 0}
   end
 end
@@ -133,12 +129,8 @@ if queued or wait then
   head = live_head(q, w, now)
 end
 if not cur and (not head or head == v) then
-  redis.call('set', k, v, 'px', ARGV[2])
+  take(k, q, w, v, ARGV[2], head)
   note(o, n, v)
-  if head then
-    redis.call('zrem', q, v)
-    redis.call('hdel', w, v)
-  end
   return {1}
 end
 if wait then

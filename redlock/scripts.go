@@ -60,24 +60,14 @@ if ARGV[6] ~= '1' then
     return {1}
   end
   if cur then
-    if wait then
-      local now, first = clock(), false
-      if join(q, w, v, now, ARGV[4], ARGV[2], ARGV[5]) == 1 then
-        first = redis.call('zrank', q, v) == 0
-      else
-        first = live_head(q, w, now) == v
-      end
-      if first then return {0, cur, redis.call('pttl', k), 1} end
+    if wait and join_first(q, w, v, clock(), ARGV[4], ARGV[2], ARGV[5]) then
+      return {0, cur, redis.call('pttl', k), 1}
     end
     return {0, cur, 0, 0}
   end
   local h = redis.call('zrange', q, 0, 0)[1]
   if not h or h == v then
-    redis.call('set', k, v, 'px', ARGV[2])
-    if h then
-      redis.call('zrem', q, v)
-      redis.call('hdel', w, v)
-    end
+    take(k, q, w, v, ARGV[2], h)
     return {1}
   end
 end
@@ -96,11 +86,7 @@ if cur == v then
 end
 local head = live_head(q, w, now)
 if not cur and (not head or head == v) then
-  redis.call('set', k, v, 'px', ARGV[2])
-  if head then
-    redis.call('zrem', q, v)
-    redis.call('hdel', w, v)
-  end
+  take(k, q, w, v, ARGV[2], head)
   return {1}
 end
 if wait then

@@ -36,6 +36,14 @@ package rediskit
 //	join(q, w, v, now, score, ttl, ch)
 //	                   queues v with score, or keeps its place, and
 //	                   refreshes its entry; 1 when v was not queued
+//	join_first(q, w, v, now, score, ttl, ch)
+//	                   join, and whether v is first: by its rank when it
+//	                   was not queued, else by the first live entry (which
+//	                   drops dead ones ahead)
+//	leave(q, w, v)     takes v out of the queue
+//	take(k, q, w, v, ttl, queued)
+//	                   sets the lock k to v for ttl ms, and takes v out of
+//	                   the queue when it was queued
 const LuaQueue = `
 local function clock()
   local t = redis.call('time')
@@ -52,14 +60,18 @@ local function live(e, now)
   return seen and tonumber(seen) + tonumber(ttl) > tonumber(now)
 end
 
+local function leave(q, w, v)
+  redis.call('zrem', q, v)
+  redis.call('hdel', w, v)
+end
+
 local function live_head(q, w, now)
   while true do
     local h = redis.call('zrange', q, 0, 0)[1]
     if not h then return false, false end
     local e = redis.call('hget', w, h)
     if e and live(e, now) then return h, e end
-    redis.call('zrem', q, h)
-    redis.call('hdel', w, h)
+    leave(q, w, h)
   end
 end
 
@@ -71,5 +83,17 @@ local function join(q, w, v, now, score, ttl, ch)
     redis.call('pexpire', w, 2 * ttl)
   end
   return added
+end
+
+local function join_first(q, w, v, now, score, ttl, ch)
+  if join(q, w, v, now, score, ttl, ch) == 1 then
+    return redis.call('zrank', q, v) == 0
+  end
+  return live_head(q, w, now) == v
+end
+
+local function take(k, q, w, v, ttl, queued)
+  redis.call('set', k, v, 'px', ttl)
+  if queued then leave(q, w, v) end
 end
 `
