@@ -308,7 +308,7 @@ var errTooLate = errors.New("acquired after the lease's validity ended")
 // the backend closed.
 func (b *backend) held(ctx context.Context, k keys, value string, start time.Time, settled <-chan struct{}) (baton.Hold, error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
-		<-settled
+		b.awaitSettled(settled)
 		_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
 		return nil, errTooLate
 	}
