@@ -374,8 +374,8 @@
 //
 //	                                  baton            pg_advisory_lock
 //	uncontended cycle                 2,022 cycles/s   6,511 cycles/s
-//	8 contenders                      1,137 cycles/s   8,042 cycles/s
-//	  fewest / most cycles of one     0.99 / 1.01      0.99 / 1.01   (of a fair share)
+//	8 contenders (2026-12-01)         1,531 cycles/s   7,781 cycles/s
+//	  fewest / most cycles of one     0.97 / 1.02      0.99 / 1.01   (of a fair share)
 //	holder frozen with SIGSTOP, TTL 1s:
 //	  lock taken after its expiry     2-3 ms           never (0 of 6 within 3s)
 //	  lock taken after the freeze     ~990 ms

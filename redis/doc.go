@@ -110,45 +110,51 @@
 //
 // An uncontended acquire+release is two round trips, the floor, as for
 // bsm/redislock: a pipelined SET and EXISTS, then one EVALSHA. Measured on
-// the 2-core development machine (a shared VM, slower on the day than
-// before) against Redis 7.0.15 on loopback, in one run with
+// the 2-core development machine (a shared VM, on 2026-12-01, a faster day
+// than earlier figures) against Redis 7.0.15 on loopback, in one run with
 // bsm/redislock v0.9.4 using the 10ms linear back-off its README shows for
 // waiting (in the bench module: cd bench && go test -run '^$' -bench
 // 'RedisCycle|RedisContended' -benchtime 3000x -count 5 ., medians):
 //
 //	                               baton      redislock   ratio
-//	cycle, uncontended             205µs      139µs       0.68x
-//	  in alternating rounds                               0.85x
-//	8 contenders: holds/s          3,733      5,089       0.73x
-//	  same client again            0.03%      94.5%
-//	  busiest client / fair share  1.003      1.54
-//	  longest wait                 14.3ms     178ms
-//	  longest / median wait        7.0        2,202
-//	  handoff p50 (other client)   256µs      189µs
+//	cycle, uncontended             147µs      112µs       0.76x
+//	  in alternating rounds        124µs      112µs       0.90x
+//	8 contenders: holds/s          6,552      7,568       0.87x
+//	  same client again            0%         97.2%
+//	  busiest client / fair share  1.003      1.73
+//	  longest wait                 4.0ms      177ms
+//	  longest / median wait        3.6        3,814
+//	  handoff p50 (other client)   139µs      147µs
 //
 // The uncontended figures, measured one sub-benchmark after the other,
-// swing with the VM's slow spells (baton's five runs: 183µs to 242µs).
+// swing with the VM's slow spells (baton's five runs: 118µs to 158µs).
 // BenchmarkRedisPaired alternates the two in rounds of 16, so that those
-// spells fall on both: 0.85x (median of ten runs, 0.83x to 0.87x; cd bench
-// && go test -run '^$' -bench RedisPaired -benchtime 400x -count 10 .), up
-// from 0.71x before the pipelined first attempt and the shared renewal
-// timer (internal/keeper's Scheduler). What is left, measured: the EXISTS
-// and the pipeline in go-redis (about 5%), and the lease around the lock
-// that redislock does not have: a renewal schedule, a work context and the
-// Locker's bookkeeping (about 10µs of CPU per cycle).
+// spells fall on both: 0.90x (median of ten runs, 0.89x to 0.93x; cd bench
+// && go test -run '^$' -bench RedisPaired -benchtime 400x -count 10 .;
+// 0.85x on slower days), up from 0.71x before the pipelined first attempt
+// and the shared renewal timer (internal/keeper's Scheduler). What is
+// left, measured in alternating rounds: the fairness checks, EXISTS in
+// the claim and the queue check in the release (the same lease without
+// them, which would let a newcomer pass queued waiters, measured 0.96x),
+// and the lease around the lock that redislock does not have: a renewal
+// schedule, a work context and the Locker's bookkeeping (a Locker cycle
+// against the same two calls made bare: 0.94x to 0.98x).
 //
 // Under contention redislock's releasing client takes the lock again at
-// once 95% of the time while the others wait out 10ms back-offs; baton
-// hands the lock over in arrival order, with no starvation, at three
-// quarters of that throughput. The next holder is another client, woken
+// once 97% of the time while the others wait out 10ms back-offs; baton
+// hands the lock over in arrival order, with no starvation, at 0.87x of
+// that throughput (0.73x on a slower day). The contended runs start with an
+// untimed warm-up round: a contender's first wait opens its Locker's
+// subscription and loads the scripts, which made the first holds' waits 7
+// to 18 times the median. The next holder is another client, woken
 // through Pub/Sub, and the server runs two scripts per hold: the release
 // that hands over and the releaser's place in the queue. Both take the
 // contended paths first, with six or seven calls and eight, and build their
 // times from strings (a Lua number made a string costs as much as a
 // call): INFO commandstats put them at 35µs each under this load, down
 // from 42µs (15% less server time per hold), and the throughput did not
-// move. What bounds it is the handoff chain, timed inside one run (median
-// from the release's start): the release script's answer comes at 130µs,
+// move. What bounds it is the handoff chain, timed inside one run on a
+// slower day (median from the release's start): the release script's answer comes at 130µs,
 // the waiter's message at 195µs, and the waiter returns at 215µs. Redis
 // writes its pending replies newest first, so the releaser's answer, ready
 // when the script ends, goes out before the message the script published,

@@ -78,27 +78,35 @@
 // EXISTS of the queue and a GET, as redsync's is a plain SET (see claim),
 // and a release on a node with no queue finishes before the script's
 // helpers are defined. Measured on the 2-core development machine (a
-// shared VM) with 5 nodes of Redis 7.0.15 on loopback, in one run with
+// shared VM, on 2026-12-01, a faster day than earlier figures) with 5
+// nodes of Redis 7.0.15 on loopback, in one run with
 // go-redsync/redsync v4.18.1 at its defaults (32 tries, a random 50-250ms
 // delay; a lock that ran out of tries was tried again), medians:
 //
 //	                               baton      redsync     ratio
-//	cycle, in alternating rounds   915µs      796µs       0.88x
-//	8 contenders: holds/s          885        1,229       0.72x
-//	  same client again            0%         97.5%
-//	  busiest client / fair share  1.01       2.74
-//	  longest wait                 43ms       537ms
-//	  longest / median wait        5.3        1,838
-//	  handoff p50 (other client)   1.04ms     0.83ms
+//	cycle, in alternating rounds   604µs      554µs       0.92x
+//	8 contenders: holds/s          1,106      1,430       0.77x
+//	  same client again            0%         97.7%
+//	  busiest client / fair share  1.00       2.54
+//	  longest wait                 14ms       516ms
+//	  longest / median wait        2.2        1,820
+//	  handoff p50 (other client)   0.83ms     0.73ms
 //
 // The cycle is BenchmarkRedlockPaired (cd bench && go test -run '^$'
-// -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.83x to
-// 0.92x, 0.81x without the plain first attempt); the rest
-// BenchmarkRedlockContended (-bench RedlockContended -benchtime 1000x
-// -count 5). redsync's throughput under contention is one client re-taking
-// the lock; the others wait up to most of a second. baton's waiters get it
-// in arrival order, each handoff costing a release round, a wake-up and an
-// acquire round. The nodes share the two cores with the clients, and their
+// -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.89x to
+// 0.94x; 0.88x on a slower day, 0.81x without the plain first attempt);
+// the rest BenchmarkRedlockContended (-bench RedlockContended -benchtime
+// 1000x -count 5, after an untimed warm-up round; 0.72x on a slower day).
+// redsync's throughput under contention is one client re-taking the lock;
+// the others wait up to most of a second. baton's waiters get it in
+// arrival order, each handoff costing a release round, a wake-up and an
+// acquire round: counted over 2,000 holds, 2.04 attempts per hold (the
+// releaser's place in the queues, and the round the wake-up starts), and
+// 4% of holds had an attempt find a minority first. That last round could
+// go if a waiter counted handoff messages from a majority of the nodes
+// instead, but a message can arrive after the waiter undid that node's
+// handoff (an attempt that found a minority), so counting safely needs
+// each message tied to the queue entry it consumed; not done. The nodes share the two cores with the clients, and their
 // time runs short first: the scripts now make about 20 calls per hold on
 // each node (30 before: the contended paths come first, a first waiter
 // takes the free key without checking its own entry, and times are built
