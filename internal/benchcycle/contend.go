@@ -38,23 +38,23 @@ type Result struct {
 // from the Result is not timed.
 //
 // Before that, an untimed, unreported warm-up round has the contenders
-// contend for WarmRounds cycles each. What a contender sets up the first
+// contend for warmRounds cycles each. What a contender sets up the first
 // time it has to wait (a Pub/Sub subscription, a script loaded on a
 // NOSCRIPT answer, a pooled connection) is paid once per process; left in
 // the measured round, it made the first holds' waits 7 to 18 times the
 // median and the longest-wait figure a measure of start-up.
 func Contend(b *testing.B, cs []Cycler) Result {
 	b.Helper()
-	Run(b, cs, WarmRounds*len(cs))
+	Run(b, cs, warmRounds*len(cs))
 	b.ResetTimer()
 	r := Run(b, cs, b.N)
 	b.StopTimer()
 	return r
 }
 
-// WarmRounds is how many cycles per contender Contend's warm-up round
+// warmRounds is how many cycles per contender Contend's warm-up round
 // runs.
-const WarmRounds = 8
+const warmRounds = 8
 
 // Run has the contenders cs loop lock and unlock, each as fast as it can,
 // until they have begun cycles cycles in all, and returns what they saw. A
