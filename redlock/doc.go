@@ -102,11 +102,16 @@
 // arrival order, each handoff costing a release round, a wake-up and an
 // acquire round: counted over 2,000 holds, 2.04 attempts per hold (the
 // releaser's place in the queues, and the round the wake-up starts), and
-// 4% of holds had an attempt find a minority first. That last round could
-// go if a waiter counted handoff messages from a majority of the nodes
-// instead, but a message can arrive after the waiter undid that node's
-// handoff (an attempt that found a minority), so counting safely needs
-// each message tied to the queue entry it consumed; not done. The nodes share the two cores with the clients, and their
+// 4% of holds had an attempt find a minority first. A release does not
+// set the key to the next waiter's value, as one node's does (see
+// acquireScript): it leaves the key free, reserved for that waiter, and
+// tells it; the waiter's own round takes the key. Messages from all five
+// nodes reached the woken waiter within 3ms of the first in 499 of 499
+// holds, so that round could go if releases handed the key over and the
+// waiter counted a majority of messages. But a message can arrive after
+// the waiter undid that node's key (an attempt that found a minority), so
+// each message would have to name the queue entry it consumed, a new entry
+// format; not done. The nodes share the two cores with the clients, and their
 // time runs short first: the scripts now make about 20 calls per hold on
 // each node (30 before: the contended paths come first, a first waiter
 // takes the free key without checking its own entry, and times are built
