@@ -40,8 +40,9 @@
 // already has, so every handoff waits for the server's 100ms catch-up loop.
 // Here a waiter's watch starts at the current revision and is served at
 // once; with 8 contenders that is 7.5x concurrency.Mutex's throughput (573
-// against 76.7 cycles/s, medians of five runs on 2026-12-01; 4.1x to 4.8x
-// on slower days; see the README).
+// against 76.7 cycles/s, medians of five runs on 2026-12-01, single runs
+// 6.6x to 8.0x; 4.1x to 4.8x in earlier sets, without the warm-up round;
+// see the README).
 //
 // # TTL
 //

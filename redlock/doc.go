@@ -94,31 +94,34 @@
 //
 // The cycle is BenchmarkRedlockPaired (cd bench && go test -run '^$'
 // -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.89x to
-// 0.94x; 0.88x on a slower day, 0.81x without the plain first attempt);
+// 0.94x; 0.88x on an earlier day, 0.81x without the plain first attempt);
 // the rest BenchmarkRedlockContended (-bench RedlockContended -benchtime
-// 1000x -count 5, after an untimed warm-up round; 0.72x on a slower day).
-// redsync's throughput under contention is one client re-taking the lock;
-// the others wait up to most of a second. baton's waiters get it in
+// 1000x -count 5, after an untimed warm-up round; 0.72x on an earlier day
+// without it). redsync's throughput under contention is one client
+// re-taking the lock; the others wait up to most of a second. baton's waiters get it in
 // arrival order, each handoff costing a release round, a wake-up and an
-// acquire round: counted over 2,000 holds, 2.04 attempts per hold (the
-// releaser's place in the queues, and the round the wake-up starts), and
-// 4% of holds had an attempt find a minority first. A release does not
-// set the key to the next waiter's value, as one node's does (see
-// acquireScript): it leaves the key free, reserved for that waiter, and
-// tells it; the waiter's own round takes the key. Messages from all five
-// nodes reached the woken waiter within 3ms of the first in 499 of 499
-// holds, so that round could go if releases handed the key over and the
-// waiter counted a majority of messages. But a message can arrive after
-// the waiter undid that node's key (an attempt that found a minority), so
-// each message would have to name the queue entry it consumed, a new entry
-// format; not done. The nodes share the two cores with the clients, and their
-// time runs short first: the scripts now make about 20 calls per hold on
-// each node (30 before: the contended paths come first, a first waiter
+// acquire round. Counted with instrumentation not kept, over 2,000 holds:
+// 2.04 attempts per hold (the releaser's place in the queues, and the
+// round the wake-up starts), and 4% of holds had an attempt find a
+// minority first. A release does not set the key to the next waiter's
+// value, as the redis package's does: it leaves the key free, reserved for
+// that waiter, and tells it; the waiter's own round takes the key.
+// Messages from all five nodes reached the woken waiter within 3ms of the
+// first in 499 of 499 holds, so a waiter could count a majority of them
+// if releases handed the key over, instead of a round of its own (about
+// 300µs; whether that would be faster is not measured). But a message can
+// arrive after the waiter undid that node's key (an attempt that found a
+// minority), so each message would have to name the queue entry it
+// consumed, a new entry format; not done.
+//
+// The nodes share the two cores with the clients, and their time runs
+// short first: the scripts now make about 20 calls per hold on each node
+// (30 before: the contended paths come first, a first waiter
 // takes the free key without checking its own entry, and times are built
 // from strings). Against redsync in the same runs that took baton from
 // 0.63x to 0.67x, and 0.72x once the requests an attempt does not wait for
-// were no longer cancelled when Acquire returned (the machine was faster
-// that day: 885 against 1,229 holds/s).
+// were no longer cancelled when Acquire returned (885 against 1,229
+// holds/s that day).
 //
 // Racers that split the vote undo their keys at once and tell the first
 // waiter, who tries again after a pause of a few milliseconds (for a few

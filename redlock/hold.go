@@ -111,7 +111,10 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 // already lost). It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
-		<-h.settled // bounded by the node timeout
+		// The acquire requests run with the node timeout (until the
+		// client's read timeout on a client that ignores context
+		// deadlines); the unlock must come after whatever they set.
+		<-h.settled
 		err := h.b.unlock(ctx, h.k, h.value, true, true, h.b.releaseTimeout())
 		h.kp.Stop(cause)
 		h.b.untrack(h)

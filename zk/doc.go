@@ -148,15 +148,17 @@
 // one finds itself alone again. A cycle among 8 contenders is five
 // requests for both (TestRecipe_RequestsPerCycle counts them on the
 // server). The GUID is part of the name, and session states cost nothing
-// on the wire. What costs is the weight of a request: the multi takes
-// more server time than a bare create (under contention, a bare create
-// measured about 7% faster, but then the czxid needs a read of its own,
-// which measured slower still), and every request runs on its own
-// goroutine so that a caller's context can abandon it. On a 2-core
-// machine shared with other work, where the client's CPU competes with
-// the server's, that shows under contention: per cycle with 8
-// contenders, the server's CPU time measured within 6% of zk.Lock's and
-// the client's about 18% more (5 goroutines per cycle, zk.Lock none).
+// on the wire. What costs is the weight of a request: every request runs
+// on its own goroutine so that a caller's context can abandon it, and the
+// multi takes more server time than a bare create (under contention, a
+// bare create measured about 7% faster, but then the czxid needs a read of
+// its own, which measured slower still). On a 2-core machine shared with
+// other work, where the client's CPU competes with the server's, that
+// shows under contention: per cycle with 8 contenders, measured separately
+// (three rounds of 3,000 cycles, the server's CPU time from /proc, the
+// client's from getrusage), the server spent 0 to 6% more than for
+// zk.Lock and the client about 18% more (5 goroutines per cycle, zk.Lock
+// none).
 //
 // BenchmarkPaired alternates the two in rounds of 16 cycles, so both see
 // the same machine (Debian's ZooKeeper 3.8.0, standalone, tickTime 500ms,

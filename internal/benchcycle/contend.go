@@ -38,23 +38,30 @@ type Result struct {
 // from the Result is not timed.
 //
 // Before that, an untimed, unreported warm-up round has the contenders
-// contend for warmRounds cycles each. What a contender sets up the first
-// time it has to wait (a Pub/Sub subscription, a script loaded on a
-// NOSCRIPT answer, a pooled connection) is paid once per process; left in
-// the measured round, it made the first holds' waits 7 to 18 times the
-// median and the longest-wait figure a measure of start-up.
+// contend for warmCycles cycles per contender, in all (taken first come,
+// first served, so a lock that lets the releasing client take it back may
+// give most to one). What a contender sets up the first time it has to
+// wait (a Pub/Sub subscription, a script loaded on a NOSCRIPT answer, a
+// pooled connection) is paid once per Locker or client; left in the
+// measured round, it made the first holds' waits 7 to 18 times the median
+// (Redis, 8 contenders, in a one-off listing of the longest waits) and the
+// longest-wait figure a measure of start-up. A warm-up that fails ends the
+// benchmark.
 func Contend(b *testing.B, cs []Cycler) Result {
 	b.Helper()
-	Run(b, cs, warmRounds*len(cs))
+	Run(b, cs, warmCycles*len(cs))
+	if b.Failed() {
+		b.FailNow()
+	}
 	b.ResetTimer()
 	r := Run(b, cs, b.N)
 	b.StopTimer()
 	return r
 }
 
-// warmRounds is how many cycles per contender Contend's warm-up round
-// runs.
-const warmRounds = 8
+// warmCycles is how many cycles per contender Contend's warm-up round
+// runs, in all.
+const warmCycles = 8
 
 // Run has the contenders cs loop lock and unlock, each as fast as it can,
 // until they have begun cycles cycles in all, and returns what they saw. A
