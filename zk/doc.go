@@ -148,17 +148,23 @@
 // one finds itself alone again. A cycle among 8 contenders is five
 // requests for both (TestRecipe_RequestsPerCycle counts them on the
 // server). The GUID is part of the name, and session states cost nothing
-// on the wire. What costs is the weight of a request: every request runs
-// on its own goroutine so that a caller's context can abandon it, and the
-// multi takes more server time than a bare create (under contention, a
-// bare create measured about 7% faster, but then the czxid needs a read of
-// its own, which measured slower still). On a 2-core machine shared with
-// other work, where the client's CPU competes with the server's, that
-// shows under contention: per cycle with 8 contenders, measured separately
-// (three rounds of 3,000 cycles, the server's CPU time from /proc, the
-// client's from getrusage), the server spent 0 to 6% more than for
-// zk.Lock and the client about 18% more (5 goroutines per cycle, zk.Lock
-// none).
+// on the wire. A request weighs more: every request runs on its own
+// goroutine so that a caller's context can abandon it, and the create is
+// a multi. Per cycle with 8 contenders, measured separately (three rounds
+// of 3,000 cycles, the server's CPU time from /proc, the client's from
+// getrusage), the server spent 0 to 6% more than for zk.Lock and the
+// client about 18% more (5 goroutines per cycle, zk.Lock none). But
+// neither shows in the time a cycle takes. Two variants, each run against
+// the code as it is in three alternating sets of eight paired runs, came
+// out within the noise: calling go-zookeeper directly, without the
+// goroutines (and without cancellation), 1.01x, 0.99x and 0.99x against
+// 0.99x, 0.99x and 1.00x; a bare create instead of the multi in contended
+// mode, its czxid read while waiting for the predecessor, 0.92x, 0.95x and
+// 0.91x against 0.95x, 0.94x and 0.96x. (Earlier, a bare create without
+// any czxid measured about 7% faster, and one read right after it
+// slower still.) Under contention, baton's speed was 0.94x to 1.00x of
+// zk.Lock's in seven such sets on 2026-12-01 (set medians), the 0.97x
+// below among them.
 //
 // BenchmarkPaired alternates the two in rounds of 16 cycles, so both see
 // the same machine (Debian's ZooKeeper 3.8.0, standalone, tickTime 500ms,
