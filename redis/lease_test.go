@@ -14,6 +14,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
+	"github.com/baton-go/baton/internal/rediskit/redistest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
 )
@@ -701,16 +702,6 @@ func TestRenewal_FailureEndsLeaseAtOnce(t *testing.T) {
 	}
 }
 
-// serverMS returns the server's clock in milliseconds.
-func serverMS(t *testing.T, c *goredis.Client) int64 {
-	t.Helper()
-	now, err := c.Time(timeout(t, time.Second)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return now.UnixMilli()
-}
-
 // TestHandoff_SkipsDeadWaiter: a waiter partitioned from the server while
 // queued (or crashed) cannot leave the queue; once its entry has gone a
 // TTL without a refresh, a release passes it by and hands the lock to the
@@ -747,20 +738,16 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 	}()
 	waitQueued(t, cli, la.Key(), 2)
 
-	// The dead waiter's last refresh was before this moment, by the
-	// server's clock, give or take a chunk the proxy had let through just
-	// before Block, which arrives within milliseconds: its entry ends by
-	// cutAt + deadTTL + inFlight.
-	const inFlight = 100 * time.Millisecond
+	// Cut off, the dead waiter refreshes its entry no more: wait until
+	// the entry has run out by the server's clock, as the release script
+	// will judge it (a refresh the proxy let through just before Block
+	// moves that moment, and is read with the entry).
 	px.Block()
-	cutAt := serverMS(t, cli)
 	cancelDead()
 	if err := <-deadDone; err == nil {
 		t.Fatal("the partitioned waiter acquired")
 	}
-	for serverMS(t, cli) <= cutAt+(deadTTL+inFlight).Milliseconds() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	redistest.WaitEntriesRunOut(t, cli, "{"+la.Key()+"}:w", "dead", 10*time.Second)
 	if n := cli.ZCard(timeout(t, time.Second), "{"+la.Key()+"}:q").Val(); n != 2 {
 		t.Fatalf("%d entries queued before the release, want the dead and the live waiter's", n)
 	}

@@ -84,12 +84,12 @@ end
 // after rediskit.LuaQueue and before luaHelpers is defined (each function
 // definition makes a closure, on every run): the key already ours (handed
 // to us), and the key held by another, where a waiter joins or stays in
-// the queue. A waiter that
-// joins learns whether it is first by its rank, so one that joins behind
-// an entry that ran out (a waiter that crashed or was cut off) is told it
-// is not first; at its next refresh, which drops such entries, it learns
-// that it is, and from then on looks again at the key's expiry. PTTL,
-// which only the first waiter uses, is 0 for the others.
+// the queue. A waiter that joins learns whether it is first by its rank,
+// so one that joins behind an entry that ran out (a waiter that crashed or
+// was cut off) is told it is not first; at its next refresh, which drops
+// such entries, it learns that it is, and from then on looks again at the
+// key's expiry. PTTL, which only the first waiter uses, is 0 for the
+// others.
 var acquireScript = goredis.NewScript(rediskit.LuaQueue + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local v, wait = ARGV[1], ARGV[3] == '1'

@@ -27,8 +27,9 @@ type round struct {
 	heads  int
 	pttl   time.Duration // the longest remaining TTL among nodes not ours
 
-	// settled is closed when every node's request has returned: after a
-	// majority answered, the rest may still set our value.
+	// settled is closed when every node's request has returned, or the
+	// node timeout has passed (see eachSettled): after a majority
+	// answered, the rest may still set our value.
 	settled <-chan struct{}
 }
 
@@ -180,7 +181,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// split the vote: tell the first waiter on each node we freed,
 			// which may be sleeping until our keys would have expired,
 			// having seen them held when it tried.
-			b.awaitSettled(r.settled)
+			<-r.settled
 			_ = b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout)
 		}
 		if ctx.Err() != nil {
@@ -277,25 +278,13 @@ func (b *backend) subscribe(ctx context.Context) {
 	}, nil)
 }
 
-// awaitSettled waits, at most the node timeout, until every request of an
-// attempt has returned, so that an undo that follows comes after whatever
-// the attempt set, except on a node slower than that.
-func (b *backend) awaitSettled(settled <-chan struct{}) {
-	t := time.NewTimer(b.nodeTimeout)
-	defer t.Stop()
-	select {
-	case <-settled:
-	case <-t.C:
-	}
-}
-
 // giveUp leaves the queues and undoes whatever this acquisition set, once
-// its last attempt's requests (settled) have returned.
+// its last attempt's requests have settled (see eachSettled).
 func (b *backend) giveUp(ctx context.Context, k keys, value string, queued bool, settled <-chan struct{}) {
 	if !queued {
 		return // a failed attempt was undone already
 	}
-	b.awaitSettled(settled)
+	<-settled
 	if err := b.unlock(ctx, k, value, true, true, b.releaseTimeout()); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
@@ -308,7 +297,7 @@ var errTooLate = errors.New("acquired after the lease's validity ended")
 // the backend closed.
 func (b *backend) held(ctx context.Context, k keys, value string, start time.Time, settled <-chan struct{}) (baton.Hold, error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
-		b.awaitSettled(settled)
+		<-settled
 		_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
 		return nil, errTooLate
 	}

@@ -165,7 +165,11 @@ func each[T any](ctx context.Context, b *backend, timeout time.Duration, f func(
 }
 
 // eachSettled is each, and also returns a channel closed when every
-// request has returned, awaited or not.
+// request has returned, awaited or not, or else once timeout has passed
+// since they were sent: an undo that waits for it comes after whatever
+// the requests set, except on a node whose request outlived its deadline
+// (a client that ignores context deadlines), which would hold it up to
+// the client's read timeout.
 func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) ([]T, []error, <-chan struct{}) {
 	type answer struct {
 		i   int
@@ -176,6 +180,8 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	answers := make(chan answer, n) // buffered: abandoned requests never block
 	settled := make(chan struct{})
+	var settle sync.Once
+	bound := time.AfterFunc(timeout, func() { settle.Do(func() { close(settled) }) })
 	var running atomic.Int64
 	running.Store(int64(n))
 	for i, nd := range b.nodes {
@@ -183,7 +189,8 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 			v, err := f(rctx, nd)
 			answers <- answer{i, v, err}
 			if running.Add(-1) == 0 {
-				close(settled)
+				bound.Stop()
+				settle.Do(func() { close(settled) })
 			}
 		})
 	}

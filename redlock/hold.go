@@ -18,9 +18,10 @@ type hold struct {
 	value string
 	kp    *keeper.Keeper
 
-	// settled is closed when every node's acquire request has returned;
-	// the release waits for it, or a late SET on a slow node would land
-	// after the release and leave our value there for a whole TTL.
+	// settled is closed when every node's acquire request has returned,
+	// or the node timeout has passed (see eachSettled); the release waits
+	// for it, or a late SET on a slow node would land after the release
+	// and leave our value there for a whole TTL.
 	settled <-chan struct{}
 
 	endOnce sync.Once
@@ -111,9 +112,6 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 // already lost). It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
-		// The acquire requests run with the node timeout (until the
-		// client's read timeout on a client that ignores context
-		// deadlines); the unlock must come after whatever they set.
 		<-h.settled
 		err := h.b.unlock(ctx, h.k, h.value, true, true, h.b.releaseTimeout())
 		h.kp.Stop(cause)

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
+	"github.com/baton-go/baton/internal/rediskit/redistest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redlock"
 )
@@ -467,15 +468,9 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	via := make([]goredis.UniversalClient, len(nodes))
 	for i, n := range nodes {
 		pxs[i] = testsvc.NewProxy(t, n.Addr)
-		c := goredis.NewClient(&goredis.Options{Addr: pxs[i].Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-		t.Cleanup(func() { _ = c.Close() })
-		via[i] = c
+		via[i] = client(t, pxs[i].Addr())
 	}
-	dead, err := redlock.New(via, baton.WithTTL(deadTTL), baton.WithHolder("dead"), baton.WithReleaseTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dead.Close() })
+	dead := lockerOn(t, via, baton.WithTTL(deadTTL), baton.WithHolder("dead"), baton.WithReleaseTimeout(100*time.Millisecond))
 	deadCtx, cancelDead := context.WithCancel(context.Background())
 	deadDone := make(chan error, 1)
 	go func() {
@@ -495,26 +490,19 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	}()
 	waitQueued(2)
 
-	// The dead waiter's last refresh on each node was before this moment
-	// by that node's clock, give or take a chunk a proxy had let through
-	// just before Block, which arrives within milliseconds: its entries
-	// end by then + deadTTL + inFlight.
-	const inFlight = 100 * time.Millisecond
+	// Cut off, the dead waiter refreshes its entries no more: wait until
+	// they have run out on every node by that node's clock, as the scripts
+	// will judge them (a refresh a proxy let through just before Block
+	// moves that moment, and is read with the entry).
 	for _, px := range pxs {
 		px.Block()
-	}
-	cutAt := make([]time.Time, len(cs))
-	for i, c := range cs {
-		cutAt[i] = c.Time(timeout(t, time.Second)).Val()
 	}
 	cancelDead()
 	if err := <-deadDone; err == nil {
 		t.Fatal("the partitioned waiter acquired")
 	}
-	for i, c := range cs {
-		for !c.Time(timeout(t, time.Second)).Val().After(cutAt[i].Add(deadTTL + inFlight)) {
-			time.Sleep(10 * time.Millisecond)
-		}
+	for _, c := range cs {
+		redistest.WaitEntriesRunOut(t, c, "{"+la.Key()+"}:w", "dead", 10*time.Second)
 	}
 
 	if err := la.Release(timeout(t, 5*time.Second)); err != nil {

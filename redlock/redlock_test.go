@@ -25,8 +25,7 @@ func clients(tb testing.TB, nodes []*testsvc.Redis) []goredis.UniversalClient {
 	tb.Helper()
 	out := make([]goredis.UniversalClient, len(nodes))
 	for i, n := range nodes {
-		c := goredis.NewClient(&goredis.Options{Addr: n.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-		tb.Cleanup(func() { _ = c.Close() })
+		c := client(tb, n.Addr)
 		select {
 		case <-n.Exited():
 		default:
@@ -37,9 +36,23 @@ func clients(tb testing.TB, nodes []*testsvc.Redis) []goredis.UniversalClient {
 	return out
 }
 
+// client returns a go-redis client for addr, closed when tb ends.
+func client(tb testing.TB, addr string) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 func newLocker(tb testing.TB, nodes []*testsvc.Redis, opts ...baton.Option) *baton.Locker {
 	tb.Helper()
-	l, err := redlock.New(clients(tb, nodes), opts...)
+	return lockerOn(tb, clients(tb, nodes), opts...)
+}
+
+// lockerOn returns a Locker on the clients cs, one per node, closed when
+// tb ends.
+func lockerOn(tb testing.TB, cs []goredis.UniversalClient, opts ...baton.Option) *baton.Locker {
+	tb.Helper()
+	l, err := redlock.New(cs, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

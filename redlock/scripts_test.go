@@ -1,15 +1,11 @@
 package redlock
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton/internal/rediskit"
-	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/internal/rediskit/redistest"
 )
 
 // TestAcquireScript_RefreshFindsDeadHeadGone: on one node, a waiter that
@@ -19,40 +15,15 @@ import (
 // key's expiry. An entry in the earlier format ("DEADLINE_MS CHANNEL") is
 // dropped as well.
 func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
-	srv := testsvc.StartRedis(t)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	s := redistest.Start(t)
 	k := (&backend{prefix: DefaultPrefix}).keys("job")
-	if err := c.Set(ctx, k.lock, "holder", 10*time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
-	now, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := now.UnixMilli()
-	for i, e := range []string{fmt.Sprintf("0 %d 1000 ch-dead", ms-5000), fmt.Sprintf("%d ch-old", ms+30000)} {
-		v := fmt.Sprintf("dead%d", i)
-		if err := c.ZAdd(ctx, k.q, goredis.Z{Score: float64(i + 1), Member: v}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.HSet(ctx, k.w, v, e).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s.Hold(k.lock, "holder")
+	ms := s.NowMS()
+	s.Plant(k.q, k.w, "dead0", 1, fmt.Sprintf("0 %d 1000 ch-dead", ms-5000))
+	s.Plant(k.q, k.w, "dead1", 2, fmt.Sprintf("%d ch-old", ms+30000))
 	acquire := func() rediskit.Reply {
 		t.Helper()
-		res, err := acquireScript.Run(ctx, c, k.all(), "w", 10000, "1", 100, "ch-w", "0").Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := rediskit.ParseReply(res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return s.Acquire(acquireScript, k.all(), "w", 10000, "1", 100, "ch-w", "0")
 	}
 	if r := acquire(); r.Held || r.Holder != "holder" || r.Head || r.PTTL != 0 {
 		t.Fatalf("joining behind dead entries: %+v, want not held, holder, not first, PTTL 0", r)
@@ -60,7 +31,7 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 	if r := acquire(); r.Held || r.Holder != "holder" || !r.Head || r.PTTL <= 0 {
 		t.Fatalf("refreshing behind dead entries: %+v, want first with the key's PTTL", r)
 	}
-	if n := c.ZCard(ctx, k.q).Val(); n != 1 {
+	if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 1 {
 		t.Errorf("%d entries queued, want ours alone", n)
 	}
 }

@@ -1,0 +1,128 @@
+// Package redistest is what the redis and redlock backends' tests share
+// when they look at a real Redis server directly: its clock, the wait
+// queue's entries (see rediskit.LuaQueue), and a fresh server with a
+// client for running a backend's scripts by hand against entries a test
+// plants.
+package redistest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/internal/rediskit"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+// ServerMS returns c's server clock in milliseconds, failing tb when it
+// cannot be read.
+func ServerMS(tb testing.TB, c goredis.UniversalClient) int64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return now.UnixMilli()
+}
+
+// WaitEntriesRunOut waits until every entry in the waiters' hash w whose
+// value names holder (rediskit.HolderOf) has run out by the server's clock:
+// SEEN_MS + TTL_MS is past, as the scripts' live() judges it. It reads the
+// entries each time, so a refresh that reached the server late moves the
+// deadline with it. It fails tb after within.
+func WaitEntriesRunOut(tb testing.TB, c goredis.UniversalClient, w, holder string, within time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		entries, err := c.HGetAll(ctx, w).Result()
+		if err != nil {
+			tb.Fatalf("read the waiters' entries %s: %v", w, err)
+		}
+		end := int64(0)
+		for v, e := range entries {
+			if rediskit.HolderOf(v) != holder {
+				continue
+			}
+			f := strings.Fields(e)
+			if len(f) != 4 || f[0] != "0" {
+				tb.Fatalf("entry %q of %s: not in the format 0 SEEN_MS TTL_MS CHANNEL", e, w)
+			}
+			seen, err1 := strconv.ParseInt(f[1], 10, 64)
+			ttl, err2 := strconv.ParseInt(f[2], 10, 64)
+			if err1 != nil || err2 != nil {
+				tb.Fatalf("entry %q of %s: SEEN_MS and TTL_MS are not numbers", e, w)
+			}
+			end = max(end, seen+ttl)
+		}
+		if ServerMS(tb, c) >= end {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("%s's entries in %s still live after %v", holder, w, within)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Server is a fresh Redis server and a client on it, for running scripts
+// by hand.
+type Server struct {
+	tb  testing.TB
+	Ctx context.Context // ends when the test does, or after 20s
+	C   *goredis.Client
+}
+
+// Start starts a server for tb alone.
+func Start(tb testing.TB) *Server {
+	srv := testsvc.StartRedis(tb)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	tb.Cleanup(cancel)
+	return &Server{tb: tb, Ctx: ctx, C: c}
+}
+
+// NowMS is the server's clock in milliseconds.
+func (s *Server) NowMS() int64 { return ServerMS(s.tb, s.C) }
+
+// Hold sets the lock key to value, as a holder with a 10s TTL would.
+func (s *Server) Hold(key, value string) {
+	s.tb.Helper()
+	if err := s.C.Set(s.Ctx, key, value, 10*time.Second).Err(); err != nil {
+		s.tb.Fatal(err)
+	}
+}
+
+// Plant queues value in the queue q with score, and stores entry for it in
+// the waiters' hash w, as the scripts store them.
+func (s *Server) Plant(q, w, value string, score float64, entry string) {
+	s.tb.Helper()
+	if err := s.C.ZAdd(s.Ctx, q, goredis.Z{Score: score, Member: value}).Err(); err != nil {
+		s.tb.Fatal(err)
+	}
+	if err := s.C.HSet(s.Ctx, w, value, entry).Err(); err != nil {
+		s.tb.Fatal(err)
+	}
+}
+
+// Acquire runs an acquire script with keys and args and reads its answer.
+func (s *Server) Acquire(script *goredis.Script, keys []string, args ...any) rediskit.Reply {
+	s.tb.Helper()
+	res, err := script.Run(s.Ctx, s.C, keys, args...).Slice()
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	r, err := rediskit.ParseReply(res)
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	return r
+}
