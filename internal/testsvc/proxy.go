@@ -1,6 +1,8 @@
 package testsvc
 
 import (
+	"bytes"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -20,7 +22,60 @@ type Proxy struct {
 	gate    chan struct{} // closed while forwarding is allowed
 	conns   map[net.Conn]struct{}
 	closed  bool
+	hold    *Held   // armed by HoldFirst, until it catches a chunk
+	caught  []*Held // released when the proxy closes
 	workers sync.WaitGroup
+}
+
+// Held is one request a Proxy holds back: see HoldFirst.
+type Held struct {
+	pattern []byte
+	caught  chan struct{}
+	release chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// Caught is closed when the chunk is caught.
+func (h *Held) Caught() <-chan struct{} { return h.caught }
+
+// Release delivers the chunk. It may be called more than once.
+func (h *Held) Release() { h.once.Do(func() { close(h.release) }) }
+
+// Done is closed when the connection that carried the chunk has ended
+// both ways after delivering it: the server has read the chunk and closed
+// its side, so it has served the request in it, as a server serves what
+// it read before the end of a connection.
+func (h *Held) Done() <-chan struct{} { return h.done }
+
+// HoldFirst holds back the first chunk a client sends, from now on, that
+// contains pattern, on its own connection only: bytes on other
+// connections, and new ones, go on flowing. It models one request delayed
+// in the network (a lost packet sent again) while later ones overtake it
+// on other connections. A request is one chunk when the client writes it
+// at once, as go-redis does. The chunk is delivered on Release, or when
+// the proxy closes.
+func (p *Proxy) HoldFirst(pattern []byte) *Held {
+	h := &Held{pattern: pattern, caught: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+	p.mu.Lock()
+	p.hold = h
+	p.mu.Unlock()
+	return h
+}
+
+// catch returns the armed Held and disarms it when chunk contains its
+// pattern.
+func (p *Proxy) catch(chunk []byte) *Held {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.hold
+	if h == nil || !bytes.Contains(chunk, h.pattern) {
+		return nil
+	}
+	p.hold = nil
+	p.caught = append(p.caught, h)
+	close(h.caught)
+	return h
 }
 
 // NewProxy listens on a free loopback port and forwards to target
@@ -91,6 +146,7 @@ func (p *Proxy) Close() {
 		close(p.gate) // release goroutines held at the gate
 	}
 	p.mu.Unlock()
+	p.releaseHeld()
 	p.workers.Wait()
 }
 
@@ -142,31 +198,63 @@ func (p *Proxy) accept() {
 			}
 			defer p.untrack(out)
 			var pipes sync.WaitGroup
+			var held *Held // set by the client's pipe when it holds a chunk
 			pipes.Add(2)
-			go func() { defer pipes.Done(); p.pipe(out, in) }()
-			go func() { defer pipes.Done(); p.pipe(in, out) }()
+			go func() { defer pipes.Done(); held = p.pipe(out, in, true) }()
+			go func() { defer pipes.Done(); p.pipe(in, out, false) }()
 			pipes.Wait()
+			if held != nil {
+				close(held.done)
+			}
 		}()
 	}
 }
 
+// releaseHeld delivers the chunks HoldFirst caught, when the proxy closes.
+func (p *Proxy) releaseHeld() {
+	p.mu.Lock()
+	caught := p.caught
+	p.mu.Unlock()
+	for _, h := range caught {
+		h.Release()
+	}
+}
+
 // pipe copies src to dst, holding each chunk at the gate while blocked.
-func (p *Proxy) pipe(dst, src net.Conn) {
-	defer func() { _ = dst.Close(); _ = src.Close() }()
+// On a client's connection (up), it holds the chunk HoldFirst is armed
+// for, and returns that Held.
+//
+// When the client ends a connection on which a chunk was held, the proxy
+// passes the end on (CloseWrite) and leaves the server's side open, so the
+// connection ends both ways only once the server has closed it.
+func (p *Proxy) pipe(dst, src net.Conn, up bool) (held *Held) {
+	var err error
+	defer func() {
+		if tc, ok := dst.(*net.TCPConn); ok && held != nil && errors.Is(err, io.EOF) {
+			_ = tc.CloseWrite()
+			return
+		}
+		_ = dst.Close()
+		_ = src.Close()
+	}()
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := src.Read(buf)
+		var n int
+		n, err = src.Read(buf)
 		if n > 0 {
+			if up {
+				if h := p.catch(buf[:n]); h != nil {
+					held = h
+					<-h.release
+				}
+			}
 			<-p.currentGate()
 			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
+				return held
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
-			}
-			return
+			return held
 		}
 	}
 }
