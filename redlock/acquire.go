@@ -164,14 +164,41 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	defer timer.Stop()
 	splits := 0     // TryAcquire's rounds lost to a split vote
 	headSplits := 0 // consecutive rounds first in line with no majority holder
+	retire := false // a request that may delete value's keys is unaccounted for
 	for first := true; ; first = false {
+		if retire {
+			// A request that deletes value's key (an undo, or a claim
+			// giving the key to a waiter) went unanswered on some node:
+			// the network may deliver it late, after a later attempt took
+			// the key there again, and delete it while we count it. So
+			// go on with a new value, at the same place in the queues,
+			// and take the old one out of them: a late request for it can
+			// touch nothing of ours.
+			old := value
+			value = rediskit.NewValue(req.Holder)
+			if queued {
+				for _, n := range b.nodes {
+					n.wake.Register(value, wake)
+					n.wake.Unregister(old)
+				}
+			}
+			_, _ = b.unlock(ctx, k, old, true, true, b.nodeTimeout)
+			retire = false
+		}
 		start := time.Now()
-		r := b.attempt(ctx, k, value, queued, first && !queued, score)
+		claim := first && !queued
+		r := b.attempt(ctx, k, value, queued, claim, score)
+		retire = claim && r.failed > 0
 		if r.held >= b.quorum {
-			if h, err := b.held(ctx, k, value, start, r.settled); err == nil || !errors.Is(err, errTooLate) {
+			h, err := b.held(ctx, k, value, start, r.settled)
+			if err == nil || !errors.Is(err, errTooLate) {
 				return h, err
 			}
-			// Too late to be of use: undone by held; try again.
+			// Too late to be of use: undo it and try again.
+			<-r.settled
+			if all, _ := b.unlock(ctx, k, value, false, true, b.nodeTimeout); !all {
+				retire = true
+			}
 		} else if r.held > 0 {
 			// A minority is no lock: undo it. First in line on a majority
 			// (where we took K as first in line the script took us out of
@@ -182,7 +209,9 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// which may be sleeping until our keys would have expired,
 			// having seen them held when it tried.
 			<-r.settled
-			_ = b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout)
+			if all, _ := b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout); !all {
+				retire = true
+			}
 		}
 		if ctx.Err() != nil {
 			b.giveUp(ctx, k, value, queued, r.settled)
@@ -285,7 +314,7 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, queued bool,
 		return // a failed attempt was undone already
 	}
 	<-settled
-	if err := b.unlock(ctx, k, value, true, true, b.releaseTimeout()); err != nil {
+	if _, err := b.unlock(ctx, k, value, true, true, b.releaseTimeout()); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
 }
@@ -293,12 +322,10 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, queued bool,
 var errTooLate = errors.New("acquired after the lease's validity ended")
 
 // held makes the hold for value, set on a majority by an attempt started
-// at start, unless its validity (TTL - elapsed - drift) already ran out or
-// the backend closed.
+// at start, unless its validity (TTL - elapsed - drift) already ran out
+// (errTooLate: the caller undoes the attempt) or the backend closed.
 func (b *backend) held(ctx context.Context, k keys, value string, start time.Time, settled <-chan struct{}) (baton.Hold, error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
-		<-settled
-		_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
 		return nil, errTooLate
 	}
 	h := newHold(b, k, value, start, settled)

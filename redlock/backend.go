@@ -320,9 +320,11 @@ func (b *backend) releaseTimeout() time.Duration {
 
 // unlock deletes the lock on every node where it holds value, on a
 // detached context bounded by timeout. With leave it also leaves the wait
-// queues; with notify it tells each node's first waiter. It returns an
-// error only when no majority answered.
-func (b *backend) unlock(ctx context.Context, k keys, value string, leave, notify bool, timeout time.Duration) error {
+// queues; with notify it tells each node's first waiter. It reports
+// whether every node answered, and returns an error only when no majority
+// did. A node that did not answer may still run the request later, when
+// the network delivers it (see Acquire).
+func (b *backend) unlock(ctx context.Context, k keys, value string, leave, notify bool, timeout time.Duration) (all bool, err error) {
 	l, nt := "0", "0"
 	if leave {
 		l = "1"
@@ -338,7 +340,7 @@ func (b *backend) unlock(ctx context.Context, k keys, value string, leave, notif
 	}, nil)
 	_, failed := count(errs)
 	if failed > len(b.nodes)-b.quorum {
-		return b.unavailable(context.Background(), "release "+k.lock, errs)
+		return false, b.unavailable(context.Background(), "release "+k.lock, errs)
 	}
-	return nil
+	return failed == 0, nil
 }

@@ -22,7 +22,16 @@
 // far below the TTL. It holds the lock when a majority set it and the
 // validity, TTL - elapsed - drift, is still positive; the lease's local
 // deadline is the attempt's start + TTL - drift. A failed attempt is
-// undone on every node, also those that did not answer. Release deletes
+// undone on every node, also those that did not answer. An undo a node
+// did not answer may still reach it later (a packet sent again on a
+// connection the client gave up), after a later attempt took the key
+// there over another connection, and would delete a key the hold counts:
+// so after such an undo the acquisition goes on with a new value, at the
+// same place in the queues, and a late request for the old value touches
+// nothing of the new one's (TestLateUndo_TouchesNothingCounted; go-redsync
+// v4.18.1 keeps one value for all of a Lock's tries, and its undo can do
+// this). A claim that gave the key to a queued waiter and went unanswered
+// is treated alike. Release deletes
 // the key (compare-and-delete) on every node. Renewal every TTL/3 is a
 // compare-and-PEXPIRE on every node and succeeds on a majority; when it
 // does not (so many nodes refuse that no majority can hold the key any

@@ -113,7 +113,7 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
-		err := h.b.unlock(ctx, h.k, h.value, true, true, h.b.releaseTimeout())
+		_, err := h.b.unlock(ctx, h.k, h.value, true, true, h.b.releaseTimeout())
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		if err != nil && h.kp.Err() == cause {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -520,5 +521,83 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 		if n := c.ZCard(timeout(t, time.Second), q).Val(); n != 0 {
 			t.Errorf("node %d: %d entries left in the queue", i, n)
 		}
+	}
+}
+
+// TestLateUndo_TouchesNothingCounted: an undo that a node does not answer
+// in time may still reach it later (a packet sent again, on a connection
+// the client gave up), after a later attempt took the key there again over
+// another connection. It must not delete a key that the hold counts.
+//
+// a's first attempt takes node 0 only (b holds 1 and 2), and its undo to
+// node 0 is held back in the network past the node timeout. Then b's key
+// on node 1 goes, and a's next attempt takes nodes 0 and 1. When the held
+// undo lands, a majority of the nodes must still hold a's value.
+func TestLateUndo_TouchesNothingCounted(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	px := testsvc.NewProxy(t, nodes[0].Addr)
+	// TTL 10s: the node timeout is 1s, the time a's next attempt waits
+	// for the held undo, and b's key goes long before.
+	a := lockerOn(t, []goredis.UniversalClient{client(t, px.Addr()), cs[1], cs[2]}, baton.WithTTL(10*time.Second), baton.WithHolder("a"))
+	// One cycle loads the scripts on every node, so that the held undo
+	// is an EVALSHA that the node will run.
+	warm, err := a.Acquire(timeout(t, 5*time.Second), "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	key := redlock.DefaultPrefix + "late"
+	ctx := timeout(t, 30*time.Second)
+	for _, c := range cs[1:] {
+		if err := c.Set(ctx, key, rediskit.NewValue("b"), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := px.HoldFirst([]byte(redlock.UnlockScriptHash))
+	got := make(chan *baton.Lease, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "late")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	select {
+	case <-held.Caught():
+	case <-ctx.Done():
+		t.Fatal("a's undo on node 0 was not seen within 30s")
+	}
+	if err := cs[1].Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	la := <-got
+	if la == nil {
+		return
+	}
+	held.Release()
+	select {
+	case <-held.Done():
+	case <-ctx.Done():
+		t.Fatal("node 0 did not close the held connection within 30s")
+	}
+
+	// The late undo has run on node 0. Whatever a holds, a majority of
+	// the nodes must hold it.
+	count := map[string]int{}
+	for _, c := range cs {
+		if v, err := c.Get(ctx, key).Result(); err == nil && rediskit.HolderOf(v) == "a" {
+			count[v]++
+		}
+	}
+	if n := slices.Max(append(slices.Collect(maps.Values(count)), 0)); n < 2 {
+		t.Errorf("after the late undo, a's value is on %d of 3 nodes while its lease is held (err %v)", n, la.Err())
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Error(err)
 	}
 }
