@@ -31,6 +31,10 @@ type round struct {
 	// node timeout has passed (see eachSettled): after a majority
 	// answered, the rest may still set our value.
 	settled <-chan struct{}
+
+	// ok says which nodes' requests have returned without error, also
+	// after attempt returned.
+	ok answered
 }
 
 // splitRetries is how many more times a single attempt (TryAcquire) tries
@@ -39,18 +43,19 @@ type round struct {
 const splitRetries = 5
 
 // attempt runs the acquire script on every node in parallel; with claim,
-// a claim on every node instead (see claim).
-func (b *backend) attempt(ctx context.Context, k keys, value string, wait, claim bool, score int64) round {
+// a claim on every node instead (see claim). old, when not empty, is the
+// value the acquisition gave up last (see acquireScript's ARGV[7]).
+func (b *backend) attempt(ctx context.Context, k keys, value, old string, wait, claim bool, score int64) round {
 	w := "0"
 	if wait {
 		w = "1"
 	}
 	var r round
-	r.res, r.errs, r.settled = eachSettled(ctx, b, b.nodeTimeout, func(ctx context.Context, n *node) (nodeResult, error) {
+	r.res, r.errs, r.settled, r.ok = eachSettled(ctx, b, b.nodeTimeout, func(ctx context.Context, n *node) (nodeResult, error) {
 		if claim {
 			return b.claim(ctx, n, k, value, score)
 		}
-		return b.runAcquire(ctx, n, k, value, w, score, "0")
+		return b.runAcquire(ctx, n, k, value, old, w, score, "0")
 	}, func(res []nodeResult, errs []error) bool {
 		held := 0
 		for i, nr := range res {
@@ -93,13 +98,13 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 	case !c.Marked:
 		return nodeResult{held: true}, nil
 	}
-	return b.runAcquire(ctx, n, k, value, "0", score, "1")
+	return b.runAcquire(ctx, n, k, value, "", "0", score, "1")
 }
 
-// runAcquire runs acquireScript on node n with ARGV[3] wait and ARGV[6]
-// claimed.
-func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value, wait string, score int64, claimed string) (nodeResult, error) {
-	res, err := acquireScript.Run(ctx, n.client, k.all(), value, b.ttlMS(), wait, score, b.channel, claimed).Slice()
+// runAcquire runs acquireScript on node n with ARGV[3] wait, ARGV[6]
+// claimed and ARGV[7] old.
+func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value, old, wait string, score int64, claimed string) (nodeResult, error) {
+	res, err := acquireScript.Run(ctx, n.client, k.all(), value, b.ttlMS(), wait, score, b.channel, claimed, old).Slice()
 	var r rediskit.Reply
 	if err == nil {
 		r, err = rediskit.ParseReply(res)
@@ -164,17 +169,25 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	defer timer.Stop()
 	splits := 0     // TryAcquire's rounds lost to a split vote
 	headSplits := 0 // consecutive rounds first in line with no majority holder
-	retire := false // a request that may delete value's keys is unaccounted for
+	retire := false // value's keys were undone: go on with a new value
+	old := ""       // the value given up last
 	for first := true; ; first = false {
 		if retire {
-			// A request that deletes value's key (an undo, or a claim
-			// giving the key to a waiter) went unanswered on some node:
-			// the network may deliver it late, after a later attempt took
-			// the key there again, and delete it while we count it. So
-			// go on with a new value, at the same place in the queues,
-			// and take the old one out of them: a late request for it can
-			// touch nothing of ours.
-			old := value
+			// An undo that a node did not answer in time, or answered
+			// after an earlier copy of it went astray (go-redis sends a
+			// request again after a read timeout), may still reach that
+			// node later, on a connection the client gave up, and delete
+			// a key that a later attempt took there again. So every undo
+			// ends the value it undid: the acquisition goes on with a new
+			// one, at the same place in the queues (the score is the
+			// acquisition's), and a late request for the old value
+			// touches nothing of the new one's. The same goes for a
+			// first attempt that did not hold: a claim may give a key it
+			// took to a queued waiter, a delete of its own (see claim).
+			// Every later attempt also takes the old value out of the
+			// queues and makes a key it still holds ours (acquireScript's
+			// ARGV[7]), where the undo did not land.
+			old = value
 			value = rediskit.NewValue(req.Holder)
 			if queued {
 				for _, n := range b.nodes {
@@ -182,37 +195,39 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 					n.wake.Unregister(old)
 				}
 			}
-			_, _ = b.unlock(ctx, k, old, true, true, b.nodeTimeout)
 			retire = false
 		}
 		start := time.Now()
 		claim := first && !queued
-		r := b.attempt(ctx, k, value, queued, claim, score)
-		retire = claim && r.failed > 0
+		r := b.attempt(ctx, k, value, old, queued, claim, score)
 		if r.held >= b.quorum {
-			h, err := b.held(ctx, k, value, start, r.settled)
+			var unsure answered // see hold.unsure
+			if claim {
+				unsure = r.ok
+			}
+			h, err := b.held(ctx, k, value, start, r.settled, unsure)
 			if err == nil || !errors.Is(err, errTooLate) {
 				return h, err
 			}
 			// Too late to be of use: undo it and try again.
 			<-r.settled
-			if all, _ := b.unlock(ctx, k, value, false, true, b.nodeTimeout); !all {
-				retire = true
-			}
+			_ = b.unlock(ctx, k, value, true, true, b.nodeTimeout)
+			retire = true
 		} else if r.held > 0 {
-			// A minority is no lock: undo it. First in line on a majority
-			// (where we took K as first in line the script took us out of
-			// the queue; our next attempt puts us back at our score), we
-			// try again after a split vote's pause and wake nobody, who
-			// would only take our turn. Otherwise we are a racer that
-			// split the vote: tell the first waiter on each node we freed,
-			// which may be sleeping until our keys would have expired,
-			// having seen them held when it tried.
+			// A minority is no lock: undo it, and leave the queues; the
+			// next attempt joins them again, with a new value, at our
+			// place. First in line on a majority (where we took K as
+			// first in line the script took us out of the queue), we try
+			// again after a split vote's pause and wake nobody, who would
+			// only take our turn. Otherwise we are a racer that split the
+			// vote: tell the first waiter on each node we freed, which
+			// may be sleeping until our keys would have expired, having
+			// seen them held when it tried.
 			<-r.settled
-			if all, _ := b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout); !all {
-				retire = true
-			}
+			_ = b.unlock(ctx, k, value, true, r.held+r.heads < b.quorum, b.nodeTimeout)
+			retire = true
 		}
+		retire = retire || claim
 		if ctx.Err() != nil {
 			b.giveUp(ctx, k, value, queued, r.settled)
 			return nil, context.Cause(ctx)
@@ -249,7 +264,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		} else {
 			headSplits = 0
 		}
-		timer.Reset(b.retryIn(r, majority, headSplits))
+		d := b.retryIn(r, majority, headSplits)
+		if retire {
+			// The undo took us out of the queues: join them again soon,
+			// with the new value, or no release would wake us.
+			d = min(d, splitPause())
+		}
+		timer.Reset(d)
 		select {
 		case <-ctx.Done():
 			b.giveUp(ctx, k, value, true, r.settled)
@@ -314,7 +335,7 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, queued bool,
 		return // a failed attempt was undone already
 	}
 	<-settled
-	if _, err := b.unlock(ctx, k, value, true, true, b.releaseTimeout()); err != nil {
+	if err := b.unlock(ctx, k, value, true, true, b.releaseTimeout()); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
 }
@@ -324,11 +345,11 @@ var errTooLate = errors.New("acquired after the lease's validity ended")
 // held makes the hold for value, set on a majority by an attempt started
 // at start, unless its validity (TTL - elapsed - drift) already ran out
 // (errTooLate: the caller undoes the attempt) or the backend closed.
-func (b *backend) held(ctx context.Context, k keys, value string, start time.Time, settled <-chan struct{}) (baton.Hold, error) {
+func (b *backend) held(ctx context.Context, k keys, value string, start time.Time, settled <-chan struct{}, unsure answered) (baton.Hold, error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
 		return nil, errTooLate
 	}
-	h := newHold(b, k, value, start, settled)
+	h := newHold(b, k, value, start, settled, unsure)
 	if !b.track(h) {
 		_ = h.end(ctx, baton.ErrClosed)
 		return nil, baton.ErrClosed

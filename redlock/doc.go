@@ -21,18 +21,28 @@
 // nodes in parallel, each awaited at most min(request timeout, TTL/10),
 // far below the TTL. It holds the lock when a majority set it and the
 // validity, TTL - elapsed - drift, is still positive; the lease's local
-// deadline is the attempt's start + TTL - drift. A failed attempt is
-// undone on every node, also those that did not answer. An undo a node
-// did not answer may still reach it later (a packet sent again on a
-// connection the client gave up), after a later attempt took the key
-// there over another connection, and would delete a key the hold counts:
-// so after such an undo the acquisition goes on with a new value, at the
-// same place in the queues, and a late request for the old value touches
-// nothing of the new one's (TestLateUndo_TouchesNothingCounted; go-redsync
-// v4.18.1 keeps one value for all of a Lock's tries, and its undo can do
-// this). A claim that gave the key to a queued waiter and went unanswered
-// is treated alike. Release deletes
-// the key (compare-and-delete) on every node. Renewal every TTL/3 is a
+// deadline is the attempt's start + TTL - drift. An attempt that set the
+// key on some nodes but not on a majority is undone on every node, also
+// those that did not answer (a node that answered no attempt may keep a
+// late SET of ours for one TTL).
+//
+// A request a node did not answer in time may still reach it later (a
+// packet sent again on a connection the client closed; go-redis also sends
+// a request again after a read timeout, so even an answered one may have
+// an earlier copy on its way). Two of them delete our key: an undo, and a
+// first attempt's claim that found a queue (its script gives a key it
+// took to the first waiter). So: every undo ends the value it undid, and
+// so does a first attempt that did not hold; the acquisition goes on with
+// a new value, at the same place in the queues, and a late request for
+// the old value touches nothing of the new one's. Each later attempt also
+// takes the old value out of the queues and makes a key it still holds
+// ours, so that nothing of it blocks a node
+// (TestLateUndo_TouchesNothingCounted). go-redsync v4.18.1 keeps one value
+// for all of a Lock's tries. And a hold won by a first attempt does not
+// count, when renewing, a node whose claim never answered
+// (TestClaimUnanswered_NotCounted).
+//
+// Release deletes the key (compare-and-delete) on every node. Renewal every TTL/3 is a
 // compare-and-PEXPIRE on every node and succeeds on a majority; when it
 // does not (so many nodes refuse that no majority can hold the key any
 // more, or too few answer within the request timeout), the lease ends at

@@ -1,5 +1,23 @@
 package redlock
 
-// UnlockScriptHash is the SHA1 that an undo or a release names in EVALSHA,
-// for tests that pick that request out on the wire.
-var UnlockScriptHash = unlockScript.Hash()
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// The SHA1s that requests name in EVALSHA, for tests that pick a request
+// out on the wire: an undo or a release, and an attempt.
+var (
+	UnlockScriptHash  = unlockScript.Hash()
+	AcquireScriptHash = acquireScript.Hash()
+)
+
+// LoadScripts loads the acquire and unlock scripts on c, so that a held
+// EVALSHA runs when it lands instead of finding no script.
+func LoadScripts(ctx context.Context, c goredis.Scripter) error {
+	if err := acquireScript.Load(ctx, c).Err(); err != nil {
+		return err
+	}
+	return unlockScript.Load(ctx, c).Err()
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/url"
@@ -559,13 +560,14 @@ func TestLateUndo_TouchesNothingCounted(t *testing.T) {
 		}
 	}
 	held := px.HoldFirst([]byte(redlock.UnlockScriptHash))
-	got := make(chan *baton.Lease, 1)
+	type result struct {
+		l   *baton.Lease
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
 		l, err := a.Acquire(ctx, "late")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
+		got <- result{l, err}
 	}()
 	select {
 	case <-held.Caught():
@@ -575,10 +577,11 @@ func TestLateUndo_TouchesNothingCounted(t *testing.T) {
 	if err := cs[1].Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	la := <-got
-	if la == nil {
-		return
+	res := <-got
+	if res.err != nil {
+		t.Fatal(res.err)
 	}
+	la := res.l
 	held.Release()
 	select {
 	case <-held.Done():
@@ -599,5 +602,64 @@ func TestLateUndo_TouchesNothingCounted(t *testing.T) {
 	}
 	if err := la.Release(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestClaimUnanswered_NotCounted: a first attempt's claim on a node with
+// a queue is two requests, the SET and then a script that gives the key
+// to the first waiter. When the SETs won a majority before that script
+// answered, the script may still run later and take our key there away:
+// a renewal must not count that node toward its majority.
+//
+// On node 0 a live waiter is queued and the claim's script is held back
+// in the network; a holds nodes 1 and 2. Then node 1's key goes (a clock
+// jump there, or a restart). Node 0 still holds a's value while the
+// script waits, but a's next renewal must not count it: with node 2 alone
+// a has no majority, and its lease is lost.
+func TestClaimUnanswered_NotCounted(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	ctx := timeout(t, 30*time.Second)
+	if err := redlock.LoadScripts(ctx, cs[0]); err != nil {
+		t.Fatal(err)
+	}
+	key := redlock.DefaultPrefix + "unanswered"
+	q, w := "{"+key+"}:q", "{"+key+"}:w"
+	waiter := rediskit.NewValue("w")
+	entry := fmt.Sprintf("0 %d 60000 %s", redistest.ServerMS(t, cs[0]), rediskit.NewWakeChannel())
+	if err := cs[0].ZAdd(ctx, q, goredis.Z{Score: 1, Member: waiter}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs[0].HSet(ctx, w, waiter, entry).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	px := testsvc.NewProxy(t, nodes[0].Addr)
+	held := px.HoldFirst([]byte(redlock.AcquireScriptHash))
+	defer held.Release()
+	a := lockerOn(t, []goredis.UniversalClient{client(t, px.Addr()), cs[1], cs[2]}, baton.WithTTL(3*time.Second), baton.WithHolder("a"))
+	la, err := a.Acquire(ctx, "unanswered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.Caught():
+	case <-ctx.Done():
+		t.Fatal("the claim's script on node 0 was not seen within 30s")
+	}
+	if v := cs[0].Get(ctx, key).Val(); rediskit.HolderOf(v) != "a" {
+		t.Fatalf("node 0 holds %q; want a's claim there", v)
+	}
+	if err := cs[1].PExpire(ctx, key, time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-la.Done():
+		if !errors.Is(la.Err(), baton.ErrLeaseLost) {
+			t.Fatalf("lease ended with %v; want lost", la.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a's lease still held 10s after node 1's key went, with only node 2 and the node whose claim never answered (node 0: %q)", rediskit.HolderOf(cs[0].Get(ctx, key).Val()))
 	}
 }

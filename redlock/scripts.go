@@ -40,8 +40,13 @@ end
 // its place in) the queue with score ARGV[4] and channel ARGV[5] when it
 // cannot. ARGV[6] is "1" after a claim (see claim) set K to ARGV[1] but
 // found a queue: when a live waiter is first, K was free but reserved for
-// it, so the script frees K again and tells that waiter. It returns {1}
-// when K holds our value, else {0, V, PTTL, HEAD} as in the redis package.
+// it, so the script frees K again and tells that waiter. ARGV[7], when
+// not empty, is a value the acquisition used before and gave up (see
+// Acquire): the script first takes it out of the queue and, if K still
+// holds it (an undo that has not landed, or an attempt that landed late),
+// makes K ours with its TTL, so that nothing of the old value stays behind
+// to block the node. It returns {1} when K holds our value, else {0, V,
+// PTTL, HEAD} as in the redis package.
 //
 // First come the cases of a contended lock, before the helpers are
 // defined: K ours already; K held by another, where a waiter joins the
@@ -52,7 +57,11 @@ end
 // queue (our own entry needs no liveness check).
 var acquireScript = goredis.NewScript(rediskit.LuaQueue + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
-local v, wait = ARGV[1], ARGV[3] == '1'
+local v, wait, old = ARGV[1], ARGV[3] == '1', ARGV[7] or ''
+if old ~= '' then
+  if redis.call('get', k) == old then redis.call('set', k, v, 'keepttl') end
+  if redis.call('zrem', q, old) == 1 then redis.call('hdel', w, old) end
+end
 if ARGV[6] ~= '1' then
   local cur = redis.call('get', k)
   if cur == v then

@@ -2,8 +2,6 @@ package testsvc
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -69,7 +67,7 @@ func (p *Proxy) catch(chunk []byte) *Held {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := p.hold
-	if h == nil || !bytes.Contains(chunk, h.pattern) {
+	if h == nil || p.closed || !bytes.Contains(chunk, h.pattern) {
 		return nil
 	}
 	p.hold = nil
@@ -224,13 +222,13 @@ func (p *Proxy) releaseHeld() {
 // On a client's connection (up), it holds the chunk HoldFirst is armed
 // for, and returns that Held.
 //
-// When the client ends a connection on which a chunk was held, the proxy
-// passes the end on (CloseWrite) and leaves the server's side open, so the
-// connection ends both ways only once the server has closed it.
+// When the client's side of a connection on which a chunk was held ends
+// (the client closed it, or reset it), the proxy passes the end on
+// (CloseWrite) and leaves the server's side open, so the connection ends
+// both ways only once the server has closed it.
 func (p *Proxy) pipe(dst, src net.Conn, up bool) (held *Held) {
-	var err error
 	defer func() {
-		if tc, ok := dst.(*net.TCPConn); ok && held != nil && errors.Is(err, io.EOF) {
+		if tc, ok := dst.(*net.TCPConn); ok && held != nil {
 			_ = tc.CloseWrite()
 			return
 		}
@@ -239,8 +237,7 @@ func (p *Proxy) pipe(dst, src net.Conn, up bool) (held *Held) {
 	}()
 	buf := make([]byte, 32<<10)
 	for {
-		var n int
-		n, err = src.Read(buf)
+		n, err := src.Read(buf)
 		if n > 0 {
 			if up {
 				if h := p.catch(buf[:n]); h != nil {

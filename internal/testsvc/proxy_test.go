@@ -8,8 +8,9 @@ import (
 )
 
 // lineServer accepts connections on loopback and sends each line it reads
-// to lines; it closes a connection when the client ends it.
-func lineServer(t *testing.T) (addr string, lines <-chan string) {
+// to lines. When a client ends a connection, it says so on ended, then
+// closes its side once hold is closed.
+func lineServer(t *testing.T, hold <-chan struct{}) (addr string, lines, ended <-chan string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -17,6 +18,7 @@ func lineServer(t *testing.T) (addr string, lines <-chan string) {
 	}
 	t.Cleanup(func() { _ = ln.Close() })
 	out := make(chan string, 16)
+	eof := make(chan string, 16)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -26,20 +28,26 @@ func lineServer(t *testing.T) (addr string, lines <-chan string) {
 			go func() {
 				defer func() { _ = c.Close() }()
 				sc := bufio.NewScanner(c)
+				last := ""
 				for sc.Scan() {
-					out <- sc.Text()
+					last = sc.Text()
+					out <- last
 				}
+				eof <- last
+				<-hold
 			}()
 		}
 	}()
-	return ln.Addr().String(), out
+	return ln.Addr().String(), out, eof
 }
 
 // TestProxy_HoldFirst: the held request reaches the server after one sent
-// later on another connection, only on Release, and Done says the server
-// has closed the connection after reading it.
+// later on another connection, only on Release, and Done waits for the
+// server to close the connection after reading it.
 func TestProxy_HoldFirst(t *testing.T) {
-	addr, lines := lineServer(t)
+	hold := make(chan struct{})
+	defer close(hold)
+	addr, lines, ended := lineServer(t, hold)
 	p := NewProxy(t, addr)
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", p.Addr())
@@ -85,6 +93,20 @@ func TestProxy_HoldFirst(t *testing.T) {
 	if got := next(); got != "late undo" {
 		t.Fatalf("server read %q after Release; want the held request", got)
 	}
+	select {
+	case last := <-ended:
+		if last != "late undo" {
+			t.Fatalf("the server saw the end of the connection whose last line was %q", last)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's end of the held connection did not reach the server within 10s")
+	}
+	select {
+	case <-h.Done():
+		t.Fatal("Done while the server still had the connection open")
+	default:
+	}
+	hold <- struct{}{} // the server closes its side
 	select {
 	case <-h.Done():
 	case <-time.After(10 * time.Second):
