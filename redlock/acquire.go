@@ -149,10 +149,14 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 
 	wake := make(chan struct{}, 1)
 	queued := false
+	old := "" // the value given up last (see retire below)
 	defer func() {
 		if queued {
 			for _, n := range b.nodes {
 				n.wake.Unregister(value)
+				if old != "" {
+					n.wake.Unregister(old)
+				}
 			}
 		}
 	}()
@@ -170,7 +174,6 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	splits := 0     // TryAcquire's rounds lost to a split vote
 	headSplits := 0 // consecutive rounds first in line with no majority holder
 	retire := false // value's keys were undone: go on with a new value
-	old := ""       // the value given up last
 	for first := true; ; first = false {
 		if retire {
 			// An undo that a node did not answer in time, or answered
@@ -179,20 +182,24 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// node later, on a connection the client gave up, and delete
 			// a key that a later attempt took there again. So every undo
 			// ends the value it undid: the acquisition goes on with a new
-			// one, at the same place in the queues (the score is the
-			// acquisition's), and a late request for the old value
-			// touches nothing of the new one's. The same goes for a
-			// first attempt that did not hold: a claim may give a key it
-			// took to a queued waiter, a delete of its own (see claim).
-			// Every later attempt also takes the old value out of the
-			// queues and makes a key it still holds ours (acquireScript's
-			// ARGV[7]), where the undo did not land.
+			// one, and a late request for the old value touches nothing
+			// of the new one's. The same goes for a first attempt that
+			// did not hold: a claim may give a key it took to a queued
+			// waiter, a delete of its own (see claim). Each later attempt
+			// hands the old value's place in the queues to the new one,
+			// and makes a key the old one still holds ours
+			// (acquireScript's ARGV[7]); until then the old value stays
+			// queued, and its wake-ups wake us.
+			if old != "" && queued {
+				for _, n := range b.nodes {
+					n.wake.Unregister(old)
+				}
+			}
 			old = value
 			value = rediskit.NewValue(req.Holder)
 			if queued {
 				for _, n := range b.nodes {
 					n.wake.Register(value, wake)
-					n.wake.Unregister(old)
 				}
 			}
 			retire = false
@@ -207,33 +214,35 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			h, err := b.held(ctx, k, value, start, r.settled, unsure)
 			if err == nil || !errors.Is(err, errTooLate) {
+				if old != "" {
+					b.dropOld(ctx, k, old, r.settled)
+				}
 				return h, err
 			}
 			// Too late to be of use: undo it and try again.
 			<-r.settled
-			_ = b.unlock(ctx, k, value, true, true, b.nodeTimeout)
+			_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
 			retire = true
 		} else if r.held > 0 {
-			// A minority is no lock: undo it, and leave the queues; the
-			// next attempt joins them again, with a new value, at our
-			// place. First in line on a majority (where we took K as
-			// first in line the script took us out of the queue), we try
-			// again after a split vote's pause and wake nobody, who would
-			// only take our turn. Otherwise we are a racer that split the
-			// vote: tell the first waiter on each node we freed, which
-			// may be sleeping until our keys would have expired, having
-			// seen them held when it tried.
+			// A minority is no lock: undo it. First in line on a majority
+			// (where we took K as first in line the script took us out of
+			// the queue; our next attempt puts us back at our score), we
+			// try again after a split vote's pause and wake nobody, who
+			// would only take our turn. Otherwise we are a racer that
+			// split the vote: tell the first waiter on each node we freed,
+			// which may be sleeping until our keys would have expired,
+			// having seen them held when it tried.
 			<-r.settled
-			_ = b.unlock(ctx, k, value, true, r.held+r.heads < b.quorum, b.nodeTimeout)
+			_ = b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout)
 			retire = true
 		}
 		retire = retire || claim
 		if ctx.Err() != nil {
-			b.giveUp(ctx, k, value, queued, r.settled)
+			b.giveUp(ctx, k, value, old, queued, r.settled)
 			return nil, context.Cause(ctx)
 		}
 		if r.failed > len(b.nodes)-b.quorum {
-			b.giveUp(ctx, k, value, queued, r.settled)
+			b.giveUp(ctx, k, value, old, queued, r.settled)
 			return nil, b.unavailable(ctx, "acquire "+k.lock, r.errs)
 		}
 		holder, majority := b.majorityHolder(r, value)
@@ -264,16 +273,10 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		} else {
 			headSplits = 0
 		}
-		d := b.retryIn(r, majority, headSplits)
-		if retire {
-			// The undo took us out of the queues: join them again soon,
-			// with the new value, or no release would wake us.
-			d = min(d, splitPause())
-		}
-		timer.Reset(d)
+		timer.Reset(b.retryIn(r, majority, headSplits))
 		select {
 		case <-ctx.Done():
-			b.giveUp(ctx, k, value, true, r.settled)
+			b.giveUp(ctx, k, value, old, true, r.settled)
 			return nil, context.Cause(ctx)
 		case <-wake:
 		case <-timer.C:
@@ -330,14 +333,31 @@ func (b *backend) subscribe(ctx context.Context) {
 
 // giveUp leaves the queues and undoes whatever this acquisition set, once
 // its last attempt's requests have settled (see eachSettled).
-func (b *backend) giveUp(ctx context.Context, k keys, value string, queued bool, settled <-chan struct{}) {
+func (b *backend) giveUp(ctx context.Context, k keys, value, old string, queued bool, settled <-chan struct{}) {
 	if !queued {
 		return // a failed attempt was undone already
 	}
 	<-settled
-	if err := b.unlock(ctx, k, value, true, true, b.releaseTimeout()); err != nil {
-		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
+	for _, v := range []string{value, old} {
+		if v == "" {
+			continue
+		}
+		if err := b.unlock(ctx, k, v, true, true, b.releaseTimeout()); err != nil {
+			b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
+		}
 	}
+}
+
+// dropOld takes the value an acquisition gave up out of every node's
+// queue, in the background, once the attempt that won the lock with its
+// new value has settled: that attempt handed the old value's place over
+// only on the nodes it reached.
+func (b *backend) dropOld(ctx context.Context, k keys, old string, settled <-chan struct{}) {
+	ctx = context.WithoutCancel(ctx)
+	b.bg.Go(func() {
+		<-settled
+		_ = b.unlock(ctx, k, old, true, true, b.nodeTimeout)
+	})
 }
 
 var errTooLate = errors.New("acquired after the lease's validity ended")

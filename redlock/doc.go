@@ -33,10 +33,10 @@
 // first attempt's claim that found a queue (its script gives a key it
 // took to the first waiter). So: every undo ends the value it undid, and
 // so does a first attempt that did not hold; the acquisition goes on with
-// a new value, at the same place in the queues, and a late request for
-// the old value touches nothing of the new one's. Each later attempt also
-// takes the old value out of the queues and makes a key it still holds
-// ours, so that nothing of it blocks a node
+// a new value, and a late request for the old value touches nothing of
+// the new one's. The next attempt hands the old value's place in each
+// queue to the new one and makes a key the old one still holds ours, so
+// that nothing of it blocks a node and the waiter keeps its turn
 // (TestLateUndo_TouchesNothingCounted). go-redsync v4.18.1 keeps one value
 // for all of a Lock's tries. And a hold won by a first attempt does not
 // count, when renewing, a node whose claim never answered

@@ -42,10 +42,11 @@ end
 // found a queue: when a live waiter is first, K was free but reserved for
 // it, so the script frees K again and tells that waiter. ARGV[7], when
 // not empty, is a value the acquisition used before and gave up (see
-// Acquire): the script first takes it out of the queue and, if K still
-// holds it (an undo that has not landed, or an attempt that landed late),
-// makes K ours with its TTL, so that nothing of the old value stays behind
-// to block the node. It returns {1} when K holds our value, else {0, V,
+// Acquire): if K still holds it (an undo that has not landed, or an
+// attempt that landed late), the script first makes K ours with its TTL;
+// else, if the old value is queued, it puts ours in its place (the same
+// score: the acquisition's). So nothing of the old value stays behind to
+// block the node, and we keep our turn. It returns {1} when K holds our value, else {0, V,
 // PTTL, HEAD} as in the redis package.
 //
 // First come the cases of a contended lock, before the helpers are
@@ -59,8 +60,12 @@ var acquireScript = goredis.NewScript(rediskit.LuaQueue + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
 local v, wait, old = ARGV[1], ARGV[3] == '1', ARGV[7] or ''
 if old ~= '' then
-  if redis.call('get', k) == old then redis.call('set', k, v, 'keepttl') end
-  if redis.call('zrem', q, old) == 1 then redis.call('hdel', w, old) end
+  local cur = redis.call('get', k)
+  if cur == old then redis.call('set', k, v, 'keepttl') end
+  if redis.call('zrem', q, old) == 1 then
+    redis.call('hdel', w, old)
+    if cur ~= old then redis.call('zadd', q, ARGV[4], v) end
+  end
 end
 if ARGV[6] ~= '1' then
   local cur = redis.call('get', k)
