@@ -16,25 +16,26 @@ type nodeResult struct {
 	holder string        // the holder's value there, or the reserved waiter's
 	pttl   time.Duration // the key's remaining TTL there
 	head   bool          // we are first in that node's queue
+
+	// yielded: a claim took the key there, but a live waiter was first
+	// (see claim); the key holds our value, and is not counted as held.
+	yielded bool
 }
 
 // round is what one attempt on every node found.
 type round struct {
-	res    []nodeResult
-	errs   []error
-	held   int
-	failed int
-	heads  int
-	pttl   time.Duration // the longest remaining TTL among nodes not ours
+	res     []nodeResult
+	errs    []error
+	held    int
+	yielded int
+	failed  int
+	heads   int
+	pttl    time.Duration // the longest remaining TTL among nodes not ours
 
 	// settled is closed when every node's request has returned, or the
 	// node timeout has passed (see eachSettled): after a majority
 	// answered, the rest may still set our value.
 	settled <-chan struct{}
-
-	// ok says which nodes' requests have returned without error, also
-	// after attempt returned.
-	ok answered
 }
 
 // splitRetries is how many more times a single attempt (TryAcquire) tries
@@ -43,19 +44,19 @@ type round struct {
 const splitRetries = 5
 
 // attempt runs the acquire script on every node in parallel; with claim,
-// a claim on every node instead (see claim). old, when not empty, is the
-// value the acquisition gave up last (see acquireScript's ARGV[7]).
-func (b *backend) attempt(ctx context.Context, k keys, value, old string, wait, claim bool, score int64) round {
+// a claim on every node instead (see claim). olds are the values the
+// acquisition gave up (see acquireScript's ARGV[7] and on).
+func (b *backend) attempt(ctx context.Context, k keys, value string, olds []string, wait, claim bool, score int64) round {
 	w := "0"
 	if wait {
 		w = "1"
 	}
 	var r round
-	r.res, r.errs, r.settled, r.ok = eachSettled(ctx, b, b.nodeTimeout, func(ctx context.Context, n *node) (nodeResult, error) {
+	r.res, r.errs, r.settled = eachSettled(ctx, b, b.nodeTimeout, func(ctx context.Context, n *node) (nodeResult, error) {
 		if claim {
 			return b.claim(ctx, n, k, value, score)
 		}
-		return b.runAcquire(ctx, n, k, value, old, w, score, "0")
+		return b.runAcquire(ctx, n, k, value, olds, w, score, "0")
 	}, func(res []nodeResult, errs []error) bool {
 		held := 0
 		for i, nr := range res {
@@ -72,6 +73,8 @@ func (b *backend) attempt(ctx context.Context, k keys, value, old string, wait, 
 			r.failed++
 		case r.res[i].held:
 			r.held++
+		case r.res[i].yielded:
+			r.yielded++
 		default:
 			if r.res[i].head {
 				r.heads++
@@ -87,7 +90,11 @@ func (b *backend) attempt(ctx context.Context, k keys, value, old string, wait, 
 // marked by the queue, with GET to name the holder. Only when the SET took
 // K and a queue is there does the acquire script follow: K was free but
 // maybe reserved for the first live waiter (a release frees K and tells
-// that waiter), and then the script frees it again.
+// that waiter). Then the script reports the key yielded, but leaves it:
+// the caller undoes the attempt unless it holds a majority without that
+// node. A script that deleted the key itself could be delivered late, as
+// any request can (see Acquire), and delete it after a renewal counted
+// it.
 func (b *backend) claim(ctx context.Context, n *node, k keys, value string, score int64) (nodeResult, error) {
 	c, err := rediskit.Claim(ctx, n.client, k.lock, value, b.ttlMS(), true, k.q)
 	switch {
@@ -98,13 +105,17 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 	case !c.Marked:
 		return nodeResult{held: true}, nil
 	}
-	return b.runAcquire(ctx, n, k, value, "", "0", score, "1")
+	return b.runAcquire(ctx, n, k, value, nil, "0", score, "1")
 }
 
 // runAcquire runs acquireScript on node n with ARGV[3] wait, ARGV[6]
-// claimed and ARGV[7] old.
-func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value, old, wait string, score int64, claimed string) (nodeResult, error) {
-	res, err := acquireScript.Run(ctx, n.client, k.all(), value, b.ttlMS(), wait, score, b.channel, claimed, old).Slice()
+// claimed and, from ARGV[7] on, olds.
+func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string, olds []string, wait string, score int64, claimed string) (nodeResult, error) {
+	args := []any{value, b.ttlMS(), wait, score, b.channel, claimed}
+	for _, o := range olds {
+		args = append(args, o)
+	}
+	res, err := acquireScript.Run(ctx, n.client, k.all(), args...).Slice()
 	var r rediskit.Reply
 	if err == nil {
 		r, err = rediskit.ParseReply(res)
@@ -112,7 +123,12 @@ func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value, old, w
 	if err != nil {
 		return nodeResult{}, n.err("acquire "+k.lock, err)
 	}
-	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head}, nil
+	yielded := false
+	if len(res) > 4 {
+		y, _ := res[4].(int64)
+		yielded = y == 1
+	}
+	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: yielded}, nil
 }
 
 // majorityHolder returns the value another acquisition holds on a
@@ -136,12 +152,13 @@ func (b *backend) majorityHolder(r round, value string) (string, bool) {
 
 // Acquire implements baton.Backend with Redlock: the lock is held when it
 // was set on a majority of the nodes, within its validity (TTL - the time
-// the attempt took - drift). A failed attempt is undone on every node, also
-// those that did not answer. The first attempt of an acquisition that has
-// not queued is a claim on every node (see claim); later ones run the
-// acquire script. A waiting acquisition joins each node's queue and is
-// woken by the first node that frees the lock for it, or by a timed retry
-// (see retryIn).
+// the attempt took - drift). An attempt that set the key on some nodes but
+// not a majority is undone on every node, also those that did not answer,
+// and the acquisition goes on with a new value. The first attempt of an
+// acquisition that has not queued is a claim on every node (see claim);
+// later ones run the acquire script. A waiting acquisition joins each
+// node's queue and is woken by the first node that frees the lock for it,
+// or by a timed retry (see retryIn).
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	k := b.keys(req.Name)
 	value := rediskit.NewValue(req.Holder)
@@ -149,13 +166,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 
 	wake := make(chan struct{}, 1)
 	queued := false
-	old := "" // the value given up last (see retire below)
+	var olds []string // values given up that a node may still know (see retire below)
 	defer func() {
 		if queued {
 			for _, n := range b.nodes {
-				n.wake.Unregister(value)
-				if old != "" {
-					n.wake.Unregister(old)
+				for _, v := range append(olds, value) {
+					n.wake.Unregister(v)
 				}
 			}
 		}
@@ -182,20 +198,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// node later, on a connection the client gave up, and delete
 			// a key that a later attempt took there again. So every undo
 			// ends the value it undid: the acquisition goes on with a new
-			// one, and a late request for the old value touches nothing
-			// of the new one's. The same goes for a first attempt that
-			// did not hold: a claim may give a key it took to a queued
-			// waiter, a delete of its own (see claim). Each later attempt
-			// hands the old value's place in the queues to the new one,
-			// and makes a key the old one still holds ours
-			// (acquireScript's ARGV[7]); until then the old value stays
-			// queued, and its wake-ups wake us.
-			if old != "" && queued {
-				for _, n := range b.nodes {
-					n.wake.Unregister(old)
-				}
-			}
-			old = value
+			// one, and a late request for an old value touches nothing
+			// of the new one's. Later attempts hand the old values'
+			// places in the queues to the new one, and make a key an old
+			// one still holds ours (acquireScript's ARGV[7] and on); until
+			// every node has answered one, the old values stay
+			// registered, so that their wake-ups wake us.
+			olds = append(olds, value)
 			value = rediskit.NewValue(req.Holder)
 			if queued {
 				for _, n := range b.nodes {
@@ -206,43 +215,47 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		}
 		start := time.Now()
 		claim := first && !queued
-		r := b.attempt(ctx, k, value, old, queued, claim, score)
-		if r.held >= b.quorum {
-			var unsure answered // see hold.unsure
-			if claim {
-				unsure = r.ok
-			}
-			h, err := b.held(ctx, k, value, start, r.settled, unsure)
-			if err == nil || !errors.Is(err, errTooLate) {
-				if old != "" {
-					b.dropOld(ctx, k, old, r.settled)
+		r := b.attempt(ctx, k, value, olds, queued, claim, score)
+		if len(olds) > 0 && !claim && answeredAll(r.errs) {
+			// Every node handed the old values over: forget them.
+			if queued {
+				for _, n := range b.nodes {
+					for _, v := range olds {
+						n.wake.Unregister(v)
+					}
 				}
+			}
+			olds = nil
+		}
+		if r.held >= b.quorum {
+			h, err := b.held(ctx, k, value, olds, start, r.settled)
+			if err == nil || !errors.Is(err, errTooLate) {
 				return h, err
 			}
 			// Too late to be of use: undo it and try again.
 			<-r.settled
-			_ = b.unlock(ctx, k, value, false, true, b.nodeTimeout)
+			_ = b.unlock(ctx, k, false, true, b.nodeTimeout, value)
 			retire = true
-		} else if r.held > 0 {
-			// A minority is no lock: undo it. First in line on a majority
-			// (where we took K as first in line the script took us out of
-			// the queue; our next attempt puts us back at our score), we
-			// try again after a split vote's pause and wake nobody, who
-			// would only take our turn. Otherwise we are a racer that
-			// split the vote: tell the first waiter on each node we freed,
-			// which may be sleeping until our keys would have expired,
-			// having seen them held when it tried.
+		} else if r.held+r.yielded > 0 {
+			// A minority is no lock: undo it (a key a claim yielded too).
+			// First in line on a majority (where we took K as first in
+			// line the script took us out of the queue; our next attempt
+			// puts us back at our score), we try again after a split
+			// vote's pause and wake nobody, who would only take our turn.
+			// Otherwise we are a racer that split the vote: tell the
+			// first waiter on each node we freed, which may be sleeping
+			// until our keys would have expired, having seen them held
+			// when it tried.
 			<-r.settled
-			_ = b.unlock(ctx, k, value, false, r.held+r.heads < b.quorum, b.nodeTimeout)
+			_ = b.unlock(ctx, k, false, r.held+r.heads < b.quorum, b.nodeTimeout, value)
 			retire = true
 		}
-		retire = retire || claim
 		if ctx.Err() != nil {
-			b.giveUp(ctx, k, value, old, queued, r.settled)
+			b.giveUp(ctx, k, value, olds, queued, r.settled)
 			return nil, context.Cause(ctx)
 		}
 		if r.failed > len(b.nodes)-b.quorum {
-			b.giveUp(ctx, k, value, old, queued, r.settled)
+			b.giveUp(ctx, k, value, olds, queued, r.settled)
 			return nil, b.unavailable(ctx, "acquire "+k.lock, r.errs)
 		}
 		holder, majority := b.majorityHolder(r, value)
@@ -276,7 +289,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		timer.Reset(b.retryIn(r, majority, headSplits))
 		select {
 		case <-ctx.Done():
-			b.giveUp(ctx, k, value, old, true, r.settled)
+			b.giveUp(ctx, k, value, olds, true, r.settled)
 			return nil, context.Cause(ctx)
 		case <-wake:
 		case <-timer.C:
@@ -333,31 +346,24 @@ func (b *backend) subscribe(ctx context.Context) {
 
 // giveUp leaves the queues and undoes whatever this acquisition set, once
 // its last attempt's requests have settled (see eachSettled).
-func (b *backend) giveUp(ctx context.Context, k keys, value, old string, queued bool, settled <-chan struct{}) {
+func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []string, queued bool, settled <-chan struct{}) {
 	if !queued {
 		return // a failed attempt was undone already
 	}
 	<-settled
-	for _, v := range []string{value, old} {
-		if v == "" {
-			continue
-		}
-		if err := b.unlock(ctx, k, v, true, true, b.releaseTimeout()); err != nil {
-			b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
-		}
+	if err := b.unlock(ctx, k, true, true, b.releaseTimeout(), append(olds, value)...); err != nil {
+		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
 }
 
-// dropOld takes the value an acquisition gave up out of every node's
-// queue, in the background, once the attempt that won the lock with its
-// new value has settled: that attempt handed the old value's place over
-// only on the nodes it reached.
-func (b *backend) dropOld(ctx context.Context, k keys, old string, settled <-chan struct{}) {
-	ctx = context.WithoutCancel(ctx)
-	b.bg.Go(func() {
-		<-settled
-		_ = b.unlock(ctx, k, old, true, true, b.nodeTimeout)
-	})
+// answeredAll reports whether every node answered an attempt.
+func answeredAll(errs []error) bool {
+	for _, err := range errs {
+		if err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 var errTooLate = errors.New("acquired after the lease's validity ended")
@@ -365,11 +371,11 @@ var errTooLate = errors.New("acquired after the lease's validity ended")
 // held makes the hold for value, set on a majority by an attempt started
 // at start, unless its validity (TTL - elapsed - drift) already ran out
 // (errTooLate: the caller undoes the attempt) or the backend closed.
-func (b *backend) held(ctx context.Context, k keys, value string, start time.Time, settled <-chan struct{}, unsure answered) (baton.Hold, error) {
+func (b *backend) held(ctx context.Context, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) (baton.Hold, error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
 		return nil, errTooLate
 	}
-	h := newHold(b, k, value, start, settled, unsure)
+	h := newHold(b, k, value, olds, start, settled)
 	if !b.track(h) {
 		_ = h.end(ctx, baton.ErrClosed)
 		return nil, baton.ErrClosed

@@ -160,22 +160,17 @@ var errPending = errors.New("answer not awaited")
 // deadlines, so a dead or frozen node costs the node timeout at most, not
 // the client's read timeout.
 func each[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) ([]T, []error) {
-	vals, errs, _, _ := eachSettled(ctx, b, timeout, f, stop)
+	vals, errs, _ := eachSettled(ctx, b, timeout, f, stop)
 	return vals, errs
 }
-
-// answered tells, node by node, whether a request made by eachSettled has
-// returned without error, also after eachSettled returned.
-type answered []atomic.Bool
 
 // eachSettled is each, and also returns a channel closed when every
 // request has returned, awaited or not, or else once timeout has passed
 // since they were sent: an undo that waits for it comes after whatever
 // the requests set, except on a node whose request outlived its deadline
 // (a client that ignores context deadlines), which would hold it up to
-// the client's read timeout. The requests that returned without error by
-// any later moment are in ok.
-func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) (_ []T, _ []error, _ <-chan struct{}, ok answered) {
+// the client's read timeout.
+func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) ([]T, []error, <-chan struct{}) {
 	type answer struct {
 		i   int
 		v   T
@@ -189,11 +184,9 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 	bound := time.AfterFunc(timeout, func() { settle.Do(func() { close(settled) }) })
 	var running atomic.Int64
 	running.Store(int64(n))
-	ok = make(answered, n)
 	for i, nd := range b.nodes {
 		b.bg.Go(func() {
 			v, err := f(rctx, nd)
-			ok[i].Store(err == nil)
 			answers <- answer{i, v, err}
 			if running.Add(-1) == 0 {
 				bound.Stop()
@@ -220,7 +213,7 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 				// Requests not awaited run on to the node timeout, not cut
 				// short; rctx's own timer cancels it then.
 				early = true
-				return vals, errs, settled, ok
+				return vals, errs, settled
 			}
 		case <-rctx.Done():
 			for i, err := range errs {
@@ -228,17 +221,17 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 					errs[i] = &baton.UnavailableError{Where: b.nodes[i].where, Err: fmt.Errorf("no answer within %v", timeout)}
 				}
 			}
-			return vals, errs, settled, ok
+			return vals, errs, settled
 		case <-ctx.Done():
 			for i, err := range errs {
 				if err == errPending {
 					errs[i] = context.Cause(ctx)
 				}
 			}
-			return vals, errs, settled, ok
+			return vals, errs, settled
 		}
 	}
-	return vals, errs, settled, ok
+	return vals, errs, settled
 }
 
 // count returns how many errs are nil and how many are failures (not nil
@@ -325,11 +318,11 @@ func (b *backend) releaseTimeout() time.Duration {
 	return min(b.cfg.ReleaseTimeout, b.cfg.RequestTimeout)
 }
 
-// unlock deletes the lock on every node where it holds value, on a
-// detached context bounded by timeout. With leave it also leaves the wait
-// queues; with notify it tells each node's first waiter. It returns an
-// error only when no majority answered.
-func (b *backend) unlock(ctx context.Context, k keys, value string, leave, notify bool, timeout time.Duration) error {
+// unlock deletes the lock on every node where it holds one of values, on
+// a detached context bounded by timeout. With leave it also leaves the
+// wait queues; with notify it tells each node's first waiter. It returns
+// an error only when no majority answered.
+func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeout time.Duration, values ...string) error {
 	l, nt := "0", "0"
 	if leave {
 		l = "1"
@@ -338,8 +331,10 @@ func (b *backend) unlock(ctx context.Context, k keys, value string, leave, notif
 		nt = "1"
 	}
 	_, errs := each(context.WithoutCancel(ctx), b, timeout, func(ctx context.Context, n *node) (struct{}, error) {
-		if err := unlockScript.Run(ctx, n.client, k.all(), value, l, nt).Err(); err != nil {
-			return struct{}{}, n.err("release "+k.lock, err)
+		for _, v := range values {
+			if err := unlockScript.Run(ctx, n.client, k.all(), v, l, nt).Err(); err != nil {
+				return struct{}{}, n.err("release "+k.lock, err)
+			}
 		}
 		return struct{}{}, nil
 	}, nil)

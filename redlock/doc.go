@@ -29,25 +29,29 @@
 // A request a node did not answer in time may still reach it later (a
 // packet sent again on a connection the client closed; go-redis also sends
 // a request again after a read timeout, so even an answered one may have
-// an earlier copy on its way). Two of them delete our key: an undo, and a
-// first attempt's claim that found a queue (its script gives a key it
-// took to the first waiter). So: every undo ends the value it undid, and
-// so does a first attempt that did not hold; the acquisition goes on with
-// a new value, and a late request for the old value touches nothing of
-// the new one's. The next attempt hands the old value's place in each
-// queue to the new one and makes a key the old one still holds ours, so
-// that nothing of it blocks a node and the waiter keeps its turn
-// (TestLateUndo_TouchesNothingCounted). go-redsync v4.18.1 keeps one value
-// for all of a Lock's tries. And a hold won by a first attempt does not
-// count, when renewing, a node whose claim never answered
-// (TestClaimUnanswered_NotCounted).
+// an earlier copy on its way). Of an acquisition's requests, only its
+// undos delete a key (a first attempt's claim that took a key reserved for
+// a queued waiter reports it yielded and leaves it to the undo). So every
+// undo ends the value it undid: the acquisition goes on with a new value,
+// and a late request for an old value touches nothing of the new one's
+// (TestLateUndo_TouchesNothingCounted, TestClaim_LateScriptDeletesNothing;
+// go-redsync v4.18.1 keeps one value for all of a Lock's tries). Later
+// attempts hand each old value's place in the queues to the new value, and
+// make a key an old value still holds ours (where an undo has not landed,
+// that can cost the waiter it would have woken a turn, never mutual
+// exclusion), until every node has answered one; meanwhile the old values' wake-ups wake the waiter. A node that
+// missed all of them (or a late attempt that queues an old value again)
+// may keep an old value first in its queue until its entry runs out, one
+// TTL after its last refresh; the hold's release and a waiter giving up
+// clear the old values too.
 //
-// Release deletes the key (compare-and-delete) on every node. Renewal every TTL/3 is a
-// compare-and-PEXPIRE on every node and succeeds on a majority; when it
-// does not (so many nodes refuse that no majority can hold the key any
-// more, or too few answer within the request timeout), the lease ends at
-// once; a renewal still waiting for a node at the local deadline (a frozen
-// node's answer could still make the majority) ends it then. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
+// Release deletes the key (compare-and-delete) on every node. Renewal
+// every TTL/3 is a compare-and-PEXPIRE on every node and succeeds on a
+// majority; when it does not (so many nodes refuse that no majority can
+// hold the key any more, or too few answer within the request timeout),
+// the lease ends at once; a renewal still waiting for a node at the local
+// deadline (a frozen node's answer could still make the majority) ends it
+// then. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
 //
 // # Waiting
 //

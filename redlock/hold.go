@@ -24,18 +24,16 @@ type hold struct {
 	// and leave our value there for a whole TTL.
 	settled <-chan struct{}
 
-	// unsure, when the hold came from a claim (see backend.claim), says
-	// which nodes answered it. On a node that did not, the claim's script
-	// may still run, late, and give our key there to a queued waiter: a
-	// renewal does not count such a node toward its majority.
-	unsure answered
+	// olds are values the acquisition gave up (see Acquire) that a node
+	// may still queue, or hold the key for: the release frees them too.
+	olds []string
 
 	endOnce sync.Once
 	endErr  error
 }
 
-func newHold(b *backend, k keys, value string, start time.Time, settled <-chan struct{}, unsure answered) *hold {
-	h := &hold{b: b, k: k, value: value, settled: settled, unsure: unsure}
+func newHold(b *backend, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) *hold {
+	h := &hold{b: b, k: k, value: value, olds: olds, settled: settled}
 	h.kp = b.sched.Start(start, b.cfg, h.renew)
 	return h
 }
@@ -71,9 +69,9 @@ func (h *hold) renew(ctx context.Context) error {
 		return struct{}{}, nil
 	}, func(_ []struct{}, errs []error) bool {
 		ok, refused := 0, 0
-		for i, err := range errs {
+		for _, err := range errs {
 			switch {
-			case err == nil && h.counts(i):
+			case err == nil:
 				ok++
 			case errors.Is(err, errRefused):
 				refused++
@@ -83,11 +81,9 @@ func (h *hold) renew(ctx context.Context) error {
 	})
 	ok, refused := 0, 0
 	var failed []error
-	for i, err := range errs {
+	for _, err := range errs {
 		switch {
 		case err == errPending:
-		case err == nil && !h.counts(i):
-			failed = append(failed, fmt.Errorf("%s: renewed, but not counted: its part of the acquisition never answered", h.b.nodes[i].where))
 		case err == nil:
 			ok++
 		case errors.Is(err, errRefused):
@@ -111,9 +107,6 @@ func (h *hold) renew(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", baton.ErrLeaseLost, &baton.UnavailableError{Where: h.b.where, Err: fmt.Errorf("renew %s: %d of %d nodes renewed, %d needed: %w", h.k.lock, ok, len(h.b.nodes), h.b.quorum, errors.Join(failed...))})
 }
 
-// counts reports whether a renewal on node i counts toward the majority.
-func (h *hold) counts(i int) bool { return h.unsure == nil || h.unsure[i].Load() }
-
 // Release deletes the key on every node where it still holds our value
 // (also nodes that failed to answer the acquisition) and wakes each node's
 // first waiter. Releasing a lost hold returns nil.
@@ -124,7 +117,7 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
-		err := h.b.unlock(ctx, h.k, h.value, true, true, h.b.releaseTimeout())
+		err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), append([]string{h.value}, h.olds...)...)
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		if err != nil && h.kp.Err() == cause {

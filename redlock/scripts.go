@@ -38,16 +38,20 @@ end
 // acquireScript sets K to ARGV[1] with TTL ARGV[2] ms when it is free and
 // no live waiter is before us. With ARGV[3] = "1" it joins (or refreshes
 // its place in) the queue with score ARGV[4] and channel ARGV[5] when it
-// cannot. ARGV[6] is "1" after a claim (see claim) set K to ARGV[1] but
-// found a queue: when a live waiter is first, K was free but reserved for
-// it, so the script frees K again and tells that waiter. ARGV[7], when
-// not empty, is a value the acquisition used before and gave up (see
-// Acquire): if K still holds it (an undo that has not landed, or an
-// attempt that landed late), the script first makes K ours with its TTL;
-// else, if the old value is queued, it puts ours in its place (the same
-// score: the acquisition's). So nothing of the old value stays behind to
-// block the node, and we keep our turn. It returns {1} when K holds our value, else {0, V,
-// PTTL, HEAD} as in the redis package.
+// cannot. It returns {1} when K holds our value, else {0, V, PTTL, HEAD}
+// as in the redis package.
+//
+// ARGV[6] is "1" after a claim (see claim) set K to ARGV[1] but found a
+// queue: when a live waiter is first, K was free but reserved for it. The
+// script then answers {0, WAITER, -2, 0, 1}: not held, and K yielded, but
+// still ours; the caller undoes it, unless it holds a majority without it.
+//
+// ARGV[7] and on are values the acquisition used before and gave up (see
+// Acquire). Where K still holds one (an undo that has not landed, or an
+// attempt that landed late), the script first makes K ours; where one is
+// queued, it puts ours in its place, with its entry and score. So nothing
+// of the old values stays behind to block the node, and the waiter keeps
+// its turn.
 //
 // First come the cases of a contended lock, before the helpers are
 // defined: K ours already; K held by another, where a waiter joins the
@@ -58,13 +62,23 @@ end
 // queue (our own entry needs no liveness check).
 var acquireScript = goredis.NewScript(rediskit.LuaQueue + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
-local v, wait, old = ARGV[1], ARGV[3] == '1', ARGV[7] or ''
-if old ~= '' then
+local v, wait = ARGV[1], ARGV[3] == '1'
+if #ARGV > 6 then
   local cur = redis.call('get', k)
-  if cur == old then redis.call('set', k, v, 'keepttl') end
-  if redis.call('zrem', q, old) == 1 then
-    redis.call('hdel', w, old)
-    if cur ~= old then redis.call('zadd', q, ARGV[4], v) end
+  for i = 7, #ARGV do
+    local old = ARGV[i]
+    if cur == old then
+      redis.call('set', k, v, 'px', ARGV[2])
+      cur = v
+    end
+    local e = redis.call('hget', w, old)
+    if redis.call('zrem', q, old) == 1 then
+      redis.call('hdel', w, old)
+      if e and cur ~= v then
+        redis.call('zadd', q, ARGV[4], v)
+        redis.call('hset', w, v, e)
+      end
+    end
   end
 end
 if ARGV[6] ~= '1' then
@@ -88,10 +102,9 @@ end
 ` + luaHelpers + `
 local now = clock()
 if ARGV[6] == '1' and redis.call('get', k) == v then
-  local h, e = live_head(q, w, now)
+  local h = live_head(q, w, now)
   if not h then return {1} end
-  redis.call('del', k)
-  redis.call('publish', select(3, entry(e)), h)
+  return {0, h, -2, 0, 1}
 end
 local cur = redis.call('get', k)
 if cur == v then

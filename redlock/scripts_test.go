@@ -35,3 +35,104 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 		t.Errorf("%d entries queued, want ours alone", n)
 	}
 }
+
+// TestAcquireScript_OldValues: a value the acquisition gave up (ARGV[7]
+// and on) hands its place and its key to the new one, and nothing of it
+// stays behind.
+func TestAcquireScript_OldValues(t *testing.T) {
+	k := (&backend{prefix: DefaultPrefix}).keys("job")
+	live := func(s *redistest.Server, ch string) string { return fmt.Sprintf("0 %d 10000 %s", s.NowMS(), ch) }
+	for _, tc := range []struct {
+		name     string
+		setup    func(s *redistest.Server)
+		held     bool
+		head     bool
+		queue    []string // the queue after, in order
+		key      string   // K after ("" free)
+		newEntry bool     // new has an entry after
+	}{{
+		name:  "the key still holds an old value: it becomes ours",
+		setup: func(s *redistest.Server) { s.Hold(k.lock, "old") },
+		held:  true, key: "new",
+	}, {
+		name: "an old value first in the queue, the key held: ours takes its place",
+		setup: func(s *redistest.Server) {
+			s.Hold(k.lock, "other")
+			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
+			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
+		},
+		head: true, queue: []string{"new", "behind"}, key: "other", newEntry: true,
+	}, {
+		name: "an old value first in the queue, the key free: ours takes the key",
+		setup: func(s *redistest.Server) {
+			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
+			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
+		},
+		held: true, queue: []string{"behind"}, key: "new",
+	}, {
+		name: "a dead entry ahead of the old value, the key free: ours takes the key",
+		setup: func(s *redistest.Server) {
+			s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("0 %d 1000 ch-d", s.NowMS()-5000))
+			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
+			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
+		},
+		held: true, queue: []string{"behind"}, key: "new",
+	}, {
+		name: "the old value gone already: a plain join",
+		setup: func(s *redistest.Server) {
+			s.Hold(k.lock, "other")
+			s.Plant(k.q, k.w, "first", 50, live(s, "ch-f"))
+		},
+		queue: []string{"first", "new"}, key: "other", newEntry: true,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			tc.setup(s)
+			r := s.Acquire(acquireScript, k.all(), "new", 10000, "1", 100, "ch-new", "0", "old")
+			if r.Held != tc.held || (!tc.held && r.Head != tc.head) {
+				t.Errorf("answer %+v; want held %v, first %v", r, tc.held, tc.head)
+			}
+			if got := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); fmt.Sprint(got) != fmt.Sprint(append([]string{}, tc.queue...)) {
+				t.Errorf("queue %v; want %v", got, tc.queue)
+			}
+			if got := s.C.Get(s.Ctx, k.lock).Val(); got != tc.key {
+				t.Errorf("key holds %q; want %q", got, tc.key)
+			}
+			if s.C.HExists(s.Ctx, k.w, "old").Val() {
+				t.Error("the old value's entry is still there")
+			}
+			if got := s.C.HExists(s.Ctx, k.w, "new").Val(); got != tc.newEntry {
+				t.Errorf("new value's entry there: %v; want %v", got, tc.newEntry)
+			}
+		})
+	}
+}
+
+// TestAcquireScript_ClaimYields: after a claim took a free key reserved
+// for a live waiter, the script answers "yielded" and leaves the key as
+// it is: only the caller's undo frees it, so a late copy of the script
+// can delete nothing.
+func TestAcquireScript_ClaimYields(t *testing.T) {
+	s := redistest.Start(t)
+	k := (&backend{prefix: DefaultPrefix}).keys("job")
+	s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("0 %d 10000 ch-w", s.NowMS()))
+	s.Hold(k.lock, "claimer")
+	res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, "ch-c", "1").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res) != "[0 waiter -2 0 1]" {
+		t.Errorf("answer %v; want [0 waiter -2 0 1] (not held, the waiter first, yielded)", res)
+	}
+	if got := s.C.Get(s.Ctx, k.lock).Val(); got != "claimer" {
+		t.Errorf("key holds %q; want the claimer's value, left for its undo", got)
+	}
+	for range 2 { // a late copy changes nothing
+		if _, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, "ch-c", "1").Slice(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.C.Get(s.Ctx, k.lock).Val(); got != "claimer" {
+		t.Errorf("after a late copy the key holds %q; want the claimer's value", got)
+	}
+}
