@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -18,7 +19,9 @@ type nodeResult struct {
 	head   bool          // we are first in that node's queue
 
 	// yielded: a claim took the key there, but a live waiter was first
-	// (see claim); the key holds our value, and is not counted as held.
+	// (see claim). The key holds our value; the attempt does not count
+	// it, and undoes it unless the other nodes make a majority (then it is
+	// the hold's, and its renewals count it).
 	yielded bool
 }
 
@@ -111,10 +114,7 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 // runAcquire runs acquireScript on node n with ARGV[3] wait, ARGV[6]
 // claimed and, from ARGV[7] on, olds.
 func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string, olds []string, wait string, score int64, claimed string) (nodeResult, error) {
-	args := []any{value, b.ttlMS(), wait, score, b.channel, claimed}
-	for _, o := range olds {
-		args = append(args, o)
-	}
+	args := append([]any{value, b.ttlMS(), wait, score, b.channel, claimed}, anys(olds)...)
 	res, err := acquireScript.Run(ctx, n.client, k.all(), args...).Slice()
 	var r rediskit.Reply
 	if err == nil {
@@ -170,7 +170,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	defer func() {
 		if queued {
 			for _, n := range b.nodes {
-				for _, v := range append(olds, value) {
+				for _, v := range slices.Concat(olds, []string{value}) {
 					n.wake.Unregister(v)
 				}
 			}
@@ -199,12 +199,19 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// a key that a later attempt took there again. So every undo
 			// ends the value it undid: the acquisition goes on with a new
 			// one, and a late request for an old value touches nothing
-			// of the new one's. Later attempts hand the old values'
-			// places in the queues to the new one, and make a key an old
-			// one still holds ours (acquireScript's ARGV[7] and on); until
-			// every node has answered one, the old values stay
-			// registered, so that their wake-ups wake us.
+			// of the new one's. Every later attempt hands the old values'
+			// places in the queues to the new one, and makes a key an old
+			// one still holds ours (acquireScript's ARGV[7] and on): a
+			// late attempt may queue an old value again. The old values
+			// stay registered, so that their wake-ups wake us. At most
+			// maxOlds are kept, the latest.
 			olds = append(olds, value)
+			if len(olds) > maxOlds {
+				for _, n := range b.nodes {
+					n.wake.Unregister(olds[0])
+				}
+				olds = slices.Delete(olds, 0, 1)
+			}
 			value = rediskit.NewValue(req.Holder)
 			if queued {
 				for _, n := range b.nodes {
@@ -216,17 +223,6 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		start := time.Now()
 		claim := first && !queued
 		r := b.attempt(ctx, k, value, olds, queued, claim, score)
-		if len(olds) > 0 && !claim && answeredAll(r.errs) {
-			// Every node handed the old values over: forget them.
-			if queued {
-				for _, n := range b.nodes {
-					for _, v := range olds {
-						n.wake.Unregister(v)
-					}
-				}
-			}
-			olds = nil
-		}
 		if r.held >= b.quorum {
 			h, err := b.held(ctx, k, value, olds, start, r.settled)
 			if err == nil || !errors.Is(err, errTooLate) {
@@ -351,19 +347,23 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []strin
 		return // a failed attempt was undone already
 	}
 	<-settled
-	if err := b.unlock(ctx, k, true, true, b.releaseTimeout(), append(olds, value)...); err != nil {
+	if err := b.unlock(ctx, k, true, true, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
 }
 
-// answeredAll reports whether every node answered an attempt.
-func answeredAll(errs []error) bool {
-	for _, err := range errs {
-		if err != nil {
-			return false
-		}
+// maxOlds bounds the values an acquisition gave up that it keeps handing
+// over (see Acquire): an acquisition undoes an attempt in a few percent
+// of contended holds, seldom twice.
+const maxOlds = 8
+
+// anys makes ss arguments for a script.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
 	}
-	return true
+	return out
 }
 
 var errTooLate = errors.New("acquired after the lease's validity ended")

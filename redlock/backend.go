@@ -318,10 +318,11 @@ func (b *backend) releaseTimeout() time.Duration {
 	return min(b.cfg.ReleaseTimeout, b.cfg.RequestTimeout)
 }
 
-// unlock deletes the lock on every node where it holds one of values, on
-// a detached context bounded by timeout. With leave it also leaves the
-// wait queues; with notify it tells each node's first waiter. It returns
-// an error only when no majority answered.
+// unlock deletes the lock on every node where it holds one of values, in
+// one script run per node, on a detached context bounded by timeout. With
+// leave it also takes the values out of the wait queues; with notify it
+// tells each node's first waiter. It returns an error only when no
+// majority answered.
 func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeout time.Duration, values ...string) error {
 	l, nt := "0", "0"
 	if leave {
@@ -331,10 +332,9 @@ func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeou
 		nt = "1"
 	}
 	_, errs := each(context.WithoutCancel(ctx), b, timeout, func(ctx context.Context, n *node) (struct{}, error) {
-		for _, v := range values {
-			if err := unlockScript.Run(ctx, n.client, k.all(), v, l, nt).Err(); err != nil {
-				return struct{}{}, n.err("release "+k.lock, err)
-			}
+		args := append([]any{l, nt}, anys(values)...)
+		if err := unlockScript.Run(ctx, n.client, k.all(), args...).Err(); err != nil {
+			return struct{}{}, n.err("release "+k.lock, err)
 		}
 		return struct{}{}, nil
 	}, nil)

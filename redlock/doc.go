@@ -35,15 +35,15 @@
 // undo ends the value it undid: the acquisition goes on with a new value,
 // and a late request for an old value touches nothing of the new one's
 // (TestLateUndo_TouchesNothingCounted, TestClaim_LateScriptDeletesNothing;
-// go-redsync v4.18.1 keeps one value for all of a Lock's tries). Later
-// attempts hand each old value's place in the queues to the new value, and
-// make a key an old value still holds ours (where an undo has not landed,
-// that can cost the waiter it would have woken a turn, never mutual
-// exclusion), until every node has answered one; meanwhile the old values' wake-ups wake the waiter. A node that
-// missed all of them (or a late attempt that queues an old value again)
-// may keep an old value first in its queue until its entry runs out, one
-// TTL after its last refresh; the hold's release and a waiter giving up
-// clear the old values too.
+// go-redsync v4.18.1 keeps one value for all of a Lock's tries). Every
+// later attempt hands each old value's place in the queues to the new
+// value, and makes a key an old value still holds ours (where an undo has
+// not landed, that can cost the waiter it would have woken a turn, never
+// mutual exclusion); the old values' wake-ups wake the waiter, and the
+// hold's release and a waiter giving up clear them too. An acquisition
+// keeps its last 8 old values; an older one that a late attempt queued
+// again can stay first in a node's queue until its entry runs out, one
+// TTL after its last refresh.
 //
 // Release deletes the key (compare-and-delete) on every node. Renewal
 // every TTL/3 is a compare-and-PEXPIRE on every node and succeeds on a

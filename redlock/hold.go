@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -117,7 +118,7 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
-		err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), append([]string{h.value}, h.olds...)...)
+		err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		if err != nil && h.kp.Err() == cause {

@@ -651,17 +651,7 @@ func TestClaim_LateScriptDeletesNothing(t *testing.T) {
 	// counts node 0 while the script waits, and comes after the node
 	// timeout, when a has given up on the script and closed its
 	// connection.
-	for prev := cs[2].PTTL(ctx, key).Val(); ; {
-		cur := cs[2].PTTL(ctx, key).Val()
-		if cur > prev {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("a did not renew within 30s")
-		}
-		prev = cur
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRenewal(t, ctx, cs[2], key)
 	if err := cs[1].PExpire(ctx, key, time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -676,7 +666,26 @@ func TestClaim_LateScriptDeletesNothing(t *testing.T) {
 	if rediskit.HolderOf(v2) != "a" || v0 != v2 {
 		t.Errorf("after the claim's late script, node 0 holds %q and node 2 %q; want a's value on both", rediskit.HolderOf(v0), rediskit.HolderOf(v2))
 	}
+	// And a renewal after it finds the majority that is there.
+	waitRenewal(t, ctx, cs[2], key)
 	if err := la.Err(); err != nil {
 		t.Errorf("lease ended: %v", err)
+	}
+}
+
+// waitRenewal waits until the key's TTL on c goes up: a renewal. It polls
+// the server's state, not a clock.
+func waitRenewal(t *testing.T, ctx context.Context, c goredis.UniversalClient, key string) {
+	t.Helper()
+	for prev := c.PTTL(ctx, key).Val(); ; {
+		cur := c.PTTL(ctx, key).Val()
+		if cur > prev {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no renewal of %s within the test's time", key)
+		}
+		prev = cur
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -48,8 +48,9 @@ end
 //
 // ARGV[7] and on are values the acquisition used before and gave up (see
 // Acquire). Where K still holds one (an undo that has not landed, or an
-// attempt that landed late), the script first makes K ours; where one is
-// queued, it puts ours in its place, with its entry and score. So nothing
+// attempt that landed late), the script first makes K ours, with our TTL;
+// where one is queued, it puts ours in its place, with its entry, at our
+// score (ARGV[4], one per acquisition, so the old one's too). So nothing
 // of the old values stays behind to block the node, and the waiter keeps
 // its turn.
 //
@@ -71,8 +72,8 @@ if #ARGV > 6 then
       redis.call('set', k, v, 'px', ARGV[2])
       cur = v
     end
-    local e = redis.call('hget', w, old)
     if redis.call('zrem', q, old) == 1 then
+      local e = redis.call('hget', w, old)
       redis.call('hdel', w, old)
       if e and cur ~= v then
         redis.call('zadd', q, ARGV[4], v)
@@ -125,24 +126,33 @@ if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
 `)
 
-// unlockScript deletes K if it holds ARGV[1]. With ARGV[2] = "1" it also
-// leaves the queue; with ARGV[3] = "1" it tells the first live waiter that
-// K is free. It returns 1 when K was ours. A lock with no queue, and an
-// unlock that tells no one, are done with before the helpers are defined
-// (each definition makes a closure, on every run).
+// unlockScript deletes K if it holds one of the values ARGV[3] and on (an
+// acquisition's, and those it gave up: see Acquire). With ARGV[1] = "1" it
+// also takes them all out of the queue, before it looks for a waiter to
+// tell; with ARGV[2] = "1" it tells the first live waiter that K is free.
+// It returns 1 when K was ours. A lock with no queue, and an unlock that
+// tells no one, are done with before the helpers are defined (each
+// definition makes a closure, on every run).
 var unlockScript = goredis.NewScript(`
-local k, q, w, v = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local k, q, w = KEYS[1], KEYS[2], KEYS[3]
+local cur = redis.call('get', k)
+local ours = false
+for i = 3, #ARGV do
+  if cur == ARGV[i] then ours = true end
+end
 if redis.call('exists', q) == 0 then
-  if redis.call('get', k) ~= v then return 0 end
+  if not ours then return 0 end
   redis.call('del', k)
   return 1
 end
-if ARGV[2] == '1' and redis.call('zrem', q, v) == 1 then
-  redis.call('hdel', w, v)
+if ARGV[1] == '1' then
+  for i = 3, #ARGV do
+    if redis.call('zrem', q, ARGV[i]) == 1 then redis.call('hdel', w, ARGV[i]) end
+  end
 end
-if redis.call('get', k) ~= v then return 0 end
+if not ours then return 0 end
 redis.call('del', k)
-if ARGV[3] ~= '1' then return 1 end
+if ARGV[2] ~= '1' then return 1 end
 ` + rediskit.LuaQueue + luaHelpers + `
 notify_head(q, w)
 return 1

@@ -3,6 +3,7 @@ package redlock
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediskit/redistest"
@@ -42,18 +43,50 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 func TestAcquireScript_OldValues(t *testing.T) {
 	k := (&backend{prefix: DefaultPrefix}).keys("job")
 	live := func(s *redistest.Server, ch string) string { return fmt.Sprintf("0 %d 10000 %s", s.NowMS(), ch) }
+	// holdFor sets the key to an old value with 5s left, half our TTL.
+	holdFor := func(s *redistest.Server, v string) {
+		if err := s.C.Set(s.Ctx, k.lock, v, 5*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name     string
 		setup    func(s *redistest.Server)
+		olds     []any
 		held     bool
 		head     bool
 		queue    []string // the queue after, in order
 		key      string   // K after ("" free)
 		newEntry bool     // new has an entry after
 	}{{
-		name:  "the key still holds an old value: it becomes ours",
-		setup: func(s *redistest.Server) { s.Hold(k.lock, "old") },
+		name:  "the key still holds an old value: it becomes ours, with our TTL",
+		setup: func(s *redistest.Server) { holdFor(s, "old") },
 		held:  true, key: "new",
+	}, {
+		name: "the key holds the older of two old values, the newer is queued: the key is ours, the entry gone",
+		setup: func(s *redistest.Server) {
+			holdFor(s, "older")
+			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
+			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
+		},
+		olds: []any{"older", "old"},
+		held: true, queue: []string{"behind"}, key: "new",
+	}, {
+		name: "the key holds an old value that is also queued: the key is ours, the entry gone",
+		setup: func(s *redistest.Server) {
+			holdFor(s, "old")
+			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
+		},
+		held: true, key: "new",
+	}, {
+		name: "the new value already queued beside the old: one place, first",
+		setup: func(s *redistest.Server) {
+			s.Hold(k.lock, "other")
+			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
+			s.Plant(k.q, k.w, "new", 100, live(s, "ch-new"))
+			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
+		},
+		head: true, queue: []string{"new", "behind"}, key: "other", newEntry: true,
 	}, {
 		name: "an old value first in the queue, the key held: ours takes its place",
 		setup: func(s *redistest.Server) {
@@ -88,7 +121,11 @@ func TestAcquireScript_OldValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
 			tc.setup(s)
-			r := s.Acquire(acquireScript, k.all(), "new", 10000, "1", 100, "ch-new", "0", "old")
+			olds := tc.olds
+			if olds == nil {
+				olds = []any{"old"}
+			}
+			r := s.Acquire(acquireScript, k.all(), append([]any{"new", 10000, "1", 100, "ch-new", "0"}, olds...)...)
 			if r.Held != tc.held || (!tc.held && r.Head != tc.head) {
 				t.Errorf("answer %+v; want held %v, first %v", r, tc.held, tc.head)
 			}
@@ -98,8 +135,16 @@ func TestAcquireScript_OldValues(t *testing.T) {
 			if got := s.C.Get(s.Ctx, k.lock).Val(); got != tc.key {
 				t.Errorf("key holds %q; want %q", got, tc.key)
 			}
-			if s.C.HExists(s.Ctx, k.w, "old").Val() {
-				t.Error("the old value's entry is still there")
+			for _, o := range olds {
+				if s.C.HExists(s.Ctx, k.w, o.(string)).Val() {
+					t.Errorf("the entry of old value %v is still there", o)
+				}
+			}
+			if tc.key == "new" {
+				// The old value had 5s left; ours is 10s.
+				if pttl := s.C.PTTL(s.Ctx, k.lock).Val(); pttl < 9*time.Second {
+					t.Errorf("key's PTTL %v after the script; want ours, about 10s", pttl)
+				}
 			}
 			if got := s.C.HExists(s.Ctx, k.w, "new").Val(); got != tc.newEntry {
 				t.Errorf("new value's entry there: %v; want %v", got, tc.newEntry)

@@ -38,8 +38,9 @@ func NewWakeChannel() string {
 	return WakeChannelPrefix + hex.EncodeToString(id)
 }
 
-// NewValue makes an acquisition's value: 128 random bits from crypto/rand,
-// unique to this acquisition, then the holder identity for status.
+// NewValue makes a value for an acquisition: 128 random bits from
+// crypto/rand, never made twice (a Redlock acquisition makes a new one
+// after each undo), then the holder identity for status.
 func NewValue(holder string) string {
 	r := make([]byte, 16)
 	_, _ = rand.Read(r) // never fails (crypto/rand)
