@@ -17,6 +17,10 @@ type attempt struct {
 	holder string        // the holder's value, or the reserved waiter's
 	pttl   time.Duration // the key's remaining TTL; negative when free or without expiry
 	head   bool          // we are first in the wait queue
+
+	// handed: a claim's script ran and did not keep the key, which it
+	// may have handed to a waiter (see Acquire).
+	handed bool
 }
 
 // try runs the acquire script once. With wait it joins (or refreshes its
@@ -57,6 +61,7 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 	if err != nil {
 		b.leave(ctx, k, value)
 	}
+	a.handed = !a.held
 	return a, err
 }
 
@@ -127,6 +132,15 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: rediskit.HolderOf(a.holder)}
 		}
 		if !queued {
+			if a.handed {
+				// The claim's script may have handed the key on where it
+				// held our value. go-redis sends a request again after a
+				// read timeout, and a first copy still on its way would
+				// do that once more, late: after the lock came back to
+				// us, it would hand on the key we hold. So the wait goes
+				// on with a new value, which that copy cannot touch.
+				value = rediskit.NewValue(req.Holder)
+			}
 			// Subscribe before joining the queue, so that the handoff
 			// message cannot be published before anyone listens.
 			octx, cancel := b.op(ctx)

@@ -52,7 +52,10 @@ var _ baton.Backend = (*backend)(nil)
 // the Locker does not close it. Set ContextTimeoutEnabled in the client's
 // options (Open does), so that context deadlines bound each command on the
 // socket (go-redis interrupts a read at a deadline, not at a cancellation);
-// renewals are bounded by the local deadline either way.
+// renewals are bounded by the local deadline either way. Set MaxRetries to
+// -1 as well (Open does): baton retries within its own deadlines, and a
+// copy go-redis sends again after a read timeout can, arriving late, leave
+// a key behind that blocks the lock for one TTL.
 //
 // Options: baton.WithTTL (at least MinTTL; default 15s),
 // baton.WithPrefix (default DefaultPrefix; no braces, which would change

@@ -775,3 +775,94 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 		}
 	}
 }
+
+// TestClaim_ResentScriptHandsNothingLate: go-redis sends a request again,
+// on another connection, after a read timeout (MaxRetries at its default),
+// while the first copy may still be on its way. A newcomer's claim that
+// found the lock reserved for a queued waiter hands it to that waiter in
+// its script; a late first copy of that script must not hand on the key
+// the newcomer holds by then.
+//
+// a holds, w queues, a's key goes: the lock is free but w's. n's claim
+// takes it, and its script's first copy is held back in the network past
+// n's client's read timeout; the resent copy hands the lock to w. n
+// queues, w releases to n, x queues behind n. Then the first copy lands:
+// the key must still be n's, not handed to x.
+func TestClaim_ResentScriptHandsNothingLate(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	ctx := timeout(t, 30*time.Second)
+	a := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("a"))
+	w := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("w"))
+	x := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("x"))
+	px := testsvc.NewProxy(t, srv.Addr)
+	resending := goredis.NewClient(&goredis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2, ReadTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = resending.Close() })
+	n, err := redis.New(resending, baton.WithTTL(30*time.Second), baton.WithRequestTimeout(5*time.Second), baton.WithHolder("n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+
+	la, err := a.Acquire(ctx, "resent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *baton.Lease
+		err error
+	}
+	acquire := func(l *baton.Locker) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, "resent")
+			ch <- result{lease, err}
+		}()
+		return ch
+	}
+	wGot := acquire(w)
+	waitQueued(t, cli, la.Key(), 1)
+	if err := cli.Del(ctx, la.Key()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	held := px.HoldFirst([]byte(redis.AcquireScriptHash))
+	defer held.Release()
+	nGot := acquire(n)
+	<-held.Caught()
+	rw := <-wGot
+	if rw.err != nil {
+		t.Fatal(rw.err)
+	}
+	waitQueued(t, cli, la.Key(), 1) // n
+	if err := rw.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rn := <-nGot
+	if rn.err != nil {
+		t.Fatal(rn.err)
+	}
+	xGot := acquire(x)
+	waitQueued(t, cli, la.Key(), 1) // x
+	held.Release()
+	select {
+	case <-held.Done():
+	case <-ctx.Done():
+		t.Fatal("the server did not close the held connection within 30s")
+	}
+
+	if v := cli.Get(ctx, la.Key()).Val(); rediskit.HolderOf(v) != "n" {
+		t.Errorf("after the late copy of n's claim script the key holds %q; want n's", rediskit.HolderOf(v))
+	}
+	select {
+	case rx := <-xGot:
+		t.Fatalf("x acquired while n holds (err %v)", rx.err)
+	default:
+	}
+	if err := rn.l.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	if rx := <-xGot; rx.err != nil {
+		t.Error(rx.err)
+	}
+}

@@ -66,6 +66,11 @@ var _ baton.Backend = (*backend)(nil)
 // node (not replicas of each other): an odd number, at least 3. It is an
 // efficiency lock with no fencing token (see the package documentation).
 // The clients stay the caller's: closing the Locker does not close them.
+// Set ContextTimeoutEnabled and MaxRetries: -1 in their options, as Open
+// does: context deadlines then bound each request on the socket, and
+// go-redis sends no copy of a request again after a read timeout (each
+// attempt is a Redlock round; a copy arriving late can leave a key behind
+// that blocks a node for one TTL).
 //
 // Options: baton.WithTTL (at least MinTTL; default 15s), baton.WithDrift
 // (default TTL/100 + 2ms: the clock drift allowed between this host and
