@@ -18,8 +18,8 @@ func runContended(b *testing.B, cs []benchcycle.Cycler) {
 
 // newClient returns a go-redis client for addr, closed when b ends, set up
 // as a program using baton should set it up (context deadlines honoured,
-// no request sent again by go-redis); no request fails in a benchmark, so
-// the peers run as with their own defaults.
+// no request sent again by go-redis). The peers get the same clients; no
+// request fails in a benchmark, so MaxRetries changes nothing for them.
 func newClient(b *testing.B, addr string) *goredis.Client {
 	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	b.Cleanup(func() { _ = c.Close() })

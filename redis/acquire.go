@@ -18,9 +18,9 @@ type attempt struct {
 	pttl   time.Duration // the key's remaining TTL; negative when free or without expiry
 	head   bool          // we are first in the wait queue
 
-	// handed: a claim's script ran and did not keep the key, which it
-	// may have handed to a waiter (see Acquire).
-	handed bool
+	// yielded: a claim took the key, but a live waiter was first (see
+	// claim).
+	yielded bool
 }
 
 // try runs the acquire script once. With wait it joins (or refreshes its
@@ -37,11 +37,16 @@ func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (att
 // queue: rediskit.Claim, marked by the queue and the observers' mark, with
 // GET for an attempt that will not wait (holder). When the SET took the
 // free key and neither mark was there, the lock is ours. When a mark was
-// there, the acquire script finishes the claim: the first live waiter
+// there, the acquire script finishes the claim: when the first live waiter
 // (there only when the last holder's key expired: a handoff never leaves
-// the key free) was there first and is handed the lock; else we keep it
-// and observers are told. A waiting acquisition sends no GET: its next
-// attempt finds a key a re-sent pipeline took its own (cur == v).
+// the key free) was there first, the script says so and the release
+// script hands it the lock (leave); else we keep it and observers are
+// told. The acquire script itself hands nothing on: go-redis sends a
+// request again after a read timeout, while the first copy may still be
+// on its way, and a late copy that handed on a key we hold by then would
+// break mutual exclusion (TestClaim_ResentScriptHandsNothingLate). A
+// waiting acquisition sends no GET: its next attempt finds a key a
+// re-sent pipeline took its own (cur == v).
 func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) (attempt, error) {
 	octx, cancel := b.op(ctx)
 	c, err := rediskit.Claim(octx, b.client, k.lock, value, b.ttlMS(), holder, k.q, k.n)
@@ -58,10 +63,9 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 		return attempt{held: true}, nil
 	}
 	a, err := b.runAcquire(ctx, k, value, "0", "1")
-	if err != nil {
+	if err != nil || a.yielded {
 		b.leave(ctx, k, value)
 	}
-	a.handed = !a.held
 	return a, err
 }
 
@@ -77,7 +81,12 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed s
 	if err != nil {
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	}
-	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head}, nil
+	yielded := false
+	if len(res) > 4 {
+		y, _ := res[4].(int64)
+		yielded = y == 1
+	}
+	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: yielded}, nil
 }
 
 // Acquire implements baton.Backend.
@@ -132,12 +141,10 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: rediskit.HolderOf(a.holder)}
 		}
 		if !queued {
-			if a.handed {
-				// The claim's script may have handed the key on where it
-				// held our value. go-redis sends a request again after a
-				// read timeout, and a first copy still on its way would
-				// do that once more, late: after the lock came back to
-				// us, it would hand on the key we hold. So the wait goes
+			if a.yielded {
+				// The claim handed the key on with a release of our
+				// value, which a copy arriving late (see claim) would
+				// do again once the lock came back to us: the wait goes
 				// on with a new value, which that copy cannot touch.
 				value = rediskit.NewValue(req.Holder)
 			}

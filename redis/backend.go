@@ -55,7 +55,8 @@ var _ baton.Backend = (*backend)(nil)
 // renewals are bounded by the local deadline either way. Set MaxRetries to
 // -1 as well (Open does): baton retries within its own deadlines, and a
 // copy go-redis sends again after a read timeout can, arriving late, leave
-// a key behind that blocks the lock for one TTL.
+// a key behind that blocks the lock for one TTL (it breaks no mutual
+// exclusion: see the package documentation).
 //
 // Options: baton.WithTTL (at least MinTTL; default 15s),
 // baton.WithPrefix (default DefaultPrefix; no braces, which would change

@@ -58,12 +58,14 @@
 //   - Release and renewal act only on our own value: a holder whose key
 //     expired and was taken by another can neither delete nor extend the
 //     new holder's key.
-//   - A request delivered late, or twice (go-redis sends a request again
-//     after a read timeout, on another connection, while the first copy
-//     may still be on its way), hands on or deletes nothing of a later
-//     hold: an acquisition's release or undo ends it, and after a claim
-//     whose script may have handed the key on, the wait goes on with a
-//     new value (TestClaim_ResentScriptHandsNothingLate).
+//   - A request of an acquisition delivered late, or twice (go-redis
+//     sends a request again after a read timeout, on another connection,
+//     while the first copy may still be on its way), hands on or deletes
+//     nothing of a later hold: the acquire script hands nothing on (a
+//     claim that finds a waiter first leaves the key to a release of its
+//     value), and after a release of its value an acquisition ends or, a
+//     claim's, waits with a new value
+//     (TestClaim_ResentScriptHandsNothingLate).
 //   - A refused renewal (the key is gone or holds another value) or a
 //     failed one (an error, no answer within the request timeout) ends the
 //     lease at once: Done closes, Err is a *baton.LostError, the work
@@ -108,8 +110,9 @@
 // braces). For a client you build yourself, set ContextTimeoutEnabled so
 // that context deadlines reach the socket (go-redis interrupts a read at a
 // deadline, not at a cancellation), and MaxRetries: -1: baton retries
-// within its own deadlines, and a copy go-redis sends again can leave a
-// key behind that blocks the lock for one TTL; Open does both. A Release
+// within its own deadlines, and a copy go-redis sends again, or one that
+// arrives late, can leave a key behind that blocks the lock for one TTL;
+// Open does both. A Release
 // waits for a renewal in flight, so it can take up to the request timeout
 // longer than the release timeout. Any renewal error ends the lease, also
 // one that says nothing about the key (the client's pool timing out under

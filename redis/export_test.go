@@ -1,5 +1,17 @@
 package redis
 
+import (
+	"context"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
 // AcquireScriptHash is the SHA1 an attempt names in EVALSHA, for tests
 // that pick that request out on the wire.
 var AcquireScriptHash = acquireScript.Hash()
+
+// LoadAcquireScript loads the acquire script on c, so that a held EVALSHA
+// runs when it lands instead of finding no script.
+func LoadAcquireScript(ctx context.Context, c goredis.Scripter) error {
+	return acquireScript.Load(ctx, c).Err()
+}

@@ -779,79 +779,125 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 // TestClaim_ResentScriptHandsNothingLate: go-redis sends a request again,
 // on another connection, after a read timeout (MaxRetries at its default),
 // while the first copy may still be on its way. A newcomer's claim that
-// found the lock reserved for a queued waiter hands it to that waiter in
-// its script; a late first copy of that script must not hand on the key
-// the newcomer holds by then.
+// found a mark (a queue, an observer) runs the acquire script after its
+// SET; a late first copy of that script must change nothing once the
+// newcomer holds the lock and another client waits.
 //
-// a holds, w queues, a's key goes: the lock is free but w's. n's claim
-// takes it, and its script's first copy is held back in the network past
-// n's client's read timeout; the resent copy hands the lock to w. n
-// queues, w releases to n, x queues behind n. Then the first copy lands:
-// the key must still be n's, not handed to x.
+// n's claim takes the free key, and its script's first copy is held back
+// in the network past n's client's read timeout (1s), so the copy sent
+// again decides. Then n holds, x queues behind n, and the first copy
+// lands: the key must still be n's.
 func TestClaim_ResentScriptHandsNothingLate(t *testing.T) {
+	// reserved: a holds, w queues, a's key goes: the lock is free but
+	// w's. n's claim yields it to w (its release hands it over), n queues
+	// and w releases to n.
+	t.Run("reserved for a waiter", func(t *testing.T) {
+		resentClaim(t, func(t *testing.T, ctx context.Context, env claimEnv) {
+			la, err := env.a.Acquire(ctx, "resent")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wGot := env.acquire(env.w)
+			waitQueued(t, env.cli, la.Key(), 1)
+			if err := env.cli.Del(ctx, la.Key()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			env.claim()
+			rw := <-wGot
+			if rw.err != nil {
+				t.Fatal(rw.err)
+			}
+			waitQueued(t, env.cli, la.Key(), 1) // n
+			if err := rw.l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	// observed: only an observer's mark is there; the copy sent again
+	// keeps the key for n.
+	t.Run("observed", func(t *testing.T) {
+		resentClaim(t, func(t *testing.T, ctx context.Context, env claimEnv) {
+			if err := env.cli.Set(ctx, "{"+redis.DefaultPrefix+"resent}:n", "1", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			env.claim()
+		})
+	})
+}
+
+// claimEnv is what resentClaim gives its scenario.
+type claimEnv struct {
+	cli     *goredis.Client
+	a, w    *baton.Locker
+	acquire func(l *baton.Locker) <-chan acquired
+	claim   func() // starts n's Acquire and waits for its script to be held
+}
+
+type acquired struct {
+	l   *baton.Lease
+	err error
+}
+
+// resentClaim runs a scenario that leads to n's claim (env.claim), then
+// waits for n to hold, queues x, delivers the held first copy of n's
+// script, and checks that n still holds the key and x waits.
+func resentClaim(t *testing.T, scenario func(t *testing.T, ctx context.Context, env claimEnv)) {
 	srv := testsvc.StartRedis(t)
-	cli := client(t, srv.Addr)
 	ctx := timeout(t, 30*time.Second)
-	a := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("a"))
-	w := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("w"))
-	x := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("x"))
 	px := testsvc.NewProxy(t, srv.Addr)
-	resending := goredis.NewClient(&goredis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2, ReadTimeout: 300 * time.Millisecond})
+	resending := goredis.NewClient(&goredis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2, ReadTimeout: time.Second})
 	t.Cleanup(func() { _ = resending.Close() })
 	n, err := redis.New(resending, baton.WithTTL(30*time.Second), baton.WithRequestTimeout(5*time.Second), baton.WithHolder("n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close() })
-
-	la, err := a.Acquire(ctx, "resent")
-	if err != nil {
-		t.Fatal(err)
+	env := claimEnv{
+		cli: client(t, srv.Addr),
+		a:   newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("a")),
+		w:   newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("w")),
 	}
-	type result struct {
-		l   *baton.Lease
-		err error
-	}
-	acquire := func(l *baton.Locker) <-chan result {
-		ch := make(chan result, 1)
+	x := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("x"))
+	env.acquire = func(l *baton.Locker) <-chan acquired {
+		ch := make(chan acquired, 1)
 		go func() {
 			lease, err := l.Acquire(ctx, "resent")
-			ch <- result{lease, err}
+			ch <- acquired{lease, err}
 		}()
 		return ch
 	}
-	wGot := acquire(w)
-	waitQueued(t, cli, la.Key(), 1)
-	if err := cli.Del(ctx, la.Key()).Err(); err != nil {
+	// The acquire script must be loaded for the held EVALSHA to run.
+	if err := redis.LoadAcquireScript(ctx, env.cli); err != nil {
 		t.Fatal(err)
 	}
-
 	held := px.HoldFirst([]byte(redis.AcquireScriptHash))
-	defer held.Release()
-	nGot := acquire(n)
-	<-held.Caught()
-	rw := <-wGot
-	if rw.err != nil {
-		t.Fatal(rw.err)
+	var nGot <-chan acquired
+	env.claim = func() {
+		nGot = env.acquire(n)
+		select {
+		case <-held.Caught():
+		case r := <-nGot:
+			t.Fatalf("n's Acquire returned before its claim's script was held: %v", r.err)
+		case <-ctx.Done():
+			t.Fatal("n's claim's script not seen within 30s")
+		}
 	}
-	waitQueued(t, cli, la.Key(), 1) // n
-	if err := rw.l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	scenario(t, ctx, env)
+
 	rn := <-nGot
 	if rn.err != nil {
 		t.Fatal(rn.err)
 	}
-	xGot := acquire(x)
-	waitQueued(t, cli, la.Key(), 1) // x
+	key := rn.l.Key()
+	xGot := env.acquire(x)
+	waitQueued(t, env.cli, key, 1) // x
 	held.Release()
 	select {
 	case <-held.Done():
 	case <-ctx.Done():
 		t.Fatal("the server did not close the held connection within 30s")
 	}
-
-	if v := cli.Get(ctx, la.Key()).Val(); rediskit.HolderOf(v) != "n" {
+	if v := env.cli.Get(ctx, key).Val(); rediskit.HolderOf(v) != "n" {
 		t.Errorf("after the late copy of n's claim script the key holds %q; want n's", rediskit.HolderOf(v))
 	}
 	select {

@@ -70,8 +70,10 @@ end
 // ARGV[3] is "1" to join (or stay in) the wait queue when the lock is not
 // free, with ARGV[4] as the channel to be told on; "0" for one attempt.
 // ARGV[5] is "1" after a claim (see claim) set the key to ARGV[1] but
-// found a queue or an observer: the script then hands the lock to the
-// first live waiter, who was there first, or else keeps it and notes it.
+// found a queue or an observer: when a live waiter is first, who was there
+// before us, the script answers {0, WAITER, -2, 0, 1} and leaves the key
+// for the caller to hand over (see claim); else it keeps the key and notes
+// it. It changes nothing that a late copy of it could spoil.
 //
 // It returns {1} when held: newly set, or handed to us while we waited
 // (then its expiry is reset to our TTL, so the caller's send time bounds
@@ -110,9 +112,10 @@ end
 ` + luaHelpers + `
 local queued = redis.call('exists', q) == 1
 if ARGV[5] == '1' and redis.call('get', k) == v then
-  local h = queued and handoff(k, q, w)
-  note(o, n, h or v)
-  if not h then return {1} end
+  local h = queued and live_head(q, w, (clock()))
+  if h then return {0, h, -2, 0, 1} end
+  note(o, n, v)
+  return {1}
 end
 if not queued and redis.call('set', k, v, 'nx', 'px', ARGV[2]) then
   note(o, n, v)

@@ -39,8 +39,9 @@ func NewWakeChannel() string {
 }
 
 // NewValue makes a value for an acquisition: 128 random bits from
-// crypto/rand, never made twice (a Redlock acquisition makes a new one
-// after each undo), then the holder identity for status.
+// crypto/rand, never made twice (an acquisition makes a new one after it
+// released its value: a Redlock undo, a claim that yielded), then the
+// holder identity for status.
 func NewValue(holder string) string {
 	r := make([]byte, 16)
 	_, _ = rand.Read(r) // never fails (crypto/rand)
