@@ -189,16 +189,19 @@ end
 return 0
 `)
 
-// forceScript deletes the lock whoever holds it, hands it to the first
-// live waiter, and returns the value it held (nil when it was free).
+// forceScript deletes the lock if it still holds ARGV[1], the value the
+// caller read, whoever that is, hands it to the first live waiter, and
+// returns 1; else it returns 0 and changes nothing. Comparing with the
+// value read, not deleting whatever is there, keeps a copy of the request
+// that arrives late (see claim) from ending a later holder's lease.
 var forceScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local cur = redis.call('get', k)
-if not cur then return false end
+if not cur or cur ~= ARGV[1] then return 0 end
 local h = redis.call('exists', q) == 1 and handoff(k, q, w)
 if not h then redis.call('del', k) end
 note(o, n, h or '')
-return cur
+return 1
 `)
 
 // stateScript registers an observer of the lock, setting {K}:n (KEYS[3])

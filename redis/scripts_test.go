@@ -63,3 +63,8 @@ func TestReleaseScript_EarlierFormatNeverLive(t *testing.T) {
 		t.Errorf("%d entries left in the queue, want none", n)
 	}
 }
+
+// TestForceScript_OnlyTheValueRead: see redistest.ForceOnlyTheValueRead.
+func TestForceScript_OnlyTheValueRead(t *testing.T) {
+	redistest.ForceOnlyTheValueRead(t, forceScript, scriptKeys.all())
+}

@@ -137,18 +137,30 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 }
 
 // ForceRelease implements baton.ForceReleaser: it deletes the key on every
-// node, whoever holds it, and wakes each node's first waiter. The holder
-// learns at its next renewal that its lease is lost.
+// node, whoever holds it, and wakes each node's first waiter. On each node
+// it reads the holder first and deletes the key only while it holds that
+// value (see forceScript). The holder learns at its next renewal that its
+// lease is lost.
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	infos, err := b.Inspect(ctx, name)
 	if err != nil {
 		return baton.LockInfo{}, err
 	}
 	k := b.keys(name)
+	// On each node, read the holder, then delete only that holder's key,
+	// so that a copy of the delete that arrives late cannot end a later
+	// holder's.
 	vals, errs := each(ctx, b, b.cfg.RequestTimeout, func(ctx context.Context, n *node) (string, error) {
-		v, err := forceScript.Run(ctx, n.client, k.all()).Text()
+		v, err := n.client.Get(ctx, k.lock).Result()
 		if errors.Is(err, goredis.Nil) {
 			return "", nil
+		}
+		if err == nil {
+			var deleted int
+			deleted, err = forceScript.Run(ctx, n.client, k.all(), v).Int()
+			if deleted == 0 {
+				v = "" // changed hands: not ours to delete
+			}
 		}
 		if err != nil {
 			return "", n.err("delete "+k.lock, err)

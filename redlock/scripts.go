@@ -167,13 +167,14 @@ end
 return 0
 `)
 
-// forceScript deletes K whoever holds it, tells the first waiter, and
-// returns the value it held (nil when free).
+// forceScript deletes K if it still holds ARGV[1], the value the caller
+// read there, whoever that is, tells the first waiter, and returns 1;
+// else it returns 0 and changes nothing, so that a copy of the request
+// that arrives late cannot delete a later holder's key.
 var forceScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
-local cur = redis.call('get', k)
-if not cur then return false end
+if redis.call('get', k) ~= ARGV[1] then return 0 end
 redis.call('del', k)
 if redis.call('exists', q) == 1 then notify_head(q, w) end
-return cur
+return 1
 `)

@@ -181,3 +181,8 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 		t.Errorf("after a late copy the key holds %q; want the claimer's value", got)
 	}
 }
+
+// TestForceScript_OnlyTheValueRead: see redistest.ForceOnlyTheValueRead.
+func TestForceScript_OnlyTheValueRead(t *testing.T) {
+	redistest.ForceOnlyTheValueRead(t, forceScript, (&backend{prefix: DefaultPrefix}).keys("job").all())
+}

@@ -126,3 +126,26 @@ func (s *Server) Acquire(script *goredis.Script, keys []string, args ...any) red
 	}
 	return r
 }
+
+// ForceOnlyTheValueRead checks a force-release script (KEYS keys, the lock
+// first; ARGV[1] the value read; 1 when it deleted): it deletes the lock
+// only while it holds the value the operator read, so a copy of the
+// request that arrives after the lock changed hands ends no later
+// holder's lease.
+func ForceOnlyTheValueRead(t *testing.T, script *goredis.Script, keys []string) {
+	t.Helper()
+	s := Start(t)
+	s.Hold(keys[0], "later")
+	if n, err := script.Run(s.Ctx, s.C, keys, "earlier").Int(); err != nil || n != 0 {
+		t.Fatalf("force with the value read before: %d, %v; want 0, nothing deleted", n, err)
+	}
+	if v := s.C.Get(s.Ctx, keys[0]).Val(); v != "later" {
+		t.Fatalf("key holds %q; want the later holder's", v)
+	}
+	if n, err := script.Run(s.Ctx, s.C, keys, "later").Int(); err != nil || n != 1 {
+		t.Fatalf("force with the value it holds: %d, %v; want 1", n, err)
+	}
+	if n := s.C.Exists(s.Ctx, keys[0]).Val(); n != 0 {
+		t.Fatal("key still there after the force")
+	}
+}
