@@ -81,12 +81,7 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed s
 	if err != nil {
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	}
-	yielded := false
-	if len(res) > 4 {
-		y, _ := res[4].(int64)
-		yielded = y == 1
-	}
-	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: yielded}, nil
+	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
 }
 
 // Acquire implements baton.Backend.
@@ -195,13 +190,14 @@ func jitter(d time.Duration) time.Duration {
 	return time.Millisecond + rand.N(d/20+1)
 }
 
-// leave takes a waiter out of the queue when it gives up, and frees the
-// lock if it was handed to it meanwhile, passing it on to the next waiter.
+// leave releases value: it takes a waiter out of the queue when it gives
+// up, and frees the lock if it holds value (handed to it meanwhile, or a
+// claim that yields), passing it on to the next waiter.
 func (b *backend) leave(ctx context.Context, k keys, value string) {
 	ctx, cancel := b.cleanup(ctx)
 	defer cancel()
 	if _, err := b.release(ctx, k, value); err != nil {
-		b.cfg.Logger.Warn("could not leave the wait queue; the entry ends after one TTL", "key", k.lock, "err", errors.Unwrap(err))
+		b.cfg.Logger.Warn("could not release our value; the key or queue entry it holds ends after one TTL", "key", k.lock, "err", errors.Unwrap(err))
 	}
 }
 

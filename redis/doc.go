@@ -16,7 +16,7 @@
 //
 // Lock NAME is the key PREFIX+NAME (PREFIX defaults to "baton:lock:"),
 // taken with SET key value NX PX ttl, where value is 128 random bits from
-// crypto/rand, unique to the acquisition, followed by the holder identity
+// crypto/rand, never used twice, followed by the holder identity
 // (for `baton status`). Release is a Lua compare-and-delete; renewal, every
 // TTL/3, a Lua compare-and-PEXPIRE. Every script is sent with EVALSHA and
 // falls back to EVAL when the server answers NOSCRIPT. So
@@ -29,8 +29,9 @@
 // mark, with no script: a script costs the server about 5µs before its
 // first call and about 2µs per call. Only when the SET took the key and
 // the EXISTS found a queue (the last holder's key expired with waiters
-// queued) or an observer does a script follow, which hands the lock to the
-// first waiter or tells the observers. DELEX key IFEQ value (Redis 8.4)
+// queued) or an observer does a script follow: it keeps the key and tells
+// the observers, or, when a live waiter is first, says so, and a release
+// of the claim's value hands the lock to that waiter. DELEX key IFEQ value (Redis 8.4)
 // would replace the release script, but it is not used: only Redis 7.0.15
 // could be tested here, and the script is needed anyway for the wait
 // queue.

@@ -105,7 +105,8 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 // ForceRelease implements baton.ForceReleaser: it deletes the key whoever
 // holds it and hands the lock to the first waiter. It reads the holder
 // first and deletes the key only while it holds that value (see
-// forceScript), reading again when the lock changed hands in between. The holder learns that
+// forceScript); when the lock changed hands in between (or was freed), it
+// deletes nothing and says so. The holder learns that
 // its lease is lost at its next renewal, at most RenewEvery later; until
 // then it may still be working, which is why this is for an operator who
 // knows the holder is gone.
@@ -116,33 +117,27 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	k := b.keys(name)
 	octx, cancel := b.op(ctx)
 	defer cancel()
-	// Read the holder, then delete only that holder's key: a lock that
-	// changed hands in between is read again.
-	for range forceTries {
-		var get *goredis.StringCmd
-		var ttl *goredis.DurationCmd
-		if _, err := b.client.Pipelined(octx, func(p goredis.Pipeliner) error {
-			get = p.Get(octx, k.lock)
-			ttl = p.PTTL(octx, k.lock)
-			return nil
-		}); err != nil && !errors.Is(err, goredis.Nil) {
-			return baton.LockInfo{}, b.fail(ctx, "read "+k.lock, err)
-		}
-		v, err := get.Result()
-		if errors.Is(err, goredis.Nil) {
-			return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
-		}
-		n, err := forceScript.Run(octx, b.client, k.all(), v).Int()
-		if err != nil {
-			return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err)
-		}
-		if n == 1 {
-			return baton.LockInfo{Name: name, Holder: rediskit.HolderOf(v), Key: k.lock, TTLLeft: max(ttl.Val(), time.Duration(-1))}, nil
-		}
+	// Read the holder, then delete only that holder's key.
+	var get *goredis.StringCmd
+	var ttl *goredis.DurationCmd
+	if _, err := b.client.Pipelined(octx, func(p goredis.Pipeliner) error {
+		get = p.Get(octx, k.lock)
+		ttl = p.PTTL(octx, k.lock)
+		return nil
+	}); err != nil && !errors.Is(err, goredis.Nil) {
+		return baton.LockInfo{}, b.fail(ctx, "read "+k.lock, err)
 	}
-	return baton.LockInfo{}, fmt.Errorf("force-release %s: the lock changed hands %d times while it was being released; nothing was deleted the last time: look at it again", k.lock, forceTries)
+	v, err := get.Result()
+	if errors.Is(err, goredis.Nil) {
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+	}
+	info := baton.LockInfo{Name: name, Holder: rediskit.HolderOf(v), Key: k.lock, TTLLeft: max(ttl.Val(), time.Duration(-1))}
+	n, err := forceScript.Run(octx, b.client, k.all(), v).Int()
+	if err != nil {
+		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err)
+	}
+	if n == 0 {
+		return info, fmt.Errorf("lock %q changed hands while being released; nothing was deleted; look again with baton status", name)
+	}
+	return info, nil
 }
-
-// forceTries is how many times ForceRelease reads the holder again when
-// the lock changed hands between its read and its delete.
-const forceTries = 3

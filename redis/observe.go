@@ -39,8 +39,9 @@ const (
 // plain SET, see Acquire), whose note follows in a moment unless its
 // client died first; while the lock is free the observer reads its state
 // every observerRefresh, which bounds how late such a holder is reported.
-// A claim that finds a waiter queued gives it the key at once: an observer
-// that looked in between reports the claimer as a holder for that moment.
+// A claim that finds a waiter queued gives it the key with a release one
+// round trip later: an observer that looked in between reports the
+// claimer as a holder for that moment.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err

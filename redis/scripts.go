@@ -29,9 +29,13 @@ import (
 // SCRIPT FLUSH), which also loads the script for the next call. The paths
 // a contended lock takes on every hold come first, with few calls.
 
-// luaHelpers are shared by the scripts that hand the lock on or note its
-// holder for observers (after rediskit.LuaQueue).
-const luaHelpers = `
+// luaNote and luaHandoff are shared by the scripts that note the lock's
+// holder for observers or hand the lock on (after rediskit.LuaQueue);
+// luaHelpers is both. A script defines only what it uses: each definition
+// makes a closure, on every run.
+const luaHelpers = luaNote + luaHandoff
+
+const luaNote = `
 -- record appends holder v (empty: free) to the observers' stream o.
 local function record(o, v)
   redis.call('xadd', o, 'MAXLEN', '~', '64', '*', 'v', v)
@@ -42,7 +46,9 @@ end
 local function note(o, n, v)
   if redis.call('exists', n) == 1 then record(o, v) end
 end
+`
 
+const luaHandoff = `
 -- handoff takes the first live waiter out of the queue (and the dead ones
 -- before it), gives it the lock with its own TTL, overwriting the key
 -- whatever it held (nothing, the releasing holder's value, or a
@@ -73,7 +79,9 @@ end
 // found a queue or an observer: when a live waiter is first, who was there
 // before us, the script answers {0, WAITER, -2, 0, 1} and leaves the key
 // for the caller to hand over (see claim); else it keeps the key and notes
-// it. It changes nothing that a late copy of it could spoil.
+// it. When the key no longer holds ARGV[1] (a copy that arrived late) it
+// only answers. So a late copy changes nothing but an observer's note
+// that is true.
 //
 // It returns {1} when held: newly set, or handed to us while we waited
 // (then its expiry is reset to our TTL, so the caller's send time bounds
@@ -109,9 +117,13 @@ if ARGV[5] ~= '1' then
     return {0, cur, 0, 0}
   end
 end
-` + luaHelpers + `
+` + luaNote + `
 local queued = redis.call('exists', q) == 1
-if ARGV[5] == '1' and redis.call('get', k) == v then
+if ARGV[5] == '1' then
+  local cur = redis.call('get', k)
+  if cur ~= v then
+    return {0, cur or '', redis.call('pttl', k), 0}
+  end
   local h = queued and live_head(q, w, (clock()))
   if h then return {0, h, -2, 0, 1} end
   note(o, n, v)
@@ -196,8 +208,7 @@ return 0
 // that arrives late (see claim) from ending a later holder's lease.
 var forceScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local cur = redis.call('get', k)
-if not cur or cur ~= ARGV[1] then return 0 end
+if redis.call('get', k) ~= ARGV[1] then return 0 end
 local h = redis.call('exists', q) == 1 and handoff(k, q, w)
 if not h then redis.call('del', k) end
 note(o, n, h or '')

@@ -68,3 +68,56 @@ func TestReleaseScript_EarlierFormatNeverLive(t *testing.T) {
 func TestForceScript_OnlyTheValueRead(t *testing.T) {
 	redistest.ForceOnlyTheValueRead(t, forceScript, scriptKeys.all())
 }
+
+// TestAcquireScript_ClaimYields: after a claim took a free key reserved
+// for a live waiter, the script answers "yielded" and changes nothing
+// (the caller's release hands the key over), also when run again as a
+// late copy; with only dead waiters queued it keeps the key and drops
+// them; and once the key holds another value, a late copy only answers.
+func TestAcquireScript_ClaimYields(t *testing.T) {
+	k := scriptKeys
+	claim := func(s *redistest.Server) []any {
+		t.Helper()
+		res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", "ch-c", "1").Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	t.Run("live waiter first", func(t *testing.T) {
+		s := redistest.Start(t)
+		s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("0 %d 10000 ch-w", s.NowMS()))
+		s.Hold(k.lock, "claimer")
+		for range 2 {
+			if res := claim(s); fmt.Sprint(res) != "[0 waiter -2 0 1]" {
+				t.Errorf("answer %v; want [0 waiter -2 0 1] (not held, the waiter first, yielded)", res)
+			}
+		}
+		if got := s.C.Get(s.Ctx, k.lock).Val(); got != "claimer" {
+			t.Errorf("key holds %q; want the claimer's, left for its release", got)
+		}
+		if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 1 {
+			t.Errorf("%d queued; want the waiter still", n)
+		}
+	})
+	t.Run("only dead waiters", func(t *testing.T) {
+		s := redistest.Start(t)
+		s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("0 %d 1000 ch-d", s.NowMS()-5000))
+		s.Hold(k.lock, "claimer")
+		if res := claim(s); fmt.Sprint(res) != "[1]" {
+			t.Errorf("answer %v; want [1], kept", res)
+		}
+		if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 0 {
+			t.Errorf("%d queued; want the dead waiter dropped", n)
+		}
+	})
+	t.Run("late copy, key free", func(t *testing.T) {
+		s := redistest.Start(t)
+		if res := claim(s); fmt.Sprint(res) != "[0  -2 0]" {
+			t.Errorf("answer %v; want [0 '' -2 0], not held", res)
+		}
+		if n := s.C.Exists(s.Ctx, k.lock).Val(); n != 0 {
+			t.Error("a late copy took the free key")
+		}
+	})
+}

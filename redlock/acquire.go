@@ -123,12 +123,7 @@ func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string,
 	if err != nil {
 		return nodeResult{}, n.err("acquire "+k.lock, err)
 	}
-	yielded := false
-	if len(res) > 4 {
-		y, _ := res[4].(int64)
-		yielded = y == 1
-	}
-	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: yielded}, nil
+	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
 }
 
 // majorityHolder returns the value another acquisition holds on a

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -171,8 +172,26 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, b.unavailable(ctx, "delete "+k.lock, errs)
 	}
 	info := infos[0]
-	if info.Key == "" && !slices.ContainsFunc(vals, func(v string) bool { return v != "" }) {
-		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+	// Report the holder whose keys were deleted, on most nodes: Inspect
+	// read the lock before.
+	deleted := map[string]int{}
+	for _, v := range vals {
+		if v != "" {
+			deleted[v]++
+		}
 	}
+	if len(deleted) == 0 {
+		if info.Key == "" {
+			return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+		}
+		return info, fmt.Errorf("lock %q changed hands while being released; nothing was deleted; look again with baton status", name)
+	}
+	best := ""
+	for v, c := range deleted {
+		if c > deleted[best] || (c == deleted[best] && v < best) {
+			best = v
+		}
+	}
+	info.Holder = rediskit.HolderOf(best)
 	return info, nil
 }

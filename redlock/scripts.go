@@ -45,6 +45,8 @@ end
 // queue: when a live waiter is first, K was free but reserved for it. The
 // script then answers {0, WAITER, -2, 0, 1}: not held, and K yielded, but
 // still ours; the caller undoes it, unless it holds a majority without it.
+// When K no longer holds ARGV[1] (a copy that arrived late), it only
+// answers: a late copy changes nothing.
 //
 // ARGV[7] and on are values the acquisition used before and gave up (see
 // Acquire). Where K still holds one (an undo that has not landed, or an
@@ -100,9 +102,12 @@ if ARGV[6] ~= '1' then
     return {1}
   end
 end
-` + luaHelpers + `
 local now = clock()
-if ARGV[6] == '1' and redis.call('get', k) == v then
+if ARGV[6] == '1' then
+  local cur = redis.call('get', k)
+  if cur ~= v then
+    return {0, cur or '', redis.call('pttl', k), 0}
+  end
   local h = live_head(q, w, now)
   if not h then return {1} end
   return {0, h, -2, 0, 1}

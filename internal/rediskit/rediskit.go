@@ -148,6 +148,10 @@ type Reply struct {
 	Holder string
 	PTTL   time.Duration // negative when the key is free or has no expiry; 0 when not read
 	Head   bool
+	// Yielded: a claim took the key, but a live waiter was first; the key
+	// still holds our value, for the caller to release (a fifth element,
+	// 1).
+	Yielded bool
 }
 
 // ParseReply reads an acquire script's answer.
@@ -167,6 +171,10 @@ func ParseReply(res []any) (Reply, error) {
 	r.PTTL = time.Duration(pttl) * time.Millisecond
 	head, _ := res[3].(int64)
 	r.Head = head == 1
+	if len(res) > 4 {
+		y, _ := res[4].(int64)
+		r.Yielded = y == 1
+	}
 	return r, nil
 }
 
@@ -188,11 +196,10 @@ type Claimed struct {
 //
 // The pipeline need not be atomic. A mark that was there when the SET ran
 // and gone at EXISTS leaves nobody to be fair to or to tell. One that came
-// in between finds the lock ours, and the script that follows may give to
-// a waiter that came after us the key we could have kept: a rare race that
-// costs us our turn, never mutual exclusion, since the script frees or
-// hands on the key only where it holds our value, and otherwise does what
-// any attempt does.
+// in between finds the lock ours, and the script that follows may tell us
+// to yield to a waiter that came after us the key we could have kept: a
+// rare race that costs us our turn, never mutual exclusion, since the
+// caller then releases only its own value.
 func Claim(ctx context.Context, c goredis.UniversalClient, key, value string, ttlMS int64, get bool, marks ...string) (Claimed, error) {
 	set := goredis.NewBoolCmd(ctx, "set", key, value, "nx", "px", ttlMS)
 	seen := goredis.NewIntCmd(ctx, append([]any{"exists"}, anys(marks)...)...)
