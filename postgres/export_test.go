@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -19,3 +20,9 @@ func Channel(l *baton.Locker) string { return l.Backend().(*backend).channel }
 
 // Deaf makes l's listener drop every NOTIFY (true) or deliver them again.
 func Deaf(l *baton.Locker, deaf bool) { l.Backend().(*backend).deaf.Store(deaf) }
+
+// ForceReleaseToken is ForceRelease with the token it read given: a force
+// whose read came before the lock changed hands.
+func ForceReleaseToken(ctx context.Context, l *baton.Locker, name string, token baton.Token) (baton.LockInfo, error) {
+	return l.Backend().(*backend).forceRelease(ctx, name, int64(token))
+}

@@ -75,24 +75,41 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 }
 
 // ForceRelease implements baton.ForceReleaser: it expires the holder's row
-// now, whoever holds it, and hands the lock to the first waiter. The holder learns of
-// it at its next renewal, which is refused.
+// now, whoever holds it, and hands the lock to the first waiter. The
+// holder learns of it at its next renewal, which is refused. It reads the
+// holder's token first and expires the row only while it holds that token
+// (a statement the client gave up on can still run, late); when the lock
+// changed hands in between, it releases nothing and says so.
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return baton.LockInfo{}, err
 	}
 	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
+	var token int64
+	err := b.pool.QueryRow(octx, b.sql.liveToken, name).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+	}
+	if err != nil {
+		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
+	}
+	return b.forceRelease(ctx, name, token)
+}
+
+// forceRelease expires name's row if it still holds token.
+func (b *backend) forceRelease(ctx context.Context, name string, token int64) (baton.LockInfo, error) {
+	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
 	var batch pgx.Batch
 	info := baton.LockInfo{Name: name, Key: b.n.key(name)}
 	var (
-		token   int64
 		left    float64
 		waiters int64
 		found   bool
 	)
 	batch.Queue(b.sql.lockRow, name)
-	batch.Queue(b.sql.forceRelease, name).QueryRow(func(row pgx.Row) error {
+	batch.Queue(b.sql.forceRelease, name, token).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&info.Holder, &token, &info.Since, &left, &waiters)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -105,7 +122,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
 	}
 	if !found {
-		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+		return baton.LockInfo{}, fmt.Errorf("lock %q changed hands (or was freed) while being released; nothing was released; look again with baton status", name)
 	}
 	info.Token = baton.Token(token)
 	info.TTLLeft = seconds(left)

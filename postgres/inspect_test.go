@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/postgres"
 )
 
 func TestInspect_ForceRelease(t *testing.T) {
@@ -95,5 +96,42 @@ func TestInspect_ForceRelease(t *testing.T) {
 	}
 	if _, err := insp.Inspect(context.Background(), "bad/name"); !errors.Is(err, baton.ErrInvalidOption) {
 		t.Errorf("Inspect(bad/name) = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestForceRelease_OnlyTheTokenRead: a force-release expires the row only
+// while it holds the token it read, so one that runs late, after the lock
+// changed hands, ends no later holder's lease.
+func TestForceRelease_OnlyTheTokenRead(t *testing.T) {
+	dsn := pg.Database(t)
+	a := dial(t, dsn, baton.WithHolder("a"))
+	b := dial(t, dsn, baton.WithHolder("b"))
+	ctx := timeout(t, 30*time.Second)
+	la, err := a.Acquire(ctx, "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := la.Token() // what a force read before the lock changed hands
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Acquire(ctx, "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = postgres.ForceReleaseToken(ctx, b.Locker(), "forced", read)
+	if err == nil || !strings.Contains(err.Error(), "changed hands") {
+		t.Fatalf("force with a's token while b holds: %v; want changed hands, nothing released", err)
+	}
+	infos, err := b.Locker().Backend().(baton.Inspector).Inspect(ctx, "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if infos[0].Holder != "b" || infos[0].Token != lb.Token() || lb.Err() != nil {
+		t.Fatalf("after the stale force the lock shows %+v (b's lease err %v); want b's, untouched", infos[0], lb.Err())
+	}
+	info, err := postgres.ForceReleaseToken(ctx, b.Locker(), "forced", lb.Token())
+	if err != nil || info.Holder != "b" {
+		t.Fatalf("force with b's token: %+v, %v; want b's released", info, err)
 	}
 }

@@ -49,7 +49,8 @@ type statements struct {
 	// baton release --force.
 	inspect      string
 	inspectNames string // $1 names (text[])
-	forceRelease string // $1 name
+	liveToken    string // $1 name; the live holder's token
+	forceRelease string // $1 name, $2 the token read by liveToken
 
 	// The observer's statements (observe.go). observeSetup returns the
 	// lease table's OID (NULL when missing), which names the channel its
@@ -82,6 +83,7 @@ func newStatements(n names) statements {
 		sweep:        r.Replace(sweepSQL),
 		inspect:      r.Replace(inspectSQL),
 		inspectNames: r.Replace(inspectNamesSQL),
+		liveToken:    r.Replace(liveTokenSQL),
 		forceRelease: r.Replace(forceReleaseSQL),
 		observeSetup: `SELECT to_regclass($1)::oid, (` + triggerCountSQL + `)`,
 		observeLock:  r.Replace(observeLockSQL),
@@ -288,9 +290,14 @@ FROM unnest($1::text[]) AS n(name)
 LEFT JOIN {lease} t ON t.name = n.name AND t.expires_at > now()
 ORDER BY n.name`
 
+const liveTokenSQL = `SELECT token FROM {lease} WHERE name = $1 AND expires_at > clock_timestamp()`
+
+// forceReleaseSQL expires the row only while it holds the token read
+// before (liveTokenSQL): a statement that runs late, after the client gave
+// up on it, cannot end a later holder's lease.
 const forceReleaseSQL = `WITH cur AS (
 	SELECT name, holder, token, acquired_at, expires_at FROM {lease}
-	WHERE name = $1 AND expires_at > clock_timestamp() FOR UPDATE
+	WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp() FOR UPDATE
 )
 UPDATE {lease} t SET expires_at = '-infinity' FROM cur WHERE t.name = cur.name
 RETURNING cur.holder, cur.token, cur.acquired_at,
