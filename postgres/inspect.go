@@ -94,13 +94,12 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
 	}
-	return b.forceRelease(ctx, name, token)
+	return b.forceRelease(ctx, octx, name, token)
 }
 
-// forceRelease expires name's row if it still holds token.
-func (b *backend) forceRelease(ctx context.Context, name string, token int64) (baton.LockInfo, error) {
-	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
-	defer cancel()
+// forceRelease expires name's row if it still holds token, within octx (a
+// context derived from ctx and bounded by the request timeout).
+func (b *backend) forceRelease(ctx, octx context.Context, name string, token int64) (baton.LockInfo, error) {
 	var batch pgx.Batch
 	info := baton.LockInfo{Name: name, Key: b.n.key(name)}
 	var (

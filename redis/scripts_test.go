@@ -76,7 +76,7 @@ func TestForceScript_OnlyTheValueRead(t *testing.T) {
 // them; and once the key holds another value, a late copy only answers.
 func TestAcquireScript_ClaimYields(t *testing.T) {
 	k := scriptKeys
-	claim := func(s *redistest.Server) []any {
+	claim := func(t *testing.T, s *redistest.Server) []any {
 		t.Helper()
 		res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", "ch-c", "1").Slice()
 		if err != nil {
@@ -89,7 +89,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 		s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("0 %d 10000 ch-w", s.NowMS()))
 		s.Hold(k.lock, "claimer")
 		for range 2 {
-			if res := claim(s); fmt.Sprint(res) != "[0 waiter -2 0 1]" {
+			if res := claim(t, s); fmt.Sprint(res) != "[0 waiter -2 0 1]" {
 				t.Errorf("answer %v; want [0 waiter -2 0 1] (not held, the waiter first, yielded)", res)
 			}
 		}
@@ -104,7 +104,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 		s := redistest.Start(t)
 		s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("0 %d 1000 ch-d", s.NowMS()-5000))
 		s.Hold(k.lock, "claimer")
-		if res := claim(s); fmt.Sprint(res) != "[1]" {
+		if res := claim(t, s); fmt.Sprint(res) != "[1]" {
 			t.Errorf("answer %v; want [1], kept", res)
 		}
 		if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 0 {
@@ -113,7 +113,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 	})
 	t.Run("late copy, key free", func(t *testing.T) {
 		s := redistest.Start(t)
-		if res := claim(s); fmt.Sprint(res) != "[0  -2 0]" {
+		if res := claim(t, s); fmt.Sprint(res) != "[0  -2 0]" {
 			t.Errorf("answer %v; want [0 '' -2 0], not held", res)
 		}
 		if n := s.C.Exists(s.Ctx, k.lock).Val(); n != 0 {

@@ -114,7 +114,7 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 // runAcquire runs acquireScript on node n with ARGV[3] wait, ARGV[6]
 // claimed and, from ARGV[7] on, olds.
 func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string, olds []string, wait string, score int64, claimed string) (nodeResult, error) {
-	args := append([]any{value, b.ttlMS(), wait, score, b.channel, claimed}, anys(olds)...)
+	args := append([]any{value, b.ttlMS(), wait, score, b.channel, claimed}, rediskit.Args(olds)...)
 	res, err := acquireScript.Run(ctx, n.client, k.all(), args...).Slice()
 	var r rediskit.Reply
 	if err == nil {
@@ -130,19 +130,32 @@ func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string,
 // majority of the nodes, if any. A free key reserved for us (value, first
 // in line there) is not another's.
 func (b *backend) majorityHolder(r round, value string) (string, bool) {
-	count := map[string]int{}
+	var others []string
 	for i, res := range r.res {
-		if r.errs[i] == nil && !res.held && res.holder != "" && res.holder != value {
-			count[res.holder]++
+		if r.errs[i] == nil && !res.held && res.holder != value {
+			others = append(others, res.holder)
+		}
+	}
+	best, n := mostCommon(others)
+	return best, n >= b.quorum
+}
+
+// mostCommon returns the value that occurs most often in vs, empty ones
+// aside, and how often (ties go to the smaller value); "", 0 when none.
+func mostCommon(vs []string) (string, int) {
+	count := map[string]int{}
+	for _, v := range vs {
+		if v != "" {
+			count[v]++
 		}
 	}
 	best, n := "", 0
 	for v, c := range count {
-		if c > n {
+		if c > n || (c == n && v < best) {
 			best, n = v, c
 		}
 	}
-	return best, n >= b.quorum
+	return best, n
 }
 
 // Acquire implements baton.Backend with Redlock: the lock is held when it
@@ -216,29 +229,27 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			retire = false
 		}
 		start := time.Now()
-		claim := first && !queued
-		r := b.attempt(ctx, k, value, olds, queued, claim, score)
+		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score)
 		if r.held >= b.quorum {
 			h, err := b.held(ctx, k, value, olds, start, r.settled)
 			if err == nil || !errors.Is(err, errTooLate) {
 				return h, err
 			}
-			// Too late to be of use: undo it and try again.
+			// Too late to be of use: undone below; try again.
+		}
+		if r.held+r.yielded > 0 {
+			// Too late, or a minority, which is no lock (with a key a
+			// claim yielded): undo it. First in line on a majority (where
+			// we took K as first in line the script took us out of the
+			// queue; our next attempt puts us back at our score), we try
+			// again after a split vote's pause and wake nobody, who would
+			// only take our turn. Otherwise (or too late) we are a racer
+			// that split the vote: tell the first waiter on each node we
+			// freed, which may be sleeping until our keys would have
+			// expired, having seen them held when it tried.
 			<-r.settled
-			_ = b.unlock(ctx, k, false, true, b.nodeTimeout, value)
-			retire = true
-		} else if r.held+r.yielded > 0 {
-			// A minority is no lock: undo it (a key a claim yielded too).
-			// First in line on a majority (where we took K as first in
-			// line the script took us out of the queue; our next attempt
-			// puts us back at our score), we try again after a split
-			// vote's pause and wake nobody, who would only take our turn.
-			// Otherwise we are a racer that split the vote: tell the
-			// first waiter on each node we freed, which may be sleeping
-			// until our keys would have expired, having seen them held
-			// when it tried.
-			<-r.settled
-			_ = b.unlock(ctx, k, false, r.held+r.heads < b.quorum, b.nodeTimeout, value)
+			notify := r.held >= b.quorum || r.held+r.heads < b.quorum
+			_ = b.unlock(ctx, k, false, notify, b.nodeTimeout, value)
 			retire = true
 		}
 		if ctx.Err() != nil {
@@ -351,15 +362,6 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []strin
 // over (see Acquire): an acquisition undoes an attempt in a few percent
 // of contended holds, seldom twice.
 const maxOlds = 8
-
-// anys makes ss arguments for a script.
-func anys(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}
 
 var errTooLate = errors.New("acquired after the lease's validity ended")
 

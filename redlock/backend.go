@@ -337,7 +337,7 @@ func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeou
 		nt = "1"
 	}
 	_, errs := each(context.WithoutCancel(ctx), b, timeout, func(ctx context.Context, n *node) (struct{}, error) {
-		args := append([]any{l, nt}, anys(values)...)
+		args := append([]any{l, nt}, rediskit.Args(values)...)
 		if err := unlockScript.Run(ctx, n.client, k.all(), args...).Err(); err != nil {
 			return struct{}{}, n.err("release "+k.lock, err)
 		}

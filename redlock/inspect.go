@@ -174,23 +174,12 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	info := infos[0]
 	// Report the holder whose keys were deleted, on most nodes: Inspect
 	// read the lock before.
-	deleted := map[string]int{}
-	for _, v := range vals {
-		if v != "" {
-			deleted[v]++
-		}
-	}
-	if len(deleted) == 0 {
+	best, n := mostCommon(vals)
+	if n == 0 {
 		if info.Key == "" {
 			return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 		}
 		return info, fmt.Errorf("lock %q changed hands while being released; nothing was deleted; look again with baton status", name)
-	}
-	best := ""
-	for v, c := range deleted {
-		if c > deleted[best] || (c == deleted[best] && v < best) {
-			best = v
-		}
 	}
 	info.Holder = rediskit.HolderOf(best)
 	return info, nil

@@ -9,6 +9,9 @@ import (
 	"github.com/baton-go/baton/internal/rediskit/redistest"
 )
 
+// scriptKeys are a lock's keys, for running the scripts by hand.
+var scriptKeys = (&backend{prefix: DefaultPrefix}).keys("job")
+
 // TestAcquireScript_RefreshFindsDeadHeadGone: on one node, a waiter that
 // joins behind an entry that ran out is told it is not first (its rank
 // says so); when it refreshes its place, the dead entry is dropped and it
@@ -17,7 +20,7 @@ import (
 // dropped as well.
 func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 	s := redistest.Start(t)
-	k := (&backend{prefix: DefaultPrefix}).keys("job")
+	k := scriptKeys
 	s.Hold(k.lock, "holder")
 	ms := s.NowMS()
 	s.Plant(k.q, k.w, "dead0", 1, fmt.Sprintf("0 %d 1000 ch-dead", ms-5000))
@@ -41,17 +44,17 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 // and on) hands its place and its key to the new one, and nothing of it
 // stays behind.
 func TestAcquireScript_OldValues(t *testing.T) {
-	k := (&backend{prefix: DefaultPrefix}).keys("job")
+	k := scriptKeys
 	live := func(s *redistest.Server, ch string) string { return fmt.Sprintf("0 %d 10000 %s", s.NowMS(), ch) }
 	// holdFor sets the key to an old value with 5s left, half our TTL.
-	holdFor := func(s *redistest.Server, v string) {
+	holdFor := func(t *testing.T, s *redistest.Server, v string) {
 		if err := s.C.Set(s.Ctx, k.lock, v, 5*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, tc := range []struct {
 		name     string
-		setup    func(s *redistest.Server)
+		setup    func(t *testing.T, s *redistest.Server)
 		olds     []any
 		held     bool
 		head     bool
@@ -60,12 +63,12 @@ func TestAcquireScript_OldValues(t *testing.T) {
 		newEntry bool     // new has an entry after
 	}{{
 		name:  "the key still holds an old value: it becomes ours, with our TTL",
-		setup: func(s *redistest.Server) { holdFor(s, "old") },
+		setup: func(t *testing.T, s *redistest.Server) { holdFor(t, s, "old") },
 		held:  true, key: "new",
 	}, {
 		name: "the key holds the older of two old values, the newer is queued: the key is ours, the entry gone",
-		setup: func(s *redistest.Server) {
-			holdFor(s, "older")
+		setup: func(t *testing.T, s *redistest.Server) {
+			holdFor(t, s, "older")
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
 		},
@@ -73,14 +76,14 @@ func TestAcquireScript_OldValues(t *testing.T) {
 		held: true, queue: []string{"behind"}, key: "new",
 	}, {
 		name: "the key holds an old value that is also queued: the key is ours, the entry gone",
-		setup: func(s *redistest.Server) {
-			holdFor(s, "old")
+		setup: func(t *testing.T, s *redistest.Server) {
+			holdFor(t, s, "old")
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 		},
 		held: true, key: "new",
 	}, {
 		name: "the new value already queued beside the old: one place, first",
-		setup: func(s *redistest.Server) {
+		setup: func(t *testing.T, s *redistest.Server) {
 			s.Hold(k.lock, "other")
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 			s.Plant(k.q, k.w, "new", 100, live(s, "ch-new"))
@@ -89,7 +92,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 		head: true, queue: []string{"new", "behind"}, key: "other", newEntry: true,
 	}, {
 		name: "an old value first in the queue, the key held: ours takes its place",
-		setup: func(s *redistest.Server) {
+		setup: func(t *testing.T, s *redistest.Server) {
 			s.Hold(k.lock, "other")
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
@@ -97,14 +100,14 @@ func TestAcquireScript_OldValues(t *testing.T) {
 		head: true, queue: []string{"new", "behind"}, key: "other", newEntry: true,
 	}, {
 		name: "an old value first in the queue, the key free: ours takes the key",
-		setup: func(s *redistest.Server) {
+		setup: func(t *testing.T, s *redistest.Server) {
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
 		},
 		held: true, queue: []string{"behind"}, key: "new",
 	}, {
 		name: "a dead entry ahead of the old value, the key free: ours takes the key",
-		setup: func(s *redistest.Server) {
+		setup: func(t *testing.T, s *redistest.Server) {
 			s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("0 %d 1000 ch-d", s.NowMS()-5000))
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
@@ -112,7 +115,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 		held: true, queue: []string{"behind"}, key: "new",
 	}, {
 		name: "the old value gone already: a plain join",
-		setup: func(s *redistest.Server) {
+		setup: func(t *testing.T, s *redistest.Server) {
 			s.Hold(k.lock, "other")
 			s.Plant(k.q, k.w, "first", 50, live(s, "ch-f"))
 		},
@@ -120,7 +123,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
-			tc.setup(s)
+			tc.setup(t, s)
 			olds := tc.olds
 			if olds == nil {
 				olds = []any{"old"}
@@ -129,7 +132,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 			if r.Held != tc.held || (!tc.held && r.Head != tc.head) {
 				t.Errorf("answer %+v; want held %v, first %v", r, tc.held, tc.head)
 			}
-			if got := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); fmt.Sprint(got) != fmt.Sprint(append([]string{}, tc.queue...)) {
+			if got := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); fmt.Sprint(got) != fmt.Sprint(tc.queue) {
 				t.Errorf("queue %v; want %v", got, tc.queue)
 			}
 			if got := s.C.Get(s.Ctx, k.lock).Val(); got != tc.key {
@@ -159,7 +162,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 // can delete nothing.
 func TestAcquireScript_ClaimYields(t *testing.T) {
 	s := redistest.Start(t)
-	k := (&backend{prefix: DefaultPrefix}).keys("job")
+	k := scriptKeys
 	s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("0 %d 10000 ch-w", s.NowMS()))
 	s.Hold(k.lock, "claimer")
 	res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, "ch-c", "1").Slice()
@@ -184,5 +187,5 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 
 // TestForceScript_OnlyTheValueRead: see redistest.ForceOnlyTheValueRead.
 func TestForceScript_OnlyTheValueRead(t *testing.T) {
-	redistest.ForceOnlyTheValueRead(t, forceScript, (&backend{prefix: DefaultPrefix}).keys("job").all())
+	redistest.ForceOnlyTheValueRead(t, forceScript, scriptKeys.all())
 }

@@ -202,7 +202,7 @@ type Claimed struct {
 // caller then releases only its own value.
 func Claim(ctx context.Context, c goredis.UniversalClient, key, value string, ttlMS int64, get bool, marks ...string) (Claimed, error) {
 	set := goredis.NewBoolCmd(ctx, "set", key, value, "nx", "px", ttlMS)
-	seen := goredis.NewIntCmd(ctx, append([]any{"exists"}, anys(marks)...)...)
+	seen := goredis.NewIntCmd(ctx, append([]any{"exists"}, Args(marks)...)...)
 	cur := goredis.NewStringCmd(ctx, "get", key)
 	_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		_ = p.Process(ctx, set)
@@ -218,7 +218,8 @@ func Claim(ctx context.Context, c goredis.UniversalClient, key, value string, tt
 	return Claimed{Ours: set.Val() || cur.Val() == value, Marked: seen.Val() > 0, Holder: cur.Val()}, err
 }
 
-func anys(ss []string) []any {
+// Args makes ss arguments for a command or a script.
+func Args(ss []string) []any {
 	out := make([]any, len(ss))
 	for i, s := range ss {
 		out[i] = s

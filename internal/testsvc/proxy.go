@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -20,8 +21,8 @@ type Proxy struct {
 	gate    chan struct{} // closed while forwarding is allowed
 	conns   map[net.Conn]struct{}
 	closed  bool
-	hold    *Held   // armed by HoldFirst, until it catches a chunk
-	caught  []*Held // released when the proxy closes
+	hold    atomic.Pointer[Held] // armed by HoldFirst, until it catches a chunk
+	caught  []*Held              // released when the proxy closes
 	workers sync.WaitGroup
 }
 
@@ -55,22 +56,22 @@ func (h *Held) Done() <-chan struct{} { return h.done }
 // the proxy closes.
 func (p *Proxy) HoldFirst(pattern []byte) *Held {
 	h := &Held{pattern: pattern, caught: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
-	p.mu.Lock()
-	p.hold = h
-	p.mu.Unlock()
+	p.hold.Store(h)
 	return h
 }
 
 // catch returns the armed Held and disarms it when chunk contains its
-// pattern.
+// pattern. A chunk with nothing armed costs an atomic load.
 func (p *Proxy) catch(chunk []byte) *Held {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	h := p.hold
-	if h == nil || p.closed || !bytes.Contains(chunk, h.pattern) {
+	h := p.hold.Load()
+	if h == nil || !bytes.Contains(chunk, h.pattern) {
 		return nil
 	}
-	p.hold = nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || !p.hold.CompareAndSwap(h, nil) {
+		return nil
+	}
 	p.caught = append(p.caught, h)
 	close(h.caught)
 	return h
