@@ -118,7 +118,9 @@
 //
 // Acquire, one round trip: lock the row, then in one statement take it if
 // it is free or expired and no live waiter is queued ahead of us, or claim
-// it if a release handed it to our ticket $4; otherwise, when waiting, queue
+// it if a release handed it to our ticket $4 and nobody freed it since
+// (a lease freed by its release, by our leaving or by force is never
+// brought back by a late claim); otherwise, when waiting, queue
 // (or keep our place) in our Locker's row: its channel $6 and slot $9.
 // Locking first gives the statement a snapshot taken
 // under the row's lock, so it never counts a waiter that has already left.
@@ -138,13 +140,13 @@
 //		FROM ahead
 //		ON CONFLICT (name) DO UPDATE SET
 //			holder = EXCLUDED.holder,
-//			token = CASE WHEN $4 <> 0 AND l.ticket = $4 THEN l.token ELSE nextval('baton_lock_token') END,
-//			ticket = CASE WHEN $4 <> 0 AND l.ticket = $4 THEN l.ticket ELSE EXCLUDED.ticket END,
-//			acquired_at = CASE WHEN $4 <> 0 AND l.ticket = $4 THEN l.acquired_at ELSE clock_timestamp() END,
+//			token = CASE WHEN claim THEN l.token ELSE nextval('baton_lock_token') END,
+//			ticket = CASE WHEN claim THEN l.ticket ELSE EXCLUDED.ticket END,
+//			acquired_at = CASE WHEN claim THEN l.acquired_at ELSE clock_timestamp() END,
 //			expires_at = clock_timestamp() + $3,
 //			holder_clock = EXCLUDED.holder_clock
 //		WHERE (l.expires_at <= clock_timestamp() AND EXCLUDED.ticket >= 0) -- free, nobody ahead
-//			OR ($4 <> 0 AND l.ticket = $4)                              -- handed to us
+//			OR claim -- handed to us: $4 <> 0 AND l.ticket = $4 AND isfinite(l.expires_at)
 //		RETURNING l.token
 //	), deq AS (
 //		UPDATE baton_lock_waiters SET expires_at = clock_timestamp()

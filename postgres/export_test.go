@@ -26,3 +26,12 @@ func Deaf(l *baton.Locker, deaf bool) { l.Backend().(*backend).deaf.Store(deaf) 
 func ForceReleaseToken(ctx context.Context, l *baton.Locker, name string, token baton.Token) (baton.LockInfo, error) {
 	return l.Backend().(*backend).forceRelease(ctx, ctx, name, int64(token))
 }
+
+// Claim sends the attempt statement of an acquisition of name by l's
+// holder that will not wait, with ticket as its place in the queue: a late
+// copy of a waiter's claim. It returns the token when that took the lock.
+func Claim(ctx context.Context, l *baton.Locker, name string, ticket int64) (*int64, error) {
+	b := l.Backend().(*backend)
+	r, err := b.attempt(ctx, baton.Request{Name: name, Holder: b.cfg.Holder}, 0, ticket, "")
+	return r.token, err
+}

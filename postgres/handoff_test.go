@@ -204,3 +204,46 @@ func TestHandOff_WaiterGaveUp(t *testing.T) {
 		t.Fatalf("w2 still waiting %v after w1 gave up a lock handed to it", ttl/6)
 	}
 }
+
+// TestHandOff_FreedNotClaimed: a lock handed to a waiter and then freed
+// (here by an operator's force-release; the waiter leaving frees it the
+// same way) is not brought back by a claim for that waiter's ticket, as a
+// copy of its statement arriving late would send: the claim keeps no token
+// and no start time of the freed lease, and takes the free lock like any
+// other acquisition, with a new token.
+func TestHandOff_FreedNotClaimed(t *testing.T) {
+	const ttl = 30 * time.Second // the deaf waiter does not look again within the test
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))
+	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("w"))
+	ctx := timeout(t, 20*time.Second)
+	la, err := a.Acquire(ctx, "freed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	postgres.Deaf(w.Locker(), true)
+	acquireAsync(t, w, ctx, "freed")
+	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "freed") == 1 })
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holder, ticket, handed := handedTo(t, admin, "freed")
+	if holder != "w" || ticket == 0 {
+		t.Fatalf("after the release the row is held by %q (ticket %d); want handed to w", holder, ticket)
+	}
+	info, err := a.Locker().Backend().(baton.ForceReleaser).ForceRelease(ctx, "freed")
+	if err != nil || info.Token != baton.Token(handed) {
+		t.Fatalf("force-release of the lease handed to w: %+v, %v", info, err)
+	}
+	got, err := postgres.Claim(ctx, w.Locker(), "freed", ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil {
+		t.Fatal("the claim did not take the free lock")
+	}
+	if *got <= handed {
+		t.Errorf("a claim after the force-release holds token %d; want a new one, above the freed %d", *got, handed)
+	}
+}

@@ -71,7 +71,7 @@ func newStatements(n names) statements {
 		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL, to_regclass($2) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'slot' AND NOT attisdropped)`,
 		create:       r.Replace(createSQL),
 		observers:    r.Replace(observersSQL),
-		attempt:      r.Replace(attemptSQL),
+		attempt:      strings.ReplaceAll(r.Replace(attemptSQL), "{claim}", claimSQL),
 		renew:        r.Replace(renewSQL),
 		lockRow:      r.Replace(lockRowSQL),
 		release:      r.Replace(releaseSQL),
@@ -204,6 +204,13 @@ END $$`
 // triggerCountSQL counts the observers' triggers on the table $1.
 const triggerCountSQL = `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname IN ('baton_observe_insert', 'baton_observe_update')`
 
+// attemptSQL: see statements.attempt. A claim ({claim}, filled in by
+// newStatements) keeps the token of a lease handed to our ticket and
+// extends it, live or expired by time, as long as nobody else took the
+// lock since; never one that was freed (expires_at '-infinity': a release,
+// our own leaving, an operator's force-release), which a late copy of a
+// claim would otherwise bring back to life for a waiter that is gone. Such
+// a lock, when free, is taken like any other, with a new token.
 const attemptSQL = `WITH ahead AS (
 	SELECT count(*) AS n, min(expires_at) AS soonest,
 		(array_agg(holder ORDER BY ticket))[1] AS first
@@ -217,13 +224,12 @@ const attemptSQL = `WITH ahead AS (
 	FROM ahead
 	ON CONFLICT (name) DO UPDATE SET
 		holder = EXCLUDED.holder,
-		token = CASE WHEN $4::bigint <> 0 AND l.ticket = $4::bigint THEN l.token ELSE nextval({token_seq}) END,
-		ticket = CASE WHEN $4::bigint <> 0 AND l.ticket = $4::bigint THEN l.ticket ELSE EXCLUDED.ticket END,
-		acquired_at = CASE WHEN $4::bigint <> 0 AND l.ticket = $4::bigint THEN l.acquired_at ELSE clock_timestamp() END,
+		token = CASE WHEN {claim} THEN l.token ELSE nextval({token_seq}) END,
+		ticket = CASE WHEN {claim} THEN l.ticket ELSE EXCLUDED.ticket END,
+		acquired_at = CASE WHEN {claim} THEN l.acquired_at ELSE clock_timestamp() END,
 		expires_at = clock_timestamp() + $3::interval,
 		holder_clock = EXCLUDED.holder_clock
-	WHERE (l.expires_at <= clock_timestamp() AND EXCLUDED.ticket >= 0)
-		OR ($4::bigint <> 0 AND l.ticket = $4::bigint)
+	WHERE (l.expires_at <= clock_timestamp() AND EXCLUDED.ticket >= 0) OR {claim}
 	RETURNING l.token
 ), deq AS (
 	UPDATE {waiters} SET expires_at = clock_timestamp()
@@ -242,6 +248,10 @@ SELECT (SELECT token FROM acq), (SELECT ticket FROM reg), cur.holder, cur.token,
 	CASE WHEN cur.expires_at > clock_timestamp() THEN extract(epoch FROM cur.expires_at - clock_timestamp())::float8 END,
 	ahead.n, extract(epoch FROM ahead.soonest - clock_timestamp())::float8, ahead.first
 FROM ahead LEFT JOIN {lease} cur ON cur.name = $1`
+
+// claimSQL says that the lease row l was handed to our ticket $4 and not
+// freed since.
+const claimSQL = `($4::bigint <> 0 AND l.ticket = $4::bigint AND isfinite(l.expires_at))`
 
 const renewSQL = `UPDATE {lease} SET expires_at = clock_timestamp() + $3::interval
 WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`
