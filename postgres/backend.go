@@ -64,6 +64,14 @@ var _ baton.FencedBackend = (*backend)(nil)
 // Locker, made with the pool's connection settings, opened by the first
 // Acquire that has to wait and closed by Close.
 //
+// Set statement_timeout on the pool's connections to at most half the
+// request timeout (ConnConfig.RuntimeParams, or ?statement_timeout=2500 in
+// its DSN), as Dial does: the client gives up on a statement after the
+// request timeout, and without it a statement held up on the server (a
+// lock row behind a long transaction) would commit later what nobody waits
+// for: a lease for an Acquire that already failed, which then stays taken
+// until its TTL runs out.
+//
 // Options: baton.WithTTL (at least MinTTL; default 15s), baton.WithPrefix
 // (the lease table, default DefaultTable, optionally schema-qualified), and
 // the rest of baton's. An unreachable server is an error wrapping

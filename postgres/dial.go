@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,7 +22,10 @@ import (
 // request timeout, creates the lock tables if they are missing, and returns
 // a FencedLocker that owns its pool: closing the Locker closes it. Unless
 // dsn sets application_name, the Locker's connections carry
-// "baton HOLDER", so pg_stat_activity shows whose they are.
+// "baton HOLDER", so pg_stat_activity shows whose they are. Unless it sets
+// statement_timeout, the server cancels any of the Locker's statements
+// after half the request timeout (baton.WithRequestTimeout), so that a
+// statement the Locker gave up on cannot take or extend a lease later.
 func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedLocker, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -37,6 +42,7 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = cfg.RequestTimeout
 	}
+	boundStatements(cc.RuntimeParams, cfg.RequestTimeout)
 	w := where(&cc.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -63,6 +69,25 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	}
 	b.owned = true
 	return baton.NewFencedLocker(b, b.cfg), nil
+}
+
+// boundStatements sets statement_timeout in a pool's session parameters
+// to half the request timeout, unless they set it already (also in
+// options, as -c statement_timeout=...). The client
+// gives up on a statement after the request timeout, but the server does
+// not know: a statement waiting for a lock row (behind a long transaction,
+// a stalled server) would run when the row is free and commit what nobody
+// waits for any more (a lease taken for an Acquire that already failed, a
+// renewal of a lease its holder gave up). With the timeout, the server
+// cancels such a statement while its client still waits for the answer,
+// and the client learns that it failed. A batch of two statements (lock
+// the row, then act) waits in the first; the second runs when the first
+// is done, well within the other half.
+func boundStatements(params map[string]string, requestTimeout time.Duration) {
+	if _, ok := params["statement_timeout"]; ok || strings.Contains(params["options"], "statement_timeout") {
+		return
+	}
+	params["statement_timeout"] = strconv.FormatInt(max(requestTimeout/2, time.Millisecond).Milliseconds(), 10)
 }
 
 // appName is the default application_name: "baton HOLDER", cut to

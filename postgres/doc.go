@@ -358,7 +358,17 @@
 //     raised the fence (the guide's first gap).
 //   - A statement cut off by the request timeout may still have committed:
 //     an acquisition nobody heard back from ends within one TTL (sooner if
-//     its waiter leaves the queue, which frees it).
+//     its waiter leaves the queue, which frees it). A statement held up on
+//     the server does not commit after its client gave up on it: pgx sends
+//     a cancel request when it gives up, and for a client cut off from the
+//     server, so that the cancel cannot get through either, Dial sets
+//     statement_timeout to half the request timeout (New leaves that to
+//     the pool's settings; see New). What the network delays before the
+//     server reads it is bounded by neither: such a copy, arriving late,
+//     can take a free lock (or, for a waiter, a place in the queue) for an
+//     acquisition that failed, which then lapses within one TTL. It cannot
+//     take a lock that is held, reserved for a waiter, or freed since it
+//     was handed to that acquisition.
 //
 // # TTL
 //

@@ -35,3 +35,6 @@ func Claim(ctx context.Context, l *baton.Locker, name string, ticket int64) (*in
 	r, err := b.attempt(ctx, baton.Request{Name: name, Holder: b.cfg.Holder}, 0, ticket, "")
 	return r.token, err
 }
+
+// BoundStatements is boundStatements, which sets Dial's statement_timeout.
+var BoundStatements = boundStatements
