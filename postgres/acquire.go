@@ -41,6 +41,9 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	var key string
 	var wake <-chan int64
 	var slot int32 // our waiters row; 0, no row, when not waiting
+	// unsure: a statement on our slot's row failed, so it may yet run,
+	// late (see giveSlot).
+	unsure := false
 	if req.Wait {
 		lis, err := b.listener(ctx)
 		if err != nil {
@@ -52,13 +55,14 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		wake = lis.register(key)
 		defer lis.unregister(key)
 		slot = b.slots.take()
-		defer b.slots.give(slot) // after leaving the queue: deferred calls run last first
+		// After leaving the queue: deferred calls run last first.
+		defer func() { b.giveSlot(slot, unsure) }()
 	}
 	var ticket int64 // our place in the queue, once queued
 	wrote := false   // a statement queued us: our slot has a row on this lock
 	defer func() {
-		if ticket != 0 {
-			b.leaveQueue(ctx, req.Name, slot, ticket)
+		if ticket != 0 && !b.leaveQueue(ctx, req.Name, slot, ticket) {
+			unsure = true
 		}
 		if wrote {
 			b.keepRow(ctx, req.Name)
@@ -71,6 +75,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		sent := time.Now()
 		r, err := b.attempt(ctx, req, slot, ticket, key)
 		if err != nil {
+			unsure = true
 			return nil, err
 		}
 		if r.ticket != nil {
@@ -216,11 +221,25 @@ func (b *backend) keepRow(ctx context.Context, name string) {
 	}
 }
 
+// giveSlot returns slot for another acquisition of this Locker to use,
+// unless unsure: a statement of ours on its row failed, and one whose
+// answer was lost may have committed while a copy held up in the network
+// can still arrive and run. Such a statement, run on the row of another
+// acquisition waiting in the same slot, would take that waiter's place
+// (its ticket, and the key its hand-off is sent to) or end it. The slot's
+// number is not used again; its row ends with its place, and goes with
+// the Locker's other rows.
+func (b *backend) giveSlot(slot int32, unsure bool) {
+	if !unsure {
+		b.slots.give(slot)
+	}
+}
+
 // leaveQueue takes us off the queue (ends our place in slot). If the lock was handed to us
 // meanwhile (or an acquisition we never heard back from took it), it frees
 // it and hands it on; all under the row's lock, so no hand-off can pick us
-// after we left.
-func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticket int64) {
+// after we left. It reports whether the server confirmed it.
+func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticket int64) bool {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
 	var batch pgx.Batch
@@ -230,5 +249,7 @@ func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticke
 	batch.Queue(b.sql.handOff, name)
 	if err := b.pool.SendBatch(fctx, &batch).Close(); err != nil {
 		b.cfg.Logger.Warn("could not leave the queue; the place expires within one TTL", "lock", name, "ticket", ticket, "err", err)
+		return false
 	}
+	return true
 }

@@ -97,7 +97,9 @@
 // update, no new index entry) rather than inserting and deleting one,
 // which left a dead index entry per wait for every later statement to
 // walk until VACUUM came, and halved a contended lock's speed within
-// seconds. An ended place keeps its row, on the 64 locks its Locker waited
+// seconds. A slot on which a statement failed is not used again: a copy of
+// that statement arriving late must not run on another wait's row. An
+// ended place keeps its row, on the 64 locks its Locker waited
 // on last; Close deletes a Locker's rows. Rows whose place ended over an
 // hour ago (a crashed Locker's) are deleted, on every lock, by New and
 // Dial and by the Close of a Locker that waited. A waiters table of an

@@ -93,3 +93,71 @@ func TestBoundStatements(t *testing.T) {
 		}
 	}
 }
+
+// TestSlot_LateStatementTakesNoPlace: the statement of an acquisition that
+// failed (no answer within the request timeout), held up in the network
+// and delivered only once another acquisition of the same Locker waits,
+// does not run on that waiter's row: it neither takes its place in the
+// queue nor has its hand-off sent to a key nobody listens on. The waiter
+// is handed the lock at the holder's release.
+func TestSlot_LateStatementTakesNoPlace(t *testing.T) {
+	const ttl = 30 * time.Second // nothing expires or re-checks within the test
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testsvc.NewProxy(t, u.Host)
+	u.Host = p.Addr()
+	h := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("h"))
+	w := dial(t, u.String(), baton.WithTTL(ttl), baton.WithHolder("late-w"), baton.WithRequestTimeout(time.Second))
+	ctx := timeout(t, 60*time.Second)
+	// A first wait starts w's listener, so that the statement held below
+	// is an acquisition's.
+	warm, err := w.Acquire(ctx, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lh, err := h.Acquire(ctx, "slot")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	held := p.HoldFirst([]byte("late-w")) // the holder, sent by acquisitions only
+	if _, err := w.Acquire(ctx, "slot"); !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("Acquire whose statement is held up = %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-held.Caught():
+	default:
+		t.Fatal("the proxy held no statement")
+	}
+	second := acquireAsync(t, w, ctx, "slot")
+	waitFor(t, 10*time.Second, "the second acquisition queued", func() bool { return queued(t, admin, "slot") == 1 })
+	var ticket int64
+	queryRow(t, admin, `SELECT ticket FROM baton_lock_waiters WHERE name = 'slot' AND expires_at > clock_timestamp()`, nil, &ticket)
+	held.Release()
+	select {
+	case <-held.Done():
+	case <-ctx.Done():
+		t.Fatal("the held statement was not served")
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if holder, got, _ := handedTo(t, admin, "slot"); holder != "late-w" || got != ticket {
+		t.Fatalf("h's release handed the lock to %q with ticket %d; want the waiting acquisition's ticket %d", holder, got, ticket)
+	}
+	select {
+	case <-second.done:
+		if second.err != nil {
+			t.Fatal(second.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter handed the lock did not hold it")
+	}
+}
