@@ -35,7 +35,9 @@ func ServerMS(tb testing.TB, c goredis.UniversalClient) int64 {
 // value names holder (rediskit.HolderOf) has run out by the server's clock:
 // SEEN_MS + TTL_MS is past, as the scripts' live() judges it. It reads the
 // entries each time, so a refresh that reached the server late moves the
-// deadline with it. It fails tb after within.
+// deadline with it. It fails tb after within, and at once when w holds
+// no entry of holder: there is nothing to wait for, and the test is not
+// where it means to be.
 func WaitEntriesRunOut(tb testing.TB, c goredis.UniversalClient, w, holder string, within time.Duration) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -45,11 +47,12 @@ func WaitEntriesRunOut(tb testing.TB, c goredis.UniversalClient, w, holder strin
 		if err != nil {
 			tb.Fatalf("read the waiters' entries %s: %v", w, err)
 		}
-		end := int64(0)
+		end, found := int64(0), false
 		for v, e := range entries {
 			if rediskit.HolderOf(v) != holder {
 				continue
 			}
+			found = true
 			f := strings.Fields(e)
 			if len(f) != 4 || f[0] != "0" {
 				tb.Fatalf("entry %q of %s: not in the format 0 SEEN_MS TTL_MS CHANNEL", e, w)
@@ -60,6 +63,9 @@ func WaitEntriesRunOut(tb testing.TB, c goredis.UniversalClient, w, holder strin
 				tb.Fatalf("entry %q of %s: SEEN_MS and TTL_MS are not numbers", e, w)
 			}
 			end = max(end, seen+ttl)
+		}
+		if !found {
+			tb.Fatalf("%s holds no entry of %s", w, holder)
 		}
 		if ServerMS(tb, c) >= end {
 			return
