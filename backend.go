@@ -96,6 +96,8 @@ type Inspector interface {
 // holder has raised it.
 type ForceReleaser interface {
 	// ForceRelease frees the lock name and returns what it was.
-	// A lock no one holds returns an error matching ErrNotAcquired.
+	// A lock no one holds returns an error matching ErrNotAcquired; a lock
+	// that changed hands between the read of its holder and the release,
+	// one matching ErrChangedHands, having freed nothing.
 	ForceRelease(ctx context.Context, name string) (LockInfo, error)
 }

@@ -40,6 +40,12 @@ var (
 
 	// ErrClosed means the Locker was closed.
 	ErrClosed = errors.New("locker closed")
+
+	// ErrChangedHands means a ForceRelease found, when it came to free the
+	// lock, that it was no longer held by the holder it had read (released
+	// and taken again, or freed): it freed nothing, and a second look
+	// tells who holds it now.
+	ErrChangedHands = errors.New("lock changed hands while being released; nothing was released; look again with baton status")
 )
 
 // NotAcquiredError says who holds the lock that could not be taken. Holder

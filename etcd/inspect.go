@@ -3,7 +3,6 @@ package etcd
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -107,7 +106,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return info, b.fail(ctx, "delete lock key", err)
 	}
 	if !resp.Succeeded {
-		return info, fmt.Errorf("lock %q changed hands while being released; look again with baton status: %w", name, errors.New("holder key gone"))
+		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	return info, nil
 }

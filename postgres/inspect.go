@@ -121,7 +121,7 @@ func (b *backend) forceRelease(ctx, octx context.Context, name string, token int
 		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
 	}
 	if !found {
-		return baton.LockInfo{}, fmt.Errorf("lock %q changed hands (or was freed) while being released; nothing was released; look again with baton status", name)
+		return baton.LockInfo{}, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	info.Token = baton.Token(token)
 	info.TTLLeft = seconds(left)

@@ -120,7 +120,7 @@ func TestForceRelease_OnlyTheTokenRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = postgres.ForceReleaseToken(ctx, b.Locker(), "forced", read)
-	if err == nil || !strings.Contains(err.Error(), "changed hands") {
+	if !errors.Is(err, baton.ErrChangedHands) {
 		t.Fatalf("force with a's token while b holds: %v; want changed hands, nothing released", err)
 	}
 	infos, err := b.Locker().Backend().(baton.Inspector).Inspect(ctx, "forced")

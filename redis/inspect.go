@@ -137,7 +137,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err)
 	}
 	if n == 0 {
-		return info, fmt.Errorf("lock %q changed hands while being released; nothing was deleted; look again with baton status", name)
+		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	return info, nil
 }

@@ -179,7 +179,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		if info.Key == "" {
 			return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 		}
-		return info, fmt.Errorf("lock %q changed hands while being released; nothing was deleted; look again with baton status", name)
+		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	info.Holder = rediskit.HolderOf(best)
 	return info, nil

@@ -103,7 +103,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	}
 	_, err = call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(info.Key, -1) })
 	if errors.Is(err, zkgo.ErrNoNode) {
-		return info, fmt.Errorf("lock %q changed hands while being released; look again with baton status: %w", name, err)
+		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	if err != nil {
 		return info, b.fail(ctx, "delete "+info.Key, err)
