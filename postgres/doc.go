@@ -370,7 +370,10 @@
 //     can take a free lock (or, for a waiter, a place in the queue) for an
 //     acquisition that failed, which then lapses within one TTL. It cannot
 //     take a lock that is held, reserved for a waiter, or freed since it
-//     was handed to that acquisition.
+//     was handed to that acquisition. Likewise a renewal nobody heard back
+//     from may have committed: Release of a lease lost by its local
+//     deadline therefore frees its row all the same (by its token, so
+//     never another holder's).
 //
 // # TTL
 //

@@ -60,9 +60,12 @@ func (h *hold) renew(ctx context.Context) error {
 }
 
 // Release frees the row if it still holds our token and wakes the first
-// waiter. Releasing a lost hold returns nil without asking the server: its
-// row has expired or holds another token, and the server may be out of
-// reach, which would only make Release wait.
+// waiter. Releasing a lost hold returns nil. A hold whose renewal was
+// refused is not freed: its row has expired or holds another token. One
+// lost by the local deadline is, as far as the server can be reached
+// within the release timeout: the last renewal the holder heard back from
+// still keeps the row for the drift margin or longer, and one it never
+// heard back from may have committed and keep it for a whole TTL.
 func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
 
 // end stops renewing with cause and, unless the hold was already lost,
@@ -71,12 +74,20 @@ func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		h.kp.Stop(cause)
 		h.b.untrack(h)
-		if !errors.Is(h.kp.Err(), cause) {
-			return // lost before: nothing of ours to free
+		lost := !errors.Is(h.kp.Err(), cause)
+		if lost && !errors.Is(h.kp.Err(), keeper.ErrDeadline) {
+			return // refused: nothing of ours to free
 		}
 		fctx, cancel := context.WithTimeout(ctx, h.b.cfg.ReleaseTimeout)
 		defer cancel()
-		h.endErr = h.b.free(fctx, h.name, h.token)
+		err := h.b.free(fctx, h.name, h.token)
+		if lost {
+			if err != nil {
+				h.b.cfg.Logger.Warn("could not free the row of a lease lost by its local deadline; it ends within one TTL", "lock", h.name, "token", int64(h.token), "err", err)
+			}
+			return
+		}
+		h.endErr = err
 	})
 	return h.endErr
 }

@@ -161,3 +161,57 @@ func TestSlot_LateStatementTakesNoPlace(t *testing.T) {
 		t.Fatal("the waiter handed the lock did not hold it")
 	}
 }
+
+// TestRelease_LostByDeadlineFreesRow: a lease lost by its local deadline
+// (its holder cut off, its renewals unanswered) may still hold its row on
+// the server: the last renewal it heard back from keeps it for the drift
+// margin at least, and one it never heard back from may have committed.
+// Release frees the row, so that the next holder need not wait for it to
+// expire.
+func TestRelease_LostByDeadlineFreesRow(t *testing.T) {
+	const ttl = 6 * time.Second
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testsvc.NewProxy(t, u.Host)
+	u.Host = p.Addr()
+	// A drift of 4s puts the local deadline at 2s after a renewal's send,
+	// and its row's expiry 4s later or more.
+	a := dial(t, u.String(), baton.WithHolder("a"), baton.WithTTL(ttl), baton.WithRenewEvery(time.Second),
+		baton.WithDrift(4*time.Second), baton.WithRequestTimeout(300*time.Millisecond))
+	b := dial(t, dsn, baton.WithHolder("b"))
+	ctx := timeout(t, 30*time.Second)
+	la, err := a.Acquire(ctx, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Block()
+	select {
+	case <-la.Done():
+	case <-ctx.Done():
+		t.Fatal("the cut-off lease was not lost")
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("lease ended with %v, want lost", la.Err())
+	}
+	p.Unblock()
+	var live bool
+	queryRow(t, admin, `SELECT expires_at > clock_timestamp() FROM baton_lock WHERE name = 'lost' AND token = $1`, []any{int64(la.Token())}, &live)
+	if !live {
+		t.Fatal("the lost lease's row expired before the test released it (4s after its local deadline): a machine far too slow for this test")
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("Release of a lost lease = %v, want nil", err)
+	}
+	lb, err := b.TryAcquire(ctx, "lost")
+	if err != nil {
+		t.Fatalf("TryAcquire after the lost lease was released = %v; want its row freed", err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after the lost lease's %d", lb.Token(), la.Token())
+	}
+	_ = lb.Release(ctx)
+}
