@@ -31,6 +31,9 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	stop := context.AfterFunc(s.k.Context(), func() { cancel(errSessionEnded) })
 	defer stop()
 	h, err := b.acquire(sctx, s, req)
+	if h == nil {
+		b.leave(s) // a hold stays a user of s until released
+	}
 	if err != nil && errors.Is(context.Cause(sctx), errSessionEnded) {
 		return nil, fmt.Errorf("session ended while acquiring: %w", s.k.Err())
 	}
@@ -65,18 +68,23 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		// alone, so delete it either way, unless the session ended: the
 		// lease's end takes the key with it, and a delete through the
 		// connection that just failed would hold the caller up to the
-		// release timeout.
+		// release timeout. A copy of the create held up in the network
+		// may still be applied after that delete: the session is
+		// retired, so its lease goes once its other users are done.
+		b.retire(s)
 		select {
 		case <-s.k.Done():
 		default:
-			b.deleteKey(ctx, key)
+			b.deleteKey(ctx, s, key)
 		}
 		return nil, b.fail(ctx, "create lock key", err)
 	}
 	if !resp.Succeeded {
 		// The key is unique to this attempt, so only a retry of our own
-		// create (whose first answer was lost) finds it: it is ours.
-		b.deleteKey(ctx, key)
+		// create (whose first answer was lost) finds it: it is ours, and
+		// another copy may still come (see above).
+		b.retire(s)
+		b.deleteKey(ctx, s, key)
 		return nil, b.fail(ctx, "create lock key", fmt.Errorf("key %s already exists (a retried request?); deleted it", key))
 	}
 	rev := resp.Header.Revision
@@ -85,14 +93,14 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		return b.held(s, key, rev)
 	}
 	if !req.Wait {
-		b.deleteKey(ctx, key)
+		b.deleteKey(ctx, s, key)
 		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: decodeValue(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
 	}
 	if err := b.wait(ctx, s, pfx, key, rev); err != nil {
 		select {
 		case <-s.k.Done(): // the lease's end takes the key with it
 		default:
-			b.deleteKey(ctx, key)
+			b.deleteKey(ctx, s, key)
 		}
 		return nil, err
 	}
@@ -103,14 +111,14 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
 	select {
 	case <-s.k.Done():
-		b.deleteKey(context.Background(), key)
+		b.deleteKey(context.Background(), s, key)
 		return nil, fmt.Errorf("session ended as the lock was granted: %w", s.k.Err())
 	default:
 	}
 	h := newHold(b, s, key, rev)
 	if !b.track(h) {
 		h.lose(baton.ErrClosed)
-		b.deleteKey(context.Background(), key)
+		b.deleteKey(context.Background(), s, key)
 		return nil, baton.ErrClosed
 	}
 	return h, nil
@@ -208,12 +216,14 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, s
 	}
 }
 
-// deleteKey removes key on a detached, bounded context: cleanup must happen
-// even when the caller gave up.
-func (b *backend) deleteKey(ctx context.Context, key string) {
+// deleteKey removes key, on session s, on a detached, bounded context:
+// cleanup must happen even when the caller gave up. When it fails, s is
+// retired, so that the key goes with s's lease once s has no other user.
+func (b *backend) deleteKey(ctx context.Context, s *session, key string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
 	defer cancel()
 	if _, err := b.client.Delete(dctx, key); err != nil {
-		b.cfg.Logger.Warn("could not delete lock key; it ends with its lease", "key", key, "err", err)
+		b.retire(s)
+		b.cfg.Logger.Warn("could not delete lock key; it ends with its session's lease, once no other lock uses that", "key", key, "err", err)
 	}
 }

@@ -34,10 +34,14 @@ type backend struct {
 
 	seq atomic.Uint64 // makes every key of one session unique
 
-	mu     sync.Mutex
-	sess   *session
-	holds  map[*hold]struct{}
-	closed bool
+	mu       sync.Mutex
+	sess     *session              // the session new acquisitions use
+	sessions map[*session]struct{} // every session not yet revoked, sess among them
+	holds    map[*hold]struct{}
+	closed   bool
+	bg       sync.WaitGroup // revokes of retired sessions, awaited by Close
+	bgCtx    context.Context
+	bgStop   context.CancelFunc // ends bg's revokes: Close does not wait for a server that does not answer
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -76,13 +80,18 @@ func newBackend(client *clientv3.Client, opts []baton.Option) (*backend, error) 
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
+	bgCtx, bgStop := context.WithCancel(context.Background())
 	return &backend{
+		bgCtx:  bgCtx,
+		bgStop: bgStop,
 		client: client,
 		cfg:    cfg,
 		prefix: prefix,
 		where:  "etcd://" + strings.Join(stripSchemes(client.Endpoints()), ","),
 		ttlSec: int64(cfg.TTL / time.Second),
 		holds:  map[*hold]struct{}{},
+
+		sessions: map[*session]struct{}{},
 	}, nil
 }
 
@@ -120,8 +129,8 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
 }
 
-// Close ends every hold, revokes the session lease (freeing all its keys at
-// once) and closes the client if Dial made it.
+// Close ends every hold, revokes the session leases (freeing all their
+// keys at once) and closes the client if Dial made it.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -129,8 +138,11 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	s := b.sess
 	b.sess = nil
+	sessions := make([]*session, 0, len(b.sessions))
+	for s := range b.sessions {
+		sessions = append(sessions, s)
+	}
 	holds := make([]*hold, 0, len(b.holds))
 	for h := range b.holds {
 		holds = append(holds, h)
@@ -140,9 +152,11 @@ func (b *backend) Close() error {
 	for _, h := range holds {
 		h.lose(baton.ErrClosed)
 	}
+	b.bgStop()
+	b.bg.Wait()
 	var err error
-	if s != nil {
-		err = s.close(b)
+	for _, s := range sessions {
+		err = errors.Join(err, s.close(b))
 	}
 	if b.owned {
 		err = errors.Join(err, b.client.Close())

@@ -31,6 +31,15 @@
 // session. A dead session is never reused (etcd issue 19597). A lock whose
 // key is deleted by someone else (an operator clearing it) is lost too.
 //
+// A key nobody tracks must not live as long as the session: a create whose
+// answer was lost may be applied after the delete that cleaned up after it
+// (a copy held up in the network), and a delete may fail (an outage during
+// Release). Either retires the session: the next acquisition grants a new
+// one, and the retired one is revoked, with every key on it, once the
+// acquisitions and holds still on it are done. A session lost by its local
+// deadline is revoked the same way when its last lease is released: a
+// renewal nobody heard back from may have kept it alive on the server.
+//
 // Why not concurrency.Session: it learns of a lease's end only after the
 // deadline computed from the receipt of the last keep-alive response,
 // checked every 500ms, when the server may already have handed the lock to

@@ -113,13 +113,16 @@ func (h *hold) watch(ctx context.Context) {
 
 // Release deletes the key if it is still ours (compare-and-delete by create
 // revision), and ends the watcher. A lost hold is not deleted: its key is
-// gone, or goes with its session's lease, and the service may be
-// unreachable, which would only make Release wait.
+// gone, or goes with its session's lease (revoked in the background once
+// no other hold uses it, when it was lost by its local deadline), and the
+// service may be unreachable, which would only make Release wait. When the
+// delete fails, the session is retired: the key goes with its lease.
 func (h *hold) Release(ctx context.Context) error {
 	h.unhook()
 	h.cancel()
 	<-h.exited
 	h.b.untrack(h)
+	defer h.b.leave(h.s)
 	h.mu.Lock()
 	lost := h.err != nil
 	h.mu.Unlock()
@@ -132,7 +135,8 @@ func (h *hold) Release(ctx context.Context) error {
 		Then(clientv3.OpDelete(h.key)).
 		Commit()
 	if err != nil {
-		return h.b.fail(context.Background(), "delete lock key", err)
+		h.b.retire(h.s)
+		return h.b.fail(context.Background(), "delete lock key", fmt.Errorf("%w; the key goes with the session's lease, revoked once no other lock of this Locker uses it", err))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,13 +22,33 @@ import (
 // someone else. The keeper renews with KeepAliveOnce and counts the deadline
 // from the *send* time of the last confirmed renewal, minus the drift
 // margin, so the holder learns of the end before the server can act on it.
+//
+// A session is retired when a request on it may still land and leave a key
+// nobody tracks: a create whose answer was lost (a copy held up in the
+// network can be applied after the delete that cleaned up after it), or a
+// delete that failed. A retired session takes no new acquisition, and once
+// its last user is gone (the acquisitions in progress on it, and the holds
+// not yet released) its lease is revoked, which deletes every key on it,
+// strays included. A session lost by its local deadline is revoked the
+// same way: a renewal nobody heard back from may have kept its lease alive
+// on the server for a whole TTL.
 type session struct {
 	id clientv3.LeaseID
 	k  *keeper.Keeper
+
+	// Guarded by the backend's mu.
+	users   int  // acquisitions in progress on it, and holds not yet released
+	retired bool // no new acquisition joins it
+	revoked bool // its revoke was sent, or it needs none
 }
 
+// errRetired stops the keeper of a retired session whose last user left.
+var errRetired = errors.New("session retired: a request on it had an unknown outcome")
+
 // session returns the live session, granting a new lease when there is none
-// or the last one ended. A dead session is never reused (etcd issue 19597).
+// or the last one ended or was retired, and counts the caller among its
+// users until it calls leave. A dead session is never reused (etcd issue
+// 19597).
 func (b *backend) session(ctx context.Context) (*session, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -38,6 +59,7 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 		select {
 		case <-s.k.Done():
 		default:
+			s.users++
 			return s, nil
 		}
 	}
@@ -54,10 +76,67 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 		rcancel()
 		return nil, &baton.OptionError{Option: "ttl", Value: b.cfg.TTL.String(), Reason: fmt.Sprintf("the etcd server at %s grants leases of at least %ds; use --ttl %ds or more", b.where, resp.TTL, resp.TTL)}
 	}
-	s := &session{id: resp.ID}
+	s := &session{id: resp.ID, users: 1}
 	s.k = keeper.Start(sent, b.cfg, b.renewer(resp.ID))
 	b.sess = s
+	b.sessions[s] = struct{}{}
 	return s, nil
+}
+
+// retire takes s out of service: the next acquisition gets a new lease,
+// and s is revoked once its last user leaves.
+func (b *backend) retire(s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !s.retired {
+		b.cfg.Logger.Debug("retiring the etcd session: a request on it had an unknown outcome", "lease", int64(s.id))
+	}
+	s.retired = true
+	if b.sess == s {
+		b.sess = nil
+	}
+	b.revokeIfDone(s)
+}
+
+// leave drops one user of s (an acquisition that ended without a hold, a
+// released hold), and revokes s in the background when that was its last
+// one and it is retired or lost by its local deadline.
+func (b *backend) leave(s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s.users--
+	b.revokeIfDone(s)
+}
+
+// revokeIfDone starts revoking s when it has no user left and must not
+// live on: retired, or lost by its local deadline. A session whose lease
+// the server refused (expired, revoked) needs nothing. b.mu is held.
+func (b *backend) revokeIfDone(s *session) {
+	if s.users > 0 || s.revoked || b.closed {
+		return
+	}
+	dead := false
+	select {
+	case <-s.k.Done():
+		dead = true
+	default:
+	}
+	if !dead && !s.retired {
+		return // in service
+	}
+	s.revoked = true
+	delete(b.sessions, s)
+	if b.sess == s {
+		b.sess = nil
+	}
+	if dead && !errors.Is(s.k.Err(), keeper.ErrDeadline) {
+		return // refused by the server: nothing left to revoke
+	}
+	b.bg.Go(func() {
+		if err := s.revoke(b.bgCtx, b, errRetired); err != nil && b.bgCtx.Err() == nil {
+			b.cfg.Logger.Warn("could not revoke a retired etcd session; its keys end with its lease, within one TTL", "lease", int64(s.id), "err", err)
+		}
+	})
 }
 
 func (b *backend) renewer(id clientv3.LeaseID) keeper.RenewFunc {
@@ -77,16 +156,23 @@ func (b *backend) renewer(id clientv3.LeaseID) keeper.RenewFunc {
 }
 
 // close stops renewing and revokes the lease, deleting every key on it. A
-// session already lost is not revoked: its lease expired or cannot be
-// reached, and trying would only make Close wait.
+// session already lost is not revoked: its lease was refused or could not
+// be renewed in time, and a server that did not answer then would only
+// make Close wait.
 func (s *session) close(b *backend) error {
 	select {
 	case <-s.k.Done():
 		return nil
 	default:
 	}
-	s.k.Stop(baton.ErrClosed)
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
+	return s.revoke(context.Background(), b, baton.ErrClosed)
+}
+
+// revoke stops renewing with cause and revokes the lease, within the
+// release timeout or until ctx ends.
+func (s *session) revoke(ctx context.Context, b *backend, cause error) error {
+	s.k.Stop(cause)
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReleaseTimeout)
 	defer cancel()
 	if _, err := b.client.Revoke(ctx, s.id); err != nil && !isLeaseGone(err) {
 		return b.fail(context.Background(), "revoke lease", err)

@@ -1,0 +1,154 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+// TestRelease_DeleteFailed_KeyGoesWithSession: a Release whose delete is
+// never applied (here a client interceptor holds every Txn until its
+// context ends, as an outage would) leaves the key on the session's
+// lease, which the Locker would renew for as long as it lives. The session
+// is retired instead, and revoked once no other lock uses it: another
+// Locker waiting for the lock gets it.
+func TestRelease_DeleteFailed_KeyGoesWithSession(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	var stall atomic.Bool
+	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if stall.Load() && method == "/etcdserverpb.KV/Txn" {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	lease, err := l.TryAcquire(timeout(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall.Store(true)
+	if err := lease.Release(context.Background()); err == nil {
+		t.Fatal("Release whose delete stalled returned nil")
+	}
+	stall.Store(false)
+	// Without the retirement the key lives as long as l: 5 TTLs is ample.
+	other := newLocker(t, srv.Endpoint)
+	lo, err := other.Acquire(timeout(t, 10*time.Second), "x")
+	if err != nil {
+		t.Fatalf("another Locker waiting for the lock after the failed release: %v", err)
+	}
+	_ = lo.Release(context.Background())
+	// l itself goes on, on a new session.
+	ln, err := l.TryAcquire(timeout(t, 5*time.Second), "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Split(ln.Key()[strings.LastIndex(ln.Key(), "/")+1:], "-")[0] == strings.Split(lease.Key()[strings.LastIndex(lease.Key(), "/")+1:], "-")[0] {
+		t.Errorf("after the retirement, key %s is on the same lease as %s", ln.Key(), lease.Key())
+	}
+	_ = ln.Release(context.Background())
+}
+
+// TestAcquire_LateCreate_KeyGoesWithSession: the create of a lock key
+// whose request failed (here the interceptor reports Unavailable) but whose
+// copy, held up in the network, is applied after Acquire cleaned up, would
+// hold the lock for as long as the Locker's session lives. The session is
+// retired instead, and revoked: the late create fails on the revoked lease,
+// or its key goes with it.
+func TestAcquire_LateCreate_KeyGoesWithSession(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	var late atomic.Bool
+	deliver, landed := make(chan struct{}), make(chan struct{})
+	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == "/etcdserverpb.KV/Txn" && late.CompareAndSwap(true, false) {
+			go func() {
+				defer close(landed)
+				<-deliver
+				_ = invoker(context.Background(), method, req, reply, cc, opts...)
+			}()
+			return status.Error(codes.Unavailable, "connection reset (test)")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	warm, err := l.TryAcquire(timeout(t, 5*time.Second), "warm") // the session exists
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	late.Store(true)
+	if _, err := l.TryAcquire(timeout(t, 5*time.Second), "y"); !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("TryAcquire whose create failed = %v, want ErrUnavailable", err)
+	}
+	close(deliver)
+	<-landed
+	other := newLocker(t, srv.Endpoint)
+	lo, err := other.Acquire(timeout(t, 10*time.Second), "y")
+	if err != nil {
+		t.Fatalf("another Locker waiting for the lock after the late create: %v", err)
+	}
+	_ = lo.Release(context.Background())
+}
+
+// TestRelease_LostByDeadline_SessionRevoked: a session lost by its local
+// deadline (cut off: its renewals unanswered) still lives on the server
+// for the drift margin at least, longer when a renewal nobody heard back
+// from was applied. Releasing its last lease revokes it, so that the next
+// holder need not wait for it to expire.
+func TestRelease_LostByDeadline_SessionRevoked(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+	// A drift of 8s puts the local deadline 2s after a renewal's send,
+	// and the lease's end on the server 8s later or more.
+	a := newLocker(t, "http://"+proxy.Addr(), baton.WithTTL(10*time.Second), baton.WithRenewEvery(time.Second),
+		baton.WithDrift(8*time.Second), baton.WithRequestTimeout(300*time.Millisecond))
+	b := newLocker(t, srv.Endpoint)
+	la, err := a.Acquire(timeout(t, 10*time.Second), "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cut-off lease was not lost")
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("lease ended with %v, want lost", la.Err())
+	}
+	proxy.Unblock()
+	if err := la.Release(context.Background()); err != nil {
+		t.Fatalf("Release of a lost lease = %v, want nil", err)
+	}
+	// Half the 8s the lease has left on the server at least.
+	lb, err := b.Acquire(timeout(t, 4*time.Second), "lost")
+	if err != nil {
+		t.Fatalf("Acquire after the lost lease was released: %v; want its session revoked", err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after the lost lease's %d", lb.Token(), la.Token())
+	}
+	_ = lb.Release(context.Background())
+}
