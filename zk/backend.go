@@ -29,7 +29,7 @@ type backend struct {
 	polling bool              // the state comes from polling conn.State
 	events  <-chan zkgo.Event // conn's event channel when owned, drained on Close
 
-	calls   sync.WaitGroup     // requests in flight, each in its own goroutine
+	calls   flights            // requests in flight, each in its own goroutine
 	workers sync.WaitGroup     // reaper and poller
 	life    context.Context    // cancelled by Close: ends reaper and poller
 	end     context.CancelFunc // cancels life
@@ -190,6 +190,7 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.calls.drain()
 	s := b.sess
 	b.sess = nil
 	holds := make([]*hold, 0, len(b.holds))
@@ -208,7 +209,7 @@ func (b *backend) Close() error {
 	var err error
 	if !b.owned {
 		// The session outlives us: delete what we created.
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
+		ctx, cancel := context.WithTimeout(closing(context.Background()), b.cfg.ReleaseTimeout)
 		for _, h := range holds {
 			err = errors.Join(err, b.deleteNode(ctx, h.s.id, h.path))
 		}
@@ -221,7 +222,7 @@ func (b *backend) Close() error {
 		b.conn.Close()
 		b.drainEvents()
 	}
-	b.calls.Wait()
+	b.calls.closeWait()
 	return err
 }
 

@@ -66,7 +66,7 @@
 // Dial returns a *baton.OptionError naming the limit instead. go-zookeeper
 // does not report the granted timeout for a connection made elsewhere, so
 // New trusts baton.WithTTL to be it; prefer Dial. Every RenewEvery
-// (default TTL/3) the backend confirms the session with cheap reads, an
+// (default TTL/3) the backend confirms the session with a sync and an
 // exists on each node it holds (which also finds a node deleted by
 // someone else), sent together; go-zookeeper pings on its own as well.
 //
@@ -81,8 +81,13 @@
 // ensemble a follower passes the touch on to the leader within half a
 // tick; the client's own pings (every third of the timeout) keep the
 // leader's view fresh well before that matters, and a client that
-// reconnects is revalidated with the leader before it is served. When the
-// deadline passes without a confirmed request, the lease is lost.
+// reconnects is revalidated with the leader before it is served. But a
+// follower cut off from the leader goes on answering reads and pings on
+// its own until it notices, syncLimit x tickTime later, while the leader
+// expires the session after the session timeout, which may be shorter:
+// so the request that confirms a session is a sync, which a follower
+// answers only after the leader has. When the deadline passes without a
+// confirmed request, the lease is lost.
 //
 // # Connection states, as Curator has them
 //

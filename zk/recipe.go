@@ -144,12 +144,13 @@ func (b *backend) watchNode(ctx context.Context, path string) (w watched, ok boo
 }
 
 // retryRead runs a read, repeating it while the connection is down (a
-// read is safe to repeat), for at most the request timeout.
+// read is safe to repeat), for at most the request timeout; not once the
+// backend is closing.
 func retryRead[T any](b *backend, ctx context.Context, fn func() (T, error)) (T, error) {
 	deadline := time.Now().Add(b.cfg.RequestTimeout)
 	for {
 		v, err := call(b, ctx, fn)
-		if err == nil || !isConnErr(err) || errors.Is(err, errNoAnswer) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		if err == nil || !isConnErr(err) || errors.Is(err, errNoAnswer) || errors.Is(err, zkgo.ErrClosing) || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return v, err
 		}
 		if werr := b.waitConnected(ctx, deadline); werr != nil {
@@ -344,9 +345,11 @@ func (b *backend) findGUID(ctx context.Context, dir, guid string) (created, bool
 // go-zookeeper has answered it: the node it made, or, if the answer was
 // lost, the GUID to look for.
 func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
-	b.calls.Add(1)
+	if !b.calls.add(false) {
+		return // closing: the reaper has stopped
+	}
 	go func() {
-		defer b.calls.Done()
+		defer b.calls.done()
 		r := <-ch
 		switch {
 		case r.err == nil:

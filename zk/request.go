@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
@@ -17,16 +18,75 @@ type result[T any] struct {
 	err error
 }
 
+// flights counts the goroutines of requests in flight. Once Close has
+// begun, only its own requests start (those made with a context from
+// closing), and once it waits for them, none: a request made then (an
+// Inspect, a Release or an Observe racing with Close) fails with
+// zk.ErrClosing, where adding to a WaitGroup being waited on could panic,
+// and it is not queued on a connection about to close (go-zookeeper can
+// leave its loop blocked on a request queued as it closes).
+type flights struct {
+	mu       sync.Mutex
+	wg       sync.WaitGroup
+	draining bool // Close has begun
+	closed   bool // Close waits for the goroutines
+}
+
+// closingKey marks the context of Close's own requests.
+type closingKey struct{}
+
+// closing returns ctx for Close's own requests, which start while the
+// backend drains.
+func closing(ctx context.Context) context.Context { return context.WithValue(ctx, closingKey{}, true) }
+
+// add counts one more goroutine, unless Close waits for them, or has begun
+// and own is false.
+func (f *flights) add(own bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || (f.draining && !own) {
+		return false
+	}
+	f.wg.Add(1)
+	return true
+}
+
+// drain lets only Close's own requests start.
+func (f *flights) drain() {
+	f.mu.Lock()
+	f.draining = true
+	f.mu.Unlock()
+}
+
+func (f *flights) done() { f.wg.Done() }
+
+// closeWait lets no more goroutines start and waits for those running.
+func (f *flights) closeWait() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
 // async runs fn, one go-zookeeper request, in a goroutine tracked by the
 // backend and returns a channel that receives its result once. go-zookeeper
 // requests take no context: this is what lets a caller stop waiting for
 // one. The goroutine ends when go-zookeeper answers, which it does when the
-// server replies, the connection drops or the connection is closed.
+// server replies, the connection drops or the connection is closed. After
+// Close, it sends nothing and answers zk.ErrClosing.
 func async[T any](b *backend, fn func() (T, error)) <-chan result[T] {
+	return start(b, false, fn)
+}
+
+// start is async, for Close's own requests when own is true.
+func start[T any](b *backend, own bool, fn func() (T, error)) <-chan result[T] {
 	ch := make(chan result[T], 1)
-	b.calls.Add(1)
+	if !b.calls.add(own) {
+		ch <- result[T]{err: zkgo.ErrClosing}
+		return ch
+	}
 	go func() {
-		defer b.calls.Done()
+		defer b.calls.done()
 		v, err := fn()
 		ch <- result[T]{v, err}
 	}()
@@ -50,9 +110,10 @@ func await[T any](b *backend, ctx context.Context, ch <-chan result[T]) (T, erro
 	}
 }
 
-// call runs fn as one request and waits for it; see async and await.
+// call runs fn as one request and waits for it; see async and await. A
+// context from closing makes it one of Close's own.
 func call[T any](b *backend, ctx context.Context, fn func() (T, error)) (T, error) {
-	return await(b, ctx, async(b, fn))
+	return await(b, ctx, start(b, ctx.Value(closingKey{}) != nil, fn))
 }
 
 // errNoAnswer is returned by await when the request timeout passes.

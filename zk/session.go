@@ -81,10 +81,7 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 		before := b.observe()
 		sid := b.conn.SessionID()
 		sent := time.Now()
-		_, err := call(b, ctx, func() (bool, error) {
-			ok, _, err := b.conn.Exists("/")
-			return ok, err
-		})
+		_, err := call(b, ctx, func() (string, error) { return b.conn.Sync("/") })
 		after := b.observe()
 		switch {
 		case err != nil && attempt < 2 && isConnErr(err) && !errors.Is(err, errNoAnswer) && ctx.Err() == nil:
@@ -131,33 +128,37 @@ func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*sess
 	return s, nil
 }
 
-// renewer confirms the session with cheap reads, so that the keeper knows
-// when the server last heard from it: an exists on each node held on the
+// renewer confirms the session, so that the keeper knows when the leader
+// last heard from it: a sync, and an exists on each node held on the
 // session, which also finds a node deleted by someone else (an operator's
-// forced release) and ends that hold, or an exists on "/" when none is
-// held. The reads are sent together: one round trip.
+// forced release) and ends that hold. They are sent together: one round
+// trip. A follower answers reads on its own, also one cut off from the
+// leader, which may meanwhile expire the session and hand the lock on: a
+// follower notices that it lost the leader only after syncLimit x
+// tickTime, which may well be longer than the session timeout. It answers
+// a sync only after the leader did, so a sync answered proves that the
+// ensemble still served the session when it was sent, and the keeper
+// counts the local deadline from that send. A session's first look (see
+// session) is a sync too.
 func (b *backend) renewer(s *session) keeper.RenewFunc {
 	return func(ctx context.Context) error {
 		if err := b.lost(s, b.observe()); err != nil {
 			return err
 		}
 		holds := b.heldOn(s)
-		paths := make([]string, 0, len(holds))
+		synced := async(b, func() (bool, error) {
+			_, err := b.conn.Sync("/")
+			return true, err
+		})
+		chans := []<-chan result[bool]{synced}
 		for _, h := range holds {
-			paths = append(paths, h.path)
-		}
-		if len(paths) == 0 {
-			paths = append(paths, "/")
-		}
-		chans := make([]<-chan result[bool], len(paths))
-		for i, p := range paths {
-			chans[i] = async(b, func() (bool, error) {
-				ok, _, err := b.conn.Exists(p)
+			chans = append(chans, async(b, func() (bool, error) {
+				ok, _, err := b.conn.Exists(h.path)
 				return ok, err
-			})
+			}))
 		}
 		var firstErr error
-		gone := make([]bool, len(paths))
+		gone := make([]bool, len(chans))
 		for i, ch := range chans {
 			ok, err := await(b, ctx, ch)
 			if err != nil && firstErr == nil {
@@ -181,7 +182,7 @@ func (b *backend) renewer(s *session) keeper.RenewFunc {
 			return err
 		}
 		for i, h := range holds {
-			if gone[i] {
+			if gone[i+1] {
 				h.lose(fmt.Errorf("%w: node %s was deleted by another client", baton.ErrLeaseLost, h.path))
 			}
 		}

@@ -397,3 +397,46 @@ func TestEnsemble_Failover(t *testing.T) {
 		t.Errorf("token after the restart %#x <= %#x", la2.Token(), lb.Token())
 	}
 }
+
+// TestEnsemble_LeaderFrozen_HolderStops: a follower cut off from the
+// leader (here the leader is frozen with SIGSTOP) goes on answering its
+// clients' reads and pings on its own until it notices, syncLimit x
+// tickTime later (5s here), while a leader that still served the rest of
+// the ensemble could expire the session after its timeout (2s) and hand
+// the lock on. So the holder connected to that follower must stop by its
+// local deadline, its renewals' sync unanswered, and not only when the
+// follower drops the connection.
+func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	ens := testsvc.StartZKEnsemble(t, 3)
+	leader, err := ens.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower string
+	for _, addr := range ens.Addrs() {
+		if addr != leader.Addr {
+			follower = addr
+			break
+		}
+	}
+	a := dial(t, []string{follower}, zk.Settings{}, baton.WithTTL(ttl))
+	ctx := timeout(t, time.Minute)
+	la, err := a.Acquire(ctx, uniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Pause()
+	defer leader.Resume()
+	paused := time.Now()
+	select {
+	case <-la.Done():
+	case <-ctx.Done():
+		t.Fatal("the lease outlived the frozen leader by a minute")
+	}
+	t.Logf("lease lost %v after the leader froze: %v", time.Since(paused).Round(time.Millisecond), la.Err())
+	if !errors.Is(la.Err(), keeper.ErrDeadline) {
+		t.Fatalf("lease lost with %v; want by its local deadline (its sync unanswered), before the follower drops the connection", la.Err())
+	}
+}

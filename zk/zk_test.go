@@ -206,3 +206,42 @@ func lockDir(name string) string { return zk.DefaultRoot + "/" + name }
 func uniqueName(t testing.TB) string {
 	return strings.NewReplacer("/", ".", " ", "_").Replace(t.Name()) + fmt.Sprintf("-%d", time.Now().UnixNano()%1e6)
 }
+
+// TestClose_WhileRequestsStart: requests that start while Close waits for
+// those in flight (an Inspect, a Release or an Observe racing with Close)
+// fail with an error instead of adding to what Close waits for, which
+// could panic ("WaitGroup is reused before previous Wait has returned").
+// The connection is borrowed (New), so Close leaves it open and the race
+// is baton's alone.
+func TestClose_WhileRequestsStart(t *testing.T) {
+	conn := adminConn(t, zkServer.Addr(t))
+	for range 20 {
+		fl, err := zk.New(conn, baton.WithTTL(suiteTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := fl.Locker().Backend().(baton.Inspector)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, _ = in.Inspect(context.Background(), "close-race")
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond) // let the readers run before Close
+		if err := fl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		close(stop)
+		wg.Wait()
+	}
+}

@@ -271,6 +271,25 @@ func (s *ZKServer) Kill() {
 	}
 }
 
+// Pause freezes the server with SIGSTOP: its connections, to clients and
+// to the other members, stay open and nothing is answered until Resume.
+func (s *ZKServer) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.pause()
+	}
+}
+
+// Resume thaws a paused server with SIGCONT.
+func (s *ZKServer) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.resume()
+	}
+}
+
 // Running reports whether the server process is running.
 func (s *ZKServer) Running() bool {
 	s.mu.Lock()
