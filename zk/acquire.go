@@ -52,7 +52,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	kept := false // our node is a hold's, or already deleted
 	defer func() {
 		if !kept {
-			b.dropCandidate(ctx, s, own.path)
+			b.dropCandidate(ctx, own.path)
 		}
 	}()
 	if err != nil {
@@ -78,7 +78,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 			// The connection dropped around our look: look again.
 		case !req.Wait:
 			kept = true
-			return nil, b.notAcquired(ctx, s, req.Name, dir+"/"+cands[0].name, own.path)
+			return nil, b.notAcquired(ctx, req.Name, dir+"/"+cands[0].name, own.path)
 		default:
 			listed = b.observe()
 			gone, err := b.waitPredecessor(ctx, s, own.path, dir+"/"+pred.name)
@@ -131,12 +131,12 @@ func (b *backend) grant(ctx context.Context, s *session, name string, own create
 
 // notAcquired deletes our node and reads the holder's, both at once, for
 // TryAcquire's answer.
-func (b *backend) notAcquired(ctx context.Context, s *session, name, holderPath, ours string) error {
+func (b *backend) notAcquired(ctx context.Context, name, holderPath, ours string) error {
 	gc := async(b, func() (watched, error) {
 		data, stat, err := b.conn.Get(holderPath)
 		return watched{data: data, stat: stat}, err
 	})
-	b.dropCandidate(ctx, s, ours)
+	b.dropCandidate(ctx, ours)
 	nae := &baton.NotAcquiredError{Name: name}
 	if got, err := await(b, ctx, gc); err == nil {
 		nae.Holder = holderval.Decode(got.data).Holder
@@ -149,10 +149,10 @@ func (b *backend) notAcquired(ctx context.Context, s *session, name, holderPath,
 // bounded context: cleanup must happen even when the caller gave up, and
 // before we return, or a stale candidate would stand in line ahead of later
 // ones.
-func (b *backend) dropCandidate(ctx context.Context, s *session, path string) {
+func (b *backend) dropCandidate(ctx context.Context, path string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
 	defer cancel()
-	if err := b.deleteNode(dctx, s.id, path); err != nil {
+	if err := b.deleteNode(dctx, path); err != nil {
 		b.cfg.Logger.Warn("could not delete our candidate; the reaper will", "path", path, "err", err)
 	}
 }

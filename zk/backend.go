@@ -211,7 +211,7 @@ func (b *backend) Close() error {
 		// The session outlives us: delete what we created.
 		ctx, cancel := context.WithTimeout(closing(context.Background()), b.cfg.ReleaseTimeout)
 		for _, h := range holds {
-			err = errors.Join(err, b.deleteNode(ctx, h.s.id, h.path))
+			err = errors.Join(err, b.deleteNode(ctx, h.path))
 		}
 		b.reaper.drain(ctx)
 		cancel()

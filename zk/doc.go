@@ -138,6 +138,14 @@
 //   - A Locker from New follows its connection's state by polling it every
 //     few milliseconds, so a disconnection shorter than that can go unseen;
 //     it cannot cost the session, and Dial sees every one.
+//   - A node deleted by someone else is noticed at the session's next
+//     confirmation, at most RenewEvery later: a holder's, forced by an
+//     operator, and also a waiter's (a forced release that read the lock
+//     just as its holder left). Such a waiter may still be granted the
+//     lock when the candidate ahead goes, while the candidate behind it
+//     takes the lock too, until that confirmation ends its lease. Writes
+//     through a fence are safe meanwhile: the later holder's token is
+//     higher.
 //   - A waiter that gives up leaves its watch on its predecessor's node on
 //     the server until that node goes (go-zookeeper cannot remove a watch);
 //     the event then reaches a client that ignores it.

@@ -109,7 +109,7 @@ func (h *hold) shut(cause error) {
 func (h *hold) Release(ctx context.Context) error {
 	h.shut(baton.ErrReleased)
 	h.b.untrack(h)
-	err := h.b.deleteNode(ctx, h.s.id, h.path)
+	err := h.b.deleteNode(ctx, h.path)
 	if lost := !errors.Is(h.Err(), baton.ErrReleased); lost {
 		return nil
 	}

@@ -89,7 +89,11 @@ func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, err
 
 // ForceRelease implements baton.ForceReleaser: it deletes the holder's
 // node (that very node: its path is unique), so the next waiter gets the
-// lock and the holder is told its lease is lost.
+// lock and the holder is told its lease is lost. A delete whose answer is
+// lost (the connection dropped) is sent again once the connection is
+// back, within the request timeout: deleting that path twice is harmless,
+// while an operator told that it failed would force again, and free the
+// next holder's lock.
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return baton.LockInfo{}, err
@@ -101,14 +105,28 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	if info.Key == "" {
 		return info, &baton.NotAcquiredError{Name: name}
 	}
-	_, err = call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(info.Key, -1) })
-	if errors.Is(err, zkgo.ErrNoNode) {
-		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
-	}
-	if err != nil {
+	deadline := time.Now().Add(b.cfg.RequestTimeout)
+	unsure := false // a delete was sent and its answer lost
+	for {
+		_, err = call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(info.Key, -1) })
+		switch {
+		case err == nil:
+			return info, nil
+		case errors.Is(err, zkgo.ErrNoNode) && unsure:
+			return info, nil // gone: by our first delete, or released; either way the holder read is
+		case errors.Is(err, zkgo.ErrNoNode):
+			return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
+		case isConnErr(err) && !errors.Is(err, zkgo.ErrClosing) && ctx.Err() == nil && time.Now().Before(deadline):
+			unsure = unsure || !errors.Is(err, zkgo.ErrNoServer) // ErrNoServer: never sent
+			if werr := b.waitConnected(ctx, deadline); werr == nil {
+				continue
+			}
+		}
+		if unsure {
+			err = fmt.Errorf("%w; the node may be deleted already: look with baton status before forcing again, which would free the next holder's lock", err)
+		}
 		return info, b.fail(ctx, "delete "+info.Key, err)
 	}
-	return info, nil
 }
 
 // head is what the first candidate's node says.

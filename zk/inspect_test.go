@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	zkgo "github.com/go-zookeeper/zk"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/zk"
 )
@@ -91,4 +93,70 @@ func TestInspect_HoldersAndWaiters(t *testing.T) {
 		t.Errorf("ForceRelease of a free lock = %v, want ErrNotAcquired", err)
 	}
 	_ = lease.Release(context.Background()) // lost: nil, and harmless
+}
+
+// TestForceRelease_LostAnswer: a forced release whose delete is applied
+// but whose answer is lost (the connection cut right after the request
+// left) sends it again once reconnected, finds the node gone, and reports
+// the release done. Told that it failed, an operator would force again,
+// and free the next holder's lock.
+func TestForceRelease_LostAnswer(t *testing.T) {
+	addr := zkServer.Addr(t)
+	root := "/" + uniqueName(t)
+	ctx := timeout(t, 30*time.Second)
+	holder := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root), baton.WithHolder("web-1:42"))
+	lease, err := holder.Acquire(ctx, "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root), baton.WithHolder("web-2:43"))
+	got := make(chan *baton.FencedLease, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "invoices")
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- l
+	}()
+	waitChildren(t, adminConn(t, addr), root+"/invoices", 2)
+
+	d := &cutDialer{onDelete: true}
+	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		for range events {
+		}
+	})
+	fl, err := zk.New(conn, baton.WithTTL(suiteTTL), baton.WithPrefix(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	d.armed.Store(true)
+	info, err := fl.Locker().Backend().(baton.ForceReleaser).ForceRelease(ctx, "invoices")
+	if d.cuts.Load() != 1 {
+		t.Fatalf("%d connections cut, want 1", d.cuts.Load())
+	}
+	if err != nil || info.Holder != "web-1:42" {
+		t.Fatalf("forced release across a lost answer: %+v, %v; want web-1:42's released", info, err)
+	}
+	select {
+	case <-lease.Done():
+	case <-ctx.Done():
+		t.Fatal("the forced holder's lease did not end")
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the next holder's lease: %v", err)
+	}
+	if l.Token() <= lease.Token() {
+		t.Errorf("next holder's token %d <= %d", l.Token(), lease.Token())
+	}
+	_ = l.Release(ctx)
 }

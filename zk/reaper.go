@@ -20,8 +20,17 @@ type reaper struct {
 
 	mu    sync.Mutex
 	paths map[string]struct{}
-	guids map[string]string // guid -> election node: the path is unknown
-	wake  chan struct{}     // cap 1: something was added
+	guids map[string]lookFor // guid -> where and how long: the path is unknown
+	wake  chan struct{}      // cap 1: something was added
+}
+
+// lookFor is a GUID the reaper looks for: under election node dir, until
+// the time until. A create whose answer was lost may be applied after a
+// first look found nothing (a copy held up on its way), so a GUID not
+// found is looked for again, every reapRetry, for one TTL.
+type lookFor struct {
+	dir   string
+	until time.Time
 }
 
 // reapRetry is how soon the reaper tries again after a failure that did not
@@ -29,7 +38,7 @@ type reaper struct {
 const reapRetry = time.Second
 
 func newReaper(b *backend) *reaper {
-	return &reaper{b: b, paths: map[string]struct{}{}, guids: map[string]string{}, wake: make(chan struct{}, 1)}
+	return &reaper{b: b, paths: map[string]struct{}{}, guids: map[string]lookFor{}, wake: make(chan struct{}, 1)}
 }
 
 // add hands the reaper the node at path.
@@ -44,7 +53,7 @@ func (r *reaper) add(path string) {
 // one.
 func (r *reaper) addGUID(dir, guid string) {
 	r.mu.Lock()
-	r.guids[guid] = dir
+	r.guids[guid] = lookFor{dir: dir, until: time.Now().Add(r.b.cfg.TTL)}
 	r.mu.Unlock()
 	r.poke()
 }
@@ -93,18 +102,18 @@ func (r *reaper) pass(ctx context.Context) int {
 	for p := range r.paths {
 		paths = append(paths, p)
 	}
-	guids := make(map[string]string, len(r.guids))
-	for g, d := range r.guids {
-		guids[g] = d
+	guids := make(map[string]lookFor, len(r.guids))
+	for g, l := range r.guids {
+		guids[g] = l
 	}
 	r.mu.Unlock()
 
-	for guid, dir := range guids {
-		own, found, err := r.b.findGUID(ctx, dir, guid)
+	for guid, l := range guids {
+		own, found, err := r.b.findGUID(ctx, l.dir, guid)
 		if ctx.Err() != nil {
 			return r.pending()
 		}
-		if err != nil {
+		if err != nil || (!found && time.Now().Before(l.until)) {
 			continue
 		}
 		r.mu.Lock()

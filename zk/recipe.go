@@ -206,14 +206,17 @@ type created struct {
 //
 // It creates dir (a container, which the server removes once it is empty)
 // and the root's ancestors when they are missing. When the connection
-// drops before the create's answer comes, it looks for our GUID before
-// creating again. When it gives up (ctx ended, no answer), whatever the
+// drops before the create's answer comes, it looks for our GUID (see
+// findGUID) before creating again, and each create it sends again has a
+// GUID of its own, so that a copy of an earlier one landing late is never
+// taken for ours: the reaper looks for the earlier GUID for a while
+// (reaper.addGUID). When it gives up (ctx ended, no answer), whatever the
 // create did is handed to the reaper, so no node is left behind.
 func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (created, []candidate, error) {
-	guid := newGUID()
-	prefix := candidatePrefix(dir, guid)
 	var last error
 	for range 5 {
+		guid := newGUID()
+		prefix := candidatePrefix(dir, guid)
 		sent := make(chan struct{})
 		cc := async(b, func() (created, error) {
 			close(sent)
@@ -228,6 +231,9 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (c
 			})
 		}
 		own, err := await(b, ctx, cc)
+		if err != nil && own.path != "" && !errors.Is(err, zkgo.ErrConnectionClosed) {
+			b.reaper.add(own.path) // made, but not read back (see create)
+		}
 		switch {
 		case err == nil:
 			b.crowded.Store(!own.alone)
@@ -260,6 +266,7 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (c
 				cands, err := b.listCandidates(ctx, dir)
 				return own, cands, err
 			}
+			b.reaper.addGUID(dir, guid) // in case it lands after the look
 		case errors.Is(err, zkgo.ErrNoServer):
 			// Never sent: safe to send again once connected.
 			if werr := b.waitConnected(ctx, time.Now().Add(b.cfg.RequestTimeout)); werr != nil {
@@ -302,15 +309,20 @@ func (b *backend) create(prefix, dir string, data []byte) (created, error) {
 	}
 	_, stat, err := b.conn.Get(path)
 	if err != nil {
-		return created{}, err
+		return created{path: path}, err // the node exists: the caller must not leave it
 	}
 	return created{path: path, czxid: stat.Czxid}, nil
 }
 
 // findGUID looks for our protected node among dir's children, and reads
-// its czxid when it is there.
+// its czxid when it is there. It syncs first: the server we reconnected to
+// may be a follower that has not yet applied a create the leader already
+// committed.
 func (b *backend) findGUID(ctx context.Context, dir, guid string) (created, bool, error) {
 	kids, err := retryRead(b, ctx, func() ([]string, error) {
+		if _, err := b.conn.Sync(dir); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
+			return nil, err
+		}
 		kids, _, err := b.conn.Children(dir)
 		return kids, err
 	})
@@ -352,7 +364,7 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 		defer b.calls.done()
 		r := <-ch
 		switch {
-		case r.err == nil:
+		case r.v.path != "":
 			b.reaper.add(r.v.path)
 		case errors.Is(r.err, zkgo.ErrConnectionClosed), errors.Is(r.err, zkgo.ErrClosing):
 			b.reaper.addGUID(dir, guid)
@@ -399,7 +411,7 @@ func (b *backend) ensureDir(ctx context.Context, dir string) error {
 // request timeout. Paths are unique (a GUID each), so this never deletes
 // another holder's node. A node already gone is not an error; when the
 // outcome is unknown the reaper takes over.
-func (b *backend) deleteNode(ctx context.Context, sid int64, path string) error {
+func (b *backend) deleteNode(ctx context.Context, path string) error {
 	_, err := call(b, ctx, func() (struct{}, error) {
 		return struct{}{}, b.conn.Delete(path, -1)
 	})
@@ -408,9 +420,10 @@ func (b *backend) deleteNode(ctx context.Context, sid int64, path string) error 
 		return nil
 	case errors.Is(err, zkgo.ErrSessionExpired):
 		return nil // the node went with the session
-	case sid != 0 && b.conn.SessionID() != sid:
-		return nil // ditto, and the connection already has a new session
 	}
+	// Even when the connection has a new session, the node may live: a
+	// create queued across the expiry runs on the new session. The
+	// reaper's delete costs a request, or finds nothing.
 	b.reaper.add(path)
 	return b.fail(context.WithoutCancel(ctx), fmt.Sprintf("delete %s (it will be deleted once the connection is back, or go with the session)", path), err)
 }

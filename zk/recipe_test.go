@@ -215,8 +215,9 @@ func TestRecipe_RecreatedParent(t *testing.T) {
 // gets the request and runs it, and the answer is lost, as when a
 // connection drops at that moment.
 type cutDialer struct {
-	armed atomic.Bool
-	cuts  atomic.Int64
+	armed    atomic.Bool
+	cuts     atomic.Int64
+	onDelete bool // cut after a delete instead; set before dialing
 }
 
 func (d *cutDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
@@ -232,9 +233,10 @@ type cutConn struct {
 	d *cutDialer
 }
 
-// ZooKeeper's opcodes for a create, plain or in a multi.
+// ZooKeeper's opcodes for a create, plain or in a multi, and a delete.
 const (
 	opCreate = 1
+	opDelete = 2
 	opMulti  = 14
 )
 
@@ -245,7 +247,11 @@ func (c *cutConn) Write(b []byte) (int, error) {
 		return n, err
 	}
 	op := int32(b[8])<<24 | int32(b[9])<<16 | int32(b[10])<<8 | int32(b[11])
-	if (op == opCreate || op == opMulti) && c.d.armed.CompareAndSwap(true, false) {
+	want := op == opCreate || op == opMulti
+	if c.d.onDelete {
+		want = op == opDelete
+	}
+	if want && c.d.armed.CompareAndSwap(true, false) {
 		c.d.cuts.Add(1)
 		_ = c.Conn.Close()
 	}
