@@ -2,6 +2,7 @@ package baton
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -111,15 +112,21 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // values) and bounded by the release timeout, so it frees the lock at once
 // even when ctx is already cancelled. It is idempotent: later calls return
 // the first call's result. Releasing a lost lease returns nil; Err still
-// reports the loss.
+// reports the loss. A loss that only the release finds (the lock key
+// deleted by someone else, which the backend had not yet noticed) is
+// returned, matching ErrLeaseLost.
 func (l *Lease) Release(ctx context.Context) error {
 	l.relOnce.Do(func() { l.relErr = l.release(ctx) })
 	return l.relErr
 }
 
 func (l *Lease) release(ctx context.Context) error {
+	if l.hold.Context().Err() != nil {
+		l.lost() // a loss the hold saw but had not yet relayed
+	}
 	l.mu.Lock()
-	if l.err == nil {
+	released := l.err == nil
+	if released {
 		l.err = ErrReleased
 		l.cancel(ErrReleased) // stop the work before the lock is free
 	}
@@ -129,8 +136,21 @@ func (l *Lease) release(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout)
 	defer cancel()
 	if err := l.hold.Release(rctx); err != nil {
-		l.logger.Warn("release failed; the lock stays until its TTL runs out", "lock", l.name, "err", err)
+		if errors.Is(err, ErrLeaseLost) {
+			l.logger.Warn("the lease turned out lost when released", "lock", l.name, "token", int64(l.token), "err", err)
+		} else {
+			l.logger.Warn("release failed; the lock stays until its TTL runs out", "lock", l.name, "err", err)
+		}
 		return fmt.Errorf("release %q: %w", l.name, err)
+	}
+	// A loss the hold saw as the release began, which its Release then
+	// reports as nothing of ours left to free.
+	if herr := l.hold.Err(); released && errors.Is(herr, ErrLeaseLost) {
+		lost := &LostError{Name: l.name, Token: l.token, Cause: herr}
+		l.mu.Lock()
+		l.err = lost
+		l.mu.Unlock()
+		l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", herr)
 	}
 	return nil
 }

@@ -47,11 +47,12 @@ func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) 
 	defer stop()
 
 	ferr := fn(wctx)
+	rerr := lease.Release(ctx) // first: it also finds a loss not yet reported
 	var lost *LostError
 	if errors.As(lease.Err(), &lost) {
 		if ferr == nil || !errors.Is(ferr, ErrLeaseLost) {
 			ferr = errors.Join(ferr, lost)
 		}
 	}
-	return errors.Join(ferr, lease.Release(ctx))
+	return errors.Join(ferr, rerr)
 }

@@ -130,13 +130,18 @@ func (h *hold) Release(ctx context.Context) error {
 	if lost {
 		return nil
 	}
-	_, err := h.b.client.Txn(ctx).
+	resp, err := h.b.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 		Then(clientv3.OpDelete(h.key)).
 		Commit()
 	if err != nil {
 		h.b.retire(h.s)
 		return h.b.fail(context.Background(), "delete lock key", fmt.Errorf("%w; the key goes with the session's lease, revoked once no other lock of this Locker uses it", err))
+	}
+	if !resp.Succeeded {
+		// Deleted by someone else, and the watcher, stopped above, had
+		// not said so yet: the work may have overlapped the next holder's.
+		return fmt.Errorf("%w: lock key %s was gone when released: another client deleted it (a forced release) while the lease was held", baton.ErrLeaseLost, h.key)
 	}
 	return nil
 }

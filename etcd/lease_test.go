@@ -216,6 +216,25 @@ func TestLease_KeyDeleted_IsLost(t *testing.T) {
 	}
 }
 
+// TestRun_KeyDeletedJustBefore_Lost: a lock key deleted by someone else
+// just before fn returns, before the hold's watcher can say so, is found
+// by the release: Run's error matches ErrLeaseLost, since fn's work may
+// have overlapped the next holder's.
+func TestRun_KeyDeletedJustBefore_Lost(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	l := newLocker(t, srv.Endpoint)
+	admin := testsvc.Client(t, srv.Endpoint)
+	for range 5 {
+		err := l.Run(timeout(t, 10*time.Second), "forced", nil, func(ctx context.Context, lease *baton.FencedLease) error {
+			_, err := admin.Delete(ctx, lease.Key())
+			return err
+		})
+		if !errors.Is(err, baton.ErrLeaseLost) {
+			t.Fatalf("Run whose lock key was deleted under it = %v, want ErrLeaseLost", err)
+		}
+	}
+}
+
 // TestLease_ManyLocksOneSession: one Locker holds many locks on one etcd
 // lease, and a renewal keeps them all.
 func TestLease_ManyLocksOneSession(t *testing.T) {
