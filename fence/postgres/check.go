@@ -57,7 +57,7 @@ func checkOp(resource string, token baton.Token) string {
 func (s *Store) raise(ctx context.Context, tx Querier, resource string, token baton.Token) error {
 	tag, err := tx.Exec(ctx, s.sql.raise, resource, int64(token))
 	if err != nil {
-		return s.wrap(ctx, fmt.Sprintf("raise fence %q to token %d", resource, token), err, hintNotDone)
+		return s.wrap(ctx, fmt.Sprintf("raise fence %q to token %d", resource, token), err, stmtHint(tx))
 	}
 	if tag.RowsAffected() == 1 {
 		return nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
@@ -31,7 +32,18 @@ const (
 	hintConnect   = "check that PostgreSQL is running and that the store URL (host, port, database, user) is right"
 	hintNotDone   = "the transaction was not committed, so nothing was written; retry when the server is back"
 	hintAmbiguous = "the connection failed during COMMIT, so the transaction may or may not have been committed; check before retrying"
+	hintUnknown   = "the connection failed while the statement ran as a transaction of its own, so it may or may not have been committed; check before retrying (a retried insert finds its own row there already)"
 )
+
+// stmtHint is the hint for a statement run on q that failed: in a
+// transaction, nothing of it was committed; on its own (a pool, a bare
+// connection), it may have been.
+func stmtHint(q Querier) string {
+	if _, ok := q.(pgx.Tx); ok {
+		return hintNotDone
+	}
+	return hintUnknown
+}
 
 // wrap adds op's context to err from a statement, classifying it: the
 // cause of a cancelled ctx, an *baton.UnavailableError for a connection
@@ -40,6 +52,9 @@ const (
 // only given context.
 func (s *Store) wrap(ctx context.Context, op string, err error, hint string) error {
 	if ctx.Err() != nil {
+		if hint != hintNotDone && hint != hintConnect {
+			return fmt.Errorf("%s: %w (%s)", op, context.Cause(ctx), hint)
+		}
 		return fmt.Errorf("%s: %w", op, context.Cause(ctx))
 	}
 	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrInvalidOption) {

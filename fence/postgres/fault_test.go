@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,5 +293,39 @@ func waitLockWait(t *testing.T, ctx context.Context, db interface {
 			t.Fatalf("%s never waited for a lock", like)
 		case <-tick.C:
 		}
+	}
+}
+
+// TestStore_Insert_ConnectionKilled_SaysUnknown: a fenced Insert is one
+// statement, its own transaction; when its connection fails while it runs,
+// it may or may not have committed, and the error says so instead of
+// telling the caller that nothing was written (a retry would find its own
+// row and report it there already).
+func TestStore_Insert_ConnectionKilled_SaysUnknown(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := t.Context()
+	mustExec(t, pool, invoicesDDL)
+	if err := s.Raise(ctx, "invoices", 5); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT FROM baton_fence WHERE resource = 'invoices' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Insert(ctx, "invoices", 5, invoice(1, 5))
+		done <- err
+	}()
+	waitLockWait(t, ctx, pool, `INSERT INTO "invoices"%`, done)
+	mustExec(t, pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "invoices"%'`)
+	err = <-done
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "may or may not have been committed") {
+		t.Fatalf("Insert whose connection was killed = %v; want ErrUnavailable saying it may have been committed", err)
 	}
 }

@@ -101,7 +101,7 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 	tag, err := q.Exec(ctx, row.insertSQL(1, ""), row.Values...)
 	if err != nil {
 		s := Store{where: pgkit.WhereOf(q)}
-		return false, s.wrap(ctx, fmt.Sprintf("insert into %q", row.Table), err, hintNotDone)
+		return false, s.wrap(ctx, fmt.Sprintf("insert into %q", row.Table), err, stmtHint(q))
 	}
 	return tag.RowsAffected() == 1, nil
 }
@@ -161,7 +161,7 @@ func (s *Store) insert(ctx context.Context, resource string, token baton.Token, 
 
 	tag, err := s.db.Exec(ctx, row.insertSQL(3, s.sql.holdFrom), args...)
 	if err != nil {
-		return false, s.wrap(ctx, op, err, hintNotDone)
+		return false, s.wrap(ctx, op, err, hintUnknown)
 	}
 	if tag.RowsAffected() == 1 {
 		return true, nil
@@ -170,7 +170,7 @@ func (s *Store) insert(ctx context.Context, resource string, token baton.Token, 
 	var fenced, inserted int64
 	err = s.db.QueryRow(ctx, s.sql.fencedInsertHead+row.insertSQL(3, "f")+s.sql.fencedInsertTail, args...).Scan(&fenced, &inserted)
 	if err != nil {
-		return false, s.wrap(ctx, op, err, hintNotDone)
+		return false, s.wrap(ctx, op, err, hintUnknown)
 	}
 	if fenced == 0 {
 		return false, s.stale(ctx, s.db, resource, token)
