@@ -20,6 +20,13 @@
 // revision after a wait. Both only grow; baton uses the create revision
 // because anyone can read it back from the key.
 //
+// They grow within one cluster's history. A cluster restored from a
+// snapshot with plain `etcdutl snapshot restore`, or built anew, starts
+// again from a lower revision: fences, which remember the newest token,
+// then refuse every new holder until the revision passes it (safe, but
+// nothing runs). Restore with --bump-revision (more than the revisions
+// written since the snapshot, 1000000000 is ample) and --mark-compacted.
+//
 // # Sessions
 //
 // A Locker keeps one etcd lease (the session) for all its locks, granted
