@@ -98,6 +98,9 @@ type ForceReleaser interface {
 	// ForceRelease frees the lock name and returns what it was.
 	// A lock no one holds returns an error matching ErrNotAcquired; a lock
 	// that changed hands between the read of its holder and the release,
-	// one matching ErrChangedHands, having freed nothing.
+	// one matching ErrChangedHands, having freed nothing. After an error
+	// matching ErrUnavailable the lock may have been freed all the same:
+	// look again (Inspect) before forcing again, which would free the next
+	// holder's lock.
 	ForceRelease(ctx context.Context, name string) (LockInfo, error)
 }

@@ -122,9 +122,6 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 				continue
 			}
 		}
-		if unsure {
-			err = fmt.Errorf("%w; the node may be deleted already: look with baton status before forcing again, which would free the next holder's lock", err)
-		}
 		return info, b.fail(ctx, "delete "+info.Key, err)
 	}
 }

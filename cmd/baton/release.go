@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -39,6 +40,9 @@ the next holder has raised it.`,
 				return fmt.Errorf("%s cannot free another holder's lock", baton.Redact(backend))
 			}
 			info, err := fr.ForceRelease(cmd.Context(), name)
+			if errors.Is(err, baton.ErrUnavailable) {
+				return fmt.Errorf("%w; the lock may have been freed all the same: look with baton status before forcing again, which would free the next holder's lock", err)
+			}
 			if err != nil {
 				return err
 			}
