@@ -63,7 +63,10 @@ type Hold interface {
 	// renewal plus the TTL, minus the drift margin, on the monotonic clock.
 	Deadline() time.Time
 	// Release frees the lock if it is still ours; it never frees another
-	// holder's. Releasing a lost or released hold returns nil. ctx bounds
+	// holder's. Releasing a released hold returns nil, and so does
+	// releasing a lost one, or an error matching ErrLeaseLost when the
+	// release finds (or found just before) that the hold was lost, which
+	// Lease.Release then records as the lease's loss. ctx bounds
 	// the request as given: Lease.Release passes one detached from the
 	// caller's cancellation and bounded by the release timeout.
 	Release(ctx context.Context) error

@@ -63,16 +63,22 @@ func (l *Lease) follow() (stop func()) {
 }
 
 // lost reports the hold's loss, unless the lease was released first.
-func (l *Lease) lost() {
-	lost := &LostError{Name: l.name, Token: l.token, Cause: l.hold.Err()}
+func (l *Lease) lost() { l.markLost(l.hold.Err(), false) }
+
+// markLost records a loss with cause and cancels the work context with it,
+// unless the lease had already ended; byRelease says that the release
+// found the loss, after it marked the lease released, which the loss then
+// replaces.
+func (l *Lease) markLost(cause error, byRelease bool) {
+	lost := &LostError{Name: l.name, Token: l.token, Cause: cause}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
+	if l.err != nil && !(byRelease && l.err == ErrReleased) {
 		return
 	}
 	l.err = lost
-	l.cancel(lost)
-	l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", lost.Cause)
+	l.cancel(lost) // after a release: already cancelled, with ErrReleased
+	l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", cause)
 }
 
 // Name returns the lock's name.
@@ -112,9 +118,8 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // values) and bounded by the release timeout, so it frees the lock at once
 // even when ctx is already cancelled. It is idempotent: later calls return
 // the first call's result. Releasing a lost lease returns nil; Err still
-// reports the loss. A loss that only the release finds (the lock key
-// deleted by someone else, which the backend had not yet noticed) is
-// returned, matching ErrLeaseLost.
+// reports the loss, also one that only the release finds (the lock key
+// deleted by someone else, which the backend had not yet noticed).
 func (l *Lease) Release(ctx context.Context) error {
 	l.relOnce.Do(func() { l.relErr = l.release(ctx) })
 	return l.relErr
@@ -135,22 +140,18 @@ func (l *Lease) release(ctx context.Context) error {
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout)
 	defer cancel()
-	if err := l.hold.Release(rctx); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			l.logger.Warn("the lease turned out lost when released", "lock", l.name, "token", int64(l.token), "err", err)
-		} else {
-			l.logger.Warn("release failed; the lock stays until its TTL runs out", "lock", l.name, "err", err)
+	err := l.hold.Release(rctx)
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		// The release found the lease lost (the lock key already gone):
+		// a loss like any other, which Err reports.
+		if released {
+			l.markLost(err, true)
 		}
+		return nil
+	case err != nil:
+		l.logger.Warn("release failed; the lock stays until its TTL runs out", "lock", l.name, "err", err)
 		return fmt.Errorf("release %q: %w", l.name, err)
-	}
-	// A loss the hold saw as the release began, which its Release then
-	// reports as nothing of ours left to free.
-	if herr := l.hold.Err(); released && errors.Is(herr, ErrLeaseLost) {
-		lost := &LostError{Name: l.name, Token: l.token, Cause: herr}
-		l.mu.Lock()
-		l.err = lost
-		l.mu.Unlock()
-		l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", herr)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,10 +31,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	defer cancel(nil)
 	stop := context.AfterFunc(s.k.Context(), func() { cancel(errSessionEnded) })
 	defer stop()
-	h, err := b.acquire(sctx, s, req)
-	if h == nil {
-		b.leave(s) // a hold stays a user of s until released
-	}
+	var h baton.Hold
+	defer func() {
+		if h == nil {
+			b.leave(s) // a hold stays a user of s until released
+		}
+	}()
+	h, err = b.acquire(sctx, s, req)
 	if err != nil && errors.Is(context.Cause(sctx), errSessionEnded) {
 		return nil, fmt.Errorf("session ended while acquiring: %w", s.k.Err())
 	}
@@ -76,6 +80,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		case <-s.k.Done():
 		default:
 			b.deleteKey(ctx, s, key)
+			b.sweepLate(s, key)
 		}
 		return nil, b.fail(ctx, "create lock key", err)
 	}
@@ -85,6 +90,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		// another copy may still come (see above).
 		b.retire(s)
 		b.deleteKey(ctx, s, key)
+		b.sweepLate(s, key)
 		return nil, b.fail(ctx, "create lock key", fmt.Errorf("key %s already exists (a retried request?); deleted it", key))
 	}
 	rev := resp.Header.Revision
@@ -214,6 +220,38 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, s
 			}
 		}
 	}
+}
+
+// sweepLate deletes key again every RenewEvery for one TTL, in the
+// background: a copy of its create held up in the network may be applied
+// after the delete that cleaned up after it, while s, retired, still
+// lives on for the other locks it holds.
+func (b *backend) sweepLate(s *session, key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.bg.Go(func() {
+		tick := time.NewTicker(b.cfg.RenewEvery)
+		defer tick.Stop()
+		end := time.NewTimer(b.cfg.TTL)
+		defer end.Stop()
+		for {
+			select {
+			case <-b.bgCtx.Done():
+				return
+			case <-s.k.Done(): // the lease's end takes the key with it
+				return
+			case <-end.C:
+				return
+			case <-tick.C:
+				ctx, cancel := context.WithTimeout(b.bgCtx, b.cfg.RequestTimeout)
+				_, _ = b.client.Delete(ctx, key)
+				cancel()
+			}
+		}
+	})
 }
 
 // deleteKey removes key, on session s, on a detached, bounded context:

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -112,7 +113,8 @@ func (h *hold) watch(ctx context.Context) {
 }
 
 // Release deletes the key if it is still ours (compare-and-delete by create
-// revision), and ends the watcher. A lost hold is not deleted: its key is
+// revision), and ends the watcher. A hold found lost, before or by the
+// delete, returns its loss (see baton.Hold). A lost hold is not deleted: its key is
 // gone, or goes with its session's lease (revoked in the background once
 // no other hold uses it, when it was lost by its local deadline), and the
 // service may be unreachable, which would only make Release wait. When the
@@ -124,10 +126,13 @@ func (h *hold) Release(ctx context.Context) error {
 	h.b.untrack(h)
 	defer h.b.leave(h.s)
 	h.mu.Lock()
-	lost := h.err != nil
+	prior := h.err
 	h.mu.Unlock()
 	h.lose(baton.ErrReleased)
-	if lost {
+	if prior != nil {
+		if errors.Is(prior, baton.ErrLeaseLost) {
+			return prior // the Lease records it, if the loss had not reached it
+		}
 		return nil
 	}
 	resp, err := h.b.client.Txn(ctx).
@@ -141,7 +146,7 @@ func (h *hold) Release(ctx context.Context) error {
 	if !resp.Succeeded {
 		// Deleted by someone else, and the watcher, stopped above, had
 		// not said so yet: the work may have overlapped the next holder's.
-		return fmt.Errorf("%w: lock key %s was gone when released: another client deleted it (a forced release) while the lease was held", baton.ErrLeaseLost, h.key)
+		return fmt.Errorf("%w: lock key %s was gone when released: deleted by another client (a forced release), or gone with its session's lease", baton.ErrLeaseLost, h.key)
 	}
 	return nil
 }

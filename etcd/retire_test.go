@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,7 +60,7 @@ func TestRelease_DeleteFailed_KeyGoesWithSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Split(ln.Key()[strings.LastIndex(ln.Key(), "/")+1:], "-")[0] == strings.Split(lease.Key()[strings.LastIndex(lease.Key(), "/")+1:], "-")[0] {
+	if leaseOf(ln.Key()) == leaseOf(lease.Key()) {
 		t.Errorf("after the retirement, key %s is on the same lease as %s", ln.Key(), lease.Key())
 	}
 	_ = ln.Release(context.Background())
@@ -69,47 +70,62 @@ func TestRelease_DeleteFailed_KeyGoesWithSession(t *testing.T) {
 // whose request failed (here the interceptor reports Unavailable) but whose
 // copy, held up in the network, is applied after Acquire cleaned up, would
 // hold the lock for as long as the Locker's session lives. The session is
-// retired instead, and revoked: the late create fails on the revoked lease,
-// or its key goes with it.
+// retired instead, and revoked once unused: the late create fails on the
+// revoked lease, or its key goes with it. While another lock of the Locker
+// still keeps the session (pinned), the key is deleted again, every
+// RenewEvery for one TTL.
 func TestAcquire_LateCreate_KeyGoesWithSession(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
-	var late atomic.Bool
-	deliver, landed := make(chan struct{}), make(chan struct{})
-	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if method == "/etcdserverpb.KV/Txn" && late.CompareAndSwap(true, false) {
-			go func() {
-				defer close(landed)
-				<-deliver
-				_ = invoker(context.Background(), method, req, reply, cc, opts...)
-			}()
-			return status.Error(codes.Unavailable, "connection reset (test)")
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
+	for _, pinned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pinned=%v", pinned), func(t *testing.T) {
+			var late atomic.Bool
+			deliver, landed := make(chan struct{}), make(chan struct{})
+			icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Txn" && late.CompareAndSwap(true, false) {
+					go func() {
+						defer close(landed)
+						<-deliver
+						_ = invoker(context.Background(), method, req, reply, cc, opts...)
+					}()
+					return status.Error(codes.Unavailable, "connection reset (test)")
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			name := fmt.Sprintf("late-%v", pinned)
+			warm, err := l.TryAcquire(timeout(t, 5*time.Second), name+"-pin") // the session exists
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pinned {
+				if err := warm.Release(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			late.Store(true)
+			if _, err := l.TryAcquire(timeout(t, 5*time.Second), name); !errors.Is(err, baton.ErrUnavailable) {
+				t.Fatalf("TryAcquire whose create failed = %v, want ErrUnavailable", err)
+			}
+			close(deliver)
+			<-landed
+			other := newLocker(t, srv.Endpoint)
+			lo, err := other.Acquire(timeout(t, 10*time.Second), name)
+			if err != nil {
+				t.Fatalf("another Locker waiting for the lock after the late create: %v", err)
+			}
+			_ = lo.Release(context.Background())
+			if pinned {
+				if err := warm.Err(); err != nil {
+					t.Errorf("the lock that pinned the session: %v", err)
+				}
+				_ = warm.Release(context.Background())
+			}
+		})
 	}
-	l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	warm, err := l.TryAcquire(timeout(t, 5*time.Second), "warm") // the session exists
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	late.Store(true)
-	if _, err := l.TryAcquire(timeout(t, 5*time.Second), "y"); !errors.Is(err, baton.ErrUnavailable) {
-		t.Fatalf("TryAcquire whose create failed = %v, want ErrUnavailable", err)
-	}
-	close(deliver)
-	<-landed
-	other := newLocker(t, srv.Endpoint)
-	lo, err := other.Acquire(timeout(t, 10*time.Second), "y")
-	if err != nil {
-		t.Fatalf("another Locker waiting for the lock after the late create: %v", err)
-	}
-	_ = lo.Release(context.Background())
 }
 
 // TestRelease_LostByDeadline_SessionRevoked: a session lost by its local
@@ -151,4 +167,10 @@ func TestRelease_LostByDeadline_SessionRevoked(t *testing.T) {
 		t.Errorf("token %d after the lost lease's %d", lb.Token(), la.Token())
 	}
 	_ = lb.Release(context.Background())
+}
+
+// leaseOf is the session lease, in hex, that lock key PREFIX/NAME/LEASE-SEQ
+// was created on.
+func leaseOf(key string) string {
+	return strings.Split(key[strings.LastIndex(key, "/")+1:], "-")[0]
 }

@@ -58,6 +58,7 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 	if s := b.sess; s != nil {
 		select {
 		case <-s.k.Done():
+			b.revokeIfDone(s) // dead, perhaps unused: let it go
 		default:
 			s.users++
 			return s, nil

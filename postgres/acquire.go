@@ -190,7 +190,7 @@ func (b *backend) held(ctx context.Context, name string, token baton.Token, sent
 	}
 	h := newHold(b, name, token, sent)
 	if !b.track(h) {
-		_ = h.end(ctx, baton.ErrClosed)
+		_ = h.end(ctx, baton.ErrClosed, false)
 		return nil, baton.ErrClosed
 	}
 	return h, nil

@@ -65,8 +65,8 @@ var _ baton.FencedBackend = (*backend)(nil)
 // Acquire that has to wait and closed by Close.
 //
 // Set statement_timeout on the pool's connections to at most half the
-// request timeout (ConnConfig.RuntimeParams, or ?statement_timeout=2500 in
-// its DSN), as Dial does: the client gives up on a statement after the
+// request timeout (SET in the pool's AfterConnect, or ?statement_timeout=2500
+// in its DSN), as Dial does: the client gives up on a statement after the
 // request timeout, and without it a statement held up on the server (a
 // lock row behind a long transaction) would commit later what nobody waits
 // for: a lease for an Acquire that already failed, which then stays taken
@@ -189,7 +189,7 @@ func (b *backend) Close() error {
 
 	var errs []error
 	for _, h := range holds {
-		errs = append(errs, h.end(context.Background(), baton.ErrClosed))
+		errs = append(errs, h.end(context.Background(), baton.ErrClosed, false))
 	}
 	if lis != nil {
 		lis.stop()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
@@ -42,7 +43,21 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = cfg.RequestTimeout
 	}
-	boundStatements(cc.RuntimeParams, cfg.RequestTimeout)
+	if ms, ok := statementTimeout(cc.RuntimeParams, cfg.RequestTimeout); ok {
+		// SET, not a startup parameter, which a pooler such as PgBouncer
+		// refuses unless told to ignore it.
+		set := "SET statement_timeout = " + strconv.FormatInt(ms, 10)
+		after := pcfg.AfterConnect
+		pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			if after != nil {
+				if err := after(ctx, c); err != nil {
+					return err
+				}
+			}
+			_, err := c.Exec(ctx, set)
+			return err
+		}
+	}
 	w := where(&cc.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -71,9 +86,10 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	return baton.NewFencedLocker(b, b.cfg), nil
 }
 
-// boundStatements sets statement_timeout in a pool's session parameters
-// to half the request timeout, unless they set it already (also in
-// options, as -c statement_timeout=...). The client
+// statementTimeout is the statement_timeout, in milliseconds, that Dial
+// sets on each of its pool's connections: half the request timeout. ok is
+// false when the DSN's session parameters set it already (also in options,
+// as -c statement_timeout=...), which then stands. The client
 // gives up on a statement after the request timeout, but the server does
 // not know: a statement waiting for a lock row (behind a long transaction,
 // a stalled server) would run when the row is free and commit what nobody
@@ -83,11 +99,11 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 // and the client learns that it failed. A batch of two statements (lock
 // the row, then act) waits in the first; the second runs when the first
 // is done, well within the other half.
-func boundStatements(params map[string]string, requestTimeout time.Duration) {
-	if _, ok := params["statement_timeout"]; ok || strings.Contains(params["options"], "statement_timeout") {
-		return
+func statementTimeout(params map[string]string, requestTimeout time.Duration) (ms int64, ok bool) {
+	if _, set := params["statement_timeout"]; set || strings.Contains(params["options"], "statement_timeout") {
+		return 0, false
 	}
-	params["statement_timeout"] = strconv.FormatInt(max(requestTimeout/2, time.Millisecond).Milliseconds(), 10)
+	return max(requestTimeout/2, time.Millisecond).Milliseconds(), true
 }
 
 // appName is the default application_name: "baton HOLDER", cut to

@@ -368,7 +368,8 @@
 //     the pool's settings; see New). What the network delays before the
 //     server reads it is bounded by neither: such a copy, arriving late,
 //     can take a free lock (or, for a waiter, a place in the queue) for an
-//     acquisition that failed, which then lapses within one TTL. It cannot
+//     acquisition that failed, which then lapses within one TTL (a place
+//     handed the lock just before it lapses: within two). It cannot
 //     take a lock that is held, reserved for a waiter, or freed since it
 //     was handed to that acquisition. Likewise a renewal nobody heard back
 //     from may have committed: Release of a lease lost by its local

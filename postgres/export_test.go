@@ -36,5 +36,5 @@ func Claim(ctx context.Context, l *baton.Locker, name string, ticket int64) (*in
 	return r.token, err
 }
 
-// BoundStatements is boundStatements, which sets Dial's statement_timeout.
-var BoundStatements = boundStatements
+// StatementTimeout is statementTimeout: Dial's statement_timeout.
+var StatementTimeout = statementTimeout

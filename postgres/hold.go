@@ -66,17 +66,19 @@ func (h *hold) renew(ctx context.Context) error {
 // within the release timeout: the last renewal the holder heard back from
 // still keeps the row for the drift margin or longer, and one it never
 // heard back from may have committed and keep it for a whole TTL.
-func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
+func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased, true) }
 
 // end stops renewing with cause and, unless the hold was already lost,
-// frees the row. It runs once.
-func (h *hold) end(ctx context.Context, cause error) error {
+// frees the row; a hold lost by its local deadline too when freeLost is
+// set (Release; Close does not wait on a server that may be out of reach,
+// once per such hold). It runs once.
+func (h *hold) end(ctx context.Context, cause error, freeLost bool) error {
 	h.endOnce.Do(func() {
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		lost := !errors.Is(h.kp.Err(), cause)
-		if lost && !errors.Is(h.kp.Err(), keeper.ErrDeadline) {
-			return // refused: nothing of ours to free
+		if lost && (!freeLost || !errors.Is(h.kp.Err(), keeper.ErrDeadline)) {
+			return // refused, or left to expire: nothing to free
 		}
 		fctx, cancel := context.WithTimeout(ctx, h.b.cfg.ReleaseTimeout)
 		defer cancel()

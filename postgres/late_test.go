@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"errors"
-	"maps"
 	"net/url"
 	"testing"
 	"time"
@@ -22,13 +21,10 @@ import (
 func TestDial_CutOffStatementCommitsNothing(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testsvc.NewProxy(t, u.Host)
-	u.Host = p.Addr()
-	a := dial(t, u.String(), baton.WithHolder("a"), baton.WithRequestTimeout(time.Second))
+	p, pdsn := proxied(t, dsn)
+	// statement_timeout 2s: time enough to see the statement wait and
+	// cut the client off before the server cancels it.
+	a := dial(t, pdsn, baton.WithHolder("a"), baton.WithRequestTimeout(4*time.Second))
 	ctx := timeout(t, 30*time.Second)
 	la, err := a.Acquire(ctx, "cut-off")
 	if err != nil {
@@ -73,23 +69,23 @@ func TestDial_CutOffStatementCommitsNothing(t *testing.T) {
 	}
 }
 
-// TestBoundStatements: Dial's statement_timeout is half the request
+// TestStatementTimeout: Dial's statement_timeout is half the request
 // timeout, and a DSN's own setting stands.
-func TestBoundStatements(t *testing.T) {
+func TestStatementTimeout(t *testing.T) {
 	for _, c := range []struct {
 		params  map[string]string
 		timeout time.Duration
-		want    map[string]string
+		ms      int64
+		ok      bool
 	}{
-		{map[string]string{}, 5 * time.Second, map[string]string{"statement_timeout": "2500"}},
-		{map[string]string{}, time.Millisecond, map[string]string{"statement_timeout": "1"}},
-		{map[string]string{"statement_timeout": "0"}, 5 * time.Second, map[string]string{"statement_timeout": "0"}},
-		{map[string]string{"options": "-c statement_timeout=10s"}, 5 * time.Second, map[string]string{"options": "-c statement_timeout=10s"}},
+		{map[string]string{}, 5 * time.Second, 2500, true},
+		{map[string]string{}, time.Millisecond, 1, true},
+		{map[string]string{"statement_timeout": "0"}, 5 * time.Second, 0, false},
+		{map[string]string{"options": "-c statement_timeout=10s"}, 5 * time.Second, 0, false},
 	} {
-		got := maps.Clone(c.params)
-		postgres.BoundStatements(got, c.timeout)
-		if !maps.Equal(got, c.want) {
-			t.Errorf("params %v, request timeout %v: got %v, want %v", c.params, c.timeout, got, c.want)
+		ms, ok := postgres.StatementTimeout(c.params, c.timeout)
+		if ms != c.ms || ok != c.ok {
+			t.Errorf("params %v, request timeout %v: got %d, %v; want %d, %v", c.params, c.timeout, ms, ok, c.ms, c.ok)
 		}
 	}
 }
@@ -104,14 +100,9 @@ func TestSlot_LateStatementTakesNoPlace(t *testing.T) {
 	const ttl = 30 * time.Second // nothing expires or re-checks within the test
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testsvc.NewProxy(t, u.Host)
-	u.Host = p.Addr()
+	p, pdsn := proxied(t, dsn)
 	h := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("h"))
-	w := dial(t, u.String(), baton.WithTTL(ttl), baton.WithHolder("late-w"), baton.WithRequestTimeout(time.Second))
+	w := dial(t, pdsn, baton.WithTTL(ttl), baton.WithHolder("late-w"), baton.WithRequestTimeout(time.Second))
 	ctx := timeout(t, 60*time.Second)
 	// A first wait starts w's listener, so that the statement held below
 	// is an acquisition's.
@@ -172,15 +163,10 @@ func TestRelease_LostByDeadlineFreesRow(t *testing.T) {
 	const ttl = 6 * time.Second
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := testsvc.NewProxy(t, u.Host)
-	u.Host = p.Addr()
+	p, pdsn := proxied(t, dsn)
 	// A drift of 4s puts the local deadline at 2s after a renewal's send,
 	// and its row's expiry 4s later or more.
-	a := dial(t, u.String(), baton.WithHolder("a"), baton.WithTTL(ttl), baton.WithRenewEvery(time.Second),
+	a := dial(t, pdsn, baton.WithHolder("a"), baton.WithTTL(ttl), baton.WithRenewEvery(time.Second),
 		baton.WithDrift(4*time.Second), baton.WithRequestTimeout(300*time.Millisecond))
 	b := dial(t, dsn, baton.WithHolder("b"))
 	ctx := timeout(t, 30*time.Second)
@@ -214,4 +200,17 @@ func TestRelease_LostByDeadlineFreesRow(t *testing.T) {
 		t.Errorf("token %d after the lost lease's %d", lb.Token(), la.Token())
 	}
 	_ = lb.Release(ctx)
+}
+
+// proxied puts a proxy in front of the server of dsn, and returns it and
+// the DSN through it.
+func proxied(t *testing.T, dsn string) (*testsvc.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testsvc.NewProxy(t, u.Host)
+	u.Host = p.Addr()
+	return p, u.String()
 }

@@ -86,8 +86,12 @@
 // its own until it notices, syncLimit x tickTime later, while the leader
 // expires the session after the session timeout, which may be shorter:
 // so the request that confirms a session is a sync, which a follower
-// answers only after the leader has. When the deadline passes without a
-// confirmed request, the lease is lost.
+// answers only after the leader has. A leader cut off from its quorum
+// answers syncs itself until it steps down, at the same syncLimit x
+// tickTime (ZOOKEEPER-2136), and drops its clients then; the session
+// cannot expire sooner elsewhere, since the leader the others elect gives
+// every session a whole timeout when it takes over. When the deadline
+// passes without a confirmed request, the lease is lost.
 //
 // # Connection states, as Curator has them
 //

@@ -78,10 +78,13 @@ func async[T any](b *backend, fn func() (T, error)) <-chan result[T] {
 	return start(b, false, fn)
 }
 
-// start is async, for Close's own requests when own is true.
+// start is async, for Close's own requests when own is true. On a
+// borrowed connection (New), which Close leaves open, every request may
+// start until Close waits for them: a Release racing with Close still
+// deletes its node.
 func start[T any](b *backend, own bool, fn func() (T, error)) <-chan result[T] {
 	ch := make(chan result[T], 1)
-	if !b.calls.add(own) {
+	if !b.calls.add(own || !b.owned) {
 		ch <- result[T]{err: zkgo.ErrClosing}
 		return ch
 	}

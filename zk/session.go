@@ -136,10 +136,12 @@ func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*sess
 // leader, which may meanwhile expire the session and hand the lock on: a
 // follower notices that it lost the leader only after syncLimit x
 // tickTime, which may well be longer than the session timeout. It answers
-// a sync only after the leader did, so a sync answered proves that the
-// ensemble still served the session when it was sent, and the keeper
-// counts the local deadline from that send. A session's first look (see
-// session) is a sync too.
+// a sync only after the leader did, so a sync answered through a follower
+// proves that the leader still served the session when it was sent, and
+// the keeper counts the local deadline from that send. A session's first
+// look (see session) is a sync too. A leader cut off from its quorum
+// answers syncs itself until it steps down, also after syncLimit x
+// tickTime (ZOOKEEPER-2136): see the package doc.
 func (b *backend) renewer(s *session) keeper.RenewFunc {
 	return func(ctx context.Context) error {
 		if err := b.lost(s, b.observe()); err != nil {

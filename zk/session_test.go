@@ -435,8 +435,12 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the lease outlived the frozen leader by a minute")
 	}
-	t.Logf("lease lost %v after the leader froze: %v", time.Since(paused).Round(time.Millisecond), la.Err())
+	took := time.Since(paused)
+	t.Logf("lease lost %v after the leader froze: %v", took.Round(time.Millisecond), la.Err())
 	if !errors.Is(la.Err(), keeper.ErrDeadline) {
 		t.Fatalf("lease lost with %v; want by its local deadline (its sync unanswered), before the follower drops the connection", la.Err())
+	}
+	if took >= 5*time.Second {
+		t.Fatalf("lease lost %v after the leader froze; want within one TTL (%v) and a renewal, before the follower gives up on the leader (5s)", took, ttl)
 	}
 }
