@@ -101,9 +101,11 @@ type ForceReleaser interface {
 	// ForceRelease frees the lock name and returns what it was.
 	// A lock no one holds returns an error matching ErrNotAcquired; a lock
 	// that changed hands between the read of its holder and the release,
-	// one matching ErrChangedHands, having freed nothing. After an error
-	// matching ErrUnavailable the lock may have been freed all the same:
-	// look again (Inspect) before forcing again, which would free the next
+	// one matching ErrChangedHands, having freed nothing. The backends
+	// send a delete whose answer was lost again, within the request
+	// timeout, so after an error matching ErrUnavailable the outcome
+	// stayed unknown: the lock may have been freed all the same. Look
+	// again (Inspect) before forcing again, which would free the next
 	// holder's lock.
 	ForceRelease(ctx context.Context, name string) (LockInfo, error)
 }

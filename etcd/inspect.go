@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/forcekit"
 	"github.com/baton-go/baton/internal/holderval"
 )
 
@@ -86,7 +87,8 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 
 // ForceRelease implements baton.ForceReleaser: it deletes the holder's key
 // (only if it is still the same key), so the next waiter gets the lock and
-// the holder is told its lease is lost.
+// the holder is told its lease is lost. A delete whose answer was lost is
+// sent again (see forcekit.Delete).
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	infos, err := b.Inspect(ctx, name)
 	if err != nil {
@@ -96,16 +98,19 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 	}
 	info := infos[0]
-	octx, cancel := b.op(ctx)
-	defer cancel()
-	resp, err := b.client.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(info.Key), "=", int64(info.Token))).
-		Then(clientv3.OpDelete(info.Key)).
-		Commit()
+	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+		octx, cancel := b.op(ctx)
+		defer cancel()
+		resp, err := b.client.Txn(octx).
+			If(clientv3.Compare(clientv3.CreateRevision(info.Key), "=", int64(info.Token))).
+			Then(clientv3.OpDelete(info.Key)).
+			Commit()
+		return err == nil && resp.Succeeded, err
+	})
 	if err != nil {
 		return info, b.fail(ctx, "delete lock key", err)
 	}
-	if !resp.Succeeded {
+	if !gone {
 		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	return info, nil

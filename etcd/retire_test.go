@@ -174,3 +174,42 @@ func TestRelease_LostByDeadline_SessionRevoked(t *testing.T) {
 func leaseOf(key string) string {
 	return strings.Split(key[strings.LastIndex(key, "/")+1:], "-")[0]
 }
+
+// TestForceRelease_AnswerLost: a forced release whose delete is applied
+// but whose answer is lost (here the interceptor drops it) sends it again,
+// finds the key gone, and reports the release done. Told that it failed,
+// an operator would force again, and free the next holder's lock.
+func TestForceRelease_AnswerLost(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	var drop atomic.Bool
+	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && method == "/etcdserverpb.KV/Txn" && drop.CompareAndSwap(true, false) {
+			return status.Error(codes.Unavailable, "answer dropped by the test")
+		}
+		return err
+	}
+	op, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Close() })
+	holder := newLocker(t, srv.Endpoint, baton.WithHolder("web-1"))
+	la, err := holder.Acquire(timeout(t, 5*time.Second), "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop.Store(true)
+	info, err := op.Locker().Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 10*time.Second), "forced")
+	if drop.Load() {
+		t.Fatal("no answer was dropped")
+	}
+	if err != nil || info.Holder != "web-1" || info.Token != la.Token() {
+		t.Fatalf("forced release across a lost answer: %+v, %v; want web-1's (token %d) released", info, err, la.Token())
+	}
+	select {
+	case <-la.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the forced holder's lease did not end")
+	}
+}

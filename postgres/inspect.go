@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/forcekit"
 )
 
 var (
@@ -87,45 +88,57 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
 	var token int64
-	err := b.pool.QueryRow(octx, b.sql.liveToken, name).Scan(&token)
+	var holder string
+	err := b.pool.QueryRow(octx, b.sql.liveToken, name).Scan(&token, &holder)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 	}
 	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
 	}
-	return b.forceRelease(ctx, octx, name, token)
+	return b.forceRelease(ctx, name, token, holder)
 }
 
-// forceRelease expires name's row if it still holds token, within octx (a
-// context derived from ctx and bounded by the request timeout).
-func (b *backend) forceRelease(ctx, octx context.Context, name string, token int64) (baton.LockInfo, error) {
-	var batch pgx.Batch
-	info := baton.LockInfo{Name: name, Key: b.n.key(name)}
-	var (
-		left    float64
-		waiters int64
-		found   bool
-	)
-	batch.Queue(b.sql.lockRow, name)
-	batch.Queue(b.sql.forceRelease, name, token).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&info.Holder, &token, &info.Since, &left, &waiters)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+// forceRelease expires name's row if it still holds token, the lease of
+// holder, and sends that again when its answer was lost (see
+// forcekit.Delete).
+func (b *backend) forceRelease(ctx context.Context, name string, token int64, holder string) (baton.LockInfo, error) {
+	info := baton.LockInfo{Name: name, Key: b.n.key(name), Holder: holder, Token: baton.Token(token)}
+	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+		octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+		defer cancel()
+		var batch pgx.Batch
+		var (
+			got     baton.LockInfo
+			t       int64
+			left    float64
+			waiters int64
+			found   bool
+		)
+		batch.Queue(b.sql.lockRow, name)
+		batch.Queue(b.sql.forceRelease, name, token).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&got.Holder, &t, &got.Since, &left, &waiters)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			found = err == nil
+			return err
+		})
+		batch.Queue(b.sql.handOff, name)
+		if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
+			return false, err
 		}
-		found = err == nil
-		return err
+		if found {
+			info.Holder, info.Since, info.TTLLeft, info.Waiters = got.Holder, got.Since, seconds(left), int(waiters)
+		}
+		return found, nil
 	})
-	batch.Queue(b.sql.handOff, name)
-	if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
+	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
 	}
-	if !found {
+	if !gone {
 		return baton.LockInfo{}, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
-	info.Token = baton.Token(token)
-	info.TTLLeft = seconds(left)
-	info.Waiters = int(waiters)
 	return info, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/forcekit"
 	"github.com/baton-go/baton/internal/rediskit"
 )
 
@@ -106,7 +107,8 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 // holds it and hands the lock to the first waiter. It reads the holder
 // first and deletes the key only while it holds that value (see
 // forceScript); when the lock changed hands in between (or was freed), it
-// deletes nothing and says so. The holder learns that
+// deletes nothing and says so. A delete whose answer was lost is sent again
+// (see forcekit.Delete). The holder learns that
 // its lease is lost at its next renewal, at most RenewEvery later; until
 // then it may still be working, which is why this is for an operator who
 // knows the holder is gone.
@@ -132,11 +134,16 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 	}
 	info := baton.LockInfo{Name: name, Holder: rediskit.HolderOf(v), Key: k.lock, TTLLeft: max(ttl.Val(), time.Duration(-1))}
-	n, err := forceScript.Run(octx, b.client, k.all(), v).Int()
+	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+		octx, cancel := b.op(ctx)
+		defer cancel()
+		n, err := forceScript.Run(octx, b.client, k.all(), v).Int()
+		return n == 1, err
+	})
 	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err)
 	}
-	if n == 0 {
+	if !gone {
 		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	return info, nil

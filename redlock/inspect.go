@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/forcekit"
 	"github.com/baton-go/baton/internal/rediskit"
 )
 
@@ -140,7 +141,8 @@ func (b *backend) scan(ctx context.Context) ([]string, error) {
 // ForceRelease implements baton.ForceReleaser: it deletes the key on every
 // node, whoever holds it, and wakes each node's first waiter. On each node
 // it reads the holder first and deletes the key only while it holds that
-// value (see forceScript). The holder learns at its next renewal that its
+// value (see forceScript), and sends a delete whose answer was lost again
+// (see forcekit.Delete). The holder learns at its next renewal that its
 // lease is lost.
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	infos, err := b.Inspect(ctx, name)
@@ -157,9 +159,12 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 			return "", nil
 		}
 		if err == nil {
-			var deleted int
-			deleted, err = forceScript.Run(ctx, n.client, k.all(), v).Int()
-			if deleted == 0 {
+			var gone bool
+			gone, err = forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+				deleted, err := forceScript.Run(ctx, n.client, k.all(), v).Int()
+				return deleted == 1, err
+			})
+			if !gone {
 				v = "" // changed hands: not ours to delete
 			}
 		}

@@ -1,0 +1,41 @@
+// Package forcekit holds what the backends' forced releases share.
+package forcekit
+
+import (
+	"context"
+	"time"
+)
+
+// retryPause is how long Delete waits between tries.
+const retryPause = 50 * time.Millisecond
+
+// Delete runs del, a forced release's compare-and-delete of the holder it
+// read, again while del fails (its outcome unknown: the answer may have
+// been lost after the delete was applied), for at most within and while
+// ctx lasts. Deleting that holder twice is harmless, while an operator told
+// that the release failed would force again, and free the next holder's
+// lock. del reports whether it deleted. A try that finds nothing to delete
+// after one whose outcome was unknown counts as done: the holder read is
+// gone either way. Delete returns whether the holder read is gone, or
+// del's last error when the outcome stayed unknown.
+func Delete(ctx context.Context, within time.Duration, del func(context.Context) (bool, error)) (bool, error) {
+	deadline := time.Now().Add(within)
+	unsure := false
+	for {
+		deleted, err := del(ctx)
+		if err == nil {
+			return deleted || unsure, nil
+		}
+		if ctx.Err() != nil || time.Until(deadline) < retryPause {
+			return false, err
+		}
+		unsure = true
+		t := time.NewTimer(retryPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, err
+		case <-t.C:
+		}
+	}
+}
