@@ -119,7 +119,10 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // even when ctx is already cancelled. It is idempotent: later calls return
 // the first call's result. Releasing a lost lease returns nil; Err still
 // reports the loss, also one that only the release finds (the lock key
-// deleted by someone else, which the backend had not yet noticed).
+// deleted by someone else, which the backend had not yet noticed): then
+// Err changes from ErrReleased to the *LostError when Release returns,
+// while the work context, cancelled as the release began, keeps
+// ErrReleased as its cause.
 func (l *Lease) Release(ctx context.Context) error {
 	l.relOnce.Do(func() { l.relErr = l.release(ctx) })
 	return l.relErr

@@ -235,7 +235,7 @@ func (b *backend) sweepLate(s *session, key string) {
 	b.bg.Go(func() {
 		tick := time.NewTicker(b.cfg.RenewEvery)
 		defer tick.Stop()
-		end := time.NewTimer(b.cfg.TTL)
+		end := time.NewTimer(b.cfg.TTL + b.cfg.RenewEvery) // the last tick too
 		defer end.Stop()
 		for {
 			select {

@@ -144,6 +144,9 @@ func (h *hold) Release(ctx context.Context) error {
 		return h.b.fail(context.Background(), "delete lock key", fmt.Errorf("%w; the key goes with the session's lease, revoked once no other lock of this Locker uses it", err))
 	}
 	if !resp.Succeeded {
+		if errors.Is(h.s.k.Err(), baton.ErrClosed) {
+			return nil // our own Close revoked the session meanwhile
+		}
 		// Deleted by someone else, and the watcher, stopped above, had
 		// not said so yet: the work may have overlapped the next holder's.
 		return fmt.Errorf("%w: lock key %s was gone when released: deleted by another client (a forced release), or gone with its session's lease", baton.ErrLeaseLost, h.key)

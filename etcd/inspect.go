@@ -98,7 +98,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 	}
 	info := infos[0]
-	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+	gone, err := forcekit.Delete(ctx, 2*b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		octx, cancel := b.op(ctx)
 		defer cancel()
 		resp, err := b.client.Txn(octx).

@@ -26,7 +26,10 @@ import (
 // "baton HOLDER", so pg_stat_activity shows whose they are. Unless it sets
 // statement_timeout, the server cancels any of the Locker's statements
 // after half the request timeout (baton.WithRequestTimeout), so that a
-// statement the Locker gave up on cannot take or extend a lease later.
+// statement the Locker gave up on cannot take or extend a lease later;
+// it is SET on each new connection. Behind a pooler such as PgBouncer,
+// use session pooling: waiters LISTEN, and session settings must stay
+// with the connection that set them.
 func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedLocker, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {

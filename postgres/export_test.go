@@ -24,7 +24,7 @@ func Deaf(l *baton.Locker, deaf bool) { l.Backend().(*backend).deaf.Store(deaf) 
 // ForceReleaseToken is ForceRelease with the token it read given: a force
 // whose read came before the lock changed hands.
 func ForceReleaseToken(ctx context.Context, l *baton.Locker, name string, token baton.Token) (baton.LockInfo, error) {
-	return l.Backend().(*backend).forceRelease(ctx, name, int64(token), "")
+	return l.Backend().(*backend).forceRelease(ctx, name, baton.LockInfo{Token: token})
 }
 
 // Claim sends the attempt statement of an acquisition of name by l's

@@ -89,22 +89,27 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	defer cancel()
 	var token int64
 	var holder string
-	err := b.pool.QueryRow(octx, b.sql.liveToken, name).Scan(&token, &holder)
+	var since time.Time
+	err := b.pool.QueryRow(octx, b.sql.liveToken, name).Scan(&token, &holder, &since)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 	}
 	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
 	}
-	return b.forceRelease(ctx, name, token, holder)
+	return b.forceRelease(ctx, name, baton.LockInfo{Holder: holder, Token: baton.Token(token), Since: since})
 }
 
-// forceRelease expires name's row if it still holds token, the lease of
-// holder, and sends that again when its answer was lost (see
-// forcekit.Delete).
-func (b *backend) forceRelease(ctx context.Context, name string, token int64, holder string) (baton.LockInfo, error) {
-	info := baton.LockInfo{Name: name, Key: b.n.key(name), Holder: holder, Token: baton.Token(token)}
-	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+// forceRelease expires name's row if it still holds the token of read (its
+// holder, token and start, as read before), and sends that again when its
+// answer was lost (see forcekit.Delete). The info it returns is the row's
+// as the release found it; after a try whose answer was lost, the one read
+// (with no TTL left or waiters).
+func (b *backend) forceRelease(ctx context.Context, name string, read baton.LockInfo) (baton.LockInfo, error) {
+	info := read
+	info.Name, info.Key = name, b.n.key(name)
+	token := int64(read.Token)
+	gone, err := forcekit.Delete(ctx, 2*b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 		defer cancel()
 		var batch pgx.Batch

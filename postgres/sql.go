@@ -49,7 +49,7 @@ type statements struct {
 	// baton release --force.
 	inspect      string
 	inspectNames string // $1 names (text[])
-	liveToken    string // $1 name; the live holder's token and identity
+	liveToken    string // $1 name; the live holder's token, identity and start
 	forceRelease string // $1 name, $2 the token read by liveToken
 
 	// The observer's statements (observe.go). observeSetup returns the
@@ -300,7 +300,7 @@ FROM unnest($1::text[]) AS n(name)
 LEFT JOIN {lease} t ON t.name = n.name AND t.expires_at > now()
 ORDER BY n.name`
 
-const liveTokenSQL = `SELECT token, holder FROM {lease} WHERE name = $1 AND expires_at > clock_timestamp()`
+const liveTokenSQL = `SELECT token, holder, acquired_at FROM {lease} WHERE name = $1 AND expires_at > clock_timestamp()`
 
 // forceReleaseSQL expires the row only while it holds the token read
 // before (liveTokenSQL): a statement that runs late, after the client gave

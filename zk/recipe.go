@@ -357,8 +357,8 @@ func (b *backend) findGUID(ctx context.Context, dir, guid string) (created, bool
 // go-zookeeper has answered it: the node it made, or, if the answer was
 // lost, the GUID to look for.
 func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
-	if !b.calls.add(false) {
-		return // closing: the reaper has stopped
+	if !b.calls.add(!b.owned) {
+		return // closing: the connection, and with it the session, ends
 	}
 	go func() {
 		defer b.calls.done()
@@ -411,10 +411,15 @@ func (b *backend) ensureDir(ctx context.Context, dir string) error {
 // request timeout. Paths are unique (a GUID each), so this never deletes
 // another holder's node. A node already gone is not an error; when the
 // outcome is unknown the reaper takes over.
+//
+// On a borrowed connection (New), which Close leaves open with its session,
+// a delete may start while Close drains, as Close's own requests do: a
+// Release racing with Close still deletes its node.
 func (b *backend) deleteNode(ctx context.Context, path string) error {
-	_, err := call(b, ctx, func() (struct{}, error) {
+	own := !b.owned || ctx.Value(closingKey{}) != nil
+	_, err := await(b, ctx, start(b, own, func() (struct{}, error) {
 		return struct{}{}, b.conn.Delete(path, -1)
-	})
+	}))
 	switch {
 	case err == nil, errors.Is(err, zkgo.ErrNoNode):
 		return nil

@@ -218,6 +218,16 @@ type cutDialer struct {
 	armed    atomic.Bool
 	cuts     atomic.Int64
 	onDelete bool // cut after a delete instead; set before dialing
+
+	mu  sync.Mutex
+	ops []int32 // the opcodes written while armed or since, for a failure's message
+}
+
+// written returns the opcodes written since the dialer was first armed.
+func (d *cutDialer) written() []int32 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.ops)
 }
 
 func (d *cutDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
@@ -247,6 +257,11 @@ func (c *cutConn) Write(b []byte) (int, error) {
 		return n, err
 	}
 	op := int32(b[8])<<24 | int32(b[9])<<16 | int32(b[10])<<8 | int32(b[11])
+	c.d.mu.Lock()
+	if c.d.armed.Load() || len(c.d.ops) > 0 {
+		c.d.ops = append(c.d.ops, op)
+	}
+	c.d.mu.Unlock()
 	want := op == opCreate || op == opMulti
 	if c.d.onDelete {
 		want = op == opDelete
@@ -299,7 +314,7 @@ func TestRecipe_LostCreateReply(t *testing.T) {
 		t.Fatalf("TryAcquire across a lost create answer: %v", err)
 	}
 	if d.cuts.Load() != 1 {
-		t.Fatalf("%d connections cut, want 1", d.cuts.Load())
+		t.Fatalf("%d connections cut, want 1; opcodes written since armed: %v; lease %s", d.cuts.Load(), d.written(), l.Key())
 	}
 	if conn.SessionID() != sid {
 		t.Fatalf("session changed from 0x%x to 0x%x; the test wants it to survive", sid, conn.SessionID())

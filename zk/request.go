@@ -78,13 +78,10 @@ func async[T any](b *backend, fn func() (T, error)) <-chan result[T] {
 	return start(b, false, fn)
 }
 
-// start is async, for Close's own requests when own is true. On a
-// borrowed connection (New), which Close leaves open, every request may
-// start until Close waits for them: a Release racing with Close still
-// deletes its node.
+// start is async, for Close's own requests when own is true.
 func start[T any](b *backend, own bool, fn func() (T, error)) <-chan result[T] {
 	ch := make(chan result[T], 1)
-	if !b.calls.add(own || !b.owned) {
+	if !b.calls.add(own) {
 		ch <- result[T]{err: zkgo.ErrClosing}
 		return ch
 	}

@@ -11,8 +11,9 @@ const retryPause = 50 * time.Millisecond
 
 // Delete runs del, a forced release's compare-and-delete of the holder it
 // read, again while del fails (its outcome unknown: the answer may have
-// been lost after the delete was applied), for at most within and while
-// ctx lasts. Deleting that holder twice is harmless, while an operator told
+// been lost after the delete was applied), starting no try after within
+// has passed, and while ctx lasts (callers give within twice a try's
+// bound, so that a try that timed out is followed by one more). Deleting that holder twice is harmless, while an operator told
 // that the release failed would force again, and free the next holder's
 // lock. del reports whether it deleted. A try that finds nothing to delete
 // after one whose outcome was unknown counts as done: the holder read is
@@ -27,6 +28,7 @@ func Delete(ctx context.Context, within time.Duration, del func(context.Context)
 			return deleted || unsure, nil
 		}
 		if ctx.Err() != nil || time.Until(deadline) < retryPause {
+			// No time left for another try.
 			return false, err
 		}
 		unsure = true
