@@ -1,0 +1,120 @@
+package baton_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// fakeHold is a Hold for the Lease's own logic: what its Release does is
+// the test's. Backends are tested against real servers; this tests how a
+// Lease reads what a Hold reports.
+type fakeHold struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	err     error
+	release func(h *fakeHold) error
+}
+
+func newFakeHold(release func(h *fakeHold) error) *fakeHold {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &fakeHold{ctx: ctx, cancel: cancel, release: release}
+}
+
+// end ends the hold with cause, as a backend does on a loss or a release.
+func (h *fakeHold) end(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil {
+		h.err = cause
+		h.cancel()
+	}
+}
+
+func (h *fakeHold) Key() string                       { return "fake/key" }
+func (h *fakeHold) Token() baton.Token                { return 7 }
+func (h *fakeHold) Context() context.Context          { return h.ctx }
+func (h *fakeHold) Deadline() time.Time               { return time.Now().Add(time.Hour) }
+func (h *fakeHold) Release(ctx context.Context) error { return h.release(h) }
+func (h *fakeHold) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+type fakeBackend struct{ hold *fakeHold }
+
+func (b *fakeBackend) Acquire(context.Context, baton.Request) (baton.Hold, error) { return b.hold, nil }
+func (b *fakeBackend) Close() error                                               { return nil }
+
+func fakeLocker(t *testing.T, h *fakeHold) *baton.Locker {
+	t.Helper()
+	cfg, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return baton.NewLocker(&fakeBackend{hold: h}, cfg)
+}
+
+var errGone = fmt.Errorf("%w: the key was gone when released", baton.ErrLeaseLost)
+
+// TestLease_ReleaseFindsLoss: a loss only the release finds (the Hold's
+// Release returns an error matching ErrLeaseLost) is the lease's loss:
+// Release returns nil, Err reports it, and Run returns it although fn
+// returned nil.
+func TestLease_ReleaseFindsLoss(t *testing.T) {
+	h := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return errGone })
+	err := fakeLocker(t, h).Run(context.Background(), "job", func(context.Context, *baton.Lease) error { return nil })
+	var lost *baton.LostError
+	if !errors.As(err, &lost) || !errors.Is(err, errGone) {
+		t.Fatalf("Run whose release found the lease lost = %v; want a *LostError with the release's cause", err)
+	}
+
+	h = newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return errGone })
+	lease, err := fakeLocker(t, h).Acquire(context.Background(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Errorf("Release that found the lease lost = %v, want nil", err)
+	}
+	if !errors.As(lease.Err(), &lost) {
+		t.Errorf("Err after a release that found the lease lost = %v, want a *LostError", lease.Err())
+	}
+}
+
+// TestLease_CleanReleaseNoFalseLoss: a hold whose Err turns to a loss only
+// after its Release freed the lock (a renewal in flight, refused because
+// the release deleted the key first) was released, not lost.
+func TestLease_CleanReleaseNoFalseLoss(t *testing.T) {
+	h := newFakeHold(func(h *fakeHold) error {
+		h.end(fmt.Errorf("%w: renewal refused", baton.ErrLeaseLost)) // the renewal, after the delete
+		return nil
+	})
+	err := fakeLocker(t, h).Run(context.Background(), "job", func(context.Context, *baton.Lease) error { return nil })
+	if err != nil {
+		t.Fatalf("Run with a clean release = %v, want nil", err)
+	}
+}
+
+// TestLease_LossNotYetRelayed: a loss the hold saw just before fn returned,
+// which the Lease had not yet heard of (its AfterFunc not yet run), is
+// reported by Run all the same: the release looks first.
+func TestLease_LossNotYetRelayed(t *testing.T) {
+	for range 100 {
+		h := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+		err := fakeLocker(t, h).Run(context.Background(), "job", func(context.Context, *baton.Lease) error {
+			h.end(fmt.Errorf("%w: the key was deleted", baton.ErrLeaseLost))
+			return nil
+		})
+		if !errors.Is(err, baton.ErrLeaseLost) {
+			t.Fatalf("Run whose hold was lost as fn returned = %v, want ErrLeaseLost", err)
+		}
+	}
+}
