@@ -73,14 +73,11 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		// lease's end takes the key with it, and a delete through the
 		// connection that just failed would hold the caller up to the
 		// release timeout. A copy of the create held up in the network
-		// may still be applied after that delete: the session is
-		// retired, so its lease goes once its other users are done.
-		b.retire(s)
+		// may still be applied after that delete (see abandonKey).
 		select {
 		case <-s.k.Done():
 		default:
-			b.deleteKey(ctx, s, key)
-			b.sweepLate(s, key)
+			b.abandonKey(ctx, s, key)
 		}
 		return nil, b.fail(ctx, "create lock key", err)
 	}
@@ -88,9 +85,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		// The key is unique to this attempt, so only a retry of our own
 		// create (whose first answer was lost) finds it: it is ours, and
 		// another copy may still come (see above).
-		b.retire(s)
-		b.deleteKey(ctx, s, key)
-		b.sweepLate(s, key)
+		b.abandonKey(ctx, s, key)
 		return nil, b.fail(ctx, "create lock key", fmt.Errorf("key %s already exists (a retried request?); deleted it", key))
 	}
 	rev := resp.Header.Revision
@@ -220,6 +215,16 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, s
 			}
 		}
 	}
+}
+
+// abandonKey cleans up after a create of key on s whose outcome is
+// unknown: a copy of it held up in the network may still be applied after
+// the delete. So s is retired (its lease goes once its other users are
+// done), and key is deleted now and again for one TTL (sweepLate).
+func (b *backend) abandonKey(ctx context.Context, s *session, key string) {
+	b.retire(s)
+	b.deleteKey(ctx, s, key)
+	b.sweepLate(s, key)
 }
 
 // sweepLate deletes key again every RenewEvery for one TTL, in the

@@ -98,10 +98,8 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 	}
 	info := infos[0]
-	gone, err := forcekit.Delete(ctx, 2*b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
-		octx, cancel := b.op(ctx)
-		defer cancel()
-		resp, err := b.client.Txn(octx).
+	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+		resp, err := b.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(info.Key), "=", int64(info.Token))).
 			Then(clientv3.OpDelete(info.Key)).
 			Commit()

@@ -109,9 +109,7 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 	info := read
 	info.Name, info.Key = name, b.n.key(name)
 	token := int64(read.Token)
-	gone, err := forcekit.Delete(ctx, 2*b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
-		octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
-		defer cancel()
+	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		var batch pgx.Batch
 		var (
 			got     baton.LockInfo
@@ -130,7 +128,7 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 			return err
 		})
 		batch.Queue(b.sql.handOff, name)
-		if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
+		if err := b.pool.SendBatch(ctx, &batch).Close(); err != nil {
 			return false, err
 		}
 		if found {

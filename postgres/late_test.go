@@ -131,12 +131,7 @@ func TestSlot_LateStatementTakesNoPlace(t *testing.T) {
 	waitFor(t, 10*time.Second, "the second acquisition queued", func() bool { return queued(t, admin, "slot") == 1 })
 	var ticket int64
 	queryRow(t, admin, `SELECT ticket FROM baton_lock_waiters WHERE name = 'slot' AND expires_at > clock_timestamp()`, nil, &ticket)
-	held.Release()
-	select {
-	case <-held.Done():
-	case <-ctx.Done():
-		t.Fatal("the held statement was not served")
-	}
+	held.Deliver(t, ctx)
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -134,10 +134,8 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
 	}
 	info := baton.LockInfo{Name: name, Holder: rediskit.HolderOf(v), Key: k.lock, TTLLeft: max(ttl.Val(), time.Duration(-1))}
-	gone, err := forcekit.Delete(ctx, 2*b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
-		octx, cancel := b.op(ctx)
-		defer cancel()
-		n, err := forceScript.Run(octx, b.client, k.all(), v).Int()
+	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+		n, err := forceScript.Run(ctx, b.client, k.all(), v).Int()
 		return n == 1, err
 	})
 	if err != nil {

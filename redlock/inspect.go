@@ -160,12 +160,10 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		}
 		if err == nil {
 			var gone bool
-			// Tries of half the node's bound each, so that one that
-			// times out leaves time for another.
-			gone, err = forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
-				tctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout/2)
-				defer cancel()
-				deleted, err := forceScript.Run(tctx, n.client, k.all(), v).Int()
+			// Tries of half the node's bound, so that one that times out
+			// leaves time for another.
+			gone, err = forcekit.Delete(ctx, b.cfg.RequestTimeout/2, func(ctx context.Context) (bool, error) {
+				deleted, err := forceScript.Run(ctx, n.client, k.all(), v).Int()
 				return deleted == 1, err
 			})
 			if !gone {

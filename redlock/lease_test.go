@@ -576,12 +576,7 @@ func TestLateUndo_TouchesNothingCounted(t *testing.T) {
 		t.Fatal(res.err)
 	}
 	la := res.l
-	held.Release()
-	select {
-	case <-held.Done():
-	case <-ctx.Done():
-		t.Fatal("node 0 did not close the held connection within 30s")
-	}
+	held.Deliver(t, ctx)
 
 	// The late undo has run on node 0. Whatever a holds, a majority of
 	// the nodes must hold it.
@@ -648,12 +643,7 @@ func TestClaim_LateScriptDeletesNothing(t *testing.T) {
 	if err := cs[1].PExpire(ctx, key, time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	held.Release()
-	select {
-	case <-held.Done():
-	case <-ctx.Done():
-		t.Fatal("node 0 did not close the held connection within 30s")
-	}
+	held.Deliver(t, ctx)
 
 	v0, v2 := cs[0].Get(ctx, key).Val(), cs[2].Get(ctx, key).Val()
 	if rediskit.HolderOf(v2) != "a" || v0 != v2 {

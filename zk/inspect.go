@@ -11,6 +11,7 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/forcekit"
 	"github.com/baton-go/baton/internal/holderval"
 )
 
@@ -90,10 +91,8 @@ func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, err
 // ForceRelease implements baton.ForceReleaser: it deletes the holder's
 // node (that very node: its path is unique), so the next waiter gets the
 // lock and the holder is told its lease is lost. A delete whose answer is
-// lost (the connection dropped) is sent again once the connection is
-// back, within the request timeout: deleting that path twice is harmless,
-// while an operator told that it failed would force again, and free the
-// next holder's lock.
+// lost (the connection dropped) is sent again (see forcekit.Delete):
+// deleting that path twice is harmless.
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return baton.LockInfo{}, err
@@ -105,25 +104,20 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	if info.Key == "" {
 		return info, &baton.NotAcquiredError{Name: name}
 	}
-	deadline := time.Now().Add(b.cfg.RequestTimeout)
-	unsure := false // a delete was sent and its answer lost
-	for {
-		_, err = call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(info.Key, -1) })
-		switch {
-		case err == nil:
-			return info, nil
-		case errors.Is(err, zkgo.ErrNoNode) && unsure:
-			return info, nil // gone: by our first delete, or released; either way the holder read is
-		case errors.Is(err, zkgo.ErrNoNode):
-			return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
-		case isConnErr(err) && !errors.Is(err, zkgo.ErrClosing) && ctx.Err() == nil && time.Now().Before(deadline):
-			unsure = unsure || !errors.Is(err, zkgo.ErrNoServer) // ErrNoServer: never sent
-			if werr := b.waitConnected(ctx, deadline); werr == nil {
-				continue
-			}
+	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
+		_, err := call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(info.Key, -1) })
+		if errors.Is(err, zkgo.ErrNoNode) {
+			return false, nil
 		}
+		return err == nil, err
+	})
+	if err != nil {
 		return info, b.fail(ctx, "delete "+info.Key, err)
 	}
+	if !gone {
+		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
+	}
+	return info, nil
 }
 
 // head is what the first candidate's node says.

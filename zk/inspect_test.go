@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	zkgo "github.com/go-zookeeper/zk"
-
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/zk"
 )
@@ -121,15 +119,7 @@ func TestForceRelease_LostAnswer(t *testing.T) {
 	waitChildren(t, adminConn(t, addr), root+"/invoices", 2)
 
 	d := &cutDialer{onDelete: true}
-	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		for range events {
-		}
-	})
+	conn := d.connect(t, addr)
 	fl, err := zk.New(conn, baton.WithTTL(suiteTTL), baton.WithPrefix(root))
 	if err != nil {
 		t.Fatal(err)

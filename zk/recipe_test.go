@@ -230,6 +230,22 @@ func (d *cutDialer) written() []int32 {
 	return slices.Clone(d.ops)
 }
 
+// connect makes a go-zookeeper connection to addr through d, closed when
+// t ends.
+func (d *cutDialer) connect(t *testing.T, addr string) *zkgo.Conn {
+	t.Helper()
+	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		for range events {
+		}
+	})
+	return conn
+}
+
 func (d *cutDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
 	c, err := net.DialTimeout(network, address, timeout)
 	if err != nil {
@@ -285,15 +301,7 @@ func TestRecipe_LostCreateReply(t *testing.T) {
 	dir := lockDir(name)
 	admin := adminConn(t, addr)
 	d := &cutDialer{}
-	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		for range events {
-		}
-	})
+	conn := d.connect(t, addr)
 	fl, err := zk.Settings{ContinueWhileSuspended: true}.New(conn, baton.WithTTL(suiteTTL))
 	if err != nil {
 		t.Fatal(err)

@@ -10,20 +10,22 @@ import (
 const retryPause = 50 * time.Millisecond
 
 // Delete runs del, a forced release's compare-and-delete of the holder it
-// read, again while del fails (its outcome unknown: the answer may have
-// been lost after the delete was applied), starting no try after within
-// has passed, and while ctx lasts (callers give within twice a try's
-// bound, so that a try that timed out is followed by one more). Deleting that holder twice is harmless, while an operator told
+// read, each try bounded by try, again while del fails (its outcome
+// unknown: the answer may have been lost after the delete was applied),
+// while ctx lasts and for at most twice try, so that a try that timed out
+// is followed by one more. Deleting that holder twice is harmless, while an operator told
 // that the release failed would force again, and free the next holder's
 // lock. del reports whether it deleted. A try that finds nothing to delete
 // after one whose outcome was unknown counts as done: the holder read is
 // gone either way. Delete returns whether the holder read is gone, or
 // del's last error when the outcome stayed unknown.
-func Delete(ctx context.Context, within time.Duration, del func(context.Context) (bool, error)) (bool, error) {
-	deadline := time.Now().Add(within)
+func Delete(ctx context.Context, try time.Duration, del func(context.Context) (bool, error)) (bool, error) {
+	deadline := time.Now().Add(2 * try)
 	unsure := false
 	for {
-		deleted, err := del(ctx)
+		tctx, cancel := context.WithTimeout(ctx, try)
+		deleted, err := del(tctx)
+		cancel()
 		if err == nil {
 			return deleted || unsure, nil
 		}

@@ -25,7 +25,7 @@ func TestDelete(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := 0
-			gone, err := Delete(context.Background(), 4*retryPause, func(context.Context) (bool, error) {
+			gone, err := Delete(context.Background(), 2*retryPause, func(context.Context) (bool, error) {
 				i := min(n, len(c.tries)-1)
 				n++
 				return c.found[i], c.tries[i]

@@ -2,6 +2,7 @@ package testsvc
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,18 @@ func (h *Held) Release() { h.once.Do(func() { close(h.release) }) }
 // its side, so it has served the request in it, as a server serves what
 // it read before the end of a connection.
 func (h *Held) Done() <-chan struct{} { return h.done }
+
+// Deliver releases the chunk and waits until it has been served (Done),
+// failing tb when ctx ends first.
+func (h *Held) Deliver(tb testing.TB, ctx context.Context) {
+	tb.Helper()
+	h.Release()
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		tb.Fatal("the server did not serve the held request and close its connection")
+	}
+}
 
 // HoldFirst holds back the first chunk a client sends, from now on, that
 // contains pattern, on its own connection only: bytes on other
