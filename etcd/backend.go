@@ -39,9 +39,9 @@ type backend struct {
 	sessions map[*session]struct{} // every session not yet revoked, sess among them
 	holds    map[*hold]struct{}
 	closed   bool
-	bg       sync.WaitGroup // revokes of retired sessions, awaited by Close
+	bg       sync.WaitGroup // revokes of retired sessions and sweeps of late keys, awaited by Close
 	bgCtx    context.Context
-	bgStop   context.CancelFunc // ends bg's revokes: Close does not wait for a server that does not answer
+	bgStop   context.CancelFunc // ends the sweeps; a revoke runs to its end, bounded by the release timeout
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -130,7 +130,8 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 }
 
 // Close ends every hold, revokes the session leases (freeing all their
-// keys at once) and closes the client if Dial made it.
+// keys at once), all in parallel, and closes the client if Dial made it.
+// It waits one release timeout at most for a server that does not answer.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -152,12 +153,17 @@ func (b *backend) Close() error {
 	for _, h := range holds {
 		h.lose(baton.ErrClosed)
 	}
+	// The sweeps stop (revoking every session deletes the keys they
+	// sweep); the revokes of retired sessions already under way finish,
+	// while the other sessions are revoked, all at once, so that Close
+	// waits one release timeout at most, however many sessions there are.
 	b.bgStop()
-	b.bg.Wait()
-	var err error
-	for _, s := range sessions {
-		err = errors.Join(err, s.close(b))
+	errs := make([]error, len(sessions))
+	for i, s := range sessions {
+		b.bg.Go(func() { errs[i] = s.close(b) })
 	}
+	b.bg.Wait()
+	err := errors.Join(errs...)
 	if b.owned {
 		err = errors.Join(err, b.client.Close())
 	}

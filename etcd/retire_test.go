@@ -213,3 +213,76 @@ func TestForceRelease_AnswerLost(t *testing.T) {
 		t.Fatal("the forced holder's lease did not end")
 	}
 }
+
+// TestClose_FinishesRevokes: Close lets the revoke of a retired session
+// already under way finish, while it revokes the live session, both at
+// once: a revoke cut short would leave the retired session's keys, and
+// their locks taken, until its lease ran out. The interceptor holds the
+// first revoke until a second one is sent, which only a Close that lets
+// the first run on and revokes the other session meanwhile does.
+func TestClose_FinishesRevokes(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	var stall, cut atomic.Bool
+	var revokes atomic.Int32
+	second := make(chan struct{})
+	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		switch {
+		case stall.Load() && method == "/etcdserverpb.KV/Txn":
+			<-ctx.Done()
+			return ctx.Err()
+		case method == "/etcdserverpb.Lease/LeaseRevoke":
+			if revokes.Add(1) == 2 {
+				close(second)
+			} else {
+				select {
+				case <-second:
+				case <-ctx.Done():
+					cut.Store(true)
+					return ctx.Err()
+				}
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(10*time.Second), baton.WithReleaseTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	// x's delete fails: its session is retired, and revoked at once, as
+	// x was its only lock; the revoke is held.
+	lx, err := l.TryAcquire(timeout(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall.Store(true)
+	if err := lx.Release(context.Background()); err == nil {
+		t.Fatal("Release whose delete stalled returned nil")
+	}
+	stall.Store(false)
+	lz, err := l.TryAcquire(timeout(t, 5*time.Second), "z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaseOf(lz.Key()) == leaseOf(lx.Key()) {
+		t.Fatalf("z's key %s is on the retired session's lease", lz.Key())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if cut.Load() {
+		t.Error("a revoke was cut short")
+	}
+	if n := revokes.Load(); n != 2 {
+		t.Errorf("%d revokes sent; want 2 (the retired session, the live one)", n)
+	}
+	// Both leases are revoked: their keys are gone well within the TTL.
+	other := newLocker(t, srv.Endpoint)
+	for _, name := range []string{"x", "z"} {
+		lo, err := other.TryAcquire(timeout(t, 5*time.Second), name)
+		if err != nil {
+			t.Fatalf("lock %s after Close: %v; want it free", name, err)
+		}
+		_ = lo.Release(context.Background())
+	}
+}

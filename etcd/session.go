@@ -134,7 +134,7 @@ func (b *backend) revokeIfDone(s *session) {
 		return // refused by the server: nothing left to revoke
 	}
 	b.bg.Go(func() {
-		if err := s.revoke(b.bgCtx, b, errRetired); err != nil && b.bgCtx.Err() == nil {
+		if err := s.revoke(b, errRetired); err != nil {
 			b.cfg.Logger.Warn("could not revoke a retired etcd session; its keys end with its lease, within one TTL", "lease", int64(s.id), "err", err)
 		}
 	})
@@ -166,14 +166,16 @@ func (s *session) close(b *backend) error {
 		return nil
 	default:
 	}
-	return s.revoke(context.Background(), b, baton.ErrClosed)
+	return s.revoke(b, baton.ErrClosed)
 }
 
 // revoke stops renewing with cause and revokes the lease, within the
-// release timeout or until ctx ends.
-func (s *session) revoke(ctx context.Context, b *backend, cause error) error {
+// release timeout. Close does not cut it short: a revoke given up would
+// leave the session's keys, and so its locks, taken until the lease ran
+// out.
+func (s *session) revoke(b *backend, cause error) error {
 	s.k.Stop(cause)
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReleaseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
 	defer cancel()
 	if _, err := b.client.Revoke(ctx, s.id); err != nil && !isLeaseGone(err) {
 		return b.fail(context.Background(), "revoke lease", err)
