@@ -46,6 +46,12 @@ type backend struct {
 	sess   *session
 	holds  map[*hold]struct{}
 	closed bool
+	// abandons counts the creates we stopped waiting for whose answers
+	// have not come (see abandonCreate); idle, when set, is closed once
+	// there are none: Close on a borrowed connection waits for them
+	// before the reaper's last pass.
+	abandons int
+	idle     chan struct{}
 }
 
 // hooks let tests observe the recipe from inside.
@@ -213,6 +219,7 @@ func (b *backend) Close() error {
 		for _, h := range holds {
 			err = errors.Join(err, b.deleteNode(ctx, h.path))
 		}
+		b.awaitAbandons(ctx)
 		b.reaper.drain(ctx)
 		cancel()
 	}
@@ -224,6 +231,44 @@ func (b *backend) Close() error {
 	}
 	b.calls.closeWait()
 	return err
+}
+
+// abandoning counts one more create we stopped waiting for, until the
+// returned func is called, once its answer came.
+func (b *backend) abandoning() (answered func()) {
+	b.mu.Lock()
+	b.abandons++
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.abandons--; b.abandons == 0 && b.idle != nil {
+			close(b.idle)
+			b.idle = nil
+		}
+	}
+}
+
+// awaitAbandons waits, until ctx ends, for the answers of the creates we
+// stopped waiting for, which hand their nodes to the reaper: on a borrowed
+// connection, whose session lives on after Close, a node created after
+// the reaper's last pass would hold the lock, or stand in line, for as
+// long as that session lives.
+func (b *backend) awaitAbandons(ctx context.Context) {
+	b.mu.Lock()
+	if b.abandons == 0 {
+		b.mu.Unlock()
+		return
+	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	idle := b.idle
+	b.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 }
 
 // drainEvents waits for go-zookeeper's connection loop to end, which it

@@ -360,8 +360,10 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 	if !b.calls.add(!b.owned) {
 		return // closing: the connection, and with it the session, ends
 	}
+	answered := b.abandoning()
 	go func() {
 		defer b.calls.done()
+		defer answered()
 		r := <-ch
 		switch {
 		case r.v.path != "":

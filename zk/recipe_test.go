@@ -405,6 +405,81 @@ func TestNew_BorrowedConnection(t *testing.T) {
 	}
 }
 
+// TestClose_Borrowed_AbandonedCreateReaped: on a borrowed connection,
+// whose session outlives the Locker, a create that an acquisition stopped
+// waiting for and that is answered only while Close runs still has its
+// node deleted: Close waits for the answer before the reaper's last pass.
+// Otherwise the node, first in line, would hold the lock for as long as
+// the caller's connection lives. The proxy holds the create back (and the
+// requests behind it) until Close has begun.
+func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	proxy := testsvc.NewProxy(t, addr)
+	conn, events, err := zkgo.Connect([]string{proxy.Addr()}, suiteTTL, zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		for range events {
+		}
+	})
+	fl, err := zk.New(conn, baton.WithTTL(suiteTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First use creates the election node, so that the next request
+	// naming it is the candidate's create.
+	l, err := fl.Acquire(timeout(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(context.Background())
+
+	held := proxy.HoldFirst([]byte(dir + "/"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tried := make(chan error, 1)
+	go func() {
+		_, err := fl.TryAcquire(ctx, name)
+		tried <- err
+	}()
+	select {
+	case <-held.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create was not caught")
+	}
+	cancel()
+	if err := <-tried; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire whose create is held, cancelled: %v; want context.Canceled", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- fl.Close() }()
+	// Close cannot end before the create is answered; give it time to
+	// reach its last pass of the reaper before the answer comes.
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a create was in flight", err)
+	default:
+	}
+	held.Release()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if kids := children(t, admin, dir); len(kids) != 0 {
+		t.Fatalf("nodes left after Close: %v; the abandoned create's node must be deleted", kids)
+	}
+}
+
 // TestRecipe_WaiterAheadLeaves: holder H, then waiters A and B. A gives up;
 // B's watch on A fires, but H still holds: B must look again and wait for
 // H, not take the lock (only when the deleted predecessor was the head may
