@@ -209,3 +209,48 @@ func proxied(t *testing.T, dsn string) (*testsvc.Proxy, string) {
 	u.Host = p.Addr()
 	return p, u.String()
 }
+
+// TestForceRelease_AnswerLost: a forced release whose statement is held up
+// in the network (no answer within the request timeout) is sent again, and
+// the release reports the holder it freed instead of a failure, which
+// would have an operator force again. The copy held up, delivered once the
+// lock has changed hands, frees nothing: it compares the token read.
+func TestForceRelease_AnswerLost(t *testing.T) {
+	const ttl = 30 * time.Second // nothing expires within the test
+	dsn := pg.Database(t)
+	p, pdsn := proxied(t, dsn)
+	h := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("h"))
+	n := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("n"))
+	op := dial(t, pdsn, baton.WithTTL(ttl), baton.WithRequestTimeout(time.Second))
+	ctx := timeout(t, 60*time.Second)
+	const name = "forced-late"
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := p.HoldFirst([]byte(name)) // a parameter: only the force's statement carries it
+	info, err := postgres.ForceReleaseToken(ctx, op.Locker(), name, lh.Token())
+	select {
+	case <-held.Caught():
+	default:
+		t.Fatal("the proxy held no statement")
+	}
+	if err != nil {
+		t.Fatalf("force whose first statement got no answer: %v; want h's lock released", err)
+	}
+	if info.Name != name || info.Token != lh.Token() {
+		t.Fatalf("force reported %+v; want %s with h's token %d", info, name, lh.Token())
+	}
+	ln, err := n.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("lock after the forced release: %v; want it free", err)
+	}
+	held.Deliver(t, ctx)
+	infos, err := n.Locker().Backend().(baton.Inspector).Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Holder != "n" || infos[0].Token != ln.Token() || ln.Err() != nil {
+		t.Fatalf("after the late copy of the force the lock shows %+v (n's lease err %v); want n's, untouched", infos, ln.Err())
+	}
+}
