@@ -3,12 +3,9 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -911,32 +908,6 @@ func resentClaim(t *testing.T, scenario func(t *testing.T, ctx context.Context, 
 	}
 }
 
-// dropAnswer is a go-redis hook that drops the answer of the first
-// EVALSHA of the script sha once armed: the script ran, and its caller
-// sees a network error, as when a connection breaks at that moment.
-type dropAnswer struct {
-	sha   string
-	armed atomic.Bool
-}
-
-func (h *dropAnswer) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-func (h *dropAnswer) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
-}
-
-func (h *dropAnswer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		err := next(ctx, cmd)
-		args := cmd.Args()
-		if err == nil && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == h.sha && h.armed.CompareAndSwap(true, false) {
-			err = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("answer dropped by the test")}
-			cmd.SetErr(err)
-		}
-		return err
-	}
-}
-
 // TestForceRelease_AnswerLost: a forced release whose delete ran but whose
 // answer was lost sends it again, finds the key no longer the holder's,
 // and reports the release done. Told that it failed, an operator would
@@ -952,16 +923,16 @@ func TestForceRelease_AnswerLost(t *testing.T) {
 	if err := redis.LoadForceScript(timeout(t, 5*time.Second), c); err != nil {
 		t.Fatal(err)
 	}
-	drop := &dropAnswer{sha: redis.ForceScriptHash}
+	drop := &redistest.DropAnswer{SHA: redis.ForceScriptHash}
 	c.AddHook(drop)
 	op, err := redis.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = op.Close() })
-	drop.armed.Store(true)
+	drop.Armed.Store(true)
 	info, err := op.Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 10*time.Second), "invoices")
-	if drop.armed.Load() {
+	if drop.Armed.Load() {
 		t.Fatal("no answer was dropped")
 	}
 	if err != nil || info.Holder != "web-1:42" {

@@ -21,3 +21,12 @@ func LoadScripts(ctx context.Context, c goredis.Scripter) error {
 	}
 	return unlockScript.Load(ctx, c).Err()
 }
+
+// ForceScriptHash is the SHA1 a forced release names in EVALSHA.
+var ForceScriptHash = forceScript.Hash()
+
+// LoadForceScript loads the forced release's script on c, so that its
+// first EVALSHA runs instead of finding no script.
+func LoadForceScript(ctx context.Context, c goredis.Scripter) error {
+	return forceScript.Load(ctx, c).Err()
+}

@@ -249,6 +249,49 @@ func TestOpen_InspectForceRelease(t *testing.T) {
 	}
 }
 
+// TestForceRelease_AnswerLost: a forced release whose delete ran on every
+// node but whose answers were all lost sends each again, finds the key no
+// longer the holder's, and reports the release done. Told that it failed,
+// an operator would force again, and free the next holder's lock.
+func TestForceRelease_AnswerLost(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	holder := newLocker(t, nodes, baton.WithHolder("web-1:42"), baton.WithTTL(3*time.Second))
+	lease, err := holder.Acquire(timeout(t, 5*time.Second), "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := clients(t, nodes)
+	drops := make([]*redistest.DropAnswer, len(cs))
+	for i, c := range cs {
+		if err := redlock.LoadForceScript(timeout(t, 5*time.Second), c); err != nil {
+			t.Fatal(err)
+		}
+		drops[i] = &redistest.DropAnswer{SHA: redlock.ForceScriptHash}
+		drops[i].Armed.Store(true)
+		c.AddHook(drops[i])
+	}
+	op := lockerOn(t, cs)
+	info, err := op.Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 10*time.Second), "invoices")
+	for i, d := range drops {
+		if d.Armed.Load() {
+			t.Fatalf("no answer was dropped on node %d", i)
+		}
+	}
+	if err != nil || info.Holder != "web-1:42" {
+		t.Fatalf("forced release across lost answers: %+v, %v; want web-1:42's released", info, err)
+	}
+	for i, c := range cs {
+		if n := c.Exists(timeout(t, 5*time.Second), redlock.DefaultPrefix+"invoices").Val(); n != 0 {
+			t.Errorf("node %d still has the lock key", i)
+		}
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the forced holder's lease did not end")
+	}
+}
+
 func TestOpen_Unreachable(t *testing.T) {
 	nodes := testsvc.StartRedisNodes(t, 3)
 	nodes[0].Kill()

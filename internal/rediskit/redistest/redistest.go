@@ -7,8 +7,12 @@ package redistest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +157,35 @@ func ForceOnlyTheValueRead(t *testing.T, script *goredis.Script, keys []string) 
 	}
 	if n := s.C.Exists(s.Ctx, keys[0]).Val(); n != 0 {
 		t.Fatal("key still there after the force")
+	}
+}
+
+// DropAnswer is a go-redis hook that drops the answer of the first EVALSHA
+// of the script SHA once Armed: the script ran, and its caller sees a
+// network error, as when a connection breaks at that moment. Armed is
+// false again once it dropped one.
+type DropAnswer struct {
+	SHA   string
+	Armed atomic.Bool
+}
+
+// DialHook implements goredis.Hook.
+func (h *DropAnswer) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+// ProcessPipelineHook implements goredis.Hook.
+func (h *DropAnswer) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// ProcessHook implements goredis.Hook.
+func (h *DropAnswer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if err == nil && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == h.SHA && h.Armed.CompareAndSwap(true, false) {
+			err = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("answer dropped by the test")}
+			cmd.SetErr(err)
+		}
+		return err
 	}
 }
