@@ -659,12 +659,7 @@ func TestClaim_LateScriptDeletesNothing(t *testing.T) {
 	q, w := "{"+key+"}:q", "{"+key+"}:w"
 	waiter := rediskit.NewValue("w")
 	entry := fmt.Sprintf("0 %d 60000 %s", redistest.ServerMS(t, cs[0]), rediskit.NewWakeChannel())
-	if err := cs[0].ZAdd(ctx, q, goredis.Z{Score: 1, Member: waiter}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cs[0].HSet(ctx, w, waiter, entry).Err(); err != nil {
-		t.Fatal(err)
-	}
+	redistest.Plant(t, ctx, cs[0], q, w, waiter, 1, entry)
 
 	px := testsvc.NewProxy(t, nodes[0].Addr)
 	held := px.HoldFirst([]byte(redlock.AcquireScriptHash))

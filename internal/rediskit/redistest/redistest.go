@@ -115,11 +115,17 @@ func (s *Server) Hold(key, value string) {
 // the waiters' hash w, as the scripts store them.
 func (s *Server) Plant(q, w, value string, score float64, entry string) {
 	s.tb.Helper()
-	if err := s.C.ZAdd(s.Ctx, q, goredis.Z{Score: score, Member: value}).Err(); err != nil {
-		s.tb.Fatal(err)
+	Plant(s.tb, s.Ctx, s.C, q, w, value, score, entry)
+}
+
+// Plant is Server.Plant on any server c, failing tb when it cannot.
+func Plant(tb testing.TB, ctx context.Context, c goredis.UniversalClient, q, w, value string, score float64, entry string) {
+	tb.Helper()
+	if err := c.ZAdd(ctx, q, goredis.Z{Score: score, Member: value}).Err(); err != nil {
+		tb.Fatal(err)
 	}
-	if err := s.C.HSet(s.Ctx, w, value, entry).Err(); err != nil {
-		s.tb.Fatal(err)
+	if err := c.HSet(ctx, w, value, entry).Err(); err != nil {
+		tb.Fatal(err)
 	}
 }
 
