@@ -46,6 +46,8 @@
 // acquisitions and holds still on it are done. A session lost by its local
 // deadline is revoked the same way when its last lease is released: a
 // renewal nobody heard back from may have kept it alive on the server.
+// Close revokes every session, in parallel, and lets a revoke already
+// under way finish, waiting one release timeout at most.
 //
 // Why not concurrency.Session: it learns of a lease's end only after the
 // deadline computed from the receipt of the last keep-alive response,
