@@ -41,7 +41,7 @@ type backend struct {
 	closed   bool
 	bg       sync.WaitGroup // revokes of retired sessions and sweeps of late keys, awaited by Close
 	bgCtx    context.Context
-	bgStop   context.CancelFunc // ends the sweeps; a revoke runs to its end, bounded by the release timeout
+	bgStop   context.CancelFunc // ends the sweeps and the revokes of sessions lost by their deadline
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -154,9 +154,11 @@ func (b *backend) Close() error {
 		h.lose(baton.ErrClosed)
 	}
 	// The sweeps stop (revoking every session deletes the keys they
-	// sweep); the revokes of retired sessions already under way finish,
-	// while the other sessions are revoked, all at once, so that Close
-	// waits one release timeout at most, however many sessions there are.
+	// sweep), and so do the revokes of sessions lost by their deadline
+	// (see revokeIfDone); the revokes of retired sessions already under
+	// way finish, while the other sessions are revoked, all at once, so
+	// that Close waits one release timeout at most, however many
+	// sessions there are.
 	b.bgStop()
 	errs := make([]error, len(sessions))
 	for i, s := range sessions {

@@ -46,8 +46,10 @@
 // acquisitions and holds still on it are done. A session lost by its local
 // deadline is revoked the same way when its last lease is released: a
 // renewal nobody heard back from may have kept it alive on the server.
-// Close revokes every session, in parallel, and lets a revoke already
-// under way finish, waiting one release timeout at most.
+// Close revokes every session, in parallel, and lets the revoke of a
+// retired session already under way finish, waiting one release timeout
+// at most; it does not wait for a server that let a session's renewals go
+// unanswered.
 //
 // Why not concurrency.Session: it learns of a lease's end only after the
 // deadline computed from the receipt of the last keep-alive response,

@@ -133,8 +133,15 @@ func (b *backend) revokeIfDone(s *session) {
 	if dead && !errors.Is(s.k.Err(), keeper.ErrDeadline) {
 		return // refused by the server: nothing left to revoke
 	}
+	// Close lets the revoke of a retired session finish, but not that of
+	// one lost by its deadline: its server let the renewals go unanswered,
+	// and would most likely only make Close wait (see close).
+	ctx := context.Background()
+	if dead {
+		ctx = b.bgCtx
+	}
 	b.bg.Go(func() {
-		if err := s.revoke(b, errRetired); err != nil {
+		if err := s.revoke(ctx, b, errRetired); err != nil && ctx.Err() == nil {
 			b.cfg.Logger.Warn("could not revoke a retired etcd session; its keys end with its lease, within one TTL", "lease", int64(s.id), "err", err)
 		}
 	})
@@ -166,16 +173,15 @@ func (s *session) close(b *backend) error {
 		return nil
 	default:
 	}
-	return s.revoke(b, baton.ErrClosed)
+	return s.revoke(context.Background(), b, baton.ErrClosed)
 }
 
 // revoke stops renewing with cause and revokes the lease, within the
-// release timeout. Close does not cut it short: a revoke given up would
-// leave the session's keys, and so its locks, taken until the lease ran
-// out.
-func (s *session) revoke(b *backend, cause error) error {
+// release timeout or until ctx ends. A revoke given up leaves the
+// session's keys, and so their locks, taken until the lease runs out.
+func (s *session) revoke(ctx context.Context, b *backend, cause error) error {
 	s.k.Stop(cause)
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.ReleaseTimeout)
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReleaseTimeout)
 	defer cancel()
 	if _, err := b.client.Revoke(ctx, s.id); err != nil && !isLeaseGone(err) {
 		return b.fail(context.Background(), "revoke lease", err)
