@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -61,7 +62,9 @@ func clientOptions(o *goredis.Options, cfg baton.Config) {
 }
 
 // ping checks that client's server answers within timeout, and returns a
-// *baton.UnavailableError naming it otherwise (or the cause of ctx).
+// *baton.UnavailableError naming it otherwise (or the cause of ctx), or a
+// *baton.OptionError when the server refused the URL's database number or
+// credentials.
 func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -70,7 +73,15 @@ func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) er
 			return context.Cause(ctx)
 		}
 		o := client.Options()
-		return &baton.UnavailableError{Where: fmt.Sprintf("redis://%s/%d", o.Addr, o.DB), Err: fmt.Errorf("no answer to PING within %v: %w", timeout, err)}
+		where := fmt.Sprintf("redis://%s/%d", o.Addr, o.DB)
+		if rediskit.Refused(err) {
+			return &baton.OptionError{Option: "redis URL", Value: where, Reason: fmt.Sprintf("the server refused the connection (%v): check the database number and the user:password", err)}
+		}
+		var rerr goredis.Error
+		if errors.As(err, &rerr) {
+			return &baton.UnavailableError{Where: where, Err: fmt.Errorf("PING answered with an error: %w", err)}
+		}
+		return &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer to PING within %v: %w", timeout, err)}
 	}
 	return nil
 }

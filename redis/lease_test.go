@@ -458,6 +458,27 @@ func TestOpen_Unreachable(t *testing.T) {
 	}
 }
 
+// TestOpen_Refused: a server that answers but refuses the URL's database
+// number or credentials is a configuration error (exit 2 from the CLI),
+// reported at once and said to be one, not "no answer within 5s".
+func TestOpen_Refused(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	for _, c := range []struct{ url, says string }{
+		{"redis://" + srv.Addr + "/99", "DB index"},
+		{"redis://app:secret@" + srv.Addr, "user:password"},
+	} {
+		u, _ := url.Parse(c.url)
+		_, err := redis.Open(context.Background(), u)
+		if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) {
+			t.Errorf("Open(%s) = %v; want an invalid option, not unavailable", u.Redacted(), err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.says) || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "within") {
+			t.Errorf("Open(%s): %q; want it to say %q, without the password or a timeout", u.Redacted(), err, c.says)
+		}
+	}
+}
+
 // TestRequestTimeout_FrozenServer: an acquisition on a frozen server fails
 // as unavailable within the request timeout, whether the client's own
 // read timeout is far longer or the same (Open's client).

@@ -67,6 +67,17 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
+		// Nodes that refused the URL's settings, enough of them to deny
+		// the majority alone, make a configuration error.
+		var refused []error
+		for _, err := range errs {
+			if rediskit.Refused(err) {
+				refused = append(refused, err)
+			}
+		}
+		if len(refused) > len(clients)-b.quorum {
+			return nil, &baton.OptionError{Option: "redlock URL", Value: b.where, Reason: fmt.Sprintf("the servers refused the connection (%v): check the database number and the user:password", refused[0])}
+		}
 		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("a majority of nodes did not answer PING within %v: %w", cfg.RequestTimeout, errors.Join(errs...))}
 	}
 	b.owned = true

@@ -306,6 +306,17 @@ func TestOpen_Unreachable(t *testing.T) {
 	}
 }
 
+// TestOpen_Refused: nodes that answer but refuse the URL's database
+// number are a configuration error, not unavailable nodes.
+func TestOpen_Refused(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	u, _ := url.Parse("redlock://" + strings.Join(testsvc.RedisAddrs(nodes), ",") + "/99")
+	_, err := redlock.Open(context.Background(), u)
+	if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "DB index") {
+		t.Fatalf("Open with a database number out of range = %v; want an invalid option naming the DB index", err)
+	}
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1

@@ -226,3 +226,21 @@ func Args(ss []string) []any {
 	}
 	return out
 }
+
+// Refused reports whether err is a Redis server's refusal of the
+// connection's own settings, which trying again cannot mend: a database
+// number out of range, or credentials it does not accept. A server that
+// answers with any other error (LOADING, MASTERDOWN) may answer later.
+func Refused(err error) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := strings.TrimPrefix(rerr.Error(), "ERR ")
+	for _, p := range []string{"DB index", "invalid DB index", "WRONGPASS", "NOAUTH", "NOPERM", "AUTH", "invalid password", "invalid username-password"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
