@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
@@ -25,12 +26,36 @@ import (
 // SHARE): transactions with the current token then run side by side, and a
 // raise waits for all of them. Otherwise it runs the upsert described in
 // the package documentation.
+//
+// tx must be the transaction the writes run in: a *pgxpool.Pool, or a
+// *pgx.Conn not in a transaction, is refused with an error matching
+// baton.ErrInvalidOption, as the check would end with its own statement.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
+	if err := needTx(tx); err != nil {
+		return err
+	}
 	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
 	}
 	var one int32
 	return s.afterHold(ctx, tx, resource, token, tx.QueryRow(ctx, s.sql.hold, resource, int64(token)).Scan(&one))
+}
+
+// needTx refuses the queriers that are known not to be in a transaction.
+func needTx(q Querier) error {
+	what := ""
+	switch c := q.(type) {
+	case *pgxpool.Pool:
+		what = "*pgxpool.Pool"
+	case *pgx.Conn:
+		if c.PgConn().TxStatus() == 'I' {
+			what = "*pgx.Conn not in a transaction"
+		}
+	}
+	if what == "" {
+		return nil
+	}
+	return &baton.OptionError{Option: "fence check querier", Value: what, Reason: "pass the pgx.Tx the writes run in: outside a transaction the check ends with its own statement, and the writes after it are not fenced (or use WithTx)"}
 }
 
 // afterHold finishes a check in tx once the share-locking SELECT (s.sql.hold)

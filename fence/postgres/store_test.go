@@ -228,3 +228,38 @@ func TestStore_Row_BadIdentifiers(t *testing.T) {
 		t.Errorf("a refused Insert raised the fence to %d (%v)", n, err)
 	}
 }
+
+// TestStore_Check_NeedsTx: Check on a pool, or on a connection outside a
+// transaction, would fence nothing (the row's lock ends with the check's
+// statement): it is refused, and the fence is not raised. In a
+// transaction of the connection it runs.
+func TestStore_Check_NeedsTx(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := t.Context()
+	if err := s.Check(ctx, pool, "invoices", 3); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "pgx.Tx") {
+		t.Fatalf("Check on a pool: %v; want an invalid option asking for the transaction", err)
+	}
+	conn, err := pgx.Connect(ctx, pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := s.Check(ctx, conn, "invoices", 3); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("Check on a connection outside a transaction: %v; want an invalid option", err)
+	}
+	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 0 {
+		t.Fatalf("after the refused checks the fence holds %d (%v); want nothing raised", n, err)
+	}
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx, conn, "invoices", 3); err != nil {
+		t.Fatalf("Check in the connection's transaction: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 3 {
+		t.Fatalf("fence holds %d (%v); want 3", n, err)
+	}
+}

@@ -17,8 +17,18 @@ import (
 // one writer at a time: from this write until tx ends, tx holds the
 // database's write lock, so no other holder can raise the fence while these
 // writes are uncommitted. resource must be a valid lock name
-// (baton.ValidateName) and token positive.
+// (baton.ValidateName) and token positive. tx must be the transaction the
+// writes run in: a *sql.DB is refused with an error matching
+// baton.ErrInvalidOption, as the check would end with its own statement.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
+	if _, ok := tx.(*sql.DB); ok {
+		return &baton.OptionError{Option: "fence check querier", Value: "*sql.DB", Reason: "pass the *sql.Tx the writes run in: on a *sql.DB the check ends with its own statement, and the writes after it are not fenced (or use WithTx)"}
+	}
+	return s.check(ctx, tx, resource, token)
+}
+
+// check is Check on any querier: in a transaction, or alone (Raise).
+func (s *Store) check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
 	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
 	}
@@ -51,7 +61,7 @@ func (s *Store) stale(ctx context.Context, q Querier, resource string, token bat
 // token is accepted when it is at least as new as the newest token seen,
 // and otherwise gets a *baton.StaleTokenError. It implements baton.Fence.
 func (s *Store) Raise(ctx context.Context, resource string, token baton.Token) error {
-	return s.Check(ctx, s.db, resource, token)
+	return s.check(ctx, s.db, resource, token)
 }
 
 // WithTx runs fn in a transaction that begins with Check(resource, token)

@@ -243,3 +243,17 @@ func TestStore_Insert_StaleVsDuplicate(t *testing.T) {
 		t.Errorf("Newest = %d, %v after a failed Insert; want 7", n, err)
 	}
 }
+
+// TestStore_Check_NeedsTx: Check on a *sql.DB would fence nothing (the
+// write lock ends with the check's statement): it is refused, and the
+// fence is not raised.
+func TestStore_Check_NeedsTx(t *testing.T) {
+	s, db, _ := newStore(t)
+	ctx := t.Context()
+	if err := s.Check(ctx, db, "invoices", 3); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "sql.Tx") {
+		t.Fatalf("Check on a *sql.DB: %v; want an invalid option asking for the transaction", err)
+	}
+	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 0 {
+		t.Fatalf("after the refused check the fence holds %d (%v); want nothing raised", n, err)
+	}
+}
