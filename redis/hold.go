@@ -62,14 +62,20 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 // (unless the lease was already lost). The key goes first so the next
 // waiter is handed the lock without waiting for the keeper's goroutine to
 // exit; a renewal racing with the release is refused and changes nothing
-// on the server. It runs once.
+// on the server. A Release that finds the key no longer ours (it expired,
+// or was deleted or taken by another client, and no renewal has said so
+// yet) reports the loss. It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
-		_, err := h.b.release(ctx, h.k, h.value)
+		ours, err := h.b.release(ctx, h.k, h.value)
 		h.kp.Stop(cause)
 		h.b.untrack(h)
-		if err != nil && h.kp.Err() == cause { // not already lost
+		switch {
+		case h.kp.Err() != cause: // already lost
+		case err != nil:
 			h.endErr = err
+		case !ours && cause == baton.ErrReleased:
+			h.endErr = fmt.Errorf("%w: key %s no longer held this lease's value at release: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
 		}
 	})
 	return h.endErr

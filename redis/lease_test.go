@@ -965,3 +965,37 @@ func TestForceRelease_AnswerLost(t *testing.T) {
 		t.Fatal("the forced holder's lease did not end")
 	}
 }
+
+// TestRelease_KeyGoneIsALoss: a Release that finds the key no longer the
+// lease's (deleted by an operator here; expired early after a server clock
+// jump, or taken by another client, alike) before any renewal said so
+// reports the loss: Err is a *LostError, not ErrReleased, so Run and the
+// CLI do not report work that may have overlapped another holder's as done.
+// A clean release is no loss.
+func TestRelease_KeyGoneIsALoss(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	l := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second)) // no renewal within the test
+	ctx := timeout(t, 10*time.Second)
+	lease, err := l.Acquire(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Del(ctx, lease.Key()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release of a lease whose key was deleted: %v; want nil (the loss is Err's)", err)
+	}
+	var lost *baton.LostError
+	if err := lease.Err(); !errors.As(err, &lost) || !errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("Err after a release that found the key gone: %v; want a *LostError", err)
+	}
+	clean, err := l.Acquire(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clean.Release(ctx); err != nil || !errors.Is(clean.Err(), baton.ErrReleased) {
+		t.Fatalf("clean release: %v, Err %v; want nil, ErrReleased", err, clean.Err())
+	}
+}
