@@ -237,34 +237,42 @@ func (k *Keeper) rearm() {
 // renewOnce runs one renewal with ctx ending at deadline. It returns the
 // renewal's error and true, or false when the deadline passed or the
 // Keeper stopped first: a RenewFunc whose client ignores its context cannot
-// hold the loss past the deadline. An error returned once ctx has ended
-// counts as the deadline's too, not as the renewal's verdict: the request
-// was cut off, so a RenewFunc need not tell the two apart. The renewal's
-// goroutine is awaited by Stop.
+// hold the loss past the deadline. The renewal's goroutine notes when the
+// answer came, and only an answer that came strictly before the deadline
+// counts: one that came at or after it is too late, even when this
+// goroutine, slow to wake, finds it waiting together with the deadline. An
+// error returned once ctx has ended counts as the deadline's too, not as
+// the renewal's verdict: the request was cut off, so a RenewFunc need not
+// tell the two apart. The renewal's goroutine is awaited by Stop.
 func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
 	rctx, cancel := context.WithDeadline(k.ctx, deadline)
 	defer cancel()
-	res := make(chan error, 1)
+	type answer struct {
+		err error
+		at  time.Time // when the answer came
+		cut bool      // rctx had ended by then
+	}
+	res := make(chan answer, 1)
 	k.renewals.Add(1)
 	go func() {
 		defer k.renewals.Done()
-		res <- k.renew(rctx)
+		err := k.renew(rctx)
+		res <- answer{err: err, at: time.Now(), cut: rctx.Err() != nil}
 	}()
+	var a answer
 	select {
-	case err := <-res:
-		if err != nil && rctx.Err() != nil {
-			return nil, false // cut off by the deadline or a stop
-		}
-		return err, true
+	case a = <-res:
 	case <-rctx.Done():
-		// Prefer a confirmation that arrived together with the deadline.
 		select {
-		case err := <-res:
-			return nil, err == nil
+		case a = <-res: // it came meanwhile; when it came decides below
 		default:
 			return nil, false
 		}
 	}
+	if !a.at.Before(deadline) || (a.err != nil && a.cut) {
+		return nil, false // too late, or cut off by the deadline or a stop
+	}
+	return a.err, true
 }
 
 func (k *Keeper) lose(lastErr error) {

@@ -218,3 +218,31 @@ func TestKeeper_RenewalIgnoringCtx_LostAtDeadline(t *testing.T) {
 		k.Stop(baton.ErrReleased) // waits for the stuck renewal to return
 	})
 }
+
+// TestKeeper_ConfirmationAtDeadline_IsALoss: a renewal whose client ignores
+// its context and confirms exactly at the local deadline came too late: the
+// holder had to stop by then, whichever of the answer and the deadline the
+// Keeper happens to see first. Repeated, since that order is up to the
+// scheduler.
+func TestKeeper_ConfirmationAtDeadline_IsALoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		for i := range 50 {
+			r := &recorder{result: func(ctx context.Context) error {
+				d, _ := ctx.Deadline()
+				time.Sleep(time.Until(d)) // ignores ctx, answers at the deadline
+				return nil
+			}}
+			start := time.Now()
+			k := Start(start, cfg, r.renew)
+			<-k.Done()
+			if lostAt := time.Since(start); lostAt != cfg.TTL-cfg.Drift {
+				t.Errorf("run %d: lost after %v, want at the first local deadline %v", i, lostAt, cfg.TTL-cfg.Drift)
+			}
+			if err := k.Err(); !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, ErrDeadline) {
+				t.Errorf("run %d: Err = %v, want ErrLeaseLost and ErrDeadline", i, err)
+			}
+			k.Stop(baton.ErrReleased)
+		}
+	})
+}
