@@ -100,7 +100,12 @@ func (l *Lease) Context() context.Context { return l.ctx }
 func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease is held, a *LostError (matching
-// ErrLeaseLost) once it was lost, or ErrReleased after Release.
+// ErrLeaseLost) once it was lost, or ErrReleased after Release. It changes
+// together with Done and the work context: between the local deadline and
+// the moment the backend's timer reports it (usually well under a
+// millisecond), Err is still nil; work that must not outlive the lease
+// checks Deadline as well. Release closes that gap: a lease released at or
+// after its local deadline is reported lost, not released.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -118,8 +123,9 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // values) and bounded by the release timeout, so it frees the lock at once
 // even when ctx is already cancelled. It is idempotent: later calls return
 // the first call's result. Releasing a lost lease returns nil; Err still
-// reports the loss, also one that only the release finds (the lock key
-// deleted by someone else, which the backend had not yet noticed): then
+// reports the loss, also one that only the release finds: the local
+// deadline passed before the release, or the lock key was deleted by
+// someone else, which the backend had not yet noticed. In the latter case
 // Err changes from ErrReleased to the *LostError when Release returns,
 // while the work context, cancelled as the release began, keeps
 // ErrReleased as its cause.
@@ -131,6 +137,11 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) release(ctx context.Context) error {
 	if l.hold.Context().Err() != nil {
 		l.lost() // a loss the hold saw but had not yet relayed
+	} else if d := l.hold.Deadline(); !time.Now().Before(d) {
+		// The local deadline passed and the hold's timer has not fired
+		// yet: the work may have run past it, so this is a loss all the
+		// same, not a release.
+		l.markLost(fmt.Errorf("%w: the local deadline (%s) passed before the release", ErrLeaseLost, d.Format(time.StampMilli)), false)
 	}
 	l.mu.Lock()
 	released := l.err == nil

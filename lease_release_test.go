@@ -20,6 +20,8 @@ type fakeHold struct {
 	mu      sync.Mutex
 	err     error
 	release func(h *fakeHold) error
+
+	deadline time.Time // zero: an hour from now, whenever asked
 }
 
 func newFakeHold(release func(h *fakeHold) error) *fakeHold {
@@ -40,8 +42,13 @@ func (h *fakeHold) end(cause error) {
 func (h *fakeHold) Key() string                       { return "fake/key" }
 func (h *fakeHold) Token() baton.Token                { return 7 }
 func (h *fakeHold) Context() context.Context          { return h.ctx }
-func (h *fakeHold) Deadline() time.Time               { return time.Now().Add(time.Hour) }
 func (h *fakeHold) Release(ctx context.Context) error { return h.release(h) }
+func (h *fakeHold) Deadline() time.Time {
+	if h.deadline.IsZero() {
+		return time.Now().Add(time.Hour)
+	}
+	return h.deadline
+}
 func (h *fakeHold) Err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -116,5 +123,30 @@ func TestLease_LossNotYetRelayed(t *testing.T) {
 		if !errors.Is(err, baton.ErrLeaseLost) {
 			t.Fatalf("Run whose hold was lost as fn returned = %v, want ErrLeaseLost", err)
 		}
+	}
+}
+
+// TestLease_DeadlinePassedBeforeRelease: a hold whose local deadline has
+// passed but whose timer has not fired yet (its Context still live) was
+// lost, not released: fn may have run past the deadline. Run reports it,
+// and so does Err afterwards.
+func TestLease_DeadlinePassedBeforeRelease(t *testing.T) {
+	released := false
+	h := newFakeHold(func(h *fakeHold) error { released = true; h.end(baton.ErrReleased); return nil })
+	h.deadline = time.Now().Add(-time.Millisecond)
+	var lease *baton.Lease
+	err := fakeLocker(t, h).Run(context.Background(), "job", func(_ context.Context, l *baton.Lease) error {
+		lease = l
+		return nil
+	})
+	if !errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("Run released after the local deadline = %v, want ErrLeaseLost", err)
+	}
+	var lost *baton.LostError
+	if !errors.As(lease.Err(), &lost) || !errors.Is(lost, baton.ErrLeaseLost) {
+		t.Errorf("Err after a release past the local deadline = %v, want a *LostError", lease.Err())
+	}
+	if !released {
+		t.Error("the hold was not released; the lock stays until its TTL runs out")
 	}
 }
