@@ -12,6 +12,7 @@ import (
 // Run returns only after fn has returned. Its error is fn's; if the lease was
 // lost before fn returned, the error also matches ErrLeaseLost, even when fn
 // itself returned nil, because fn's work may have overlapped another holder's.
+// If fn panics, Run releases the lease and the panic goes on.
 func (l *Locker) Run(ctx context.Context, name string, fn func(ctx context.Context, lease *Lease) error) error {
 	lease, err := l.Acquire(ctx, name)
 	if err != nil {
@@ -46,7 +47,18 @@ func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) 
 	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	defer stop()
 
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked (or called runtime.Goexit): free the lock before
+			// the panic goes on, or a caller that recovers (net/http, a
+			// job runner) would keep it renewed for the process's life.
+			// A failed release is logged by Release.
+			_ = lease.Release(ctx)
+		}
+	}()
 	ferr := fn(wctx)
+	returned = true
 	rerr := lease.Release(ctx) // first: it also finds a loss not yet reported
 	var lost *LostError
 	if errors.As(lease.Err(), &lost) {

@@ -180,3 +180,29 @@ func TestLocker_Run_CallerCancelled(t *testing.T) {
 		t.Fatalf("Run cancelled by the caller = %v, want context.Canceled and not a loss", err)
 	}
 }
+
+// TestLocker_Run_FnPanics_Releases: a panicking fn does not keep the lock:
+// Run releases the lease and lets the panic go on to a caller that
+// recovers, as net/http does.
+func TestLocker_Run_FnPanics_Releases(t *testing.T) {
+	released := false
+	h := newFakeHold(func(h *fakeHold) error { released = true; h.end(baton.ErrReleased); return nil })
+	var lease *baton.Lease
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want fn's panic", r)
+			}
+		}()
+		_ = fakeLocker(t, h).Run(context.Background(), "job", func(_ context.Context, l *baton.Lease) error {
+			lease = l
+			panic("boom")
+		})
+	}()
+	if !released {
+		t.Fatal("fn panicked and the hold was not released: the lock stays held while the process lives")
+	}
+	if err := lease.Err(); !errors.Is(err, baton.ErrReleased) {
+		t.Errorf("Err after the panic = %v, want ErrReleased", err)
+	}
+}
