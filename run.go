@@ -26,19 +26,24 @@ func (l *Locker) Run(ctx context.Context, name string, fn func(ctx context.Conte
 // the guide's first gap: from that moment no older holder can write through
 // the fence, even before fn's first write. A stale token (a newer holder has
 // already raised the fence) returns a *StaleTokenError without running fn.
-// A nil fence skips that step. See Locker.Run for the rest.
+// A nil fence skips that step. The fence is raised on the context fn gets:
+// it ends when ctx is cancelled or the lease ends, and the lease is then
+// released. See Locker.Run for the rest.
 func (f *FencedLocker) Run(ctx context.Context, name string, fence Fence, fn func(ctx context.Context, lease *FencedLease) error) error {
 	lease, err := f.Acquire(ctx, name)
 	if err != nil {
 		return err
 	}
-	if fence != nil {
-		if err := fence.Raise(lease.Context(), name, lease.Token()); err != nil {
-			rerr := lease.Release(ctx)
-			return errors.Join(err, rerr) // the fence's error names it and the token
+	return runHeld(ctx, lease.l, func(ctx context.Context) error {
+		// On fn's context: a Raise held up (PostgreSQL waiting on a frozen
+		// old holder's transaction) ends when the caller gives up.
+		if fence != nil {
+			if err := fence.Raise(ctx, name, lease.Token()); err != nil {
+				return err // the fence's error names it and the token
+			}
 		}
-	}
-	return runHeld(ctx, lease.l, func(ctx context.Context) error { return fn(ctx, lease) })
+		return fn(ctx, lease)
+	})
 }
 
 func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) error {

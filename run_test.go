@@ -206,3 +206,69 @@ func TestLocker_Run_FnPanics_Releases(t *testing.T) {
 		t.Errorf("Err after the panic = %v, want ErrReleased", err)
 	}
 }
+
+// fencedFakeBackend is a fakeBackend that declares fencing tokens, so that
+// its Locker converts to a FencedLocker.
+type fencedFakeBackend struct{ fakeBackend }
+
+func (*fencedFakeBackend) TokenSource() string { return "the test" }
+
+// blockedFence is a Fence whose Raise waits for its ctx to end, as a
+// PostgreSQL fence waits on a frozen old holder's transaction.
+type blockedFence struct {
+	raising chan struct{} // closed when Raise is called
+	unblock chan struct{} // closed by the test's cleanup
+}
+
+func (f *blockedFence) Raise(ctx context.Context, resource string, token baton.Token) error {
+	close(f.raising)
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("raise fence %q to %d: %w", resource, token, context.Cause(ctx))
+	case <-f.unblock:
+		return errors.New("raise fence: the test ended")
+	}
+}
+
+// TestFencedLocker_Run_RaiseBlocked_CallerCancels: a Raise that is held up
+// ends when the caller cancels Run's ctx, and the lease is released; the
+// lease's own renewal would otherwise keep it going for ever.
+func TestFencedLocker_Run_RaiseBlocked_CallerCancels(t *testing.T) {
+	released := make(chan struct{})
+	h := newFakeHold(func(h *fakeHold) error { close(released); h.end(baton.ErrReleased); return nil })
+	cfg, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, ok := baton.NewLocker(&fencedFakeBackend{fakeBackend{hold: h}}, cfg).Fenced()
+	if !ok {
+		t.Fatal("the fenced fake backend's Locker does not convert")
+	}
+	fence := &blockedFence{raising: make(chan struct{}), unblock: make(chan struct{})}
+	t.Cleanup(func() { close(fence.unblock) })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() {
+		runErr <- fl.Run(ctx, "job", fence, func(context.Context, *baton.FencedLease) error {
+			t.Error("fn ran although the fence was not raised")
+			return nil
+		})
+	}()
+	<-fence.raising
+	cancel()
+	select {
+	case err := <-runErr:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run cancelled during Raise = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of its ctx being cancelled while the fence was raised")
+	}
+	select {
+	case <-released:
+	default:
+		t.Error("Run returned without releasing the lease")
+	}
+}
