@@ -361,22 +361,25 @@ func (s *suite) crash(t *testing.T) {
 		t.Skip("backend has no Crash hook")
 	}
 	var prev baton.Token
+	var la *baton.Lease
 	if s.f.Fenced {
 		fa, _ := a.Locker.Fenced()
-		la, err := fa.Acquire(ctxFor(t, 10*time.Second), name)
+		fla, err := fa.Acquire(ctxFor(t, 10*time.Second), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		prev = la.Token()
+		prev, la = fla.Token(), fla.Lease()
 	} else {
-		mustAcquire(t, a.Locker, name)
+		la = mustAcquire(t, a.Locker, name)
 	}
 	a.Crash()
 	crashed := time.Now()
 	b := s.locker(t)
 	var tok baton.Token
+	var tookAt time.Time
 	if fb, ok := b.Fenced(); ok {
 		lb, err := fb.Acquire(ctxFor(t, 5*s.f.TTL), name)
+		tookAt = time.Now()
 		if err != nil {
 			t.Fatalf("takeover after a crashed holder: %v", err)
 		}
@@ -384,18 +387,47 @@ func (s *suite) crash(t *testing.T) {
 		tok = lb.Token()
 	} else {
 		lb, err := b.Acquire(ctxFor(t, 5*s.f.TTL), name)
+		tookAt = time.Now()
 		if err != nil {
 			t.Fatalf("takeover after a crashed holder: %v", err)
 		}
 		defer lb.Release(context.Background())
 	}
-	took := time.Since(crashed)
+	stoppedBefore(t, "the crashed holder A", la, "B acquired", tookAt, s.f.TTL)
+	took := tookAt.Sub(crashed)
 	t.Logf("takeover %v after the crash (TTL %v)", took.Round(time.Millisecond), s.f.TTL)
 	if took > 2*s.f.TTL+2*time.Second {
 		t.Errorf("takeover took %v, want about one TTL (%v)", took, s.f.TTL)
 	}
 	if s.f.Fenced && tok <= prev {
 		t.Errorf("token after takeover %d <= crashed holder's %d", tok, prev)
+	}
+}
+
+// stoppedBefore checks that old, a lease cut off from its lock service,
+// was told to stop before a successor could start at next (the moment the
+// successor's Acquire or Campaign returned): its local deadline is not
+// after next, and it is already reported lost (Done closed, Err matching
+// ErrLeaseLost). A lease still live at next is an error; the check then
+// waits up to ttl to say how late, or whether ever, it was reported lost.
+func stoppedBefore(t testing.TB, who string, old *baton.Lease, what string, next time.Time, ttl time.Duration) {
+	t.Helper()
+	if d := old.Deadline(); d.After(next) {
+		t.Errorf("lease of %s: local deadline %v after %s; it was not told to stop before its successor started", who, d.Sub(next), what)
+	}
+	select {
+	case <-old.Done():
+	default:
+		select {
+		case <-old.Done():
+			t.Errorf("lease of %s still live when %s; reported lost only %v later", who, what, time.Since(next).Round(time.Millisecond))
+		case <-time.After(ttl):
+			t.Errorf("lease of %s still live when %s, and %v later (Err = %v)", who, what, time.Since(next).Round(time.Millisecond), old.Err())
+			return
+		}
+	}
+	if err := old.Err(); !errors.Is(err, baton.ErrLeaseLost) {
+		t.Errorf("lease of %s ended with Err = %v, want ErrLeaseLost", who, err)
 	}
 }
 

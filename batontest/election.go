@@ -12,7 +12,9 @@ import (
 // election runs three contenders for one election, crashes each leader in
 // turn, and checks that a new one takes office within about one TTL with a
 // higher token, and that an observer saw every term in order, including the
-// empty one at the start and at the end.
+// empty one at the start and at the end. Each crashed leader's lease must
+// have been reported lost, its local deadline passed, by the time its
+// successor's Campaign returned.
 func (s *suite) election(t *testing.T) {
 	name := lockName(t)
 	obsLocker := s.locker(t)
@@ -44,6 +46,7 @@ func (s *suite) election(t *testing.T) {
 		id    string
 		lease *baton.Lease
 		tok   baton.Token
+		wonAt time.Time // when its Campaign returned
 	}
 	won := make(chan *contender, 3)
 	errc := make(chan error, 3)
@@ -67,6 +70,7 @@ func (s *suite) election(t *testing.T) {
 				}
 				c.lease = l
 			}
+			c.wonAt = time.Now()
 			won <- c
 		}(cs[i])
 	}
@@ -78,11 +82,14 @@ func (s *suite) election(t *testing.T) {
 		select {
 		case leader = <-won:
 			if !crashed.IsZero() {
-				took := time.Since(crashed)
+				took := leader.wonAt.Sub(crashed)
 				t.Logf("leader %d took office %v after its predecessor crashed (TTL %v)", round, took.Round(time.Millisecond), s.f.TTL)
 				if took > s.f.TTL+time.Second {
 					t.Errorf("takeover took %v, want within TTL + 1s = %v", took, s.f.TTL+time.Second)
 				}
+			}
+			if prev := len(order) - 1; prev >= 0 && order[prev].c.Crash != nil {
+				stoppedBefore(t, "crashed leader "+order[prev].id, order[prev].lease, leader.id+" took office", leader.wonAt, s.f.TTL)
 			}
 		case err := <-errc:
 			t.Fatalf("round %d: campaign failed: %v", round, err)
