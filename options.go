@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-// Defaults for the options. Zero in Config means "use the default".
+// Defaults for the options. Zero in a Config field means "use the
+// default"; an option given explicitly with zero is an error instead (see
+// NewConfig).
 const (
 	// DefaultTTL is how long a lease lives without renewal.
 	DefaultTTL = 15 * time.Second
@@ -49,30 +51,59 @@ type Config struct {
 	Prefix string
 	// Logger receives the library's logs. Default: discards everything.
 	Logger *slog.Logger
+
+	given given // the durations set by an option, which NewConfig checks
 }
+
+// given records which durations an option set, so that NewConfig can tell
+// an explicit zero (an error) from an option left out (the default).
+type given uint8
+
+const (
+	givenTTL given = 1 << iota
+	givenRenewEvery
+	givenDrift
+	givenReleaseTimeout
+	givenRequestTimeout
+)
 
 // Option sets one field of a Config.
 type Option func(*Config)
 
-// WithTTL sets the lease's time to live. Default 15s. A shorter TTL means a
-// faster takeover after a crash and more lost leases when a holder is slow.
-func WithTTL(d time.Duration) Option { return func(c *Config) { c.TTL = d } }
+// WithTTL sets the lease's time to live. Default 15s (leave the option out
+// for it); d must be positive. A shorter TTL means a faster takeover after
+// a crash and more lost leases when a holder is slow.
+func WithTTL(d time.Duration) Option {
+	return func(c *Config) { c.TTL, c.given = d, c.given|givenTTL }
+}
 
-// WithRenewEvery sets how often a held lease is renewed. Default TTL/3.
-func WithRenewEvery(d time.Duration) Option { return func(c *Config) { c.RenewEvery = d } }
+// WithRenewEvery sets how often a held lease is renewed. Default TTL/3; d
+// must be positive and below the TTL.
+func WithRenewEvery(d time.Duration) Option {
+	return func(c *Config) { c.RenewEvery, c.given = d, c.given|givenRenewEvery }
+}
 
 // WithDrift sets the safety margin subtracted from the local deadline.
-// Default TTL/100 + 2ms.
-func WithDrift(d time.Duration) Option { return func(c *Config) { c.Drift = d } }
+// Default TTL/100 + 2ms. d must be positive: a holder with no margin would
+// stop only at the very moment the lock service may free its lock, with
+// nothing for clock-rate differences or scheduling delay.
+func WithDrift(d time.Duration) Option {
+	return func(c *Config) { c.Drift, c.given = d, c.given|givenDrift }
+}
 
 // WithHolder sets the identity stored with every lock. Default host:pid.
 func WithHolder(id string) Option { return func(c *Config) { c.Holder = id } }
 
-// WithReleaseTimeout bounds each Release. Default 5s.
-func WithReleaseTimeout(d time.Duration) Option { return func(c *Config) { c.ReleaseTimeout = d } }
+// WithReleaseTimeout bounds each Release. Default 5s; d must be positive.
+func WithReleaseTimeout(d time.Duration) Option {
+	return func(c *Config) { c.ReleaseTimeout, c.given = d, c.given|givenReleaseTimeout }
+}
 
-// WithRequestTimeout bounds each request to the lock service. Default 5s.
-func WithRequestTimeout(d time.Duration) Option { return func(c *Config) { c.RequestTimeout = d } }
+// WithRequestTimeout bounds each request to the lock service. Default 5s;
+// d must be positive.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *Config) { c.RequestTimeout, c.given = d, c.given|givenRequestTimeout }
+}
 
 // WithPrefix sets where locks live on the lock service; see Config.Prefix.
 func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
@@ -81,14 +112,42 @@ func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
 func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
 
 // NewConfig applies opts over the defaults and validates the result with
-// Validate(0).
+// Validate(0). A duration option given with zero or a negative value is an
+// *OptionError, not a request for the default: the default applies only
+// when the option is left out. When an option is given twice, the last
+// value counts.
 func NewConfig(opts ...Option) (Config, error) {
 	var c Config
 	for _, o := range opts {
 		o(&c)
 	}
+	if err := c.checkGiven(); err != nil {
+		return c, err
+	}
 	c.fill()
 	return c, c.Validate(0)
+}
+
+// checkGiven refuses a non-positive duration set by an option, which fill
+// would otherwise take for a field left unset.
+func (c *Config) checkGiven() error {
+	for _, f := range []struct {
+		bit  given
+		name string
+		d    time.Duration
+		def  string
+	}{
+		{givenTTL, "ttl", c.TTL, DefaultTTL.String()},
+		{givenRenewEvery, "renew interval", c.RenewEvery, "TTL/3"},
+		{givenDrift, "drift", c.Drift, "TTL/100 + 2ms"},
+		{givenReleaseTimeout, "release timeout", c.ReleaseTimeout, DefaultReleaseTimeout.String()},
+		{givenRequestTimeout, "request timeout", c.RequestTimeout, DefaultRequestTimeout.String()},
+	} {
+		if c.given&f.bit != 0 && f.d <= 0 {
+			return &OptionError{f.name, f.d.String(), fmt.Sprintf("must be positive; leave the option out for the default (%s)", f.def)}
+		}
+	}
+	return nil
 }
 
 func (c *Config) fill() {

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton"
 )
@@ -111,5 +112,36 @@ func TestNewConfig(t *testing.T) {
 		if _, err := baton.NewConfig(opts...); !errors.Is(err, baton.ErrInvalidOption) {
 			t.Errorf("NewConfig = %v, want ErrInvalidOption", err)
 		}
+	}
+}
+
+// TestNewConfig_ExplicitZero: a duration option given as zero is refused,
+// naming the option, the value and the rule; only an option left out takes
+// the default.
+func TestNewConfig_ExplicitZero(t *testing.T) {
+	for _, tc := range []struct {
+		opt  baton.Option
+		want string
+	}{
+		{baton.WithTTL(0), "ttl 0s: must be positive"},
+		{baton.WithRenewEvery(0), "renew interval 0s: must be positive"},
+		{baton.WithDrift(0), "drift 0s: must be positive"},
+		{baton.WithReleaseTimeout(0), "release timeout 0s: must be positive"},
+		{baton.WithRequestTimeout(0), "request timeout 0s: must be positive"},
+		{baton.WithRequestTimeout(-time.Second), "request timeout -1s: must be positive"},
+	} {
+		c, err := baton.NewConfig(tc.opt)
+		var oe *baton.OptionError
+		if !errors.As(err, &oe) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewConfig = %v (TTL %v), want an *OptionError saying %q", err, c.TTL, tc.want)
+		}
+	}
+	// The last value given counts.
+	c, err := baton.NewConfig(baton.WithTTL(0), baton.WithTTL(6*time.Second))
+	if err != nil || c.TTL != 6*time.Second {
+		t.Errorf("NewConfig(WithTTL(0), WithTTL(6s)) = TTL %v, %v; want 6s", c.TTL, err)
+	}
+	if _, err := baton.NewConfig(baton.WithTTL(6*time.Second), baton.WithTTL(0)); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("NewConfig(WithTTL(6s), WithTTL(0)) = %v, want ErrInvalidOption", err)
 	}
 }

@@ -488,7 +488,9 @@ func (s *suite) badOptions(t *testing.T) {
 		desc string
 		opts []baton.Option
 	}{
-		{"zero TTL is the default, negative is not", []baton.Option{baton.WithTTL(-time.Second)}},
+		{"zero TTL, while leaving the option out gives the default", []baton.Option{baton.WithTTL(0)}},
+		{"negative TTL", []baton.Option{baton.WithTTL(-time.Second)}},
+		{"zero drift", []baton.Option{baton.WithTTL(s.f.TTL), baton.WithDrift(0)}},
 		{"renewal not below TTL", []baton.Option{baton.WithTTL(s.f.TTL), baton.WithRenewEvery(s.f.TTL)}},
 		{"drift eats the renewal window", []baton.Option{baton.WithTTL(s.f.TTL), baton.WithDrift(s.f.TTL)}},
 		{"TTL below any backend's minimum", []baton.Option{baton.WithTTL(time.Millisecond)}},

@@ -52,6 +52,7 @@ func TestParseURL(t *testing.T) {
 
 	for _, bad := range []string{
 		"postgres://u:s3cret@h/db?ttl=ten",
+		"postgres://u:s3cret@h/db?ttl=0",
 		"postgres://u:s3cret@h/db?table=a.b.c",
 		"postgres://u:s3cret@h/db?table=1abc",
 		"postgres://u:s3cret@h/db?sslmode=sometimes",

@@ -14,6 +14,7 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/urlparam"
 )
 
 // Dial connects to the ZooKeeper servers (host:port) with the default
@@ -199,9 +200,9 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 		v := vs[len(vs)-1]
 		switch k {
 		case "session-timeout", "request-timeout":
-			d, err := time.ParseDuration(v)
+			d, err := urlparam.Positive(k, v, "4s")
 			if err != nil {
-				return nil, set, nil, bad(fmt.Sprintf("%s=%s is not a duration such as 4s", k, baton.Printable(strconv.Quote(v))))
+				return nil, set, nil, bad(err.Error())
 			}
 			if k == "session-timeout" {
 				opts = append(opts, baton.WithTTL(d))

@@ -20,25 +20,41 @@ var Durations = []string{"ttl", "renew-every", "request-timeout", "drift"}
 var Postgres = append(Durations[:len(Durations):len(Durations)], "table")
 
 // Duration returns the option a shared duration parameter sets, and ok
-// false when key is not one of Durations. A value that is not a Go duration
-// is an error naming the parameter.
+// false when key is not one of Durations. A value that is not a positive Go
+// duration is an error naming the parameter (see Positive).
 func Duration(key, value string) (opt baton.Option, ok bool, err error) {
 	var with func(time.Duration) baton.Option
+	var example string
 	switch key {
 	case "ttl":
-		with = baton.WithTTL
+		with, example = baton.WithTTL, "15s"
 	case "renew-every":
-		with = baton.WithRenewEvery
+		with, example = baton.WithRenewEvery, "5s"
 	case "request-timeout":
-		with = baton.WithRequestTimeout
+		with, example = baton.WithRequestTimeout, "5s"
 	case "drift":
-		with = baton.WithDrift
+		with, example = baton.WithDrift, "50ms"
 	default:
 		return nil, false, nil
 	}
-	d, err := time.ParseDuration(value)
+	d, err := Positive(key, value, example)
 	if err != nil {
-		return nil, true, fmt.Errorf("%s=%s is not a duration such as 15s", key, strconv.Quote(baton.Printable(value)))
+		return nil, true, err
 	}
 	return with(d), true, nil
+}
+
+// Positive parses the value of the duration parameter key. A value that is
+// not a Go duration, or is not positive, is an error naming the parameter
+// and giving example as one that would do: a parameter left out takes the
+// default, one given as zero is refused, as the options are.
+func Positive(key, value, example string) (time.Duration, error) {
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%s is not a duration such as %s", key, strconv.Quote(baton.Printable(value)), example)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%s=%s must be positive, such as %s; leave it out for the default", key, baton.Printable(value), example)
+	}
+	return d, nil
 }

@@ -21,6 +21,10 @@ func TestDuration(t *testing.T) {
 		{"drift", "40ms", true, func(c baton.Config) time.Duration { return c.Drift }, ""},
 		{"ttl", "7", true, nil, `ttl="7" is not a duration such as 15s`},
 		{"drift", "\x00x", true, nil, "is not a duration"},
+		{"ttl", "0", true, nil, "ttl=0 must be positive, such as 15s; leave it out for the default"},
+		{"renew-every", "-1s", true, nil, "renew-every=-1s must be positive"},
+		{"request-timeout", "0s", true, nil, "request-timeout=0s must be positive"},
+		{"drift", "0ms", true, nil, "drift=0ms must be positive"},
 		{"table", "x", false, nil, ""},
 	} {
 		opt, ok, err := Duration(tc.key, tc.value)
