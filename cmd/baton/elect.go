@@ -32,7 +32,9 @@ func newElect(g *globals) *cobra.Command {
 process leads: one of many replicas runs the scheduler, the mailer, the
 singleton worker. When leadership is lost, COMMAND's process group gets
 SIGTERM (SIGKILL after --grace) and elect campaigns again. When COMMAND exits
-by itself, elect resigns and exits with COMMAND's code. SIGINT, SIGTERM and
+by itself, elect resigns and exits with COMMAND's code. As under baton run,
+elect resigns only once no process of COMMAND's group is left (those still
+running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT, SIGTERM and
 SIGHUP sent to elect while COMMAND runs are passed on to its process group,
 and elect then exits with COMMAND's code; any of them while elect still
 campaigns makes it exit 130.

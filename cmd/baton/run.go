@@ -35,7 +35,11 @@ COMMAND runs in its own process group with BATON_LOCK, BATON_HOLDER and, on
 fenced backends (etcd, zk, postgres), BATON_TOKEN, the fencing token; on etcd
 also ETCD_LOCK_KEY and ETCD_LOCK_REV, as etcdctl lock sets them. If the lease
 is lost while COMMAND runs, its process group gets SIGTERM at once and
-SIGKILL after --grace. SIGINT, SIGTERM and SIGHUP sent to baton while COMMAND
+SIGKILL after --grace. The lock is released only once no process of that
+group is left: if COMMAND exits while processes it started still run, they
+get SIGTERM and SIGKILL after --grace, and baton exits with COMMAND's code
+when they are gone. Processes that leave the group (setsid, daemons) are
+neither waited for nor stopped. SIGINT, SIGTERM and SIGHUP sent to baton while COMMAND
 runs are passed on to its process group, and baton then exits with COMMAND's
 code; any of them while baton still waits for the lock makes it exit 130. A
 signal ignored when baton started (SIGHUP under nohup) stays ignored.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,9 +47,22 @@ func handled() []os.Signal {
 	return out
 }
 
+// groupPoll is how often supervise looks for processes left in the
+// command's group after its main process exited; killStuck is how long it
+// waits for them after SIGKILL before it gives up (a process in the D state
+// dies only when the kernel lets it).
+const (
+	groupPoll = 40 * time.Millisecond
+	killStuck = 5 * time.Second
+)
+
 // supervise runs argv in its own process group until it exits, passing on
 // the signals in passedOn, and stops it when the lease is lost: SIGTERM to
-// the group at once, SIGKILL after grace.
+// the group at once, SIGKILL after grace. It returns only once no process
+// of the group is left alive: when the main process exits before the rest,
+// the rest get SIGTERM (unless they had it already) and SIGKILL after grace,
+// so that the caller never releases the lease while part of the command
+// runs. The result is the main process's exit status.
 func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) (supervised, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
@@ -70,17 +85,52 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 
-	var res supervised
-	var kill <-chan time.Time
-	done := lease.Done() // nil once handled: a closed channel would spin
+	var (
+		res    supervised
+		termed bool             // the group got SIGTERM, from baton or passed on
+		kill   <-chan time.Time // SIGKILL is due
+		stuck  <-chan time.Time // SIGKILL was sent: stop waiting then
+		poll   *time.Ticker     // the main process exited: look at its group
+		pollC  <-chan time.Time
+		leader = exited       // nil once the main process exited
+		done   = lease.Done() // nil once handled: a closed channel would spin
+	)
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
+	// killLater makes SIGKILL due after grace, unless it already is or was sent.
+	killLater := func() {
+		if kill == nil && stuck == nil {
+			kill = time.After(grace)
+		}
+	}
 	for {
 		select {
-		case <-exited:
+		case <-leader:
+			leader = nil
 			res.code, res.status = exitStatus(cmd.ProcessState), status(cmd.ProcessState)
-			return res, nil
+			n := liveInGroup(pgid)
+			if n == 0 {
+				return res, nil
+			}
+			if !termed {
+				fmt.Fprintf(stderr, "baton: %s of %s still running after it exited (%s); sending SIGTERM to its group (SIGKILL in %v)\n", processes(n), argv[0], res.status, grace)
+				termed = true
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			}
+			killLater()
+			poll = time.NewTicker(groupPoll)
+			pollC = poll.C
+		case <-pollC:
+			if liveInGroup(pgid) == 0 {
+				return res, nil
+			}
 		case s := <-sigs:
 			log.Info("passing signal on to the command", "signal", s)
 			res.signaled = true
+			termed = termed || s == syscall.SIGTERM
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
 		case <-done:
 			done = nil
@@ -89,12 +139,68 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			}
 			res.lost = lease.Err()
 			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
+			termed = true
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			kill = time.After(grace)
+			killLater()
 		case <-kill:
+			kill = nil
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			stuck = time.After(killStuck)
+		case <-stuck:
+			fmt.Fprintf(stderr, "baton: warning: %s of %s still alive %v after SIGKILL (stuck in the kernel?); not waiting for them any longer\n", processes(liveInGroup(pgid)), argv[0], killStuck)
+			return res, nil
 		}
 	}
+}
+
+// liveInGroup counts the processes of process group pgid that are not
+// zombies, from /proc. It reaps nothing: baton may run in a process
+// (its tests) whose other children are not its to wait for.
+func liveInGroup(pgid int) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pg, state, ok := procStat(pid); ok && pg == pgid && state != 'Z' && state != 'X' {
+			n++
+		}
+	}
+	return n
+}
+
+func processes(n int) string {
+	if n == 1 {
+		return "1 process"
+	}
+	return strconv.Itoa(n) + " processes"
+}
+
+// procStat reads the process group and state of pid from /proc/PID/stat.
+func procStat(pid int) (pgrp int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	pgrp, err = strconv.Atoi(f[2])
+	if err != nil {
+		return 0, 0, false
+	}
+	return pgrp, f[0][0], true
 }
 
 // commandEnv is the environment of a command run under a lease.

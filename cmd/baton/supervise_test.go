@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// straggler is a command whose main process leaves behind a process of its
+// group that ignores SIGTERM, after writing its pid and the group's to a
+// file; then it runs tail.
+func straggler(pidFile, tail string) []string {
+	return []string{"sh", "-c", fmt.Sprintf(`(trap '' TERM; exec sleep 30) & echo "$! $$" > %[1]s.tmp; mv %[1]s.tmp %[1]s; %[2]s`, pidFile, tail)}
+}
+
+// readStraggler reads the pid and group that straggler wrote, and kills the
+// pid when the test ends, whatever happened.
+func readStraggler(t *testing.T, pidFile string) (pid, pgid int) {
+	t.Helper()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscan(string(b), &pid, &pgid); err != nil {
+		t.Fatalf("pid file %q: %v", b, err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid, pgid
+}
+
+// checkGroupGone fails if pid, or any process of group pgid, is still alive
+// (a zombie is not).
+func checkGroupGone(t *testing.T, pid, pgid int) {
+	t.Helper()
+	if _, state, ok := procStat(pid); ok && state != 'Z' {
+		t.Errorf("process %d of the command's group is still alive (state %c) after baton exited", pid, state)
+	}
+	if n := liveInGroup(pgid); n != 0 {
+		t.Errorf("%d processes of the command's group %d still alive after baton exited", n, pgid)
+	}
+}
+
+// TestRun_GroupOutlivesMainProcess: the command's main process exits 0 and
+// leaves a process of its group that ignores SIGTERM. baton sends the group
+// SIGTERM and SIGKILL after --grace, exits with the main process's 0, and
+// only once nothing of the group is alive; until then it holds the lock.
+func TestRun_GroupOutlivesMainProcess(t *testing.T) {
+	backend := etcdBackend(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	r := runBaton(t, append([]string{"run", "--backend", backend, "--grace", "1s", "invoices", "--"}, straggler(pidFile, "exit 0")...)...)
+	if r.code != 0 {
+		t.Fatalf("exit %d, want the command's 0; stderr %q", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "1 process of sh still running after it exited") {
+		t.Errorf("stderr does not say what was left running: %q", r.stderr)
+	}
+	pid, pgid := readStraggler(t, pidFile)
+	checkGroupGone(t, pid, pgid)
+}
+
+// TestRun_GroupOutlivesMainProcess_LeaseLost: when the lease is lost, the
+// main process ends on SIGTERM but a process of its group ignores it: baton
+// exits 76 only after the SIGKILL --grace later has ended it.
+func TestRun_GroupOutlivesMainProcess_LeaseLost(t *testing.T) {
+	backend := etcdBackend(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	run := startBaton(t, append([]string{"run", "--backend", backend, "--grace", "1s", "invoices", "--"}, straggler(pidFile, `trap 'exit 0' TERM; sleep 60 & wait`)...)...)
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
+	pid, pgid := readStraggler(t, pidFile)
+	if r := runBaton(t, "release", "--force", "--backend", backend, "invoices"); r.code != 0 {
+		t.Fatalf("release --force: %d %s", r.code, r.stderr)
+	}
+	r := run.wait(t)
+	if r.code != exitLeaseLost {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLeaseLost, r.stderr)
+	}
+	checkGroupGone(t, pid, pgid)
+}
+
+// TestProcStat reads this process's own group and state.
+func TestProcStat(t *testing.T) {
+	pg, state, ok := procStat(os.Getpid())
+	if !ok || pg != syscall.Getpgrp() || state == 'Z' {
+		t.Fatalf("procStat(self) = %d %c %v; want group %d, not a zombie", pg, state, ok, syscall.Getpgrp())
+	}
+	if _, _, ok := procStat(1 << 30); ok {
+		t.Fatal("procStat of a pid that cannot exist succeeded")
+	}
+}
