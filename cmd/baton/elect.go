@@ -32,12 +32,13 @@ func newElect(g *globals) *cobra.Command {
 process leads: one of many replicas runs the scheduler, the mailer, the
 singleton worker. When leadership is lost, COMMAND's process group gets
 SIGTERM (SIGKILL after --grace) and elect campaigns again. When COMMAND exits
-by itself, elect resigns and exits with COMMAND's code. As under baton run,
-elect resigns only once no process of COMMAND's group is left (those still
-running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT, SIGTERM and
-SIGHUP sent to elect while COMMAND runs are passed on to its process group,
-and elect then exits with COMMAND's code; any of them while elect still
-campaigns makes it exit 130.
+by itself, elect resigns and exits with COMMAND's code, or 76 if leadership
+turns out lost then (seen as COMMAND exited, or by the resignation). As
+under baton run, elect resigns only once no process of COMMAND's group is
+left (those still running after COMMAND exited get SIGTERM, SIGKILL after
+--grace). SIGINT, SIGTERM and SIGHUP sent to elect while COMMAND runs are
+passed on to its process group, and elect then exits with COMMAND's code;
+any of them while elect still campaigns makes it exit 130.
 
 COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER
 and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and
@@ -113,6 +114,10 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			}
 		}
 		res, err := s.supervise(ctx, name, lease, token, argv)
+		when := "by the resignation"
+		if errors.Is(lease.Err(), baton.ErrLeaseLost) {
+			when = "when it exited"
+		}
 		_ = lease.Release(bg)
 		if err != nil {
 			return err
@@ -123,7 +128,12 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		case res.lost != nil:
 			fmt.Fprintf(s.stderr, "baton: leadership of %s lost; stopped %s (%s); campaigning again\n", name, argv[0], res.status)
 		default:
-			return codeOf(res.code) // the command ended by itself: resign
+			// The command ended by itself: resign, with its code, unless
+			// the loss was seen only as it exited or by the release.
+			if err := lostLate(lease, argv, res, when); err != nil {
+				return err
+			}
+			return codeOf(res.code)
 		}
 	}
 }

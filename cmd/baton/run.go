@@ -47,7 +47,8 @@ signal ignored when baton started (SIGHUP under nohup) stays ignored.
 With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With
 --once RUN_ID, a run already marked done in the fence store is skipped, and
-a run whose COMMAND exits 0 is marked done (fenced: a stale holder cannot).
+a run whose COMMAND exits 0 is marked done (fenced: a stale holder cannot),
+before the lock is released and unless the lease was seen lost.
 
 --wait defaults to 0, one attempt: replicas started by cron at the same time
 should not queue up and run the job again after the winner.
@@ -55,7 +56,7 @@ should not queue up and run the job again after the winner.
 Exit codes:
   COMMAND's own  COMMAND ran to the end holding the lease (128+N if killed by signal N)
   75             not acquired within --wait (another holder has it)
-  76             the lease was lost while COMMAND ran
+  76             the lease was lost while COMMAND ran (also if found only as it exited, or by the release)
   77             the fence refused the token (a newer holder exists)
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
@@ -158,6 +159,13 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	if res.lost != nil {
 		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; stopped %s (%s)", res.lost, argv[0], res.status)}
 	}
+	// A loss seen only as the command exited (both were ready at once) or
+	// only by the release (the key deleted by a forced release, not yet
+	// noticed) still means the command ran part of the time unheld: exit
+	// 76, and mark no run done.
+	if err := lostLate(lease, argv, res, "when it exited"); err != nil {
+		return err
+	}
 	if res.code == 0 && f.once != "" {
 		if err := s.store.MarkDone(bg, name, f.once, token); err != nil {
 			return fmt.Errorf("mark run %q of %s done: %w", f.once, name, err)
@@ -166,7 +174,20 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	if err := lease.Release(bg); err != nil {
 		s.log.Warn("release failed; the lock ends with its TTL", "err", err)
 	}
+	if err := lostLate(lease, argv, res, "by the release"); err != nil {
+		return err
+	}
 	return codeOf(res.code)
+}
+
+// lostLate returns exit 76 if lease was lost although supervise saw no loss
+// while the command ran: the loss was found when, as when says.
+func lostLate(lease *baton.Lease, argv []string, res supervised, when string) error {
+	err := lease.Err()
+	if !errors.Is(err, baton.ErrLeaseLost) {
+		return nil
+	}
+	return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (found %s); %s (%s) may have run part of the time without the lock", err, when, argv[0], res.status)}
 }
 
 // errWaited is the cause of an acquisition that ran out of --wait.

@@ -62,11 +62,15 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 // 40s by default; its minimum 4s).
 const lookTTL = 5 * time.Second
 
+// openers are the lock services by URL scheme: all of baton's backends,
+// and in tests a fake one.
+var openers = backends.All()
+
 // openBackend opens the backend URL with the logger, saying what to do when
 // it cannot be reached.
 func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.Option) (*baton.Locker, error) {
 	opts = append(opts, baton.WithLogger(g.logger(cmd.ErrOrStderr())))
-	locker, err := backends.Open(cmd.Context(), backend, opts...)
+	locker, err := openers.Open(cmd.Context(), backend, opts...)
 	return locker, withHint(backend, err)
 }
 

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-go/baton"
 )
 
 // straggler is a command whose main process leaves behind a process of its
@@ -89,5 +91,27 @@ func TestProcStat(t *testing.T) {
 	}
 	if _, _, ok := procStat(1 << 30); ok {
 		t.Fatal("procStat of a pid that cannot exist succeeded")
+	}
+}
+
+// TestRun_LossFoundByRelease: the lock service notices the loss only when
+// baton releases the lock (as etcd's does when the key was deleted by a
+// forced release its watcher had not yet reported) after the command
+// exited 0: baton exits 76, not the command's 0, and says the release found
+// it.
+func TestRun_LossFoundByRelease(t *testing.T) {
+	backend := useFake(t, &fakeBackend{releaseErr: fmt.Errorf("%w: lock key gone when released", baton.ErrLeaseLost)})
+	for _, cmd := range []string{"run", "elect"} {
+		r := runInProcess(cmd, "--backend", backend, "stock", "--", "true")
+		if r.code != exitLeaseLost {
+			t.Fatalf("%s: exit %d, want %d; stderr %q", cmd, r.code, exitLeaseLost, r.stderr)
+		}
+		if cmd == "elect" { // elect says first that it leads
+			_, r.stderr, _ = strings.Cut(r.stderr, "\n")
+		}
+		if !strings.Contains(r.stderr, "found by the re") {
+			t.Errorf("%s: stderr does not say the release found the loss: %q", cmd, r.stderr)
+		}
+		oneLine(t, r)
 	}
 }

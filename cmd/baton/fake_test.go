@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// fakeBackend is a fenced lock service inside the test process, for losses
+// a real one cannot be made to time: its holds are never lost before they
+// are released, and their Release returns releaseErr. It serves one holder
+// at a time.
+type fakeBackend struct {
+	releaseErr error
+	token      baton.Token
+}
+
+// useFake makes the URL scheme "fake" open b for the rest of the test.
+func useFake(t *testing.T, b *fakeBackend) string {
+	t.Helper()
+	prev, had := openers["fake"]
+	openers["fake"] = func(_ context.Context, _ *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+		cfg, err := baton.NewConfig(opts...)
+		if err != nil {
+			return nil, err
+		}
+		return baton.NewLocker(b, cfg), nil
+	}
+	t.Cleanup(func() {
+		if had {
+			openers["fake"] = prev
+		} else {
+			delete(openers, "fake")
+		}
+	})
+	return "fake://test"
+}
+
+func (b *fakeBackend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	b.token++
+	hctx, cancel := context.WithCancelCause(context.Background())
+	return &fakeHold{b: b, name: req.Name, token: b.token, ctx: hctx, cancel: cancel}, nil
+}
+
+func (b *fakeBackend) Close() error        { return nil }
+func (b *fakeBackend) TokenSource() string { return "a counter in the test" }
+
+type fakeHold struct {
+	b      *fakeBackend
+	name   string
+	token  baton.Token
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func (h *fakeHold) Key() string                   { return "fake/" + h.name }
+func (h *fakeHold) Token() baton.Token            { return h.token }
+func (h *fakeHold) Context() context.Context      { return h.ctx }
+func (h *fakeHold) Deadline() time.Time           { return time.Now().Add(time.Hour) }
+func (h *fakeHold) Release(context.Context) error { h.cancel(baton.ErrReleased); return h.b.releaseErr }
+func (h *fakeHold) Err() error {
+	if h.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(h.ctx)
+}
