@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -203,9 +204,19 @@ func procStat(pid int) (pgrp int, state byte, ok bool) {
 	return pgrp, f[0][0], true
 }
 
-// commandEnv is the environment of a command run under a lease.
+// leaseVars are the variables commandEnv sets, each only where the backend
+// gives it a value.
+var leaseVars = []string{"BATON_LOCK", "BATON_HOLDER", "BATON_TOKEN", "ETCD_LOCK_KEY", "ETCD_LOCK_REV"}
+
+// commandEnv is the environment of a command run under a lease: baton's
+// own, without any of leaseVars it inherited (from an outer baton run, whose
+// token is not this lease's), and with those of this lease.
 func commandEnv(backend, name string, lease *baton.Lease, token baton.Token, fenced bool) []string {
-	env := append(os.Environ(), "BATON_LOCK="+name, "BATON_HOLDER="+lease.Holder())
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(leaseVars, k)
+	})
+	env = append(env, "BATON_LOCK="+name, "BATON_HOLDER="+lease.Holder())
 	if fenced {
 		env = append(env, "BATON_TOKEN="+strconv.FormatInt(int64(token), 10))
 	}

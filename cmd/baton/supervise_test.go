@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
 )
 
 // straggler is a command whose main process leaves behind a process of its
@@ -113,5 +114,18 @@ func TestRun_LossFoundByRelease(t *testing.T) {
 			t.Errorf("%s: stderr does not say the release found the loss: %q", cmd, r.stderr)
 		}
 		oneLine(t, r)
+	}
+}
+
+// TestRun_NestedEnv: a run inside another (an outer run on etcd, an inner
+// one on Redis) does not hand the inner command the outer lease's token,
+// key or revision, which the inner backend does not set.
+func TestRun_NestedEnv(t *testing.T) {
+	backend := "redis://" + testsvc.StartRedis(t).Addr
+	p := batonCmd("run", "--backend", backend, "stock", "--", "sh", "-c", `echo "token=${BATON_TOKEN-unset} key=${ETCD_LOCK_KEY-unset} rev=${ETCD_LOCK_REV-unset} lock=$BATON_LOCK"`)
+	p.Env = append(p.Env, "BATON_TOKEN=999", "ETCD_LOCK_KEY=/baton/lock/outer/1", "ETCD_LOCK_REV=999", "BATON_LOCK=outer", "BATON_HOLDER=outer-holder")
+	r := startCmd(t, p).wait(t)
+	if want := "token=unset key=unset rev=unset lock=stock"; r.code != 0 || strings.TrimSpace(r.stdout) != want {
+		t.Fatalf("exit %d, command saw %q, want %q; stderr %q", r.code, r.stdout, want, r.stderr)
 	}
 }
