@@ -43,7 +43,9 @@ any of them while elect still campaigns makes it exit 130.
 COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER
 and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and
 ETCD_LOCK_REV). With --fence, the fence for NAME is raised to the token
-before each term's COMMAND starts.
+before each term's COMMAND starts; the fence store is given 10s to answer
+(exit 69 after that), and SIGINT, SIGTERM or SIGHUP while elect waits for it
+make it exit 130.
 
 With --observe, elect does not campaign: it prints the current leader and
 then every change of leader, including "no leader", one line each.`,
@@ -103,7 +105,9 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		bg := context.WithoutCancel(ctx)
 		fmt.Fprintf(s.stderr, "baton: leading %s (token %d)\n", name, token)
 		if s.store != nil {
-			if err := s.store.Raise(bg, name, token); err != nil {
+			if err := s.fenceCall(ctx, fmt.Sprintf("raise the fence of %s to %d", name, token), func(ctx context.Context) error {
+				return s.store.Raise(ctx, name, token)
+			}); err != nil {
 				_ = lease.Release(bg)
 				if !errors.Is(err, baton.ErrStaleToken) {
 					return err // the store failed: campaigning again would loop on it

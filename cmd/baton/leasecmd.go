@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -103,6 +104,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		_ = locker.Close()
 		return nil, usageError("--fence needs fencing tokens, and %s gives none: %s", baton.Redact(c.backend), c.noTokens)
 	}
+	s.storeAt = "fence store " + baton.Printable(baton.Redact(c.fence))
 	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
 		_ = locker.Close()
 		return nil, err
@@ -116,6 +118,7 @@ type leaseSession struct {
 	locker  *baton.Locker
 	fenced  *baton.FencedLocker // nil: the backend gives no fencing tokens
 	store   fence.Store         // nil without --fence
+	storeAt string              // the store, for messages: its URL without the password
 	backend string
 	grace   time.Duration
 	log     *slog.Logger
@@ -124,10 +127,23 @@ type leaseSession struct {
 	stderr  io.Writer
 }
 
-// Close closes the fence store, then the lock service.
+// storeCloseTimeout bounds the wait for the fence store to close: a
+// PostgreSQL pool whose server stopped answering mid-statement waits for
+// the cancel request it sends (through the same cut-off network) for up
+// to 15s.
+const storeCloseTimeout = 2 * time.Second
+
+// Close closes the fence store, waiting storeCloseTimeout at most (baton
+// exits next, which ends what is left), then the lock service.
 func (s *leaseSession) Close() {
 	if s.store != nil {
-		_ = s.store.Close()
+		closed := make(chan struct{})
+		go func() { _ = s.store.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(storeCloseTimeout):
+			s.log.Warn("the fence store did not close in time; not waiting for it", "store", s.storeAt, "waited", storeCloseTimeout)
+		}
 	}
 	_ = s.locker.Close()
 }
@@ -161,6 +177,32 @@ func (s *leaseSession) supervise(ctx context.Context, name string, lease *baton.
 	}
 	env := commandEnv(s.backend, name, lease, token, s.fenced != nil)
 	return supervise(lease, argv, env, s.grace, s.stdin, s.stdout, s.stderr, s.log)
+}
+
+// storeTimeout bounds each request baton run and elect make to the fence
+// store: raising the fence, checking or marking a run done. Their help
+// says so.
+const storeTimeout = 10 * time.Second
+
+// fenceCall makes call, a request to the fence store described by what
+// ("raise the fence ..."), on ctx bounded by storeTimeout. A store that does
+// not answer within it fails the call as unavailable (exit 69); SIGINT,
+// SIGTERM or SIGHUP (ctx cancelled) interrupt it (exit 130). Pass a
+// detached ctx for a request no signal may interrupt.
+func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(context.Context) error) error {
+	late := &baton.UnavailableError{Where: s.storeAt, Err: fmt.Errorf("no answer within %v to %s; check that it runs and is reachable", storeTimeout, what)}
+	cctx, cancel := context.WithTimeoutCause(ctx, storeTimeout, late)
+	defer cancel()
+	err := call(cctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the fence store to " + what}
+	case cctx.Err() != nil && !errors.Is(err, baton.ErrUnavailable):
+		return late // the store said only that the deadline passed
+	}
+	return err
 }
 
 // interrupted turns a wait cut short by SIGINT, SIGTERM or SIGHUP into exit 130.

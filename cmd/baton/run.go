@@ -51,7 +51,10 @@ With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With
 --once RUN_ID, a run already marked done in the fence store is skipped, and
 a run whose COMMAND exits 0 is marked done (fenced: a stale holder cannot),
-before the lock is released and unless the lease was seen lost.
+before the lock is released and unless the lease was seen lost. Each request
+to the fence store is given 10s: one that gets no answer in time makes baton
+exit 69, and SIGINT, SIGTERM or SIGHUP while baton waits for one, 130 (the
+lock is released either way).
 
 --wait defaults to 0, one attempt: replicas started by cron at the same time
 should not queue up and run the job again after the winner.
@@ -63,7 +66,7 @@ Exit codes:
   77             the fence refused the token (a newer holder exists)
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
-  130            interrupted (SIGINT, SIGTERM or SIGHUP) while waiting for the lock
+  130            interrupted (SIGINT, SIGTERM or SIGHUP) while waiting for the lock or the fence store
   2              usage error
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
@@ -126,11 +129,8 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	}
 	defer s.Close()
 	if s.store != nil && f.once != "" {
-		if done, err := s.store.Done(ctx, name, f.once); err != nil {
+		if done, err := s.runDone(ctx, name, f.once); err != nil || done {
 			return err
-		} else if done {
-			fmt.Fprintf(s.stderr, "baton: run %q of %s is already done; skipping\n", f.once, name)
-			return nil
 		}
 	}
 
@@ -141,16 +141,17 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	bg := context.WithoutCancel(ctx)
 	defer lease.Release(bg)
 	if s.store != nil {
-		if err := s.store.Raise(bg, name, token); err != nil {
+		// On ctx: a signal stops a store that does not answer; the
+		// deferred release then frees the lock.
+		if err := s.fenceCall(ctx, fmt.Sprintf("raise the fence of %s to %d", name, token), func(ctx context.Context) error {
+			return s.store.Raise(ctx, name, token)
+		}); err != nil {
 			return err
 		}
 		if f.once != "" {
 			// Another replica may have finished the run while we waited.
-			if done, err := s.store.Done(bg, name, f.once); err != nil {
+			if done, err := s.runDone(ctx, name, f.once); err != nil || done {
 				return err
-			} else if done {
-				fmt.Fprintf(s.stderr, "baton: run %q of %s is already done; skipping\n", f.once, name)
-				return nil
 			}
 		}
 	}
@@ -170,8 +171,12 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 		return err
 	}
 	if res.code == 0 && f.once != "" {
-		if err := s.store.MarkDone(bg, name, f.once, token); err != nil {
-			return fmt.Errorf("mark run %q of %s done: %w", f.once, name, err)
+		// Detached: the command has done the run, which must be recorded
+		// even when a signal came as it ended.
+		if err := s.fenceCall(bg, fmt.Sprintf("mark run %q of %s done", f.once, name), func(ctx context.Context) error {
+			return s.store.MarkDone(ctx, name, f.once, token)
+		}); err != nil {
+			return err // the store's errors say which run
 		}
 	}
 	if err := lease.Release(bg); err != nil {
@@ -191,6 +196,20 @@ func lostLate(lease *baton.Lease, argv []string, res supervised, when string) er
 		return nil
 	}
 	return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (found %s); %s (%s) may have run part of the time without the lock", err, when, argv[0], res.status)}
+}
+
+// runDone reports whether run id of name is marked done in the fence
+// store, and says so when it is.
+func (s *leaseSession) runDone(ctx context.Context, name, id string) (bool, error) {
+	var done bool
+	err := s.fenceCall(ctx, fmt.Sprintf("say whether run %q of %s is done", id, name), func(ctx context.Context) (err error) {
+		done, err = s.store.Done(ctx, name, id)
+		return err
+	})
+	if done {
+		fmt.Fprintf(s.stderr, "baton: run %q of %s is already done; skipping\n", id, name)
+	}
+	return done, err
 }
 
 // errWaited is the cause of an acquisition that ran out of --wait.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,5 +128,61 @@ func TestRun_NestedEnv(t *testing.T) {
 	r := startCmd(t, p).wait(t)
 	if want := "token=unset key=unset rev=unset lock=stock"; r.code != 0 || strings.TrimSpace(r.stdout) != want {
 		t.Fatalf("exit %d, command saw %q, want %q; stderr %q", r.code, r.stdout, want, r.stderr)
+	}
+}
+
+// TestRun_FenceStoreCutOff_Interrupted: the fence store does not answer
+// the raise baton sends once it has the lock (its proxy holds it back).
+// SIGTERM then ends baton at once with exit 130, instead of leaving it
+// holding and renewing the lock while it waits for the store, and the lock
+// is free again.
+func TestRun_FenceStoreCutOff_Interrupted(t *testing.T) {
+	backend := etcdBackend(t)
+	dsn := pg.Database(t)
+	if r := runInProcess("fence", "init", "--store", dsn); r.code != 0 {
+		t.Fatalf("fence init: %s", r.stderr)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testsvc.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	store := u.String()
+
+	dir := t.TempDir()
+	started, gate := filepath.Join(dir, "started"), filepath.Join(dir, "gate")
+	holder := startBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", fmt.Sprintf(`touch %s; while [ ! -e %s ]; do sleep 0.01; done`, started, gate))
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	waiter := startBaton(t, "run", "--backend", backend, "--fence", store, "--wait", "60s", "--id", "waiter", "invoices", "--", "true")
+	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "invoices") == 1 }, func() string { return "the waiter never queued: " + waiter.stderr.String() })
+
+	// The first statement that names the fence's column is the raise,
+	// made once the waiter holds the lock: it never reaches the server.
+	raise := proxy.HoldFirst([]byte("last_token"))
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-raise.Caught():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the waiter did not raise the fence: %s", waiter.stderr.String())
+	}
+	if err := waiter.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	termed := time.Now()
+	// Well within storeTimeout, after which baton would exit 69 by itself.
+	waitFor(t, storeTimeout/2, func() bool { _, ok := waiter.exited(); return ok }, func() string {
+		return "baton still runs after SIGTERM, waiting for the fence store: " + waiter.stderr.String()
+	})
+	r := waiter.wait(t)
+	t.Logf("baton exited %v after SIGTERM", time.Since(termed).Round(time.Millisecond))
+	if r.code != exitInterrupted || !strings.Contains(r.stderr, "fence store") {
+		t.Fatalf("exit %d, want %d saying it was waiting for the fence store; stderr %q", r.code, exitInterrupted, r.stderr)
+	}
+	oneLine(t, r)
+	if r := runInProcess("status", "--backend", backend, "--json", "invoices"); strings.Contains(r.stdout, `"holder"`) {
+		t.Fatalf("the lock is still held after the interrupted run: %s", r.stdout)
 	}
 }
