@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,14 +32,17 @@ func newElect(g *globals) *cobra.Command {
 		Long: `elect campaigns in the election NAME and runs COMMAND for as long as this
 process leads: one of many replicas runs the scheduler, the mailer, the
 singleton worker. When leadership is lost, COMMAND's process group gets
-SIGTERM (SIGKILL after --grace) and elect campaigns again. When COMMAND exits
-by itself, elect resigns and exits with COMMAND's code, or 76 if leadership
-turns out lost then (seen as COMMAND exited, or by the resignation). As
-under baton run, elect resigns only once no process of COMMAND's group is
-left (those still running after COMMAND exited get SIGTERM, SIGKILL after
---grace). SIGINT, SIGTERM and SIGHUP sent to elect while COMMAND runs are
-passed on to its process group, and elect then exits with COMMAND's code;
-any of them while elect still campaigns makes it exit 130.
+SIGTERM (SIGKILL after --grace) and elect campaigns again; if that campaign
+fails because the lock service is unreachable or the session ended (as
+right after a partition), elect says so and tries again after a pause that
+doubles from 250ms up to 10s. When COMMAND exits by itself, elect resigns
+and exits with COMMAND's code, or 76 if leadership turns out lost then (seen
+as COMMAND exited, or by the resignation). As under baton run, elect
+resigns only once no process of COMMAND's group is left (those still
+running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT,
+SIGTERM and SIGHUP sent to elect while COMMAND runs are passed on to its
+process group, and elect then exits with COMMAND's code; any of them while
+elect still campaigns makes it exit 130.
 
 COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER
 and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and
@@ -97,11 +101,24 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		return err
 	}
 	defer s.Close()
+	var (
+		led   bool    // a term began: failures to campaign since are retried
+		pause backoff // between a failed campaign or a stale term and the next
+	)
 	for {
 		lease, token, err := s.take(ctx, name, (*baton.Locker).Campaign, (*baton.FencedLocker).Campaign)
 		if err != nil {
-			return interrupted(ctx, err)
+			if err := interrupted(ctx, err); !led || !transient(err) {
+				return err
+			}
+			d := pause.next()
+			fmt.Fprintf(s.stderr, "baton: campaign for %s failed: %v; campaigning again in %v\n", name, err, d.Round(time.Millisecond))
+			if err := pauseFor(ctx, d); err != nil {
+				return err
+			}
+			continue
 		}
+		led = true
 		bg := context.WithoutCancel(ctx)
 		fmt.Fprintf(s.stderr, "baton: leading %s (token %d)\n", name, token)
 		if s.store != nil {
@@ -113,10 +130,15 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 					return err // the store failed: campaigning again would loop on it
 				}
 				// A newer leader has written already: our term is over.
-				fmt.Fprintf(s.stderr, "baton: %v; campaigning again\n", err)
+				d := pause.next()
+				fmt.Fprintf(s.stderr, "baton: %v; campaigning again in %v\n", err, d.Round(time.Millisecond))
+				if err := pauseFor(ctx, d); err != nil {
+					return err
+				}
 				continue
 			}
 		}
+		pause.reset()
 		res, err := s.supervise(ctx, name, lease, token, argv)
 		when := "by the resignation"
 		if errors.Is(lease.Err(), baton.ErrLeaseLost) {
@@ -139,6 +161,53 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			}
 			return codeOf(res.code)
 		}
+	}
+}
+
+// transient reports whether a campaign that failed with err may succeed if
+// made again: the session or lease ended under it (a partition just
+// healed) or the lock service did not answer. A cancelled campaign is not.
+func transient(err error) bool {
+	var ee *exitError
+	if errors.As(err, &ee) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrUnavailable)
+}
+
+// Bounds of the pause before campaigning again.
+const (
+	backoffMin = 250 * time.Millisecond
+	backoffMax = 10 * time.Second
+)
+
+// backoff is the pause before campaigning again: it doubles from
+// backoffMin to backoffMax with each failure in a row, and each pause is
+// drawn at random from its upper half, so replicas cut off together do not
+// campaign in step.
+type backoff struct{ failures int }
+
+func (b *backoff) next() time.Duration {
+	d := backoffMax
+	if b.failures < 16 && backoffMin<<b.failures < backoffMax {
+		d = backoffMin << b.failures
+	}
+	b.failures++
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.failures = 0 }
+
+// pauseFor waits d, or returns exit 130 if SIGINT, SIGTERM or SIGHUP
+// (ctx) comes first.
+func pauseFor(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return &exitError{code: exitInterrupted, msg: "interrupted while waiting to campaign again"}
 	}
 }
 

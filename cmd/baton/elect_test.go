@@ -178,3 +178,63 @@ func TestElect_Observe(t *testing.T) {
 		t.Errorf("observer exit %d after SIGTERM; %q", got.code, got.stderr)
 	}
 }
+
+// TestElect_CampaignFailsAfterLoss: leadership is lost, and the next
+// campaigns fail as they do right after a partition (the lock service
+// unreachable, then the session found ended): elect says so and campaigns
+// again, leads, and exits with its second term's command's 0, instead of
+// exiting 69 on the first failure.
+func TestElect_CampaignFailsAfterLoss(t *testing.T) {
+	backend := useFake(t, &fakeBackend{
+		loseFirst: 100 * time.Millisecond,
+		script: []error{1: &baton.UnavailableError{Where: "fake", Err: errors.New("no answer")},
+			2: fmt.Errorf("%w: session ended", baton.ErrLeaseLost)},
+	})
+	// The first term's command waits to be stopped; the second's ends.
+	r := runInProcess("elect", "--backend", backend, "--grace", "1s", "mailer", "--", "sh", "-c", `[ "$BATON_TOKEN" != 1 ] || exec sleep 60`)
+	t.Log(r.stderr)
+	if r.code != 0 {
+		t.Fatalf("exit %d, want the second term's command's 0; stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{"leadership of mailer lost", "no answer; campaigning again in", "session ended; campaigning again in", "leading mailer (token 2)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %q", want, r.stderr)
+		}
+	}
+}
+
+// TestElect_Retry: which campaign failures elect retries, and its pauses.
+func TestElect_Retry(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("campaign: %w", &baton.UnavailableError{Err: errors.New("x")}), true},
+		{fmt.Errorf("%w: session ended", baton.ErrLeaseLost), true},
+		{&exitError{code: exitInterrupted, msg: "interrupted while waiting for the lock"}, false},
+		{fmt.Errorf("%w: x", baton.ErrInvalidOption), false},
+		{context.Canceled, false},
+		{errors.New("permission denied"), false},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("transient(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	var b backoff
+	prevMax := time.Duration(0)
+	for i := range 12 {
+		d := b.next()
+		ceil := min(backoffMin<<i, backoffMax)
+		if d < ceil/2 || d > ceil {
+			t.Fatalf("pause %d: %v, want within [%v, %v]", i, d, ceil/2, ceil)
+		}
+		prevMax = ceil
+	}
+	if prevMax != backoffMax {
+		t.Fatalf("pauses stopped growing at %v, want %v", prevMax, backoffMax)
+	}
+	b.reset()
+	if d := b.next(); d > backoffMin {
+		t.Fatalf("after reset: %v, want at most %v", d, backoffMin)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -10,12 +11,18 @@ import (
 )
 
 // fakeBackend is a fenced lock service inside the test process, for losses
-// a real one cannot be made to time: its holds are never lost before they
-// are released, and their Release returns releaseErr. It serves one holder
-// at a time.
+// and failures a real one cannot be made to time. Its nth acquisition
+// fails with script[n] when that is not nil; its first hold is lost
+// loseFirst after it was granted when that is not zero, the others never
+// before they are released; Release returns releaseErr. It serves one
+// holder at a time.
 type fakeBackend struct {
+	script     []error
+	loseFirst  time.Duration
 	releaseErr error
-	token      baton.Token
+
+	acquired int
+	token    baton.Token
 }
 
 // useFake makes the URL scheme "fake" open b for the rest of the test.
@@ -40,8 +47,16 @@ func useFake(t *testing.T, b *fakeBackend) string {
 }
 
 func (b *fakeBackend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	n := b.acquired
+	b.acquired++
+	if n < len(b.script) && b.script[n] != nil {
+		return nil, b.script[n]
+	}
 	b.token++
 	hctx, cancel := context.WithCancelCause(context.Background())
+	if b.token == 1 && b.loseFirst > 0 {
+		time.AfterFunc(b.loseFirst, func() { cancel(fmt.Errorf("%w: the fake's session ended", baton.ErrLeaseLost)) })
+	}
 	return &fakeHold{b: b, name: req.Name, token: b.token, ctx: hctx, cancel: cancel}, nil
 }
 

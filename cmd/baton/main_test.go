@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -71,9 +70,11 @@ func runBaton(t *testing.T, args ...string) result {
 	return startBaton(t, args...).wait(t)
 }
 
-// runInProcess runs the CLI in this process, for fast usage checks.
+// runInProcess runs the CLI in this process, for fast usage checks, and
+// for the fake backend's tests. Its buffers are safe for the copiers of a
+// command's output and the lease's loss, which write from goroutines.
 func runInProcess(args ...string) result {
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer
 	code := run(context.Background(), args, &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
