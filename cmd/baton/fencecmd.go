@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +29,9 @@ exist; 'baton fence init' creates them.`,
 		Example: "  baton fence init --store postgres://app@db:5432/billing\n  baton fence init --store sqlite:/var/lib/app/ledger.db",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkStoreURL("--store", store); err != nil {
+				return err
+			}
 			s, err := fence.Open(cmd.Context(), store, fence.WithCreate(true))
 			if err != nil {
 				return err
@@ -41,6 +46,9 @@ exist; 'baton fence init' creates them.`,
 		Short:   "Show the newest token each fence has accepted",
 		Example: "  baton fence show --store sqlite:ledger.db\n  baton fence show --store postgres://app@db/billing invoices",
 		RunE: func(cmd *cobra.Command, resources []string) error {
+			if err := checkStoreURL("--store", store); err != nil {
+				return err
+			}
 			s, err := fence.Open(cmd.Context(), store)
 			if err != nil {
 				return err
@@ -75,4 +83,19 @@ exist; 'baton fence init' creates them.`,
 	}
 	cmd.AddCommand(init, show)
 	return cmd
+}
+
+// checkStoreURL turns a fence store URL without a scheme (a bare path, or
+// nothing), which fence.Open would answer with the lock services' example
+// etcd://, into a usage error that names the fence stores' URLs; flag is
+// the flag that gave it.
+func checkStoreURL(flag, rawURL string) error {
+	if strings.TrimSpace(rawURL) == "" {
+		return usageError("%s is empty: pass sqlite:PATH or postgres://user@host:port/database", flag)
+	}
+	if u, err := url.Parse(rawURL); err == nil && u.Scheme == "" {
+		shown := baton.Printable(rawURL)
+		return usageError("%s %s has no scheme: write sqlite:%s for a SQLite file, or postgres://user@host:port/database", flag, shown, shown)
+	}
+	return nil
 }

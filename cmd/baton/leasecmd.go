@@ -69,6 +69,9 @@ func (c *leaseCmd) validate() error {
 	if c.grace < 0 {
 		return usageError("--grace %v: must not be negative", c.grace)
 	}
+	if c.fence != "" {
+		return checkStoreURL("--fence", c.fence)
+	}
 	return nil
 }
 

@@ -36,16 +36,20 @@ postgres), BATON_TOKEN, the fencing token; on etcd also ETCD_LOCK_KEY and
 ETCD_LOCK_REV, as etcdctl lock sets them. An outer run's values of these
 are never passed on to an inner run's COMMAND.
 
-COMMAND runs in its own process group. If the lease is lost while COMMAND
-runs, the group gets SIGTERM at once and SIGKILL after --grace. The lock is
-released only once no process of the group is left: if COMMAND exits while
-processes it started still run, they get SIGTERM and SIGKILL after --grace,
-and baton then exits with COMMAND's code. Processes that leave the group
-(setsid, daemons) are neither waited for nor stopped. SIGINT, SIGTERM and
-SIGHUP sent to baton while COMMAND runs are passed on to its process group,
-and baton then exits with COMMAND's code; any of them while baton still
-waits for the lock makes it exit 130. A signal ignored when baton started
-(SIGHUP under nohup) stays ignored.
+COMMAND runs in its own process group, in the background as far as the
+terminal goes: a COMMAND that reads from the terminal is stopped by the
+kernel, so give it its input from elsewhere (< /dev/null, a file, a pipe).
+If the lease is lost while COMMAND runs, the group gets SIGTERM at once and
+SIGKILL after --grace. The lock is released only once no process of the
+group is left: if COMMAND exits while processes it started still run, they
+get SIGTERM and SIGKILL after --grace, and baton then exits with COMMAND's
+code. Processes that leave the group (setsid, daemons) are neither waited
+for nor stopped. SIGINT, SIGTERM and SIGHUP sent to baton while COMMAND runs
+are passed on to its process group, each SIGTERM or passed-on signal
+followed by SIGCONT so that a stopped process acts on it, and baton then
+exits with COMMAND's code; any of them while baton still waits for the lock
+makes it exit 130. A signal ignored when baton started (SIGHUP under nohup)
+stays ignored.
 
 With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With

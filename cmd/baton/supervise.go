@@ -119,7 +119,7 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			if !termed {
 				fmt.Fprintf(stderr, "baton: %s of %s still running after it exited (%s); sending SIGTERM to its group (SIGKILL in %v)\n", processes(n), argv[0], res.status, grace)
 				termed = true
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+				stop(pgid, syscall.SIGTERM)
 			}
 			killLater()
 			poll = time.NewTicker(groupPoll)
@@ -132,7 +132,7 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			log.Info("passing signal on to the command", "signal", s)
 			res.signaled = true
 			termed = termed || s == syscall.SIGTERM
-			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+			stop(pgid, s.(syscall.Signal))
 		case <-done:
 			done = nil
 			if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
@@ -141,7 +141,7 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			res.lost = lease.Err()
 			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 			termed = true
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			stop(pgid, syscall.SIGTERM)
 			killLater()
 		case <-kill:
 			kill = nil
@@ -152,6 +152,15 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			return res, nil
 		}
 	}
+}
+
+// stop sends sig, which ends a process unless it handles it, to the process
+// group pgid, then SIGCONT, as shells do: a stopped process (SIGTSTP, or
+// SIGTTIN when it read the terminal from its background group) acts on
+// sig only once continued.
+func stop(pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 }
 
 // liveInGroup counts the processes of process group pgid that are not

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -184,5 +185,35 @@ func TestRun_FenceStoreCutOff_Interrupted(t *testing.T) {
 	oneLine(t, r)
 	if r := runInProcess("status", "--backend", backend, "--json", "invoices"); strings.Contains(r.stdout, `"holder"`) {
 		t.Fatalf("the lock is still held after the interrupted run: %s", r.stdout)
+	}
+}
+
+// TestRun_StoppedCommandEnds: a command stopped by the kernel (as by SIGTTIN
+// when it reads the terminal from its own background group) acts on the
+// SIGTERM baton passes on only when continued: baton follows it with
+// SIGCONT, so the command ends (128+SIGTERM) instead of hanging.
+func TestRun_StoppedCommandEnds(t *testing.T) {
+	backend := etcdBackend(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	run := startBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", fmt.Sprintf(`echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60`, pidFile))
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
+	b, _ := os.ReadFile(pidFile)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %q", b)
+	}
+	if err := syscall.Kill(-pid, syscall.SIGTTIN); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { _, state, _ := procStat(pid); return state == 'T' }, func() string { return "the command did not stop" })
+	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { _, ok := run.exited(); return ok }, func() string {
+		_, state, _ := procStat(pid)
+		return fmt.Sprintf("baton still runs 10s after SIGTERM; its command is in state %c", state)
+	})
+	if r := run.wait(t); r.code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit %d, want %d (the command killed by SIGTERM); stderr %q", r.code, 128+int(syscall.SIGTERM), r.stderr)
 	}
 }
