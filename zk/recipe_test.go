@@ -356,12 +356,10 @@ func TestRecipe_LostCreateReply(t *testing.T) {
 	}
 }
 
-// TestNew_BorrowedConnection: a Locker on a caller's connection deletes its
-// nodes when closed, and leaves the connection open.
-func TestNew_BorrowedConnection(t *testing.T) {
-	addr := zkServer.Addr(t)
-	name := uniqueName(t)
-	admin := adminConn(t, addr)
+// borrowed makes a go-zookeeper connection to addr, closed when t ends,
+// and a Locker on it (zk.New): a connection the caller keeps.
+func borrowed(t *testing.T, addr string) (*zkgo.Conn, *baton.FencedLocker) {
+	t.Helper()
 	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithLogger(nopLogger{}))
 	if err != nil {
 		t.Fatal(err)
@@ -375,6 +373,17 @@ func TestNew_BorrowedConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = fl.Close() })
+	return conn, fl
+}
+
+// TestNew_BorrowedConnection: a Locker on a caller's connection deletes its
+// nodes when closed, and leaves the connection open.
+func TestNew_BorrowedConnection(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	admin := adminConn(t, addr)
+	conn, fl := borrowed(t, addr)
 	lease, err := fl.Acquire(timeout(t, 10*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
@@ -414,19 +423,7 @@ func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
 	dir := lockDir(name)
 	admin := adminConn(t, addr)
 	proxy := testsvc.NewProxy(t, addr)
-	conn, events, err := zkgo.Connect([]string{proxy.Addr()}, suiteTTL, zkgo.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		for range events {
-		}
-	})
-	fl, err := zk.New(conn, baton.WithTTL(suiteTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, fl := borrowed(t, proxy.Addr())
 	// First use creates the election node, so that the next request
 	// naming it is the candidate's create.
 	l, err := fl.Acquire(timeout(t, 10*time.Second), name)
