@@ -49,7 +49,13 @@ are passed on to its process group, each SIGTERM or passed-on signal
 followed by SIGCONT so that a stopped process acts on it, and baton then
 exits with COMMAND's code; any of them while baton still waits for the lock
 makes it exit 130. A signal ignored when baton started (SIGHUP under nohup)
-stays ignored.
+stays ignored. Ctrl-Z (SIGTSTP, and SIGTTIN or SIGTTOU) stops COMMAND's group,
+then baton; continued, baton continues COMMAND only while the lease holds
+(a lease that ran out meanwhile is lost: exit 76).
+
+The loss is seen at the lease's local deadline, just before the lock service
+may free the lock, so the --grace that follows runs past the lease: without
+--fence, keep it short, or have COMMAND stop at once on SIGTERM.
 
 With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With

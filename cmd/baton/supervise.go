@@ -48,6 +48,16 @@ func handled() []os.Signal {
 	return out
 }
 
+// jobControl are the signals with which a terminal stops a job (Ctrl-Z, or
+// a background job that read or wrote the terminal), and SIGCONT, with
+// which it continues it. The command runs in a process group of its own,
+// which the terminal does not stop along with baton: left to the default,
+// baton would stop, its renewals with it, and the command run on
+// unsupervised while the lock passed to another holder. So baton stops
+// the command's group first, then itself; continued, it continues the
+// group only while the lease holds.
+var jobControl = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT}
+
 // groupPoll is how often supervise looks for processes left in the
 // command's group after its main process exited; killStuck is how long it
 // waits for them after SIGKILL before it gives up (a process in the D state
@@ -78,6 +88,17 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 		signal.Notify(sigs, hs...)
 	}
 	defer signal.Stop(sigs)
+	jobs := make(chan os.Signal, 4)
+	var jc []os.Signal
+	for _, s := range jobControl {
+		if !signal.Ignored(s) {
+			jc = append(jc, s)
+		}
+	}
+	if len(jc) > 0 {
+		signal.Notify(jobs, jc...)
+	}
+	defer signal.Stop(jobs)
 
 	if err := cmd.Start(); err != nil {
 		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
@@ -89,6 +110,7 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	var (
 		res    supervised
 		termed bool             // the group got SIGTERM, from baton or passed on
+		paused bool             // baton stopped the group on a job-control stop
 		kill   <-chan time.Time // SIGKILL is due
 		stuck  <-chan time.Time // SIGKILL was sent: stop waiting then
 		poll   *time.Ticker     // the main process exited: look at its group
@@ -133,6 +155,21 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			res.signaled = true
 			termed = termed || s == syscall.SIGTERM
 			stop(pgid, s.(syscall.Signal))
+		case s := <-jobs:
+			if s != syscall.SIGCONT {
+				log.Info("stopping the command, then baton", "signal", s)
+				paused = true
+				_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				continue
+			}
+			// Continued: so is the command, unless its lease may have
+			// ended meanwhile; then the loss (the keeper's timer fires as
+			// soon as baton runs again) sends SIGTERM and SIGCONT.
+			if paused && lease.Err() == nil && time.Now().Before(lease.Deadline()) {
+				paused = false
+				_ = syscall.Kill(-pgid, syscall.SIGCONT)
+			}
 		case <-done:
 			done = nil
 			if !errors.Is(lease.Err(), baton.ErrLeaseLost) {

@@ -217,3 +217,63 @@ func TestRun_StoppedCommandEnds(t *testing.T) {
 		t.Fatalf("exit %d, want %d (the command killed by SIGTERM); stderr %q", r.code, 128+int(syscall.SIGTERM), r.stderr)
 	}
 }
+
+// TestRun_CtrlZ_StopsCommandToo: SIGTSTP (Ctrl-Z) to baton stops its
+// command's group too, then baton: the command must not run on
+// unsupervised while baton's renewals are stopped. Continued within the
+// lease, the command goes on; stopped past the TTL, the lock passes to
+// another holder while the command stays stopped, and once continued
+// baton finds the lease lost and ends the command without letting it run
+// on (exit 76).
+func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
+	backend := etcdBackend(t)
+	for _, past := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pastTTL=%v", past), func(t *testing.T) {
+			name := fmt.Sprintf("ctrlz-%v", past)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			run := startBaton(t, "run", "--backend", backend, "--ttl", "2s", name, "--", "sh", "-c", fmt.Sprintf(`echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60`, pidFile))
+			waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
+			b, _ := os.ReadFile(pidFile)
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatalf("pid file %q", b)
+			}
+			baton := run.cmd.Process.Pid
+			if err := syscall.Kill(baton, syscall.SIGTSTP); err != nil {
+				t.Fatal(err)
+			}
+			stopped := func(p int) bool { _, state, _ := procStat(p); return state == 'T' }
+			waitFor(t, 10*time.Second, func() bool { return stopped(pid) && stopped(baton) }, func() string {
+				_, cs, _ := procStat(pid)
+				_, bs, _ := procStat(baton)
+				return fmt.Sprintf("after SIGTSTP the command is in state %c and baton in %c; want both stopped (T)", cs, bs)
+			})
+			if past {
+				// Another holder gets the lock once the stopped lease ran
+				// out, while the command is still stopped.
+				if r := runBaton(t, "run", "--backend", backend, "--wait", "20s", name, "--", "true"); r.code != 0 {
+					t.Fatalf("another holder while baton is stopped: exit %d: %s", r.code, r.stderr)
+				}
+				if !stopped(pid) {
+					t.Fatal("the command ran on while baton was stopped")
+				}
+			}
+			if err := syscall.Kill(baton, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			if past {
+				if r := run.wait(t); r.code != exitLeaseLost {
+					t.Fatalf("continued past the TTL: exit %d, want %d; stderr %q", r.code, exitLeaseLost, r.stderr)
+				}
+				return
+			}
+			waitFor(t, 10*time.Second, func() bool { return !stopped(pid) }, func() string { return "the command was not continued with baton" })
+			if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if r := run.wait(t); r.code != 128+int(syscall.SIGTERM) {
+				t.Fatalf("exit %d, want %d (the command killed by SIGTERM); stderr %q", r.code, 128+int(syscall.SIGTERM), r.stderr)
+			}
+		})
+	}
+}
