@@ -249,7 +249,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// expired, having seen them held when it tried.
 			<-r.settled
 			notify := r.held >= b.quorum || r.held+r.heads < b.quorum
-			_ = b.unlock(ctx, k, false, notify, b.nodeTimeout, value)
+			_, _ = b.unlock(ctx, k, false, notify, b.nodeTimeout, value)
 			retire = true
 		}
 		if ctx.Err() != nil {
@@ -353,7 +353,7 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []strin
 		return // a failed attempt was undone already
 	}
 	<-settled
-	if err := b.unlock(ctx, k, true, true, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {
+	if _, err := b.unlock(ctx, k, true, true, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
 }

@@ -327,8 +327,9 @@ func (b *backend) releaseTimeout() time.Duration {
 // one script run per node, on a detached context bounded by timeout. With
 // leave it also takes the values out of the wait queues; with notify it
 // tells each node's first waiter. It returns an error only when no
-// majority answered.
-func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeout time.Duration, values ...string) error {
+// majority answered, and otherwise how many nodes answered that the lock
+// held none of values.
+func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeout time.Duration, values ...string) (notOurs int, err error) {
 	l, nt := "0", "0"
 	if leave {
 		l = "1"
@@ -336,16 +337,22 @@ func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeou
 	if notify {
 		nt = "1"
 	}
-	_, errs := each(context.WithoutCancel(ctx), b, timeout, func(ctx context.Context, n *node) (struct{}, error) {
+	ours, errs := each(context.WithoutCancel(ctx), b, timeout, func(ctx context.Context, n *node) (bool, error) {
 		args := append([]any{l, nt}, rediskit.Args(values)...)
-		if err := unlockScript.Run(ctx, n.client, k.all(), args...).Err(); err != nil {
-			return struct{}{}, n.err("release "+k.lock, err)
+		r, err := unlockScript.Run(ctx, n.client, k.all(), args...).Int()
+		if err != nil {
+			return false, n.err("release "+k.lock, err)
 		}
-		return struct{}{}, nil
+		return r == 1, nil
 	}, nil)
 	_, failed := count(errs)
 	if failed > len(b.nodes)-b.quorum {
-		return b.unavailable(context.Background(), "release "+k.lock, errs)
+		return 0, b.unavailable(context.Background(), "release "+k.lock, errs)
 	}
-	return nil
+	for i, o := range ours {
+		if errs[i] == nil && !o {
+			notOurs++
+		}
+	}
+	return notOurs, nil
 }

@@ -114,15 +114,21 @@ func (h *hold) renew(ctx context.Context) error {
 func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
 
 // end frees the keys, then stops renewing with cause (unless the lease was
-// already lost). It runs once.
+// already lost). A Release that finds the lock no longer ours on enough
+// nodes to deny it a majority (expired early, deleted, taken), before any
+// renewal said so, reports the loss. It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
-		err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
+		notOurs, err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
 		h.kp.Stop(cause)
 		h.b.untrack(h)
-		if err != nil && h.kp.Err() == cause {
+		switch {
+		case h.kp.Err() != cause: // already lost
+		case err != nil:
 			h.endErr = err
+		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased:
+			h.endErr = fmt.Errorf("%w: %s no longer held this lease's value on %d of %d nodes at release: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock, notOurs, len(h.b.nodes))
 		}
 	})
 	return h.endErr

@@ -722,3 +722,36 @@ func waitRenewal(t *testing.T, ctx context.Context, c goredis.UniversalClient, k
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRelease_KeyGoneIsALoss: a Release that finds the lock no longer the
+// lease's on enough nodes to deny it a majority (deleted here; expired
+// early or taken, alike), before any renewal said so, reports the loss.
+// Gone from one node of three only, the lease still held a majority: a
+// clean release.
+func TestRelease_KeyGoneIsALoss(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	l := newLocker(t, nodes, baton.WithTTL(30*time.Second)) // no renewal within the test
+	ctx := timeout(t, 20*time.Second)
+	for _, c := range []struct {
+		deleted int
+		lost    bool
+	}{{1, false}, {2, true}} {
+		lease, err := l.Acquire(ctx, "gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cl := range cs[:c.deleted] {
+			if err := cl.Del(ctx, lease.Key()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release with the key deleted on %d nodes: %v; want nil (a loss is Err's)", c.deleted, err)
+		}
+		var lost *baton.LostError
+		if got := errors.As(lease.Err(), &lost); got != c.lost {
+			t.Fatalf("key deleted on %d of 3 nodes: Err after the release %v; want lost %v", c.deleted, lease.Err(), c.lost)
+		}
+	}
+}
