@@ -152,7 +152,7 @@ func (b *backend) notAcquired(ctx context.Context, name, holderPath, ours string
 func (b *backend) dropCandidate(ctx context.Context, path string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
 	defer cancel()
-	if err := b.deleteNode(dctx, path); err != nil {
+	if _, err := b.deleteNode(dctx, path); err != nil {
 		b.cfg.Logger.Warn("could not delete our candidate; the reaper will", "path", path, "err", err)
 	}
 }

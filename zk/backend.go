@@ -219,7 +219,8 @@ func (b *backend) Close() error {
 		// The session outlives us: delete what we created.
 		ctx, cancel := context.WithTimeout(closing(context.Background()), b.cfg.ReleaseTimeout)
 		for _, h := range holds {
-			err = errors.Join(err, b.deleteNode(ctx, h.path))
+			_, derr := b.deleteNode(ctx, h.path)
+			err = errors.Join(err, derr)
 		}
 		b.awaitAbandons(ctx)
 		b.reaper.drain(ctx)

@@ -105,13 +105,18 @@ func (h *hold) shut(cause error) {
 
 // Release deletes our node (by its unique path, so never another holder's)
 // and ends the hold. Releasing a lost hold returns nil; its node is still
-// deleted if the session kept it.
+// deleted if the session kept it. A Release that finds the node already
+// gone (deleted by another client, a forced release, or gone with the
+// session) before the hold saw it reports the loss.
 func (h *hold) Release(ctx context.Context) error {
 	h.shut(baton.ErrReleased)
 	h.b.untrack(h)
-	err := h.b.deleteNode(ctx, h.path)
-	if lost := !errors.Is(h.Err(), baton.ErrReleased); lost {
+	found, err := h.b.deleteNode(ctx, h.path)
+	switch {
+	case !errors.Is(h.Err(), baton.ErrReleased): // lost before
 		return nil
+	case err == nil && !found:
+		return fmt.Errorf("%w: node %s was already gone at release: deleted by another client, or gone with the session", baton.ErrLeaseLost, h.path)
 	}
 	return err
 }

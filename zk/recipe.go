@@ -411,26 +411,28 @@ func (b *backend) ensureDir(ctx context.Context, dir string) error {
 
 // deleteNode deletes one of our nodes by path, bounded by ctx and the
 // request timeout. Paths are unique (a GUID each), so this never deletes
-// another holder's node. A node already gone is not an error; when the
-// outcome is unknown the reaper takes over.
+// another holder's node. A node already gone (found false) is not an
+// error; when the outcome is unknown the reaper takes over.
 //
 // On a borrowed connection (New), which Close leaves open with its session,
 // a delete may start while Close drains, as Close's own requests do: a
 // Release racing with Close still deletes its node.
-func (b *backend) deleteNode(ctx context.Context, path string) error {
+func (b *backend) deleteNode(ctx context.Context, path string) (found bool, err error) {
 	own := !b.owned || ctx.Value(closingKey{}) != nil
-	_, err := await(b, ctx, start(b, own, func() (struct{}, error) {
+	_, err = await(b, ctx, start(b, own, func() (struct{}, error) {
 		return struct{}{}, b.conn.Delete(path, -1)
 	}))
 	switch {
-	case err == nil, errors.Is(err, zkgo.ErrNoNode):
-		return nil
+	case err == nil:
+		return true, nil
+	case errors.Is(err, zkgo.ErrNoNode):
+		return false, nil
 	case errors.Is(err, zkgo.ErrSessionExpired):
-		return nil // the node went with the session
+		return false, nil // the node went with the session
 	}
 	// Even when the connection has a new session, the node may live: a
 	// create queued across the expiry runs on the new session. The
 	// reaper's delete costs a request, or finds nothing.
 	b.reaper.add(path)
-	return b.fail(context.WithoutCancel(ctx), fmt.Sprintf("delete %s (it will be deleted once the connection is back, or go with the session)", path), err)
+	return true, b.fail(context.WithoutCancel(ctx), fmt.Sprintf("delete %s (it will be deleted once the connection is back, or go with the session)", path), err)
 }

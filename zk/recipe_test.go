@@ -615,3 +615,36 @@ func TestRecipe_AloneSkipsListing(t *testing.T) {
 		t.Error("still crowded after a create that found itself alone")
 	}
 }
+
+// TestRelease_NodeGoneIsALoss: a Release that finds the holder's node
+// already deleted (an operator's forced release) before the hold saw it
+// reports the loss: Err is a *LostError, not ErrReleased. A clean release
+// is no loss.
+func TestRelease_NodeGoneIsALoss(t *testing.T) {
+	addr := zkServer.Addr(t)
+	admin := adminConn(t, addr)
+	fl := dial(t, []string{addr}, zk.Settings{})
+	ctx := timeout(t, 10*time.Second)
+	name := uniqueName(t)
+	lease, err := fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(lease.Key(), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release of a lease whose node was deleted: %v; want nil (the loss is Err's)", err)
+	}
+	var lost *baton.LostError
+	if err := lease.Err(); !errors.As(err, &lost) {
+		t.Fatalf("Err after a release that found the node gone: %v; want a *LostError", err)
+	}
+	clean, err := fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clean.Release(ctx); err != nil || !errors.Is(clean.Err(), baton.ErrReleased) {
+		t.Fatalf("clean release: %v, Err %v; want nil, ErrReleased", err, clean.Err())
+	}
+}
