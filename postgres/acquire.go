@@ -199,7 +199,7 @@ func (b *backend) held(ctx context.Context, name string, token baton.Token, sent
 func (b *backend) freeDetached(ctx context.Context, name string, token baton.Token) {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
-	if err := b.free(fctx, name, token); err != nil {
+	if _, err := b.free(fctx, name, token); err != nil {
 		b.cfg.Logger.Warn("could not give back a lease nobody will use", "lock", name, "token", int64(token), "err", err)
 	}
 }

@@ -82,14 +82,18 @@ func (h *hold) end(ctx context.Context, cause error, freeLost bool) error {
 		}
 		fctx, cancel := context.WithTimeout(ctx, h.b.cfg.ReleaseTimeout)
 		defer cancel()
-		err := h.b.free(fctx, h.name, h.token)
-		if lost {
+		ours, err := h.b.free(fctx, h.name, h.token)
+		switch {
+		case lost:
 			if err != nil {
 				h.b.cfg.Logger.Warn("could not free the row of a lease lost by its local deadline; it ends within one TTL", "lock", h.name, "token", int64(h.token), "err", err)
 			}
-			return
+		case err != nil:
+			h.endErr = err
+		case !ours && cause == baton.ErrReleased:
+			// Found by the release, before any renewal said so.
+			h.endErr = fmt.Errorf("%w: the row of %q no longer held token %d at release: it expired, or was freed by force", baton.ErrLeaseLost, h.name, int64(h.token))
 		}
-		h.endErr = err
 	})
 	return h.endErr
 }
@@ -98,12 +102,20 @@ func (h *hold) end(ctx context.Context, cause error, freeLost bool) error {
 // waiter, in one round trip and one transaction that holds the row's lock
 // throughout: the waiter it picks is read after every queued waiter has
 // committed its place, and its NOTIFY is sent when the hand-off commits.
-func (b *backend) free(ctx context.Context, name string, token baton.Token) error {
+//
+// It reports whether the row was still our live lease: false when it had
+// expired, was freed by force, or held another token.
+func (b *backend) free(ctx context.Context, name string, token baton.Token) (ours bool, err error) {
 	var batch pgx.Batch
-	batch.Queue(b.sql.release, name, int64(token))
+	batch.Queue(b.sql.release, name, int64(token)).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&ours); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	})
 	batch.Queue(b.sql.handOff, name)
 	if err := b.pool.SendBatch(ctx, &batch).Close(); err != nil {
-		return b.fail(context.Background(), fmt.Sprintf("release %q", name), fmt.Errorf("%w; the lock stays taken until its TTL runs out", err))
+		return false, b.fail(context.Background(), fmt.Sprintf("release %q", name), fmt.Errorf("%w; the lock stays taken until its TTL runs out", err))
 	}
-	return nil
+	return ours, nil
 }

@@ -135,3 +135,35 @@ func TestForceRelease_OnlyTheTokenRead(t *testing.T) {
 		t.Fatalf("force with b's token: %+v, %v; want b's released", info, err)
 	}
 }
+
+// TestRelease_ForcedIsALoss: a Release that finds the row no longer the
+// lease's (freed by force here; expired or taken alike) before any
+// renewal said so reports the loss: Err is a *LostError, not ErrReleased.
+// A clean release is no loss.
+func TestRelease_ForcedIsALoss(t *testing.T) {
+	dsn := pg.Database(t)
+	a := dial(t, dsn, baton.WithHolder("a"), baton.WithTTL(30*time.Second)) // no renewal within the test
+	op := dial(t, dsn, baton.WithHolder("op"))
+	ctx := timeout(t, 30*time.Second)
+	la, err := a.Acquire(ctx, "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.ForceReleaseToken(ctx, op.Locker(), "forced", la.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatalf("Release of a lease freed by force: %v; want nil (the loss is Err's)", err)
+	}
+	var lost *baton.LostError
+	if err := la.Err(); !errors.As(err, &lost) {
+		t.Fatalf("Err after a release that found the row freed: %v; want a *LostError", err)
+	}
+	clean, err := a.Acquire(ctx, "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := clean.Release(ctx); err != nil || !errors.Is(clean.Err(), baton.ErrReleased) {
+		t.Fatalf("clean release: %v, Err %v; want nil, ErrReleased", err, clean.Err())
+	}
+}

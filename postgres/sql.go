@@ -34,7 +34,7 @@ type statements struct {
 	attempt string
 	renew   string // $1 name, $2 token, $3 TTL; one row when extended
 	lockRow string // $1 name; the lock's row, locked for the transaction
-	release string // $1 name, $2 token; frees our row, locks it either way
+	release string // $1 name, $2 token; frees our row, locks it either way, says if it was ours
 	// handOff grants a free lock to the first live waiter, takes it off
 	// the queue and NOTIFYs it with the token: $1 name.
 	handOff string
@@ -259,9 +259,16 @@ WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`
 const lockRowSQL = `SELECT FROM {lease} WHERE name = $1 FOR UPDATE`
 
 // releaseSQL frees the row if it holds our token, and locks it either way
-// (for the hand-off that follows in the same transaction).
-const releaseSQL = `UPDATE {lease} SET expires_at = CASE WHEN token = $2 THEN '-infinity' ELSE expires_at END
-WHERE name = $1`
+// (for the hand-off that follows in the same transaction). It returns
+// whether the row was still our live lease (a row found expired, forced
+// free or taken is a loss the release found), and no row when there is
+// none.
+const releaseSQL = `WITH cur AS (
+	SELECT name, token = $2 AND expires_at > clock_timestamp() AS live FROM {lease} WHERE name = $1 FOR UPDATE
+)
+UPDATE {lease} t SET expires_at = CASE WHEN t.token = $2 THEN '-infinity' ELSE t.expires_at END
+FROM cur WHERE t.name = cur.name
+RETURNING cur.live`
 
 const handOffSQL = `WITH head AS (
 	SELECT ticket, channel, slot, waiter, holder, ttl, holder_clock FROM {waiters}
