@@ -305,6 +305,32 @@ func (s *suite) releaseOnlyOwn(t *testing.T) {
 	}
 }
 
+// releaseAfterForce: an operator's forced release (baton release --force)
+// ends the holder's lease, and the holder's Release, coming before or
+// after the holder noticed, reports the loss (Err a *LostError), not a
+// clean release: the holder's work may have overlapped another's. Skipped
+// for a backend that cannot force a release.
+func (s *suite) releaseAfterForce(t *testing.T) {
+	name := lockName(t)
+	a := s.locker(t)
+	op := s.locker(t)
+	fr, ok := op.Backend().(baton.ForceReleaser)
+	if !ok {
+		t.Skip("backend cannot force a release")
+	}
+	la := mustAcquire(t, a, name)
+	if _, err := fr.ForceRelease(ctxFor(t, 10*time.Second), name); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	if err := la.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("the forced holder's Release: %v; want nil (the loss is Err's)", err)
+	}
+	var lost *baton.LostError
+	if err := la.Err(); !errors.As(err, &lost) || !errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("the forced holder's Err after its Release: %v; want a *LostError", err)
+	}
+}
+
 func waitDone(t testing.TB, l *baton.Lease, d time.Duration) {
 	t.Helper()
 	select {
