@@ -176,7 +176,7 @@ func (c *Config) fill() {
 
 // Validate checks the timing rules: TTL at least minTTL (the backend's
 // minimum; 0 for none) and positive, RenewEvery positive and below TTL, and
-// Drift non-negative and small enough for a renewal to land before the local
+// Drift positive and small enough for a renewal to land before the local
 // deadline.
 func (c Config) Validate(minTTL time.Duration) error {
 	switch {
@@ -188,8 +188,8 @@ func (c Config) Validate(minTTL time.Duration) error {
 		return &OptionError{"renew interval", c.RenewEvery.String(), "must be positive"}
 	case c.RenewEvery >= c.TTL:
 		return &OptionError{"renew interval", c.RenewEvery.String(), fmt.Sprintf("must be below the TTL (%v); the default is TTL/3", c.TTL)}
-	case c.Drift < 0:
-		return &OptionError{"drift", c.Drift.String(), "must not be negative"}
+	case c.Drift <= 0:
+		return &OptionError{"drift", c.Drift.String(), "must be positive: it is the margin by which a holder stops before the lock service may free the lock"}
 	case c.Drift >= c.TTL-c.RenewEvery:
 		return &OptionError{"drift", c.Drift.String(), fmt.Sprintf("must be below TTL - renew interval (%v), or every lease would expire locally before its renewal", c.TTL-c.RenewEvery)}
 	case c.ReleaseTimeout <= 0:

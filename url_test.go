@@ -145,3 +145,17 @@ func TestNewConfig_ExplicitZero(t *testing.T) {
 		t.Errorf("NewConfig(WithTTL(6s), WithTTL(0)) = %v, want ErrInvalidOption", err)
 	}
 }
+
+// TestConfig_Validate_NoDrift: a Config built by hand for NewLocker, not by
+// NewConfig, with no drift margin is refused: the holder must stop before
+// the lock service may free the lock.
+func TestConfig_Validate_NoDrift(t *testing.T) {
+	c := baton.Config{TTL: 3 * time.Second, RenewEvery: time.Second, ReleaseTimeout: time.Second, RequestTimeout: time.Second}
+	if err := c.Validate(0); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "drift 0s: must be positive") {
+		t.Fatalf("Validate with no drift = %v; want an invalid drift", err)
+	}
+	c.Drift = 10 * time.Millisecond
+	if err := c.Validate(0); err != nil {
+		t.Fatalf("Validate with drift 10ms = %v", err)
+	}
+}
