@@ -30,6 +30,11 @@ func All() baton.Openers {
 	}
 }
 
+// Unfenced reports whether the backend of URL scheme gives no fencing
+// tokens (Redis, Redlock), so that a program can refuse a fenced use of
+// it before it connects.
+func Unfenced(scheme string) bool { return scheme == "redis" || scheme == "redlock" }
+
 // Open builds a Locker from a backend URL; see each backend's Open for its
 // URL form.
 func Open(ctx context.Context, rawURL string, opts ...baton.Option) (*baton.Locker, error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/backends"
 	"github.com/baton-go/baton/fence"
 )
 
@@ -86,6 +87,10 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 	if c.id != "" {
 		opts = append(opts, baton.WithHolder(c.id))
 	}
+	if u, err := baton.ParseURL(c.backend); err == nil && c.fence != "" && backends.Unfenced(u.Scheme) {
+		// Said before connecting: the answer does not depend on the server.
+		return nil, c.noFence()
+	}
 	locker, err := openBackend(cmd, g, c.backend, opts...)
 	if err != nil {
 		return nil, err
@@ -105,7 +110,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 	}
 	if s.fenced == nil {
 		_ = locker.Close()
-		return nil, usageError("--fence needs fencing tokens, and %s gives none: %s", baton.Redact(c.backend), c.noTokens)
+		return nil, c.noFence()
 	}
 	s.storeAt = "fence store " + baton.Printable(baton.Redact(c.fence))
 	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
@@ -113,6 +118,11 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// noFence is the usage error for --fence on a backend without tokens.
+func (c *leaseCmd) noFence() error {
+	return usageError("--fence needs fencing tokens, and %s gives none: %s", baton.Redact(c.backend), c.noTokens)
 }
 
 // leaseSession is an open lock service, with its fenced view and the fence

@@ -225,6 +225,9 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"run", "--backend", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/db?connect_timeout=1", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
 		{[]string{"run", "--backend", fmt.Sprintf("redis://app:%s@127.0.0.1:%d", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
 		{[]string{"run", "--backend", "redis://:" + secret + "@" + redisNode, "--fence", store, "n", "--", "true"}, exitUsage, "redis://:xxxxx@"},
+		// Refused before connecting, not after a dial that fails (exit 69).
+		{[]string{"run", "--backend", fmt.Sprintf("redis://127.0.0.1:%d", closed), "--fence", store, "n", "--", "true"}, exitUsage, "gives none"},
+		{[]string{"elect", "--backend", fmt.Sprintf("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", closed, closed+1, closed+2), "--fence", store, "n", "--", "true"}, exitUsage, "gives none"},
 		{[]string{"run", "--backend", backend, "--fence", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/db?connect_timeout=1", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
 		{[]string{"run", "--backend", backend, "--fence", "mysql://app:" + secret + "@db/x", "n", "--", "true"}, exitUsage, "unknown scheme"},
 		{[]string{"run", "--backend", backend, "--fence", "/tmp/f.db", "n", "--", "true"}, exitUsage, "write sqlite:/tmp/f.db for a SQLite file, or postgres://"},
