@@ -191,7 +191,7 @@ func (c Config) Validate(minTTL time.Duration) error {
 	case c.Drift <= 0:
 		return &OptionError{"drift", c.Drift.String(), "must be positive: it is the margin by which a holder stops before the lock service may free the lock"}
 	case c.Drift >= c.TTL-c.RenewEvery:
-		return &OptionError{"drift", c.Drift.String(), fmt.Sprintf("must be below TTL - renew interval (%v), or every lease would expire locally before its renewal", c.TTL-c.RenewEvery)}
+		return &OptionError{"drift", c.Drift.String(), fmt.Sprintf("must be below TTL - renew interval (%v - %v = %v), or every lease would expire locally before its renewal: use a longer TTL, or a smaller drift", c.TTL, c.RenewEvery, c.TTL-c.RenewEvery)}
 	case c.ReleaseTimeout <= 0:
 		return &OptionError{"release timeout", c.ReleaseTimeout.String(), "must be positive"}
 	case c.RequestTimeout <= 0:
