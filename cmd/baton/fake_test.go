@@ -20,6 +20,7 @@ type fakeBackend struct {
 	script     []error
 	loseFirst  time.Duration
 	releaseErr error
+	deadline   time.Duration // the holds' local deadline after their grant; an hour when 0
 
 	acquired int
 	token    baton.Token
@@ -57,24 +58,29 @@ func (b *fakeBackend) Acquire(ctx context.Context, req baton.Request) (baton.Hol
 	if b.token == 1 && b.loseFirst > 0 {
 		time.AfterFunc(b.loseFirst, func() { cancel(fmt.Errorf("%w: the fake's session ended", baton.ErrLeaseLost)) })
 	}
-	return &fakeHold{b: b, name: req.Name, token: b.token, ctx: hctx, cancel: cancel}, nil
+	d := b.deadline
+	if d == 0 {
+		d = time.Hour
+	}
+	return &fakeHold{b: b, name: req.Name, token: b.token, ctx: hctx, cancel: cancel, deadline: time.Now().Add(d)}, nil
 }
 
 func (b *fakeBackend) Close() error        { return nil }
 func (b *fakeBackend) TokenSource() string { return "a counter in the test" }
 
 type fakeHold struct {
-	b      *fakeBackend
-	name   string
-	token  baton.Token
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	b        *fakeBackend
+	name     string
+	token    baton.Token
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	deadline time.Time
 }
 
 func (h *fakeHold) Key() string                   { return "fake/" + h.name }
 func (h *fakeHold) Token() baton.Token            { return h.token }
 func (h *fakeHold) Context() context.Context      { return h.ctx }
-func (h *fakeHold) Deadline() time.Time           { return time.Now().Add(time.Hour) }
+func (h *fakeHold) Deadline() time.Time           { return h.deadline }
 func (h *fakeHold) Release(context.Context) error { h.cancel(baton.ErrReleased); return h.b.releaseErr }
 func (h *fakeHold) Err() error {
 	if h.ctx.Err() == nil {

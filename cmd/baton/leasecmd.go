@@ -203,7 +203,7 @@ const storeTimeout = 10 * time.Second
 // SIGTERM or SIGHUP (ctx cancelled) interrupt it (exit 130). Pass a
 // detached ctx for a request no signal may interrupt.
 func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(context.Context) error) error {
-	late := &baton.UnavailableError{Where: s.storeAt, Err: fmt.Errorf("no answer within %v to %s; check that it runs and is reachable", storeTimeout, what)}
+	late := &baton.UnavailableError{Where: s.storeAt, Err: fmt.Errorf("no answer within %v to %s; check that it runs and is reachable (a PostgreSQL raise also waits for the fenced transactions of an older holder to end: one held open, or frozen, keeps it waiting)", storeTimeout, what)}
 	cctx, cancel := context.WithTimeoutCause(ctx, storeTimeout, late)
 	defer cancel()
 	err := call(cctx)

@@ -51,7 +51,8 @@ exits with COMMAND's code; any of them while baton still waits for the lock
 makes it exit 130. A signal ignored when baton started (SIGHUP under nohup)
 stays ignored. Ctrl-Z (SIGTSTP, and SIGTTIN or SIGTTOU) stops COMMAND's group,
 then baton; continued, baton continues COMMAND only while the lease holds
-(a lease that ran out meanwhile is lost: exit 76).
+(a lease that ran out meanwhile is lost: COMMAND gets SIGKILL, still stopped,
+and baton exits 76).
 
 The loss is seen at the lease's local deadline, just before the lock service
 may free the lock, so the --grace that follows runs past the lease: without
@@ -173,10 +174,13 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	if res.lost != nil {
 		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; stopped %s (%s)", res.lost, argv[0], res.status)}
 	}
-	// A loss seen only as the command exited (both were ready at once) or
-	// only by the release (the key deleted by a forced release, not yet
-	// noticed) still means the command ran part of the time unheld: exit
-	// 76, and mark no run done.
+	// A loss seen only as the command exited (both were ready at once, or
+	// the local deadline passed and the timer has not fired yet) still
+	// means the command ran part of the time unheld: exit 76, and mark no
+	// run done. One found only by the release (the key deleted by a forced
+	// release, not yet noticed) comes after the run was marked done: the
+	// fence kept any write of ours after a newer holder's raise out, so the
+	// record stands, and exit 76 says the command may have overlapped.
 	if err := lostLate(lease, argv, res, "when it exited"); err != nil {
 		return err
 	}
@@ -200,8 +204,13 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 
 // lostLate returns exit 76 if lease was lost although supervise saw no loss
 // while the command ran: the loss was found when, as when says.
+// Before the release, a local deadline already passed counts as the loss
+// it is, though the timer that reports it may not have fired yet.
 func lostLate(lease *baton.Lease, argv []string, res supervised, when string) error {
 	err := lease.Err()
+	if err == nil && !time.Now().Before(lease.Deadline()) {
+		err = fmt.Errorf("%w: the local deadline (%s) passed", baton.ErrLeaseLost, lease.Deadline().Format(time.StampMilli))
+	}
 	if !errors.Is(err, baton.ErrLeaseLost) {
 		return nil
 	}

@@ -91,7 +91,10 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	jobs := make(chan os.Signal, 4)
 	var jc []os.Signal
 	for _, s := range jobControl {
-		if !signal.Ignored(s) {
+		// Not as PID 1 (a container's init): the kernel drops the SIGSTOP
+		// it would send itself, and the command would stay stopped while
+		// baton renewed the lease on; PID 1 ignores these signals anyway.
+		if os.Getpid() != 1 && !signal.Ignored(s) {
 			jc = append(jc, s)
 		}
 	}
@@ -100,6 +103,13 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	}
 	defer signal.Stop(jobs)
 
+	// The fence raise and the --once check before may have taken long.
+	if err := lease.Err(); err != nil || !time.Now().Before(lease.Deadline()) {
+		if err == nil {
+			err = fmt.Errorf("%w: its local deadline passed before the command could start", baton.ErrLeaseLost)
+		}
+		return supervised{}, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; %s not started", err, argv[0])}
+	}
 	if err := cmd.Start(); err != nil {
 		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
 	}
@@ -176,6 +186,14 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 				continue
 			}
 			res.lost = lease.Err()
+			if paused {
+				// Stopped by baton since before the loss: it must not
+				// run again, not even to act on SIGTERM.
+				fmt.Fprintf(stderr, "baton: %v while %s was stopped: sending SIGKILL\n", res.lost, argv[0])
+				termed = true
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				continue
+			}
 			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 			termed = true
 			stop(pgid, syscall.SIGTERM)
@@ -186,6 +204,9 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			stuck = time.After(killStuck)
 		case <-stuck:
 			fmt.Fprintf(stderr, "baton: warning: %s of %s still alive %v after SIGKILL (stuck in the kernel?); not waiting for them any longer\n", processes(liveInGroup(pgid)), argv[0], killStuck)
+			if leader != nil { // the main process has not ended either
+				res.code, res.status = 128+int(syscall.SIGKILL), fmt.Sprintf("not ended %v after SIGKILL", killStuck)
+			}
 			return res, nil
 		}
 	}

@@ -119,6 +119,23 @@ func TestRun_LossFoundByRelease(t *testing.T) {
 	}
 }
 
+// TestRun_DeadlinePassedBeforeStart: a lease whose local deadline passed
+// before its command could start (a slow fence raise, a slow --once check)
+// starts nothing: exit 76.
+func TestRun_DeadlinePassedBeforeStart(t *testing.T) {
+	backend := useFake(t, &fakeBackend{deadline: -time.Second})
+	ran := filepath.Join(t.TempDir(), "ran")
+	for _, cmd := range []string{"run", "elect"} {
+		r := runInProcess(cmd, "--backend", backend, "stock", "--", "touch", ran)
+		if r.code != exitLeaseLost || !strings.Contains(r.stderr, "not started") {
+			t.Fatalf("%s: exit %d, stderr %q; want %d and the command not started", cmd, r.code, r.stderr, exitLeaseLost)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Fatalf("%s: the command ran past its lease's deadline", cmd)
+		}
+	}
+}
+
 // TestRun_NestedEnv: a run inside another (an outer run on etcd, an inner
 // one on Redis) does not hand the inner command the outer lease's token,
 // key or revision, which the inner backend does not set.
@@ -230,8 +247,9 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 	for _, past := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pastTTL=%v", past), func(t *testing.T) {
 			name := fmt.Sprintf("ctrlz-%v", past)
-			pidFile := filepath.Join(t.TempDir(), "pid")
-			run := startBaton(t, "run", "--backend", backend, "--ttl", "2s", name, "--", "sh", "-c", fmt.Sprintf(`echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60`, pidFile))
+			dir := t.TempDir()
+			pidFile, termFile := filepath.Join(dir, "pid"), filepath.Join(dir, "term")
+			run := startBaton(t, "run", "--backend", backend, "--ttl", "2s", name, "--", "sh", "-c", fmt.Sprintf(`trap 'touch %[2]s; exit 0' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; sleep 60 & wait`, pidFile, termFile))
 			waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
 			b, _ := os.ReadFile(pidFile)
 			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -262,8 +280,13 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 				t.Fatal(err)
 			}
 			if past {
+				// Killed while still stopped: it does not run again, not
+				// even its SIGTERM handler.
 				if r := run.wait(t); r.code != exitLeaseLost {
 					t.Fatalf("continued past the TTL: exit %d, want %d; stderr %q", r.code, exitLeaseLost, r.stderr)
+				}
+				if _, err := os.Stat(termFile); err == nil {
+					t.Fatal("the command ran its SIGTERM handler after its lease was lost while it was stopped")
 				}
 				return
 			}
@@ -271,8 +294,11 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 			if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if r := run.wait(t); r.code != 128+int(syscall.SIGTERM) {
-				t.Fatalf("exit %d, want %d (the command killed by SIGTERM); stderr %q", r.code, 128+int(syscall.SIGTERM), r.stderr)
+			if r := run.wait(t); r.code != 0 {
+				t.Fatalf("exit %d, want 0 (the command's SIGTERM handler exits 0); stderr %q", r.code, r.stderr)
+			}
+			if _, err := os.Stat(termFile); err != nil {
+				t.Fatal("the continued command did not get the SIGTERM passed on")
 			}
 		})
 	}
