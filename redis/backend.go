@@ -56,7 +56,9 @@ var _ baton.Backend = (*backend)(nil)
 // -1 as well (Open does): baton retries within its own deadlines, and a
 // copy go-redis sends again after a read timeout can, arriving late, leave
 // a key behind that blocks the lock for one TTL (it breaks no mutual
-// exclusion: see the package documentation).
+// exclusion: see the package documentation), and a release sent again
+// after its answer was lost finds the key gone and reports the lease lost
+// though it was held to the end.
 //
 // Options: baton.WithTTL (at least MinTTL; default 15s),
 // baton.WithPrefix (default DefaultPrefix; no braces, which would change

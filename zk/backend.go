@@ -72,8 +72,9 @@ func New(conn *zkgo.Conn, opts ...baton.Option) (*baton.FencedLocker, error) {
 // New returns a FencedLocker on conn, a connection the caller made with
 // zk.Connect and keeps: closing the Locker deletes the nodes it created but
 // does not close conn. That includes the node of a create an acquisition
-// stopped waiting for, once its answer comes: Close waits for it, within
-// the release timeout.
+// stopped waiting for, once its answer comes: Close waits up to the
+// release timeout for that answer before its last pass over the nodes to
+// delete (one answered later is left to the session).
 //
 // baton.WithTTL must be the session timeout conn negotiated with the
 // server: go-zookeeper does not report it for a connection made elsewhere,

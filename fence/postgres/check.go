@@ -28,7 +28,7 @@ import (
 // the package documentation.
 //
 // tx must be the transaction the writes run in: a *pgxpool.Pool, or a
-// *pgx.Conn not in a transaction, is refused with an error matching
+// *pgx.Conn or *pgxpool.Conn not in a transaction, is refused with an error matching
 // baton.ErrInvalidOption, as the check would end with its own statement.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
 	if err := needTx(tx); err != nil {
@@ -50,6 +50,10 @@ func needTx(q Querier) error {
 	case *pgx.Conn:
 		if c.PgConn().TxStatus() == 'I' {
 			what = "*pgx.Conn not in a transaction"
+		}
+	case *pgxpool.Conn:
+		if c.Conn().PgConn().TxStatus() == 'I' {
+			what = "*pgxpool.Conn not in a transaction"
 		}
 	}
 	if what == "" {

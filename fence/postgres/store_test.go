@@ -247,6 +247,14 @@ func TestStore_Check_NeedsTx(t *testing.T) {
 	if err := s.Check(ctx, conn, "invoices", 3); !errors.Is(err, baton.ErrInvalidOption) {
 		t.Fatalf("Check on a connection outside a transaction: %v; want an invalid option", err)
 	}
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	if err := s.Check(ctx, pc, "invoices", 3); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("Check on a pool's connection outside a transaction: %v; want an invalid option", err)
+	}
 	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 0 {
 		t.Fatalf("after the refused checks the fence holds %d (%v); want nothing raised", n, err)
 	}
