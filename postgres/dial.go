@@ -75,6 +75,9 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
+		if pgkit.Refused(err) {
+			return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: pgkit.RedactDSN(dsn), Reason: fmt.Sprintf("the server refused it (%v): check the user, the password and the database name", err)}
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)
 		}

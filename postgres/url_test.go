@@ -122,6 +122,22 @@ func TestDial_Unreachable(t *testing.T) {
 	}
 }
 
+// TestDial_Refused: a server that answers but refuses the URL's database
+// or user is a configuration error (the CLI's exit 2), not unavailable.
+func TestDial_Refused(t *testing.T) {
+	admin := pg.Admin(t)
+	port := strings.TrimPrefix(admin[strings.LastIndex(admin, ":"):strings.LastIndex(admin, "/")], ":")
+	for _, dsn := range []string{
+		"postgres://postgres:s3cret@127.0.0.1:" + port + "/no_such_db?sslmode=disable",
+		"postgres://nobody:s3cret@127.0.0.1:" + port + "/postgres?sslmode=disable",
+	} {
+		_, err := postgres.Dial(context.Background(), dsn, baton.WithRequestTimeout(5*time.Second))
+		if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "refused") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Dial = %v; want an invalid option the server refused, without the password", err)
+		}
+	}
+}
+
 func TestNew_InvalidOptions(t *testing.T) {
 	dsn := pg.Database(t)
 	pool := newPool(t, dsn)

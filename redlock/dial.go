@@ -78,7 +78,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 		if len(refused) > len(clients)-b.quorum {
 			return nil, &baton.OptionError{Option: "redlock URL", Value: b.where, Reason: fmt.Sprintf("the servers refused the connection (%v): check the database number and the user:password", refused[0])}
 		}
-		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("a majority of nodes did not answer PING within %v: %w", cfg.RequestTimeout, errors.Join(errs...))}
+		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("a majority of nodes did not answer PING within %v, or answered it with an error: %w", cfg.RequestTimeout, errors.Join(errs...))}
 	}
 	b.owned = true
 	return baton.NewLocker(b, b.cfg), nil

@@ -82,9 +82,9 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 
 // Open connects to the PostgreSQL database at dsn (a postgres:// URL or a
 // key=value string, as pgx accepts) through a pool the Store owns, and
-// returns New on it. Close the Store to close the pool. An unparseable dsn
-// is a *baton.OptionError; an unreachable server, a refused login or a
-// missing database an error wrapping baton.ErrUnavailable. To bound the
+// returns New on it. Close the Store to close the pool. An unparseable dsn,
+// a refused login or a missing database is a *baton.OptionError; an
+// unreachable server an error wrapping baton.ErrUnavailable. To bound the
 // connection attempt, give ctx a deadline or put connect_timeout in dsn.
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)

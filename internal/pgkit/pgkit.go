@@ -92,3 +92,18 @@ func RedactDSN(dsn string) string {
 	}
 	return baton.Printable(kvPassword.ReplaceAllString(dsn, "${1}xxxxx"))
 }
+
+// Refused reports whether err is the server's refusal of the connection's
+// own settings, which trying again cannot mend: an unknown role, a wrong
+// password, a database that does not exist.
+func Refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "28000", "28P01", "3D000": // invalid_authorization_specification, invalid_password, invalid_catalog_name
+		return true
+	}
+	return false
+}
