@@ -127,11 +127,11 @@
 //
 // # Errors
 //
-// A server that cannot be reached, a refused login and a connection lost in
-// the middle of a transaction return errors wrapping baton.ErrUnavailable
-// (a *baton.UnavailableError naming host:port/database, never the
-// password); a transaction whose connection was lost before COMMIT wrote
-// nothing. A missing table is a *MissingTableError; invalid names and
-// tokens are *baton.OptionError. When ctx ends, the error wraps
+// A server that cannot be reached and a connection lost in the middle of a
+// transaction return errors wrapping baton.ErrUnavailable (a
+// *baton.UnavailableError naming host:port/database, never the password);
+// a transaction whose connection was lost before COMMIT wrote nothing. A
+// missing table is a *MissingTableError; a login or database the server
+// refuses, and invalid names and tokens, are *baton.OptionError. When ctx ends, the error wraps
 // context.Cause(ctx).
 package postgres
