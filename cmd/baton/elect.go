@@ -127,10 +127,14 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 				return s.store.Raise(ctx, name, token)
 			}); err != nil {
 				_ = lease.Release(bg)
-				if !errors.Is(err, baton.ErrStaleToken) {
-					return err // the store failed: campaigning again would loop on it
+				// A newer leader has written already (stale), or the store
+				// did not answer (it may be down, or the raise waited on an
+				// older holder's transaction): this term is over, and
+				// another replica may lead meanwhile. Any other failure (no
+				// tables, refused) would only come back.
+				if !errors.Is(err, baton.ErrStaleToken) && !errors.Is(err, baton.ErrUnavailable) {
+					return err
 				}
-				// A newer leader has written already: our term is over.
 				d := pause.next()
 				fmt.Fprintf(s.stderr, "baton: %v; campaigning again in %v\n", err, d.Round(time.Millisecond))
 				if err := pauseFor(ctx, d); err != nil {
@@ -146,6 +150,12 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			when = "when it exited"
 		}
 		_ = lease.Release(bg)
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == exitLeaseLost && ctx.Err() == nil {
+			// Lost before the command could start: a term like any other.
+			fmt.Fprintf(s.stderr, "baton: %s; campaigning again\n", ee.msg)
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -20,7 +20,7 @@ type fakeBackend struct {
 	script     []error
 	loseFirst  time.Duration
 	releaseErr error
-	deadline   time.Duration // the holds' local deadline after their grant; an hour when 0
+	deadline   time.Duration // the first hold's local deadline after its grant; an hour when 0, and for the others
 
 	acquired int
 	token    baton.Token
@@ -58,9 +58,9 @@ func (b *fakeBackend) Acquire(ctx context.Context, req baton.Request) (baton.Hol
 	if b.token == 1 && b.loseFirst > 0 {
 		time.AfterFunc(b.loseFirst, func() { cancel(fmt.Errorf("%w: the fake's session ended", baton.ErrLeaseLost)) })
 	}
-	d := b.deadline
-	if d == 0 {
-		d = time.Hour
+	d := time.Hour
+	if b.token == 1 && b.deadline != 0 {
+		d = b.deadline
 	}
 	return &fakeHold{b: b, name: req.Name, token: b.token, ctx: hctx, cancel: cancel, deadline: time.Now().Add(d)}, nil
 }

@@ -121,18 +121,23 @@ func TestRun_LossFoundByRelease(t *testing.T) {
 
 // TestRun_DeadlinePassedBeforeStart: a lease whose local deadline passed
 // before its command could start (a slow fence raise, a slow --once check)
-// starts nothing: exit 76.
+// starts nothing: run exits 76; elect campaigns again, and runs the
+// command in its next term.
 func TestRun_DeadlinePassedBeforeStart(t *testing.T) {
-	backend := useFake(t, &fakeBackend{deadline: -time.Second})
 	ran := filepath.Join(t.TempDir(), "ran")
-	for _, cmd := range []string{"run", "elect"} {
-		r := runInProcess(cmd, "--backend", backend, "stock", "--", "touch", ran)
-		if r.code != exitLeaseLost || !strings.Contains(r.stderr, "not started") {
-			t.Fatalf("%s: exit %d, stderr %q; want %d and the command not started", cmd, r.code, r.stderr, exitLeaseLost)
-		}
-		if _, err := os.Stat(ran); err == nil {
-			t.Fatalf("%s: the command ran past its lease's deadline", cmd)
-		}
+	r := runInProcess("run", "--backend", useFake(t, &fakeBackend{deadline: -time.Second}), "stock", "--", "touch", ran)
+	if r.code != exitLeaseLost || !strings.Contains(r.stderr, "not started") {
+		t.Fatalf("run: exit %d, stderr %q; want %d and the command not started", r.code, r.stderr, exitLeaseLost)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("run: the command ran past its lease's deadline")
+	}
+	r = runInProcess("elect", "--backend", useFake(t, &fakeBackend{deadline: -time.Second}), "stock", "--", "touch", ran)
+	if r.code != 0 || !strings.Contains(r.stderr, "not started; campaigning again") {
+		t.Fatalf("elect: exit %d, stderr %q; want 0 after a first term that started nothing", r.code, r.stderr)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Fatal("elect: the command did not run in the second term")
 	}
 }
 
