@@ -49,8 +49,10 @@ COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER
 and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and
 ETCD_LOCK_REV). With --fence, the fence for NAME is raised to the token
 before each term's COMMAND starts; the fence store is given 10s to answer
-(exit 69 after that), and SIGINT, SIGTERM or SIGHUP while elect waits for it
-make it exit 130.
+(after that the term ends, and elect campaigns again after a pause, as after
+a stale token), and SIGINT, SIGTERM or SIGHUP while elect waits for it make
+it exit 130. A term whose lease ran out before COMMAND could start ends the
+same way.
 
 With --observe, elect does not campaign: it prints the current leader and
 then every change of leader, including "no leader", one line each.`,
