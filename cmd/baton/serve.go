@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -45,6 +47,9 @@ under nohup).`,
 			var mute func()
 			c.Logger, mute = zapslog.New(log.Handler())
 			srv, err := etcdserver.Start(cmd.Context(), c)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return fmt.Errorf("%w: another process (another baton serve, an etcd) listens there; stop it, or pick free ports with --listen and --peer-listen", err)
+			}
 			if err != nil {
 				return err
 			}

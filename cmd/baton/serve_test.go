@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"syscall"
@@ -83,4 +84,20 @@ func TestServe_Cluster(t *testing.T) {
 	if after <= before {
 		t.Fatalf("token after the leader died %d <= %d before", after, before)
 	}
+}
+
+// TestServe_PortInUse: a port already taken gets one error that says
+// what to do.
+func TestServe_PortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pp, _ := testsvc.FreePort()
+	r := runInProcess("serve", "--data-dir", t.TempDir(), "--listen", ln.Addr().String(), "--peer-listen", fmt.Sprintf("127.0.0.1:%d", pp))
+	if r.code != 1 || !strings.Contains(r.stderr, "address already in use") || !strings.Contains(r.stderr, "--listen") {
+		t.Fatalf("serve on a port in use: exit %d, stderr %q; want 1 and what to do", r.code, r.stderr)
+	}
+	oneLine(t, r)
 }
