@@ -92,7 +92,7 @@ func (h *hold) end(ctx context.Context, cause error, freeLost bool) error {
 			h.endErr = err
 		case !ours && cause == baton.ErrReleased:
 			// Found by the release, before any renewal said so.
-			h.endErr = fmt.Errorf("%w: the row of %q no longer held token %d at release: it expired, or was freed by force", baton.ErrLeaseLost, h.name, int64(h.token))
+			h.endErr = fmt.Errorf("%w: the row of %q no longer held token %d at release: it was freed by force, or taken by another holder", baton.ErrLeaseLost, h.name, int64(h.token))
 		}
 	})
 	return h.endErr
@@ -103,8 +103,8 @@ func (h *hold) end(ctx context.Context, cause error, freeLost bool) error {
 // throughout: the waiter it picks is read after every queued waiter has
 // committed its place, and its NOTIFY is sent when the hand-off commits.
 //
-// It reports whether the row was still our live lease: false when it had
-// expired, was freed by force, or held another token.
+// It reports whether the row was still ours: false when it was freed by
+// force or held another token (see releaseSQL).
 func (b *backend) free(ctx context.Context, name string, token baton.Token) (ours bool, err error) {
 	var batch pgx.Batch
 	batch.Queue(b.sql.release, name, int64(token)).QueryRow(func(row pgx.Row) error {

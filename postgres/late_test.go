@@ -1,10 +1,13 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/testsvc"
@@ -252,5 +255,51 @@ func TestForceRelease_AnswerLost(t *testing.T) {
 	}
 	if len(infos) != 1 || infos[0].Holder != "n" || infos[0].Token != ln.Token() || ln.Err() != nil {
 		t.Fatalf("after the late copy of the force the lock shows %+v (n's lease err %v); want n's, untouched", infos, ln.Err())
+	}
+}
+
+// TestRelease_SlowCleanReleaseIsNoLoss: a Release made well before the
+// local deadline but held up on its way (here waiting for the pool's only
+// connection; in production a retransmit, a stalled server) reaches the
+// row after it expired, still holding our token: nobody else held the
+// lock, and the work stopped before the deadline, so this is a release,
+// not a loss.
+func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
+	dsn := pg.Database(t)
+	ctx := timeout(t, 30*time.Second)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	a, err := postgres.New(ctx, pool, baton.WithHolder("a"), baton.WithTTL(2*time.Second), baton.WithRenewEvery(1900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	la, err := a.Acquire(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- la.Release(context.Background()) }()
+	// Let the row expire on the server's clock before the release gets
+	// the connection.
+	time.Sleep(time.Until(la.Deadline()) + 300*time.Millisecond)
+	c.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(la.Err(), baton.ErrReleased) {
+		t.Fatalf("Err after a slow clean release: %v; want ErrReleased (nobody else held the lock)", la.Err())
 	}
 }

@@ -260,11 +260,14 @@ const lockRowSQL = `SELECT FROM {lease} WHERE name = $1 FOR UPDATE`
 
 // releaseSQL frees the row if it holds our token, and locks it either way
 // (for the hand-off that follows in the same transaction). It returns
-// whether the row was still our live lease (a row found expired, forced
-// free or taken is a loss the release found), and no row when there is
-// none.
+// whether the row was still ours and not freed by force: a row taken by
+// another holder (a new token) or forced free is a loss the release found.
+// A row that merely expired while still holding our token is not: nobody
+// else held the lock (taking it draws a new token), and a release that
+// reaches the server late, the work having stopped before the local
+// deadline, finds it so. No row is returned when there is none.
 const releaseSQL = `WITH cur AS (
-	SELECT name, token = $2 AND expires_at > clock_timestamp() AS live FROM {lease} WHERE name = $1 FOR UPDATE
+	SELECT name, token = $2 AND expires_at <> '-infinity' AS live FROM {lease} WHERE name = $1 FOR UPDATE
 )
 UPDATE {lease} t SET expires_at = CASE WHEN t.token = $2 THEN '-infinity' ELSE t.expires_at END
 FROM cur WHERE t.name = cur.name

@@ -62,20 +62,25 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 // (unless the lease was already lost). The key goes first so the next
 // waiter is handed the lock without waiting for the keeper's goroutine to
 // exit; a renewal racing with the release is refused and changes nothing
-// on the server. A Release that finds the key no longer ours (it expired,
-// or was deleted or taken by another client, and no renewal has said so
-// yet) reports the loss. It runs once.
+// on the server. A Release that finds the key no longer ours (deleted or
+// taken by another client, or expired early, and no renewal has said so
+// yet) reports the loss, if its answer came before the local deadline:
+// after it, the key may simply have run out while the release was on its
+// way, the work having stopped before. It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
+		lostBefore, deadline := h.kp.Err() != nil, h.kp.Deadline()
 		ours, err := h.b.release(ctx, h.k, h.value)
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		switch {
-		case h.kp.Err() != cause: // already lost
+		case lostBefore: // reported already
 		case err != nil:
-			h.endErr = err
-		case !ours && cause == baton.ErrReleased:
-			h.endErr = fmt.Errorf("%w: key %s no longer held this lease's value at release: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
+			if h.kp.Err() == cause { // not lost meanwhile
+				h.endErr = err
+			}
+		case !ours && cause == baton.ErrReleased && time.Now().Before(deadline):
+			h.endErr = fmt.Errorf("%w: key %s no longer held this lease's value at release: it was deleted or taken by another client, or expired early", baton.ErrLeaseLost, h.k.lock)
 		}
 	})
 	return h.endErr

@@ -3,9 +3,11 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -997,5 +999,54 @@ func TestRelease_KeyGoneIsALoss(t *testing.T) {
 	}
 	if err := clean.Release(ctx); err != nil || !errors.Is(clean.Err(), baton.ErrReleased) {
 		t.Fatalf("clean release: %v, Err %v; want nil, ErrReleased", err, clean.Err())
+	}
+}
+
+// delayScripts is a go-redis hook that holds back every script call
+// (EVALSHA) for d once armed, as a stalled network would.
+type delayScripts struct {
+	d     time.Duration
+	armed atomic.Bool
+}
+
+func (h *delayScripts) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *delayScripts) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+func (h *delayScripts) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if args := cmd.Args(); h.armed.Load() && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestRelease_SlowCleanReleaseIsNoLoss: a Release made before the local
+// deadline, on a network that stalls it and the renewal alike, reaches
+// the server after the key ran out: the work stopped before the deadline
+// and nobody took the key, so the answer, which comes after the deadline,
+// is no evidence of a loss.
+func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	delay := &delayScripts{d: 1500 * time.Millisecond}
+	c.AddHook(delay)
+	l, err := redis.New(c, baton.WithTTL(time.Second), baton.WithRenewEvery(950*time.Millisecond), baton.WithRequestTimeout(5*time.Second), baton.WithReleaseTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := timeout(t, 20*time.Second)
+	lease, err := l.Acquire(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	delay.armed.Store(true)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(lease.Err(), baton.ErrReleased) {
+		t.Fatalf("Err after a slow clean release: %v; want ErrReleased", lease.Err())
 	}
 }

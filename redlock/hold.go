@@ -115,19 +115,23 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 
 // end frees the keys, then stops renewing with cause (unless the lease was
 // already lost). A Release that finds the lock no longer ours on enough
-// nodes to deny it a majority (expired early, deleted, taken), before any
-// renewal said so, reports the loss. It runs once.
+// nodes to deny it a majority (deleted, taken, expired early), before any
+// renewal said so, reports the loss, if the answers came before the local
+// deadline (see the redis backend's end). It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
+		lostBefore, deadline := h.kp.Err() != nil, h.kp.Deadline()
 		notOurs, err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		switch {
-		case h.kp.Err() != cause: // already lost
+		case lostBefore: // reported already
 		case err != nil:
-			h.endErr = err
-		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased:
+			if h.kp.Err() == cause { // not lost meanwhile
+				h.endErr = err
+			}
+		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased && time.Now().Before(deadline):
 			h.endErr = fmt.Errorf("%w: %s no longer held this lease's value on %d of %d nodes at release: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock, notOurs, len(h.b.nodes))
 		}
 	})

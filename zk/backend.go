@@ -209,9 +209,13 @@ func (b *backend) Close() error {
 	b.holds = map[*hold]struct{}{}
 	b.mu.Unlock()
 
+	ended := holds[:0] // those Close ended: a Release that came first deletes its own node
 	for _, h := range holds {
-		h.shut(baton.ErrClosed)
+		if h.shut(baton.ErrClosed) {
+			ended = append(ended, h)
+		}
 	}
+	holds = ended
 	if s != nil {
 		s.k.Stop(baton.ErrClosed)
 	}

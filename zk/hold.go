@@ -96,26 +96,34 @@ func (h *hold) look() {
 }
 
 // shut stops following the connection and ends the hold with cause,
-// unless it was already lost.
-func (h *hold) shut(cause error) {
+// unless it had already ended; it reports whether this call ended it.
+func (h *hold) shut(cause error) bool {
 	h.unlisten()
 	h.unhook()
-	h.lose(cause)
+	return h.lose(cause)
 }
 
 // Release deletes our node (by its unique path, so never another holder's)
 // and ends the hold. Releasing a lost hold returns nil; its node is still
 // deleted if the session kept it. A Release that finds the node already
 // gone (deleted by another client, a forced release, or gone with the
-// session) before the hold saw it reports the loss.
+// session) before the hold saw it reports the loss, if the answer came
+// before the local deadline: after it, the session may simply have expired
+// while the release was on its way, the work having stopped before.
 func (h *hold) Release(ctx context.Context) error {
-	h.shut(baton.ErrReleased)
+	deadline := h.Deadline()
+	if !h.shut(baton.ErrReleased) {
+		// Lost before, or ended by Close, which deletes the node.
+		h.b.untrack(h)
+		if errors.Is(h.Err(), baton.ErrClosed) {
+			return nil
+		}
+		_, _ = h.b.deleteNode(ctx, h.path) // lost: nothing for the caller to act on
+		return nil
+	}
 	h.b.untrack(h)
 	found, err := h.b.deleteNode(ctx, h.path)
-	switch {
-	case !errors.Is(h.Err(), baton.ErrReleased): // lost before
-		return nil
-	case err == nil && !found:
+	if err == nil && !found && time.Now().Before(deadline) {
 		return fmt.Errorf("%w: node %s was already gone at release: deleted by another client, or gone with the session", baton.ErrLeaseLost, h.path)
 	}
 	return err
