@@ -146,9 +146,9 @@ func TestNewConfig_ExplicitZero(t *testing.T) {
 	}
 }
 
-// TestConfig_Validate_NoDrift: a Config built by hand for NewLocker, not by
-// NewConfig, with no drift margin is refused: the holder must stop before
-// the lock service may free the lock.
+// TestConfig_Validate_NoDrift: Validate, which every backend runs on its
+// Config, refuses one built by hand, not by NewConfig, with no drift
+// margin: the holder must stop before the lock service may free the lock.
 func TestConfig_Validate_NoDrift(t *testing.T) {
 	c := baton.Config{TTL: 3 * time.Second, RenewEvery: time.Second, ReleaseTimeout: time.Second, RequestTimeout: time.Second}
 	if err := c.Validate(0); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "drift 0s: must be positive") {

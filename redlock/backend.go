@@ -70,7 +70,9 @@ var _ baton.Backend = (*backend)(nil)
 // does: context deadlines then bound each request on the socket, and
 // go-redis sends no copy of a request again after a read timeout (each
 // attempt is a Redlock round; a copy arriving late can leave a key behind
-// that blocks a node for one TTL).
+// that blocks a node for one TTL, and a release sent again after its
+// answer was lost finds the key gone and reports the lease lost though it
+// was held to the end).
 //
 // Options: baton.WithTTL (at least MinTTL; default 15s), baton.WithDrift
 // (default TTL/100 + 2ms: the clock drift allowed between this host and

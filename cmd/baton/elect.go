@@ -154,8 +154,13 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		_ = lease.Release(bg)
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitLeaseLost && ctx.Err() == nil {
-			// Lost before the command could start: a term like any other.
-			fmt.Fprintf(s.stderr, "baton: %s; campaigning again\n", ee.msg)
+			// Lost before the command could start: the term ends, as a
+			// stale one does.
+			d := pause.next()
+			fmt.Fprintf(s.stderr, "baton: %s; campaigning again in %v\n", ee.msg, d.Round(time.Millisecond))
+			if err := pauseFor(ctx, d); err != nil {
+				return err
+			}
 			continue
 		}
 		if err != nil {

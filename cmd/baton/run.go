@@ -64,8 +64,9 @@ COMMAND starts: from then on no older holder can write through it. With
 a run whose COMMAND exits 0 is marked done (fenced: a stale holder cannot),
 before the lock is released and unless the lease was seen lost. Each request
 to the fence store is given 10s: one that gets no answer in time makes baton
-exit 69, and SIGINT, SIGTERM or SIGHUP while baton waits for one, 130 (the
-lock is released either way).
+exit 69, and SIGINT, SIGTERM or SIGHUP while baton waits for one before
+COMMAND starts, 130; marking a run done, after COMMAND, is not cut short
+(the lock is released either way).
 
 --wait defaults to 0, one attempt: replicas started by cron at the same time
 should not queue up and run the job again after the winner.
@@ -73,12 +74,12 @@ should not queue up and run the job again after the winner.
 Exit codes:
   COMMAND's own  COMMAND ran to the end holding the lease (128+N if killed by signal N)
   75             not acquired within --wait (another holder has it)
-  76             the lease was lost while COMMAND ran (also if found only as it exited, or by the release)
+  76             the lease was lost while COMMAND ran (also if found only as it exited, or by the release), or before it could start
   77             the fence refused the token (a newer holder exists)
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
   130            interrupted (SIGINT, SIGTERM or SIGHUP) while waiting for the lock or the fence store
-  2              usage error
+  2              usage error, or a server that refuses the URL's user, password or database
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
   0 2 * * *  baton run --backend etcd://10.0.0.1:2379,10.0.0.2:2379 invoices -- ./invoices.sh

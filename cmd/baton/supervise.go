@@ -161,8 +161,21 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 				return res, nil
 			}
 		case s := <-sigs:
-			log.Info("passing signal on to the command", "signal", s)
 			res.signaled = true
+			if paused && (lease.Err() != nil || !time.Now().Before(lease.Deadline())) {
+				// Stopped by baton, and its lease may have ended since
+				// (kill %1 sends SIGTERM then SIGCONT): it must not run
+				// again, not even to act on the signal.
+				log.Info("killing the stopped command: its lease may have ended", "signal", s)
+				termed = true
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				if stuck == nil {
+					stuck = time.After(killStuck)
+				}
+				continue
+			}
+			paused = false
+			log.Info("passing signal on to the command", "signal", s)
 			termed = termed || s == syscall.SIGTERM
 			stop(pgid, s.(syscall.Signal))
 		case s := <-jobs:
@@ -192,6 +205,9 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 				fmt.Fprintf(stderr, "baton: %v while %s was stopped: sending SIGKILL\n", res.lost, argv[0])
 				termed = true
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				if stuck == nil {
+					stuck = time.After(killStuck)
+				}
 				continue
 			}
 			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)

@@ -132,6 +132,8 @@
 // *baton.UnavailableError naming host:port/database, never the password);
 // a transaction whose connection was lost before COMMIT wrote nothing. A
 // missing table is a *MissingTableError; a login or database the server
-// refuses, and invalid names and tokens, are *baton.OptionError. When ctx ends, the error wraps
+// refuses when New or Open first connects, and invalid names and tokens,
+// are *baton.OptionError (a refusal later, a password rotated under a
+// running Store, is unavailable: it may pass). When ctx ends, the error wraps
 // context.Cause(ctx).
 package postgres

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // MissingTableError says that one of the store's tables does not exist.
@@ -60,9 +59,6 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 	}
 	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrInvalidOption) {
 		return fmt.Errorf("%s: %w", op, err)
-	}
-	if pgkit.Refused(err) {
-		return fmt.Errorf("%s: %w", op, &baton.OptionError{Option: "PostgreSQL store", Value: s.where, Reason: fmt.Sprintf("the server refused it (%v): check the user, the password and the database name", err)})
 	}
 	if connFailure(err) {
 		return fmt.Errorf("%s: %w", op, &baton.UnavailableError{Where: s.where, Err: fmt.Errorf("%w; %s", err, hint)})

@@ -52,7 +52,8 @@ var _ baton.Fence = (*Store)(nil)
 // the fence and runs tables if they are missing; with WithCreate(false) it
 // checks that they exist and returns a *MissingTableError otherwise. It
 // fails with an error wrapping baton.ErrUnavailable if the server cannot be
-// reached, and with a *baton.OptionError for an invalid table name. The
+// reached, and with a *baton.OptionError for an invalid table name or a
+// login or database the server refuses. The
 // Store does not close db.
 func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
@@ -73,6 +74,12 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 		err = s.Init(ctx)
 	} else {
 		err = s.checkTables(ctx)
+	}
+	if pgkit.Refused(err) {
+		// At the first contact a refusal is the settings' (exit 2 from the
+		// CLI); later, a new connection refused (a rotated password, a
+		// role being re-created) is the server's passing failure.
+		return nil, &baton.OptionError{Option: "PostgreSQL store", Value: s.where, Reason: fmt.Sprintf("the server refused it (%v): check the user, the password and the database name", errors.Unwrap(err))}
 	}
 	if err != nil {
 		return nil, err
