@@ -71,6 +71,7 @@ func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		lostBefore, deadline := h.kp.Err() != nil, h.kp.Deadline()
 		ours, err := h.b.release(ctx, h.k, h.value)
+		answered := time.Now() // Stop may wait for a renewal in flight
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		switch {
@@ -79,7 +80,7 @@ func (h *hold) end(ctx context.Context, cause error) error {
 			if h.kp.Err() == cause { // not lost meanwhile
 				h.endErr = err
 			}
-		case !ours && cause == baton.ErrReleased && time.Now().Before(deadline):
+		case !ours && cause == baton.ErrReleased && answered.Before(deadline):
 			h.endErr = fmt.Errorf("%w: key %s no longer held this lease's value at release: it was deleted or taken by another client, or expired early", baton.ErrLeaseLost, h.k.lock)
 		}
 	})

@@ -1050,3 +1050,60 @@ func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
 		t.Fatalf("Err after a slow clean release: %v; want ErrReleased", lease.Err())
 	}
 }
+
+// stallRenewals holds back renewal scripts (EVALSHA with 1 key) until
+// their context's deadline, as go-redis does on a stalled connection
+// (it sets the read deadline from ctx's deadline; cancellation does not
+// interrupt a read).
+type stallRenewals struct{ armed atomic.Bool }
+
+func (h *stallRenewals) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *stallRenewals) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+func (h *stallRenewals) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		args := cmd.Args()
+		if h.armed.Load() && len(args) > 2 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && fmt.Sprint(args[2]) == "1" {
+			if d, ok := ctx.Deadline(); ok {
+				time.Sleep(time.Until(d))
+			}
+			return context.DeadlineExceeded
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestRelease_LossFoundWhileRenewalStalled: a key deleted by another
+// client is found by a Release whose answer comes well before the local
+// deadline, while a renewal is stalled in flight (which the release waits
+// for as it stops the keeper, until about the deadline): the loss counts
+// by when the release's answer came, not when the wait ended.
+func TestRelease_LossFoundWhileRenewalStalled(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	admin := client(t, srv.Addr)
+	st := &stallRenewals{}
+	c.AddHook(st)
+	l, err := redis.New(c, baton.WithTTL(2*time.Second), baton.WithRenewEvery(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := timeout(t, 20*time.Second)
+	lease, err := l.Acquire(ctx, "stalled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.armed.Store(true)
+	time.Sleep(700 * time.Millisecond) // a renewal is now stalled in flight
+	if err := admin.Del(ctx, lease.Key()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = lease.Release(ctx)
+	t.Logf("Release took %v (deadline was %v away at start); err %v; Err %v", time.Since(start).Round(time.Millisecond), time.Until(lease.Deadline()), err, lease.Err())
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("Err after a release that found the key deleted: %v; want a loss", lease.Err())
+	}
+}

@@ -123,6 +123,7 @@ func (h *hold) end(ctx context.Context, cause error) error {
 		<-h.settled
 		lostBefore, deadline := h.kp.Err() != nil, h.kp.Deadline()
 		notOurs, err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
+		answered := time.Now() // Stop may wait for a renewal in flight
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		switch {
@@ -131,7 +132,7 @@ func (h *hold) end(ctx context.Context, cause error) error {
 			if h.kp.Err() == cause { // not lost meanwhile
 				h.endErr = err
 			}
-		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased && time.Now().Before(deadline):
+		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased && answered.Before(deadline):
 			h.endErr = fmt.Errorf("%w: %s no longer held this lease's value on %d of %d nodes at release: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock, notOurs, len(h.b.nodes))
 		}
 	})

@@ -209,9 +209,9 @@ func (b *backend) Close() error {
 	b.holds = map[*hold]struct{}{}
 	b.mu.Unlock()
 
-	ended := holds[:0] // those Close ended: a Release that came first deletes its own node
+	ended := holds[:0] // all but those a Release ended first: it deletes its own node
 	for _, h := range holds {
-		if h.shut(baton.ErrClosed) {
+		if h.shut(baton.ErrClosed) || !errors.Is(h.Err(), baton.ErrReleased) {
 			ended = append(ended, h)
 		}
 	}

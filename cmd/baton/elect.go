@@ -145,7 +145,6 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 				continue
 			}
 		}
-		pause.reset()
 		res, err := s.supervise(ctx, name, lease, token, argv)
 		when := "by the resignation"
 		if errors.Is(lease.Err(), baton.ErrLeaseLost) {
@@ -166,6 +165,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		if err != nil {
 			return err
 		}
+		pause.reset() // the term's command ran
 		switch {
 		case res.signaled || ctx.Err() != nil:
 			return codeOf(res.code)

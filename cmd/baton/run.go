@@ -52,7 +52,8 @@ makes it exit 130. A signal ignored when baton started (SIGHUP under nohup)
 stays ignored. Ctrl-Z (SIGTSTP, and SIGTTIN or SIGTTOU) stops COMMAND's group,
 then baton; continued, baton continues COMMAND only while the lease holds
 (a lease that ran out meanwhile is lost: COMMAND gets SIGKILL, still stopped,
-and baton exits 76).
+and baton exits 76; so does a signal sent to baton then, instead of being
+passed on).
 
 The loss is seen at the lease's local deadline, just before the lock service
 may free the lock, so the --grace that follows runs past the lease: without
@@ -79,7 +80,7 @@ Exit codes:
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
   130            interrupted (SIGINT, SIGTERM or SIGHUP) while waiting for the lock or the fence store
-  2              usage error, or a server that refuses the URL's user, password or database
+  2              usage error, or a PostgreSQL or Redis server that refuses the URL's user, password or database
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
   0 2 * * *  baton run --backend etcd://10.0.0.1:2379,10.0.0.2:2379 invoices -- ./invoices.sh

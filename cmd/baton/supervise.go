@@ -166,7 +166,10 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 				// Stopped by baton, and its lease may have ended since
 				// (kill %1 sends SIGTERM then SIGCONT): it must not run
 				// again, not even to act on the signal.
-				log.Info("killing the stopped command: its lease may have ended", "signal", s)
+				if res.lost = lease.Err(); res.lost == nil {
+					res.lost = fmt.Errorf("%w: its local deadline passed while the command was stopped", baton.ErrLeaseLost)
+				}
+				fmt.Fprintf(stderr, "baton: %v; got %v: sending SIGKILL to %s, still stopped\n", res.lost, s, argv[0])
 				termed = true
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				if stuck == nil {
