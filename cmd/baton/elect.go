@@ -114,9 +114,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			if err := interrupted(ctx, err); !led || !transient(err) {
 				return err
 			}
-			d := pause.next()
-			fmt.Fprintf(s.stderr, "baton: campaign for %s failed: %v; campaigning again in %v\n", name, err, d.Round(time.Millisecond))
-			if err := pauseFor(ctx, d); err != nil {
+			if err := pause.wait(ctx, s.stderr, fmt.Sprintf("campaign for %s failed: %v", name, err)); err != nil {
 				return err
 			}
 			continue
@@ -137,9 +135,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 				if !errors.Is(err, baton.ErrStaleToken) && !errors.Is(err, baton.ErrUnavailable) {
 					return err
 				}
-				d := pause.next()
-				fmt.Fprintf(s.stderr, "baton: %v; campaigning again in %v\n", err, d.Round(time.Millisecond))
-				if err := pauseFor(ctx, d); err != nil {
+				if err := pause.wait(ctx, s.stderr, err.Error()); err != nil {
 					return err
 				}
 				continue
@@ -155,9 +151,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		if errors.As(err, &ee) && ee.code == exitLeaseLost && ctx.Err() == nil {
 			// Lost before the command could start: the term ends, as a
 			// stale one does.
-			d := pause.next()
-			fmt.Fprintf(s.stderr, "baton: %s; campaigning again in %v\n", ee.msg, d.Round(time.Millisecond))
-			if err := pauseFor(ctx, d); err != nil {
+			if err := pause.wait(ctx, s.stderr, ee.msg); err != nil {
 				return err
 			}
 			continue
@@ -216,9 +210,12 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.failures = 0 }
 
-// pauseFor waits d, or returns exit 130 if SIGINT, SIGTERM or SIGHUP
+// wait says why elect campaigns again (why, on w) and after how long, then
+// waits the next pause, or returns exit 130 if SIGINT, SIGTERM or SIGHUP
 // (ctx) comes first.
-func pauseFor(ctx context.Context, d time.Duration) error {
+func (b *backoff) wait(ctx context.Context, w io.Writer, why string) error {
+	d := b.next()
+	fmt.Fprintf(w, "baton: %s; campaigning again in %v\n", why, d.Round(time.Millisecond))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

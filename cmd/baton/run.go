@@ -209,10 +209,7 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 // Before the release, a local deadline already passed counts as the loss
 // it is, though the timer that reports it may not have fired yet.
 func lostLate(lease *baton.Lease, argv []string, res supervised, when string) error {
-	err := lease.Err()
-	if err == nil && !time.Now().Before(lease.Deadline()) {
-		err = fmt.Errorf("%w: the local deadline (%s) passed", baton.ErrLeaseLost, lease.Deadline().Format(time.StampMilli))
-	}
+	err := leaseErr(lease)
 	if !errors.Is(err, baton.ErrLeaseLost) {
 		return nil
 	}

@@ -104,10 +104,7 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	defer signal.Stop(jobs)
 
 	// The fence raise and the --once check before may have taken long.
-	if err := lease.Err(); err != nil || !time.Now().Before(lease.Deadline()) {
-		if err == nil {
-			err = fmt.Errorf("%w: its local deadline passed before the command could start", baton.ErrLeaseLost)
-		}
+	if err := leaseErr(lease); err != nil {
 		return supervised{}, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; %s not started", err, argv[0])}
 	}
 	if err := cmd.Start(); err != nil {
@@ -139,6 +136,16 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			kill = time.After(grace)
 		}
 	}
+	// killStopped ends the group baton stopped, whose lease ended since
+	// (lost): it must not run again, not even to act on SIGTERM.
+	killStopped := func(lost error, why string) {
+		res.lost, termed = lost, true
+		fmt.Fprintf(stderr, "baton: %v%s: sending SIGKILL to %s, still stopped\n", lost, why, argv[0])
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if stuck == nil {
+			stuck = time.After(killStuck)
+		}
+	}
 	for {
 		select {
 		case <-leader:
@@ -162,19 +169,9 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			}
 		case s := <-sigs:
 			res.signaled = true
-			if paused && (lease.Err() != nil || !time.Now().Before(lease.Deadline())) {
-				// Stopped by baton, and its lease may have ended since
-				// (kill %1 sends SIGTERM then SIGCONT): it must not run
-				// again, not even to act on the signal.
-				if res.lost = lease.Err(); res.lost == nil {
-					res.lost = fmt.Errorf("%w: its local deadline passed while the command was stopped", baton.ErrLeaseLost)
-				}
-				fmt.Fprintf(stderr, "baton: %v; got %v: sending SIGKILL to %s, still stopped\n", res.lost, s, argv[0])
-				termed = true
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				if stuck == nil {
-					stuck = time.After(killStuck)
-				}
+			if err := leaseErr(lease); paused && err != nil {
+				// kill %1 sends SIGTERM then SIGCONT to a stopped job.
+				killStopped(err, fmt.Sprintf("; got %v", s))
 				continue
 			}
 			paused = false
@@ -192,7 +189,7 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			// Continued: so is the command, unless its lease may have
 			// ended meanwhile; then the loss (the keeper's timer fires as
 			// soon as baton runs again) sends SIGTERM and SIGCONT.
-			if paused && lease.Err() == nil && time.Now().Before(lease.Deadline()) {
+			if paused && leaseErr(lease) == nil {
 				paused = false
 				_ = syscall.Kill(-pgid, syscall.SIGCONT)
 			}
@@ -201,18 +198,11 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 				continue
 			}
-			res.lost = lease.Err()
 			if paused {
-				// Stopped by baton since before the loss: it must not
-				// run again, not even to act on SIGTERM.
-				fmt.Fprintf(stderr, "baton: %v while %s was stopped: sending SIGKILL\n", res.lost, argv[0])
-				termed = true
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				if stuck == nil {
-					stuck = time.After(killStuck)
-				}
+				killStopped(lease.Err(), "")
 				continue
 			}
+			res.lost = lease.Err()
 			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 			termed = true
 			stop(pgid, syscall.SIGTERM)
@@ -229,6 +219,19 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			return res, nil
 		}
 	}
+}
+
+// leaseErr is lease's loss, counting a local deadline passed that the
+// backend's timer has not reported yet; nil while the lease holds (after
+// a release, ErrReleased).
+func leaseErr(lease *baton.Lease) error {
+	if err := lease.Err(); err != nil {
+		return err
+	}
+	if d := lease.Deadline(); !time.Now().Before(d) {
+		return fmt.Errorf("%w: its local deadline (%s) passed", baton.ErrLeaseLost, d.Format(time.StampMilli))
+	}
+	return nil
 }
 
 // stop sends sig, which ends a process unless it handles it, to the process
