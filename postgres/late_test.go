@@ -294,7 +294,13 @@ func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
 	go func() { done <- la.Release(context.Background()) }()
 	// Let the row expire on the server's clock before the release gets
 	// the connection.
-	time.Sleep(time.Until(la.Deadline()) + 300*time.Millisecond)
+	waitFor(t, 10*time.Second, "the row expired on the server's clock", func() bool {
+		var expired bool
+		if err := c.QueryRow(ctx, `SELECT expires_at < clock_timestamp() FROM baton_lock WHERE name = 'slow'`).Scan(&expired); err != nil {
+			t.Fatal(err)
+		}
+		return expired
+	})
 	c.Release()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -1005,14 +1005,11 @@ func TestRelease_KeyGoneIsALoss(t *testing.T) {
 // delayScripts is a go-redis hook that holds back every script call
 // (EVALSHA) for d once armed, as a stalled network would.
 type delayScripts struct {
+	redistest.ProcessOnly
 	d     time.Duration
 	armed atomic.Bool
 }
 
-func (h *delayScripts) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *delayScripts) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
-}
 func (h *delayScripts) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		if args := cmd.Args(); h.armed.Load() && len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") {
@@ -1055,16 +1052,18 @@ func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
 // their context's deadline, as go-redis does on a stalled connection
 // (it sets the read deadline from ctx's deadline; cancellation does not
 // interrupt a read).
-type stallRenewals struct{ armed atomic.Bool }
-
-func (h *stallRenewals) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *stallRenewals) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
+type stallRenewals struct {
+	redistest.ProcessOnly
+	armed   atomic.Bool
+	once    sync.Once
+	stalled chan struct{} // closed when the first renewal is held
 }
+
 func (h *stallRenewals) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		args := cmd.Args()
 		if h.armed.Load() && len(args) > 2 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && fmt.Sprint(args[2]) == "1" {
+			h.once.Do(func() { close(h.stalled) })
 			if d, ok := ctx.Deadline(); ok {
 				time.Sleep(time.Until(d))
 			}
@@ -1083,7 +1082,7 @@ func TestRelease_LossFoundWhileRenewalStalled(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	c := client(t, srv.Addr)
 	admin := client(t, srv.Addr)
-	st := &stallRenewals{}
+	st := &stallRenewals{stalled: make(chan struct{})}
 	c.AddHook(st)
 	l, err := redis.New(c, baton.WithTTL(2*time.Second), baton.WithRenewEvery(500*time.Millisecond))
 	if err != nil {
@@ -1096,7 +1095,11 @@ func TestRelease_LossFoundWhileRenewalStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.armed.Store(true)
-	time.Sleep(700 * time.Millisecond) // a renewal is now stalled in flight
+	select {
+	case <-st.stalled: // a renewal is now stalled in flight
+	case <-ctx.Done():
+		t.Fatal("no renewal was sent")
+	}
 	if err := admin.Del(ctx, lease.Key()).Err(); err != nil {
 		t.Fatal(err)
 	}

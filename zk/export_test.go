@@ -38,3 +38,12 @@ func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
 // Crowded reports whether l's next create sends the listing right behind
 // it: whether its last create found other children in the election node.
 func Crowded(l *baton.Locker) bool { return backendOf(l).crowded.Load() }
+
+// AwaitingAbandons reports whether l's Close waits for the answer of a
+// create an acquisition stopped waiting for.
+func AwaitingAbandons(l *baton.Locker) bool {
+	b := backendOf(l)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.idle != nil
+}

@@ -451,13 +451,19 @@ func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- fl.Close() }()
-	// Close cannot end before the create is answered; give it time to
-	// reach its last pass of the reaper before the answer comes.
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while a create was in flight", err)
-	default:
+	// The answer comes only once Close waits for it, before its last pass
+	// of the reaper.
+	deadline := time.Now().Add(10 * time.Second)
+	for !zk.AwaitingAbandons(fl.Locker()) {
+		select {
+		case err := <-closed:
+			t.Fatalf("Close returned (%v) while a create was in flight", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Close does not wait for the abandoned create's answer")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	held.Release()
 	select {

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,6 +225,7 @@ func TestClose_WhileRequestsStart(t *testing.T) {
 		in := fl.Locker().Backend().(baton.Inspector)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
+		var inspected atomic.Int32
 		for range 8 {
 			wg.Add(1)
 			go func() {
@@ -234,10 +237,13 @@ func TestClose_WhileRequestsStart(t *testing.T) {
 					default:
 					}
 					_, _ = in.Inspect(context.Background(), "close-race")
+					inspected.Add(1)
 				}
 			}()
 		}
-		time.Sleep(20 * time.Millisecond) // let the readers run before Close
+		for inspected.Load() < 8 { // the readers run before Close
+			runtime.Gosched()
+		}
 		if err := fl.Close(); err != nil {
 			t.Fatal(err)
 		}

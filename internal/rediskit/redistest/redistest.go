@@ -166,21 +166,26 @@ func ForceOnlyTheValueRead(t *testing.T, script *goredis.Script, keys []string) 
 	}
 }
 
+// ProcessOnly is the part of a go-redis hook that leaves dials and
+// pipelines alone: a test's hook embeds it and defines ProcessHook.
+type ProcessOnly struct{}
+
+// DialHook implements goredis.Hook.
+func (ProcessOnly) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+// ProcessPipelineHook implements goredis.Hook.
+func (ProcessOnly) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
 // DropAnswer is a go-redis hook that drops the answer of the first EVALSHA
 // of the script SHA once Armed: the script ran, and its caller sees a
 // network error, as when a connection breaks at that moment. Armed is
 // false again once it dropped one.
 type DropAnswer struct {
+	ProcessOnly
 	SHA   string
 	Armed atomic.Bool
-}
-
-// DialHook implements goredis.Hook.
-func (h *DropAnswer) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-// ProcessPipelineHook implements goredis.Hook.
-func (h *DropAnswer) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
 }
 
 // ProcessHook implements goredis.Hook.
