@@ -411,6 +411,18 @@ func TestAcquire_SessionEndsDuringCreate(t *testing.T) {
 	stall.Store(false)
 }
 
+// interceptedLocker is a Locker with opts on interceptedClient, closed
+// when t ends.
+func interceptedLocker(t *testing.T, endpoint string, intercept grpc.UnaryClientInterceptor, opts ...baton.Option) *baton.FencedLocker {
+	t.Helper()
+	l, err := etcd.New(interceptedClient(t, endpoint, intercept), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
 // interceptedClient is an etcd client for endpoint whose unary calls go
 // through intercept, closed when t ends.
 func interceptedClient(t *testing.T, endpoint string, intercept grpc.UnaryClientInterceptor) *clientv3.Client {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/etcd"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -34,20 +33,12 @@ func TestRelease_DeleteFailed_KeyGoesWithSession(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := interceptedLocker(t, srv.Endpoint, icpt, baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(500*time.Millisecond))
 	lease, err := l.TryAcquire(timeout(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stall.Store(true)
-	if err := lease.Release(context.Background()); err == nil {
-		t.Fatal("Release whose delete stalled returned nil")
-	}
-	stall.Store(false)
+	releaseStalled(t, &stall, lease)
 	// Without the retirement the key lives as long as l: 5 TTLs is ample.
 	other := newLocker(t, srv.Endpoint)
 	lo, err := other.Acquire(timeout(t, 10*time.Second), "x")
@@ -91,11 +82,7 @@ func TestAcquire_LateCreate_KeyGoesWithSession(t *testing.T) {
 				}
 				return invoker(ctx, method, req, reply, cc, opts...)
 			}
-			l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
+			l := interceptedLocker(t, srv.Endpoint, icpt, baton.WithTTL(2*time.Second))
 			name := fmt.Sprintf("late-%v", pinned)
 			warm, err := l.TryAcquire(timeout(t, 5*time.Second), name+"-pin") // the session exists
 			if err != nil {
@@ -189,11 +176,7 @@ func TestForceRelease_AnswerLost(t *testing.T) {
 		}
 		return err
 	}
-	op, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = op.Close() })
+	op := interceptedLocker(t, srv.Endpoint, icpt, baton.WithTTL(2*time.Second))
 	holder := newLocker(t, srv.Endpoint, baton.WithHolder("web-1"))
 	la, err := holder.Acquire(timeout(t, 5*time.Second), "forced")
 	if err != nil {
@@ -244,22 +227,14 @@ func TestClose_FinishesRevokes(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	l, err := etcd.New(interceptedClient(t, srv.Endpoint, icpt), baton.WithTTL(10*time.Second), baton.WithReleaseTimeout(3*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := interceptedLocker(t, srv.Endpoint, icpt, baton.WithTTL(10*time.Second), baton.WithReleaseTimeout(3*time.Second))
 	// x's delete fails: its session is retired, and revoked at once, as
 	// x was its only lock; the revoke is held.
 	lx, err := l.TryAcquire(timeout(t, 5*time.Second), "x")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stall.Store(true)
-	if err := lx.Release(context.Background()); err == nil {
-		t.Fatal("Release whose delete stalled returned nil")
-	}
-	stall.Store(false)
+	releaseStalled(t, &stall, lx)
 	lz, err := l.TryAcquire(timeout(t, 5*time.Second), "z")
 	if err != nil {
 		t.Fatal(err)
@@ -284,5 +259,17 @@ func TestClose_FinishesRevokes(t *testing.T) {
 			t.Fatalf("lock %s after Close: %v; want it free", name, err)
 		}
 		_ = lo.Release(context.Background())
+	}
+}
+
+// releaseStalled releases lease while stall holds every Txn (the
+// interceptor's), so that its delete is never applied, and checks that
+// Release says it failed.
+func releaseStalled(t *testing.T, stall *atomic.Bool, lease *baton.FencedLease) {
+	t.Helper()
+	stall.Store(true)
+	defer stall.Store(false)
+	if err := lease.Release(context.Background()); err == nil {
+		t.Fatal("Release whose delete stalled returned nil")
 	}
 }
