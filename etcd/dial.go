@@ -2,11 +2,13 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -35,23 +37,34 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	cc.Context = ctx
 	client, err := clientv3.New(cc)
 	if err != nil {
-		return nil, &baton.UnavailableError{Where: where, Err: err}
-	}
-	// clientv3.New does not wait for a connection; one read does.
-	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-	_, err = client.Get(pctx, "/baton/ping", clientv3.WithCountOnly())
-	cancel()
-	if err != nil {
-		_ = client.Close()
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+		if err := refused(err, where, ""); err != nil {
+			return nil, err
 		}
-		return nil, &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)}
+		return nil, &baton.UnavailableError{Where: where, Err: err}
 	}
 	b, err := newBackend(client, opts)
 	if err != nil {
 		_ = client.Close()
 		return nil, err
+	}
+	// clientv3.New does not wait for a connection; one read does. It reads
+	// under the prefix, the only keys a user limited to it may read.
+	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	_, err = client.Get(pctx, b.prefix, clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		b.bgStop()
+		_ = client.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if err := refused(err, where, b.prefix); err != nil {
+			return nil, err
+		}
+		if pctx.Err() == nil { // an answer, not a timeout
+			return nil, &baton.UnavailableError{Where: where, Err: fmt.Errorf("a read under %s failed: %w", b.prefix, err)}
+		}
+		return nil, &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)}
 	}
 	b.owned = true
 	b.where = where
@@ -117,4 +130,19 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 		opts = append(opts, opt)
 	}
 	return cc, opts, nil
+}
+
+// refused returns a *baton.OptionError when err is the server's refusal of
+// the client's credentials, or of its access to prefix (when not ""):
+// settings to change, not a server to wait for. Otherwise it returns nil.
+func refused(err error, where, prefix string) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrAuthFailed):
+		return &baton.OptionError{Option: "etcd credentials for", Value: where, Reason: "the server refused the user:password; check them"}
+	case errors.Is(err, rpctypes.ErrUserEmpty):
+		return &baton.OptionError{Option: "etcd credentials for", Value: where, Reason: "the server has authentication on and none were given; write etcd://user:password@host:port"}
+	case errors.Is(err, rpctypes.ErrPermissionDenied) && prefix != "":
+		return &baton.OptionError{Option: "prefix", Value: prefix, Reason: "the etcd user may not read keys under it at " + where + "; grant its role readwrite on the prefix, or use a prefix it has"}
+	}
+	return nil
 }

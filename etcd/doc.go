@@ -70,4 +70,14 @@
 // minimum (about 1.5 x the election timeout, 2s by default) without saying
 // so; baton refuses both with a *baton.OptionError instead of holding a
 // longer lease than asked for.
+//
+// # Authentication
+//
+// With etcd's authentication on, give the user and password in the URL
+// (etcd://user:password@host:port/prefix/) or in the clientv3.Config of
+// your own client. A user needs readwrite on the prefix only: Dial checks
+// that it answers by reading under the prefix. Dial returns a
+// *baton.OptionError (the CLI's exit 2), not an unavailable server, when
+// the server refuses the credentials, gets none, or refuses the user the
+// prefix.
 package etcd
