@@ -34,7 +34,10 @@ func Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.F
 // otherwise) and silently raises or lowers a request outside that range,
 // which would make the local deadline wrong; Dial refuses that with a
 // *baton.OptionError that names the limit. With s.Auth it adds the digest
-// identity to the connection before any request.
+// identity to the connection before any request. It lists the root, when
+// it exists, and returns a *baton.OptionError when the root's ACL refuses
+// the connection's identity (ZooKeeper accepts any digest identity and
+// refuses only the requests that nodes' ACLs do not allow).
 func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.FencedLocker, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -105,7 +108,29 @@ func (b *backend) handshake(ctx context.Context) error {
 			return b.fail(ctx, "authenticate as "+a.String(), err)
 		}
 	}
-	return nil
+	return b.probeRoot(ctx)
+}
+
+// probeRoot lists the root, when it exists, so that an identity its ACL
+// refuses is told at once, as a setting to change: ZooKeeper accepts any
+// digest identity and refuses only the requests its nodes' ACLs do not
+// allow.
+func (b *backend) probeRoot(ctx context.Context) error {
+	_, err := call(b, ctx, func() ([]string, error) {
+		names, _, err := b.conn.Children(b.root)
+		return names, err
+	})
+	switch {
+	case err == nil, errors.Is(err, zkgo.ErrNoNode):
+		return nil
+	case errors.Is(err, zkgo.ErrNoAuth):
+		who := "a client without credentials; give zk://user:password@host:port" + b.root
+		if a := b.set.Auth; a != nil {
+			who = "the identity " + a.String() + "; give the user:password that created it"
+		}
+		return &baton.OptionError{Option: "ZooKeeper credentials for", Value: b.place() + b.root, Reason: "the ACL of " + b.root + " refuses " + who}
+	}
+	return b.fail(ctx, "list "+b.root, err)
 }
 
 // logTap receives go-zookeeper's log lines: it passes them on to the

@@ -157,7 +157,8 @@ func TestDial_Unreachable(t *testing.T) {
 
 // TestDial_DigestAuth: with a user and password the nodes are the
 // identity's alone; another identity, or none, cannot take the lock, and is
-// told it is a permission problem, not contention.
+// told it is a permission problem, not contention: at Dial when the root is
+// not theirs, at the attempt when only the lock is.
 func TestDial_DigestAuth(t *testing.T) {
 	addr := zkServer.Addr(t)
 	root := "/" + uniqueName(t)
@@ -177,18 +178,45 @@ func TestDial_DigestAuth(t *testing.T) {
 		t.Errorf("node ACL %+v, want digest alice with all permissions", acl)
 	}
 
+	// The root is alice's too: another identity, or none, is told at Dial
+	// that it has the wrong credentials, not that the server is down.
 	for who, set := range map[string]zk.Settings{
 		"anonymous": {},
 		"mallory":   {Auth: &zk.Digest{User: "alice", Password: "guess"}},
 	} {
-		l := dial(t, []string{addr}, set, baton.WithPrefix(root))
-		_, err := l.TryAcquire(ctx, name)
-		if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrNotAcquired) || !strings.Contains(err.Error(), "ACL") {
-			t.Errorf("%s: TryAcquire = %v; want ErrUnavailable saying the ACL refuses it", who, err)
+		l, err := set.Dial(ctx, []string{addr}, baton.WithPrefix(root), baton.WithTTL(suiteTTL))
+		if err == nil {
+			_ = l.Close()
 		}
-		if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "guess") {
+		var oe *baton.OptionError
+		if !errors.As(err, &oe) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "ACL of "+root) {
+			t.Errorf("%s: Dial = %v; want a *baton.OptionError saying the ACL of %s refuses it", who, err, root)
+		} else if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "guess") {
 			t.Errorf("%s: error shows a password: %v", who, err)
 		}
+	}
+
+	// Under a root anyone may list, alice's lock is still hers alone: the
+	// refusal comes with the attempt, named as a permission problem, not
+	// contention.
+	shared := "/" + uniqueName(t) + "-shared"
+	anon := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(shared))
+	lo, err := anon.Acquire(ctx, "open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lo.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(t, []string{addr}, alice, baton.WithPrefix(shared)).Acquire(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	m := dial(t, []string{addr}, zk.Settings{Auth: &zk.Digest{User: "alice", Password: "guess"}}, baton.WithPrefix(shared))
+	_, err = m.TryAcquire(ctx, name)
+	if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrNotAcquired) || !strings.Contains(err.Error(), "ACL") {
+		t.Errorf("TryAcquire of alice's lock under a shared root = %v; want ErrUnavailable saying the ACL refuses it", err)
+	} else if strings.Contains(err.Error(), "guess") {
+		t.Errorf("error shows a password: %v", err)
 	}
 	a2 := dial(t, []string{addr}, alice, baton.WithPrefix(root))
 	var nae *baton.NotAcquiredError

@@ -29,6 +29,12 @@
 // abandoned create, a release without answer, the node of a lease lost to
 // a disconnection) is deleted as soon as the connection is back.
 //
+// With a digest identity (Settings.Auth, or the URL's user:password) every
+// node baton creates, the root included, is readable and writable by that
+// identity alone; without one they are open to all. ZooKeeper accepts any
+// identity and refuses only what an ACL does not allow, so Dial lists the
+// root and returns a *baton.OptionError when its ACL refuses the identity.
+//
 // # Tokens: czxid, not the sequence number
 //
 // The fencing token is the czxid of the holder's node: the zxid of the
