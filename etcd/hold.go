@@ -114,7 +114,9 @@ func (h *hold) watch(ctx context.Context) {
 
 // Release deletes the key if it is still ours (compare-and-delete by create
 // revision), and ends the watcher. A hold found lost, before or by the
-// delete, returns its loss (see baton.Hold). A lost hold is not deleted: its key is
+// delete, returns its loss (see baton.Hold); a key found gone by an answer
+// that came after the local deadline is not a loss, as on the other
+// backends: the work had stopped before it. A lost hold is not deleted: its key is
 // gone, or goes with its session's lease (revoked in the background once
 // no other hold uses it, when it was lost by its local deadline), and the
 // service may be unreachable, which would only make Release wait. When the
@@ -139,6 +141,7 @@ func (h *hold) Release(ctx context.Context) error {
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 		Then(clientv3.OpDelete(h.key)).
 		Commit()
+	answered := time.Now()
 	if err != nil {
 		h.b.retire(h.s)
 		return h.b.fail(context.Background(), "delete lock key", fmt.Errorf("%w; the key goes with the session's lease, revoked once no other lock of this Locker uses it", err))
@@ -146,6 +149,12 @@ func (h *hold) Release(ctx context.Context) error {
 	if !resp.Succeeded {
 		if errors.Is(h.s.k.Err(), baton.ErrClosed) {
 			return nil // our own Close revoked the session meanwhile
+		}
+		if !answered.Before(h.Deadline()) {
+			// The key may have run out with the session's lease while the
+			// delete was on its way; the work had stopped before the
+			// local deadline either way, so nothing overlapped: not a loss.
+			return nil
 		}
 		// Deleted by someone else, and the watcher, stopped above, had
 		// not said so yet: the work may have overlapped the next holder's.

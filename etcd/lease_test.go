@@ -438,3 +438,49 @@ func interceptedClient(t *testing.T, endpoint string, intercept grpc.UnaryClient
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// TestRelease_SlowCleanReleaseIsNoLoss: a release sent before the local
+// deadline whose delete reaches the server only after the session's lease
+// ran out there (the holder is cut off: the delete and the renewals are
+// held up) finds the key gone, but the work had stopped before the
+// deadline, so nothing could overlap: a release, not a loss.
+func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+	l := newLocker(t, "http://"+proxy.Addr(), baton.WithReleaseTimeout(20*time.Second))
+	admin := testsvc.Client(t, srv.Endpoint)
+	lease, err := l.Acquire(timeout(t, 10*time.Second), "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	released := make(chan error, 1)
+	go func() { released <- lease.Release(context.Background()) }()
+	<-lease.Done() // the release has begun: the work is stopped
+	// The key runs out with the session's lease on the server, after the
+	// local deadline (one drift earlier).
+	for {
+		g, err := admin.Get(timeout(t, 5*time.Second), lease.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Kvs) == 0 {
+			break
+		}
+		select {
+		case err := <-released:
+			t.Fatalf("Release returned %v while its delete was held up", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if d := lease.Deadline(); time.Now().Before(d) {
+		t.Fatalf("the key is gone on the server before the local deadline %v", d)
+	}
+	proxy.Unblock()
+	if err := <-released; err != nil {
+		t.Fatalf("Release = %v, want nil", err)
+	}
+	if err := lease.Err(); !errors.Is(err, baton.ErrReleased) || errors.Is(err, baton.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrReleased: the work stopped before the deadline", err)
+	}
+}
