@@ -203,6 +203,51 @@ func TestElect_CampaignFailsAfterLoss(t *testing.T) {
 	}
 }
 
+// TestElect_RaiseUnanswered_CampaignsAgain: a term whose fence raise the
+// store does not answer (here SQLite's write lock is held by another
+// connection past the busy timeout) ends: elect releases the lease, pauses
+// and campaigns again, and the next term, with the store free again, runs
+// the command with its token.
+func TestElect_RaiseUnanswered_CampaignsAgain(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "fence.db")
+	if r := runInProcess("fence", "init", "--store", "sqlite:"+dbPath); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	db, err := sql.Open("sqlite", "file:"+dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil { // the write lock
+		t.Fatal(err)
+	}
+	var freed error
+	backend := useFake(t, &fakeBackend{onAcquire: func(n int) {
+		if n == 1 { // the second campaign: the first term's raise has failed
+			_, freed = conn.ExecContext(ctx, "ROLLBACK")
+		}
+	}})
+	r := runInProcess("elect", "--backend", backend, "--fence", "sqlite:"+dbPath+"?busy_timeout=300ms", "mailer", "--", "sh", "-c", `[ "$BATON_TOKEN" = 2 ]`)
+	t.Log(r.stderr)
+	if freed != nil {
+		t.Fatalf("freeing the write lock: %v", freed)
+	}
+	if r.code != 0 {
+		t.Fatalf("exit %d, want 0 from the second term's command (token 2); stderr %q", r.code, r.stderr)
+	}
+	for _, want := range []string{"leading mailer (token 1)", "write lock", "campaigning again in", "leading mailer (token 2)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %q", want, r.stderr)
+		}
+	}
+}
+
 // TestElect_Retry: which campaign failures elect retries, and its pauses.
 func TestElect_Retry(t *testing.T) {
 	for _, tc := range []struct {

@@ -21,6 +21,7 @@ type fakeBackend struct {
 	loseFirst  time.Duration
 	releaseErr error
 	deadline   time.Duration // the first hold's local deadline after its grant; an hour when 0, and for the others
+	onAcquire  func(n int)   // when not nil, called with n at the start of the nth acquisition (from 0)
 
 	acquired int
 	token    baton.Token
@@ -50,6 +51,9 @@ func useFake(t *testing.T, b *fakeBackend) string {
 func (b *fakeBackend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	n := b.acquired
 	b.acquired++
+	if b.onAcquire != nil {
+		b.onAcquire(n)
+	}
 	if n < len(b.script) && b.script[n] != nil {
 		return nil, b.script[n]
 	}

@@ -25,7 +25,7 @@ func (e *MissingTableError) Error() string {
 const (
 	hintOpen    = "check that the file's directory exists and is writable, and that the file is an SQLite database"
 	hintNotDone = "the transaction was not committed, so nothing was written; retry"
-	hintBusy    = "another connection or process held the database's write lock for longer than the busy timeout (WithBusyTimeout); nothing was written; retry"
+	hintBusy    = "another connection or process held the database's write lock for longer than the busy timeout (WithBusyTimeout, or busy_timeout in a sqlite: URL); nothing was written; retry"
 )
 
 // wrap adds op's context to err, classifying it: the cause of a cancelled
