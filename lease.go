@@ -31,6 +31,7 @@ type Lease struct {
 
 	releaseTimeout time.Duration
 	unfollow       func() // stops following the hold's loss
+	forget         func() // takes the lease out of its Locker's live ones; set by the Locker
 
 	mu  sync.Mutex
 	err error // nil while held
@@ -39,7 +40,7 @@ type Lease struct {
 	relErr  error
 }
 
-func newLease(parent context.Context, name, holder string, h Hold, cfg Config) *Lease {
+func newLease(parent context.Context, name, holder string, h Hold, cfg Config, owner *Locker) *Lease {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	l := &Lease{
 		name:           name,
@@ -51,6 +52,7 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config) *
 		cancel:         cancel,
 		releaseTimeout: cfg.ReleaseTimeout,
 	}
+	l.forget = owner.track(l)
 	l.unfollow = l.follow()
 	return l
 }
@@ -63,7 +65,10 @@ func (l *Lease) follow() (stop func()) {
 }
 
 // lost reports the hold's loss, unless the lease was released first.
-func (l *Lease) lost() { l.markLost(l.hold.Err(), false) }
+func (l *Lease) lost() {
+	l.markLost(l.hold.Err(), false)
+	l.forget()
+}
 
 // markLost records a loss with cause and cancels the work context with it,
 // unless the lease had already ended; byRelease says that the release
@@ -151,6 +156,7 @@ func (l *Lease) release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	l.unfollow()
+	l.forget()
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout)
 	defer cancel()

@@ -24,6 +24,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup
+	leases   map[*Lease]struct{} // live: neither released nor lost yet
 
 	closeOnce sync.Once
 	closeErr  error
@@ -33,7 +34,7 @@ type Locker struct {
 // programs get a Locker from a backend's constructor or from Open.
 func NewLocker(b Backend, cfg Config) *Locker {
 	closing, shut := context.WithCancelCause(context.Background())
-	return &Locker{b: b, cfg: cfg, closing: closing, shut: shut}
+	return &Locker{b: b, cfg: cfg, closing: closing, shut: shut, leases: map[*Lease]struct{}{}}
 }
 
 // Config returns the configuration the Locker was built with.
@@ -83,13 +84,27 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 	if l.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // the arguments allocate
 		l.cfg.Logger.Debug("lease acquired", "lock", name, "key", h.Key(), "token", int64(h.Token()))
 	}
-	return newLease(ctx, name, l.cfg.Holder, h, l.cfg), nil
+	return newLease(ctx, name, l.cfg.Holder, h, l.cfg, l), nil
+}
+
+// track counts lease among the live ones, which Close ends, and returns
+// how to forget it. It is called before inflight.Done, so Close, which
+// waits for that, finds every lease.
+func (l *Locker) track(lease *Lease) (forget func()) {
+	l.mu.Lock()
+	l.leases[lease] = struct{}{}
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.leases, lease)
+		l.mu.Unlock()
+	}
 }
 
 // Close ends the waits in flight, then every hold made through the Locker,
-// and frees its resources. Leases still held are lost (their work contexts
-// are cancelled) and freed on the lock service where the backend can.
-// Close is idempotent.
+// and frees its resources. Leases still held are lost: their work contexts
+// are cancelled, and Err reports it, before the lock service frees their
+// locks (where the backend can) for the next holders. Close is idempotent.
 func (l *Locker) Close() error {
 	l.closeOnce.Do(func() {
 		l.mu.Lock()
@@ -97,6 +112,13 @@ func (l *Locker) Close() error {
 		l.mu.Unlock()
 		l.shut(ErrClosed)
 		l.inflight.Wait()
+		l.mu.Lock()
+		live := l.leases
+		l.leases = nil
+		l.mu.Unlock()
+		for lease := range live {
+			lease.markLost(ErrClosed, false) // the work stops before the lock is free
+		}
 		l.closeErr = l.b.Close()
 	})
 	return l.closeErr

@@ -490,23 +490,42 @@ func (s *suite) tokenOrder(t *testing.T) {
 	}
 }
 
+// close: Close ends the leases it held before it frees their locks: by the
+// time a waiter on another Locker has the lock, the closed lease's work
+// context is cancelled and its Err reports the loss; and it is so as soon
+// as Close returns.
 func (s *suite) close(t *testing.T) {
 	name := lockName(t)
 	a := s.locker(t)
 	lease := mustAcquire(t, a, name)
+	type next struct {
+		lease   *baton.Lease
+		err     error
+		oldLive bool // the closed lease's work context was live when the waiter got the lock
+	}
+	got := make(chan next, 1)
+	go func() {
+		lb, err := s.locker(t).Acquire(ctxFor(t, 20*time.Second), name)
+		got <- next{lb, err, lease.Context().Err() == nil}
+	}()
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	waitDone(t, lease, 10*time.Second)
+	if lease.Context().Err() == nil || !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Errorf("right after Close: work context error %v, Err %v; want cancelled and ErrLeaseLost", lease.Context().Err(), lease.Err())
+	}
 	if _, err := a.TryAcquire(context.Background(), name+"-x"); !errors.Is(err, baton.ErrClosed) {
 		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
 	}
 	// Close frees what it held.
-	lb, err := s.locker(t).TryAcquire(ctxFor(t, 10*time.Second), name)
-	if err != nil {
-		t.Fatalf("lock not free after its Locker closed: %v", err)
+	n := <-got
+	if n.err != nil {
+		t.Fatalf("waiter, after the holder's Locker closed: %v", n.err)
 	}
-	_ = lb.Release(context.Background())
+	_ = n.lease.Release(context.Background())
+	if n.oldLive {
+		t.Error("the waiter got the lock while the closed lease's work context was still live")
+	}
 }
 
 func (s *suite) badOptions(t *testing.T) {
