@@ -24,3 +24,10 @@ var ForceScriptHash = forceScript.Hash()
 func LoadForceScript(ctx context.Context, c goredis.Scripter) error {
 	return forceScript.Load(ctx, c).Err()
 }
+
+// ReleaseScriptHash and RenewScriptHash are the SHA1s a release and a
+// renewal name in EVALSHA.
+var (
+	ReleaseScriptHash = releaseScript.Hash()
+	RenewScriptHash   = renewScript.Hash()
+)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -16,6 +17,8 @@ type hold struct {
 	k     keys
 	value string
 	kp    *keeper.Keeper
+
+	refused atomic.Pointer[error] // a renewal's refusal: the key was not ours
 
 	endOnce sync.Once
 	endErr  error
@@ -49,13 +52,16 @@ func (h *hold) renew(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("%w: renewal failed: %w", baton.ErrLeaseLost, h.b.fail(ctx, "renew "+h.k.lock, err))
 	case n != 1:
-		return fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
+		err := fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
+		h.refused.Store(&err)
+		return err
 	}
 	return nil
 }
 
 // Release deletes the key if it still holds our value (compare-and-delete)
-// and hands the lock to the first waiter. Releasing a lost hold returns nil.
+// and hands the lock to the first waiter. Releasing a lost hold returns its loss
+// (see baton.Hold).
 func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
 
 // end frees the key if it is still ours, then stops renewing with cause
@@ -66,7 +72,9 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 // taken by another client, or expired early, and no renewal has said so
 // yet) reports the loss, if its answer came before the local deadline:
 // after it, the key may simply have run out while the release was on its
-// way, the work having stopped before. It runs once.
+// way, the work having stopped before. A release that
+// fails while a renewal is refused reports that loss too: the key may have
+// been gone while the work ran. It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		lostBefore, deadline := h.kp.Err() != nil, h.kp.Deadline()
@@ -74,11 +82,19 @@ func (h *hold) end(ctx context.Context, cause error) error {
 		answered := time.Now() // Stop may wait for a renewal in flight
 		h.kp.Stop(cause)
 		h.b.untrack(h)
-		switch {
-		case lostBefore: // reported already
+		switch kerr := h.kp.Err(); {
+		case lostBefore:
+			if cause == baton.ErrReleased {
+				h.endErr = kerr // the Lease may have marked itself released first
+			}
 		case err != nil:
-			if h.kp.Err() == cause { // not lost meanwhile
-				h.endErr = err
+			h.endErr = err
+			if r := h.refused.Load(); r != nil && cause == baton.ErrReleased {
+				// A renewal found the key not ours while the release,
+				// which failed, was on its way: it may have been gone
+				// while the work ran (or this release's delete ran and
+				// its answer was lost). Report the loss, which may be.
+				h.endErr = fmt.Errorf("%w (and the release failed: %v)", *r, err)
 			}
 		case !ours && cause == baton.ErrReleased && answered.Before(deadline):
 			h.endErr = fmt.Errorf("%w: key %s no longer held this lease's value at release: it was deleted or taken by another client, or expired early", baton.ErrLeaseLost, h.k.lock)

@@ -1002,6 +1002,38 @@ func TestRelease_KeyGoneIsALoss(t *testing.T) {
 	}
 }
 
+// TestRelease_FailedWhileRenewalRefused_IsALoss: the key was deleted while
+// the lease was held; the release gets no answer, and while it is on its
+// way a renewal is refused. The loss is reported, not a clean release
+// (before, Release returned nil and Err said ErrReleased).
+func TestRelease_FailedWhileRenewalRefused_IsALoss(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	hook := redistest.NewFailAfterRefusal(redis.ReleaseScriptHash, redis.RenewScriptHash, 1)
+	c := client(t, srv.Addr)
+	c.AddHook(hook)
+	l, err := redis.New(c, baton.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := timeout(t, 30*time.Second)
+	lease, err := l.Acquire(ctx, "swallow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Del(ctx, lease.Key()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook.Armed.Store(true)
+	rerr := lease.Release(ctx)
+	hook.Armed.Store(false)
+	var lost *baton.LostError
+	if err := lease.Err(); !errors.As(err, &lost) || !strings.Contains(err.Error(), "release failed") {
+		t.Fatalf("Release = %v, Err = %v; want Err the loss, saying the release failed too", rerr, err)
+	}
+}
+
 // delayScripts is a go-redis hook that holds back every script call
 // (EVALSHA) for d once armed, as a stalled network would.
 type delayScripts struct {

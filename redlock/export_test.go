@@ -30,3 +30,6 @@ var ForceScriptHash = forceScript.Hash()
 func LoadForceScript(ctx context.Context, c goredis.Scripter) error {
 	return forceScript.Load(ctx, c).Err()
 }
+
+// RenewScriptHash is the SHA1 a renewal names in EVALSHA.
+var RenewScriptHash = renewScript.Hash()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -28,6 +29,8 @@ type hold struct {
 	// olds are values the acquisition gave up (see Acquire) that a node
 	// may still queue, or hold the key for: the release frees them too.
 	olds []string
+
+	refused atomic.Pointer[error] // a renewal's refusal: the key was not ours
 
 	endOnce sync.Once
 	endErr  error
@@ -101,7 +104,9 @@ func (h *hold) renew(ctx context.Context) error {
 		}
 		return nil
 	case refused > len(h.b.nodes)-h.b.quorum:
-		return fmt.Errorf("%w: %d of %d nodes refused the renewal of %s, so no majority holds it: %w", baton.ErrLeaseLost, refused, len(h.b.nodes), h.k.lock, errors.Join(failed...))
+		err := fmt.Errorf("%w: %d of %d nodes refused the renewal of %s, so no majority holds it: %w", baton.ErrLeaseLost, refused, len(h.b.nodes), h.k.lock, errors.Join(failed...))
+		h.refused.Store(&err)
+		return err
 	}
 	// Too few answered: without a fencing token, a holder that cannot
 	// confirm a majority stops rather than hope (as on one Redis node).
@@ -110,14 +115,17 @@ func (h *hold) renew(ctx context.Context) error {
 
 // Release deletes the key on every node where it still holds our value
 // (also nodes that failed to answer the acquisition) and wakes each node's
-// first waiter. Releasing a lost hold returns nil.
+// first waiter. Releasing a lost hold returns its loss
+// (see baton.Hold).
 func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrReleased) }
 
 // end frees the keys, then stops renewing with cause (unless the lease was
 // already lost). A Release that finds the lock no longer ours on enough
 // nodes to deny it a majority (deleted, taken, expired early), before any
 // renewal said so, reports the loss, if the answers came before the local
-// deadline (see the redis backend's end). It runs once.
+// deadline (see the redis backend's end). A release that
+// fails while a renewal is refused reports that loss too: the key may have
+// been gone while the work ran. It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
@@ -126,11 +134,17 @@ func (h *hold) end(ctx context.Context, cause error) error {
 		answered := time.Now() // Stop may wait for a renewal in flight
 		h.kp.Stop(cause)
 		h.b.untrack(h)
-		switch {
-		case lostBefore: // reported already
+		switch kerr := h.kp.Err(); {
+		case lostBefore:
+			if cause == baton.ErrReleased {
+				h.endErr = kerr // the Lease may have marked itself released first
+			}
 		case err != nil:
-			if h.kp.Err() == cause { // not lost meanwhile
-				h.endErr = err
+			h.endErr = err
+			if r := h.refused.Load(); r != nil && cause == baton.ErrReleased {
+				// Refused renewals during a failed release: the loss may
+				// be (see the redis backend's end).
+				h.endErr = fmt.Errorf("%w (and the release failed: %v)", *r, err)
 			}
 		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased && answered.Before(deadline):
 			h.endErr = fmt.Errorf("%w: %s no longer held this lease's value on %d of %d nodes at release: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock, notOurs, len(h.b.nodes))

@@ -723,6 +723,40 @@ func waitRenewal(t *testing.T, ctx context.Context, c goredis.UniversalClient, k
 	}
 }
 
+// TestRelease_FailedWhileRenewalRefused_IsALoss: the key was deleted on
+// every node while the lease was held; the release gets no answer from
+// any, and while it is on its way the renewal is refused. The loss is
+// reported, not a clean release.
+func TestRelease_FailedWhileRenewalRefused_IsALoss(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	hook := redistest.NewFailAfterRefusal(redlock.UnlockScriptHash, redlock.RenewScriptHash, 2) // a majority
+	hooked := make([]goredis.UniversalClient, len(nodes))
+	for i, n := range nodes {
+		c := client(t, n.Addr)
+		c.AddHook(hook)
+		hooked[i] = c
+	}
+	l := lockerOn(t, hooked, baton.WithTTL(3*time.Second))
+	ctx := timeout(t, 30*time.Second)
+	lease, err := l.Acquire(ctx, "swallow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if err := c.Del(ctx, lease.Key()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hook.Armed.Store(true)
+	rerr := lease.Release(ctx)
+	hook.Armed.Store(false)
+	var lost *baton.LostError
+	if err := lease.Err(); !errors.As(err, &lost) || !strings.Contains(err.Error(), "release failed") {
+		t.Fatalf("Release = %v, Err = %v; want Err the loss, saying the release failed too", rerr, err)
+	}
+}
+
 // TestRelease_KeyGoneIsALoss: a Release that finds the lock no longer the
 // lease's on enough nodes to deny it a majority (deleted here; expired
 // early or taken, alike), before any renewal said so, reports the loss.

@@ -7,6 +7,8 @@ package redistest
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -199,4 +201,71 @@ func (h *DropAnswer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 		}
 		return err
 	}
+}
+
+// FailAfterRefusal is a go-redis hook for a release that fails while a
+// renewal finds the key gone: while Armed, it holds each run of the
+// release script back, unsent, until n runs of the renewal script were
+// answered 0 (refused) on the clients it hooks, or 10s passed, then fails
+// it with a network error, as a request whose answer never came. Build it
+// with NewFailAfterRefusal; one may hook several clients.
+type FailAfterRefusal struct {
+	ProcessOnly
+	releaseSHA, renewSHA string
+	Armed                atomic.Bool
+	left                 atomic.Int32 // refusals still to see
+	refused              chan struct{}
+}
+
+// NewFailAfterRefusal returns a FailAfterRefusal for the two scripts that
+// waits for n refusals.
+func NewFailAfterRefusal(releaseSHA, renewSHA string, n int) *FailAfterRefusal {
+	h := &FailAfterRefusal{releaseSHA: releaseSHA, renewSHA: renewSHA, refused: make(chan struct{})}
+	h.left.Store(int32(n))
+	return h
+}
+
+// ProcessHook implements goredis.Hook.
+func (h *FailAfterRefusal) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		sha := scriptSHA(cmd)
+		switch {
+		case sha == "":
+			return next(ctx, cmd)
+		case sha == h.releaseSHA && h.Armed.Load():
+			select {
+			case <-h.refused:
+			case <-time.After(10 * time.Second):
+			}
+			err := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("no answer (test)")}
+			cmd.SetErr(err)
+			return err
+		case sha == h.renewSHA:
+			err := next(ctx, cmd)
+			if c, ok := cmd.(*goredis.Cmd); ok && err == nil {
+				if n, _ := c.Int64(); n == 0 && h.left.Add(-1) == 0 {
+					close(h.refused)
+				}
+			}
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// scriptSHA returns the SHA1 of the script cmd runs, by EVALSHA or by the
+// EVAL go-redis falls back to on NOSCRIPT, or "" for another command.
+func scriptSHA(cmd goredis.Cmder) string {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return ""
+	}
+	switch strings.ToLower(fmt.Sprint(args[0])) {
+	case "evalsha":
+		return fmt.Sprint(args[1])
+	case "eval":
+		sum := sha1.Sum([]byte(fmt.Sprint(args[1])))
+		return hex.EncodeToString(sum[:])
+	}
+	return ""
 }
