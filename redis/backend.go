@@ -139,11 +139,16 @@ func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) 
 // fail classifies err from a request made with a context derived from ctx:
 // the caller's cancellation, or the lock service failing.
 func (b *backend) fail(ctx context.Context, what string, err error) error {
+	return b.failWithin(ctx, what, err, b.cfg.RequestTimeout)
+}
+
+// failWithin is fail for a request bounded by bound.
+func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
+		err = fmt.Errorf("no answer within %v: %w", bound, err)
 	}
 	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
 }
@@ -205,13 +210,13 @@ func (b *backend) cleanup(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(context.WithoutCancel(ctx), b.cfg.ReleaseTimeout)
 }
 
-// release runs the release script, bounded by ctx as given (callers that
-// clean up pass one from cleanup), and reports whether the lock was still
-// ours.
+// release runs the release script, bounded by ctx as given (callers pass
+// one bounded by the release timeout: from cleanup, or Lease.Release's),
+// and reports whether the lock was still ours.
 func (b *backend) release(ctx context.Context, k keys, value string) (bool, error) {
 	n, err := releaseScript.Run(ctx, b.client, k.all(), value).Int()
 	if err != nil {
-		return false, b.fail(context.Background(), "release "+k.lock, err)
+		return false, b.failWithin(context.Background(), "release "+k.lock, err, b.cfg.ReleaseTimeout)
 	}
 	return n == 1, nil
 }

@@ -1034,6 +1034,30 @@ func TestRelease_FailedWhileRenewalRefused_IsALoss(t *testing.T) {
 	}
 }
 
+// TestRelease_TimeoutSaysReleaseTimeout: a release cut off by the release
+// timeout says so, with that timeout, not the request timeout.
+func TestRelease_TimeoutSaysReleaseTimeout(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	delay := &delayScripts{d: 600 * time.Millisecond}
+	c := client(t, srv.Addr)
+	c.AddHook(delay)
+	l, err := redis.New(c, baton.WithTTL(30*time.Second), baton.WithReleaseTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	lease, err := l.Acquire(timeout(t, 10*time.Second), "msg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	delay.armed.Store(true)
+	err = lease.Release(context.Background())
+	delay.armed.Store(false)
+	if err == nil || !strings.Contains(err.Error(), "no answer within 200ms") {
+		t.Fatalf("Release = %v; want it to say no answer within the 200ms release timeout", err)
+	}
+}
+
 // delayScripts is a go-redis hook that holds back every script call
 // (EVALSHA) for d once armed, as a stalled network would.
 type delayScripts struct {
