@@ -17,6 +17,7 @@ type attempt struct {
 	holder string        // the holder's value, or the reserved waiter's
 	pttl   time.Duration // the key's remaining TTL; negative when free or without expiry
 	head   bool          // we are first in the wait queue
+	seen   string        // the server time the attempt wrote into our queue entry; "" when it did not
 
 	// yielded: a claim took the key, but a live waiter was first (see
 	// claim).
@@ -81,7 +82,7 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed s
 	if err != nil {
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	}
-	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
+	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded, seen: r.Seen}, nil
 }
 
 // Acquire implements baton.Backend.
@@ -103,18 +104,27 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 
 	// With the Locker's subscription up, even the first attempt may join
 	// the queue: a handoff cannot be missed.
-	wake := make(chan struct{}, 1)
+	wake := make(chan string, 1) // the handoffs' tags: the SEEN of our entry they came after
 	queued := false
 	if req.Wait && b.wake.Ready() {
 		b.wake.Register(value, wake)
 		defer b.wake.Unregister(value)
 		queued = true
 	}
-	var lastQueued time.Time // send time of the last attempt that found us queued
+	var (
+		lastQueued time.Time // send time of the last attempt that found us queued
+		lastSeen   string    // and the time it wrote into our entry, on the server
+	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	for first := true; ; first = false {
+		// A wake-up that came before this attempt is answered by it: the
+		// attempt, sent after the handoff, finds the key ours.
+		select {
+		case <-wake:
+		default:
+		}
 		sent := time.Now()
 		var a attempt
 		var err error
@@ -156,16 +166,24 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			queued = true
 			continue
 		}
-		lastQueued = sent
+		lastQueued, lastSeen = sent, a.seen
 		timer.Reset(b.retryIn(a))
 		select {
 		case <-ctx.Done():
 			b.leave(ctx, k, value)
 			return nil, context.Cause(ctx)
-		case <-wake:
-			// The release script set the key to our value with our TTL
-			// after it ran our last attempt, which we sent at lastQueued.
-			return b.held(ctx, k, value, lastQueued)
+		case tag := <-wake:
+			// A handoff tagged with the SEEN of our last attempt came
+			// after it: the release script set the key to our value with
+			// our TTL after it ran that attempt, which we sent at
+			// lastQueued. Any other wake-up (one that came after an
+			// earlier attempt and was held up on its way, or one from a
+			// version without tags), or one so late that lastQueued no
+			// longer bounds the key's expiry, is checked by an attempt
+			// at once: the key is ours if the handoff still stands.
+			if tag != "" && tag == lastSeen && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
+				return b.held(ctx, k, value, lastQueued)
+			}
 		case <-timer.C:
 		}
 	}

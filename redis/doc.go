@@ -100,9 +100,13 @@
 // confirmed, plus the TTL, minus the drift margin (default TTL/100 + 2ms),
 // on Go's monotonic clock (internal/keeper). A waiter handed the lock by a
 // release counts from the send time of its own last request that the
-// server ran before the handoff. The server, though, ends the key by its
-// wall clock, so the local deadline is only as good as that clock: see
-// above.
+// server ran before the handoff: the handoff's message names that
+// request (by the server time it wrote into the waiter's queue entry).
+// A message that names an earlier one (it was held up on its way while
+// a later attempt ran), or that comes when that send time no longer
+// bounds the key's expiry, is checked by one more attempt instead. The
+// server, though, ends the key by its wall clock, so the local deadline
+// is only as good as that clock: see above.
 //
 // # Limits
 //

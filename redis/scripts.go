@@ -52,8 +52,10 @@ const luaHandoff = `
 -- handoff takes the first live waiter out of the queue (and the dead ones
 -- before it), gives it the lock with its own TTL, overwriting the key
 -- whatever it held (nothing, the releasing holder's value, or a
--- newcomer's claim), and tells it on its channel. It returns the new
--- holder's value, or false when no waiter was live.
+-- newcomer's claim), and tells it on its channel: "VALUE SEEN", SEEN the
+-- time its entry's last attempt wrote, so that the waiter knows which of
+-- its attempts the handoff came after. It returns the new holder's value,
+-- or false when no waiter was live.
 local function handoff(k, q, w)
   local now = clock()
   while true do
@@ -62,9 +64,9 @@ local function handoff(k, q, w)
     local e = redis.call('hget', w, h)
     redis.call('hdel', w, h)
     if e and live(e, now) then
-      local _, ttl, ch = entry(e)
+      local seen, ttl, ch = entry(e)
       redis.call('set', k, h, 'px', ttl)
-      redis.call('publish', ch, h)
+      redis.call('publish', ch, h .. ' ' .. seen)
       return h
     end
   end
@@ -88,7 +90,9 @@ end
 // the server's expiry). Otherwise {0, V, PTTL, HEAD}: V the holder's value
 // (or the first waiter's, when the lock is free but reserved for it), PTTL
 // the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
-// first in the queue.
+// first in the queue; with ARGV[3] = "1" two more, 0 and SEEN: the server
+// time (ms) written into our queue entry, which a handoff to us names
+// (see luaHandoff).
 //
 // The two cases a contended lock meets on almost every attempt come first,
 // after rediskit.LuaQueue and before luaHelpers is defined (each function
@@ -112,9 +116,9 @@ if ARGV[5] ~= '1' then
   if cur and wait then
     local now, score = clock()
     if join_first(q, w, v, now, score, ARGV[2], ARGV[4]) then
-      return {0, cur, redis.call('pttl', k), 1}
+      return {0, cur, redis.call('pttl', k), 1, 0, now}
     end
-    return {0, cur, 0, 0}
+    return {0, cur, 0, 0, 0, now}
   end
 end
 ` + luaNote + `
@@ -148,11 +152,12 @@ if not cur and (not head or head == v) then
   note(o, n, v)
   return {1}
 end
+local first = 0
 if wait then
   join(q, w, v, now, score, ARGV[2], ARGV[4])
-  if not head then head = v end
+  if not head or head == v then first = 1 end
+  return {0, cur or head or v, redis.call('pttl', k), first, 0, now}
 end
-local first = 0
 if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
 `)

@@ -172,7 +172,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	value := rediskit.NewValue(req.Holder)
 	score := time.Now().UnixMicro() // our place in every node's queue
 
-	wake := make(chan struct{}, 1)
+	wake := make(chan string, 1) // a wake-up only hastens the next attempt; its tag is unused
 	queued := false
 	var olds []string // values given up that a node may still know (see retire below)
 	defer func() {

@@ -2,8 +2,9 @@
 // are for. The redis and redlock backends share it: a Locker subscribes to
 // its own channel once (per node), on its first wait, on one connection;
 // the script that releases or hands a lock on publishes the value of the
-// waiter it chose there, and the Waker signals that waiter alone. So a
-// release wakes one waiter, not a herd.
+// waiter it chose there, optionally followed by a space and a tag, and the
+// Waker passes the tag ("" without one) to that waiter alone. So a release
+// wakes one waiter, not a herd.
 //
 // A message lost while a connection is re-established is covered by the
 // waiters' timed retries.
@@ -12,6 +13,7 @@ package rediswake
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +31,7 @@ type Waker struct {
 	mu      sync.Mutex
 	ps      *goredis.PubSub
 	closed  bool
-	waiters map[string]chan<- struct{}
+	waiters map[string]chan string
 	exited  chan struct{} // closed when the dispatcher returns
 }
 
@@ -37,7 +39,7 @@ type Waker struct {
 // long its dispatcher waits after a failed read before reading again (the
 // next read reconnects), so that a server that is away is not spun on.
 func New(c goredis.UniversalClient, channel string, pause time.Duration) *Waker {
-	return &Waker{client: c, channel: channel, pause: pause, waiters: map[string]chan<- struct{}{}}
+	return &Waker{client: c, channel: channel, pause: pause, waiters: map[string]chan string{}}
 }
 
 // Channel is the channel the Waker subscribes to.
@@ -93,14 +95,34 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 			time.Sleep(w.pause)
 			continue
 		}
+		value, tag := m.Payload, ""
 		w.mu.Lock()
-		ch := w.waiters[m.Payload]
+		ch := w.waiters[value]
+		if ch == nil {
+			if i := strings.LastIndexByte(value, ' '); i >= 0 {
+				value, tag = value[:i], value[i+1:]
+				ch = w.waiters[value]
+			}
+		}
 		w.mu.Unlock()
 		if ch != nil {
-			select {
-			case ch <- struct{}{}:
-			default: // already signalled
-			}
+			signal(ch, tag)
+		}
+	}
+}
+
+// signal puts tag in ch without blocking: a tag not yet received gives
+// way to the newer one.
+func signal(ch chan string, tag string) {
+	for {
+		select {
+		case ch <- tag:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
 		}
 	}
 }
@@ -111,10 +133,11 @@ func (w *Waker) isClosed() bool {
 	return w.closed
 }
 
-// Register has ch signalled, without blocking (give it a buffer of one),
-// when a message for the waiter with value arrives. One channel may serve
-// a waiter on several Wakers.
-func (w *Waker) Register(value string, ch chan<- struct{}) {
+// Register has the tag of each message for the waiter with value put in
+// ch (give it a buffer of one), without blocking: a tag the waiter has not
+// received yet gives way to the newer one. One channel may serve a waiter
+// on several Wakers.
+func (w *Waker) Register(value string, ch chan string) {
 	w.mu.Lock()
 	w.waiters[value] = ch
 	w.mu.Unlock()

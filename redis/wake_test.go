@@ -1,0 +1,249 @@
+package redis_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
+	"github.com/baton-go/baton/internal/rediskit/redistest"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redis"
+)
+
+// gate is a channel closed once.
+type gate struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newGate() *gate  { return &gate{ch: make(chan struct{})} }
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+// wakeHook delays a waiter's requests and messages as a slow network would:
+// with holdMsgs, a Pub/Sub message it reads is held until msgs opens; with
+// holdNext, its next attempt (the acquire script) is held, unsent, until
+// sends opens, after telling caught. Each attempt answered is told on
+// answered, with its send time, when someone listens.
+type wakeHook struct {
+	redistest.ProcessOnly
+	delay    time.Duration // before every attempt is sent
+	holdMsgs atomic.Bool
+	msgs     *gate
+	holdNext atomic.Bool
+	caught   chan struct{}
+	sends    *gate
+	answered chan time.Time
+}
+
+func newWakeHook(t *testing.T, delay time.Duration) *wakeHook {
+	h := &wakeHook{delay: delay, msgs: newGate(), sends: newGate(), caught: make(chan struct{}, 1), answered: make(chan time.Time, 1)}
+	t.Cleanup(h.msgs.open)
+	t.Cleanup(h.sends.open)
+	return h
+}
+
+type msgConn struct {
+	net.Conn
+	h *wakeHook
+}
+
+func (c *msgConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.h.holdMsgs.Load() && bytes.Contains(b[:n], []byte("message")) {
+		<-c.h.msgs.ch
+	}
+	return n, err
+}
+
+func (h *wakeHook) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &msgConn{Conn: c, h: h}, nil
+	}
+}
+
+func (h *wakeHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if a := cmd.Args(); len(a) < 2 || a[0] != "evalsha" || a[1] != redis.AcquireScriptHash {
+			return next(ctx, cmd)
+		}
+		sent := time.Now()
+		if h.holdNext.CompareAndSwap(true, false) {
+			h.caught <- struct{}{}
+			<-h.sends.ch
+		}
+		time.Sleep(h.delay)
+		err := next(ctx, cmd)
+		select {
+		case h.answered <- sent:
+		default:
+		}
+		return err
+	}
+}
+
+// waitAnswered waits for the next attempt of h's waiter to be answered,
+// and returns its send time.
+func (h *wakeHook) waitAnswered() time.Time {
+	select { // one answered before now may be waiting
+	case <-h.answered:
+	default:
+	}
+	return <-h.answered
+}
+
+// TestAcquire_StaleWake_NotAHold: a waiter W is handed the lock, but the
+// message that tells it is held up on its way; W's timed attempt, sent
+// after the handoff, is held up too, and lands after W's handed key ran
+// out and C took the lock: it finds C holding, and W queues again. The
+// message that then reaches W is for a handoff before that attempt: W
+// must not take it for a hold. Before the handoffs were tagged with the
+// attempt they came after, W returned a lease, with a fresh deadline,
+// while C held the lock.
+func TestAcquire_StaleWake_NotAHold(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	ctx := timeout(t, 30*time.Second)
+	h := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	lh, err := h.Acquire(ctx, "stale")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hook := newWakeHook(t, 0)
+	cw := client(t, srv.Addr)
+	cw.AddHook(hook)
+	w, err := redis.New(cw, baton.WithTTL(2*time.Second), baton.WithHolder("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	type result struct {
+		l   *baton.Lease
+		err error
+	}
+	wGot := make(chan result, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "stale")
+		wGot <- result{l, err}
+	}()
+	waitQueued(t, cli, lh.Key(), 1)
+
+	// Right after one of W's attempts was answered, H releases: the
+	// handoff's message is held, and so is W's next attempt.
+	hook.waitAnswered()
+	hook.holdMsgs.Store(true)
+	hook.holdNext.Store(true)
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := cli.Get(ctx, lh.Key()).Val(); rediskit.HolderOf(v) != "w" {
+		t.Fatalf("after H's release the key holds %q, want w's (a handoff)", v)
+	}
+	select {
+	case <-hook.caught:
+	case r := <-wGot:
+		t.Fatalf("W returned before its next attempt was held: %v", r.err)
+	}
+
+	// W's handed key runs out (W never confirmed it); C takes the lock.
+	for cli.Exists(ctx, lh.Key()).Val() != 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	c := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("c"))
+	lc, err := c.TryAcquire(ctx, "stale")
+	if err != nil {
+		t.Fatalf("C: %v", err)
+	}
+	defer lc.Release(context.Background())
+
+	// The message arrives while W's attempt is still on its way (the
+	// pause lets W's dispatcher take it first; either order must be safe),
+	// then the attempt lands and finds C holding.
+	hook.msgs.open()
+	time.Sleep(100 * time.Millisecond)
+	hook.sends.open()
+
+	select {
+	case r := <-wGot:
+		if r.err == nil {
+			defer r.l.Release(context.Background())
+			t.Fatalf("W holds a lease (deadline in %v) while C holds one too (Err %v); the key holds %q's value",
+				time.Until(r.l.Deadline()).Round(time.Millisecond), lc.Err(), rediskit.HolderOf(cli.Get(ctx, lh.Key()).Val()))
+		}
+		t.Fatalf("W's Acquire failed: %v; want it still waiting", r.err)
+	case <-time.After(time.Second):
+	}
+	if err := lc.Err(); err != nil {
+		t.Fatalf("C's lease: %v", err)
+	}
+	// C's release hands the lock to W, which still waits.
+	if err := lc.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-wGot
+	if r.err != nil {
+		t.Fatalf("W after C's release: %v", r.err)
+	}
+	_ = r.l.Release(ctx)
+}
+
+// TestAcquire_LateHandoff_Holds: a handoff that reaches a waiter after the
+// local deadline its last attempt would give (the attempts are slow, and
+// its timed retry had not come yet) is confirmed by an attempt, not
+// refused: before, the waiter gave the lock on and Acquire failed with
+// "the answer came ... past the lease's local deadline", although no
+// answer was late.
+func TestAcquire_LateHandoff_Holds(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	ctx := timeout(t, 30*time.Second)
+	h := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	lh, err := h.Acquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl, delay = time.Second, 100 * time.Millisecond
+	hook := newWakeHook(t, delay)
+	cw := client(t, srv.Addr)
+	cw.AddHook(hook)
+	w, err := redis.New(cw, baton.WithTTL(ttl), baton.WithRenewEvery(950*time.Millisecond), baton.WithHolder("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	wGot := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "late")
+		if l != nil {
+			_ = l.Release(context.Background())
+		}
+		wGot <- err
+	}()
+	waitQueued(t, cli, lh.Key(), 1)
+	// The handoff comes right after an attempt was answered; its message
+	// is held until the deadline that attempt would give has passed (the
+	// attempt was sent delay before it reached the server), and W's next
+	// retry, RenewEvery after the answer, has not come yet.
+	sent := hook.waitAnswered()
+	hook.holdMsgs.Store(true)
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(sent.Add(ttl - w.Config().Drift + 5*time.Millisecond)))
+	hook.msgs.open()
+	if err := <-wGot; err != nil {
+		t.Fatalf("W, handed the lock by a release: %v", err)
+	}
+}
