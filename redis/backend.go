@@ -129,7 +129,7 @@ func (b *backend) keys(name string) keys {
 
 func (k keys) all() []string { return []string{k.lock, k.q, k.w, k.o, k.n} }
 
-func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
+func (b *backend) ttlMS() int64 { return rediskit.TTLMillis(b.cfg.TTL) }
 
 // op bounds one request by the request timeout.
 func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -148,7 +148,7 @@ func (b *backend) keys(name string) keys {
 
 func (k keys) all() []string { return []string{k.lock, k.q, k.w} }
 
-func (b *backend) ttlMS() int64 { return b.cfg.TTL.Milliseconds() }
+func (b *backend) ttlMS() int64 { return rediskit.TTLMillis(b.cfg.TTL) }
 
 // errPending marks a node whose answer each did not wait for, because
 // stop said the answers so far were enough.

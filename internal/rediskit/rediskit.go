@@ -225,6 +225,13 @@ func Claim(ctx context.Context, c goredis.UniversalClient, key, value string, tt
 	return Claimed{Ours: set.Val() || cur.Val() == value, Marked: seen.Val() > 0, Holder: cur.Val()}, err
 }
 
+// TTLMillis is d in whole milliseconds for PX and PEXPIRE, rounded up: a
+// server that keeps the key a little longer than the local deadline
+// assumes is safe, one that ends it earlier is not.
+func TTLMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // Args makes ss arguments for a command or a script.
 func Args(ss []string) []any {
 	out := make([]any, len(ss))

@@ -92,3 +92,19 @@ func TestParseReply(t *testing.T) {
 		}
 	}
 }
+
+// TestTTLMillis: the server's TTL is never shorter than the lease's.
+func TestTTLMillis(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{2 * time.Second, 2000},
+		{1999900 * time.Microsecond, 2000},
+		{200*time.Millisecond + time.Nanosecond, 201},
+	} {
+		if got := TTLMillis(tc.d); got != tc.want {
+			t.Errorf("TTLMillis(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
