@@ -18,7 +18,7 @@ type hold struct {
 	value string
 	kp    *keeper.Keeper
 
-	refused atomic.Pointer[error] // a renewal's refusal: the key was not ours
+	refused atomic.Pointer[error] // a renewal's refusal, answered before the local deadline: the key was not ours
 
 	endOnce sync.Once
 	endErr  error
@@ -53,7 +53,9 @@ func (h *hold) renew(ctx context.Context) error {
 		return fmt.Errorf("%w: renewal failed: %w", baton.ErrLeaseLost, h.b.fail(ctx, "renew "+h.k.lock, err))
 	case n != 1:
 		err := fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
-		h.refused.Store(&err)
+		if d, bounded := ctx.Deadline(); !bounded || time.Now().Before(d) { // the keeper's: the local deadline; after it, the key may just have run out
+			h.refused.Store(&err)
+		}
 		return err
 	}
 	return nil
@@ -70,16 +72,20 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 // exit; a renewal racing with the release is refused and changes nothing
 // on the server. A Release that finds the key no longer ours (deleted or
 // taken by another client, or expired early, and no renewal has said so
-// yet) reports the loss, if its answer came before the local deadline:
-// after it, the key may simply have run out while the release was on its
-// way, the work having stopped before. A release that
+// yet) reports the loss, if its answer came before the local deadline (as
+// a renewal confirmed during the release moved it on), or a renewal was
+// refused before it: else the key may simply have run out while the
+// release was on its way, the work having stopped before. A release that
 // fails while a renewal is refused reports that loss too: the key may have
 // been gone while the work ran. It runs once.
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
-		lostBefore, deadline := h.kp.Err() != nil, h.kp.Deadline()
+		lostBefore := h.kp.Err() != nil
 		ours, err := h.b.release(ctx, h.k, h.value)
 		answered := time.Now() // Stop may wait for a renewal in flight
+		// A renewal confirmed while the release was on its way moved the
+		// deadline on: the key was ours until then.
+		deadline := h.kp.Deadline()
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		switch kerr := h.kp.Err(); {
@@ -96,7 +102,7 @@ func (h *hold) end(ctx context.Context, cause error) error {
 				// its answer was lost). Report the loss, which may be.
 				h.endErr = fmt.Errorf("%w (and the release failed: %v)", *r, err)
 			}
-		case !ours && cause == baton.ErrReleased && answered.Before(deadline):
+		case !ours && cause == baton.ErrReleased && (answered.Before(deadline) || h.refused.Load() != nil):
 			h.endErr = fmt.Errorf("%w: key %s no longer held this lease's value at release: it was deleted or taken by another client, or expired early", baton.ErrLeaseLost, h.k.lock)
 		}
 	})

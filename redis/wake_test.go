@@ -3,6 +3,7 @@ package redis_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -245,5 +246,83 @@ func TestAcquire_LateHandoff_Holds(t *testing.T) {
 	hook.msgs.open()
 	if err := <-wGot; err != nil {
 		t.Fatalf("W, handed the lock by a release: %v", err)
+	}
+}
+
+// holdRelease holds the release script back, unsent, while armed, until
+// go opens; renewed is told each time a renewal is confirmed.
+type holdRelease struct {
+	redistest.ProcessOnly
+	armed   atomic.Bool
+	held    chan struct{}
+	goOn    *gate
+	renewed chan struct{}
+}
+
+func (h *holdRelease) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		a := cmd.Args()
+		if len(a) > 1 && a[0] == "evalsha" && a[1] == redis.ReleaseScriptHash && h.armed.Load() {
+			h.held <- struct{}{}
+			<-h.goOn.ch
+		}
+		err := next(ctx, cmd)
+		if len(a) > 1 && a[0] == "evalsha" && a[1] == redis.RenewScriptHash {
+			if c, ok := cmd.(*goredis.Cmd); ok && err == nil {
+				if n, _ := c.Int64(); n == 1 {
+					select {
+					case h.renewed <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+		return err
+	}
+}
+
+// TestRelease_RenewedDuringSlowRelease_KeyGoneIsALoss: a release is slow
+// on its way; meanwhile a renewal is confirmed (the local deadline moves
+// on), then the key is deleted by another client, and the release lands
+// after the first deadline but before the new one, and finds the key not
+// ours. The key was gone while the lease was held: a loss, not "it simply
+// ran out while the release was on its way".
+func TestRelease_RenewedDuringSlowRelease_KeyGoneIsALoss(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	ctx := timeout(t, 30*time.Second)
+	hook := &holdRelease{held: make(chan struct{}, 1), goOn: newGate(), renewed: make(chan struct{}, 1)}
+	t.Cleanup(hook.goOn.open)
+	c := client(t, srv.Addr)
+	c.AddHook(hook)
+	l, err := redis.New(c, baton.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	lease, err := l.Acquire(ctx, "renewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.armed.Store(true)
+	first := lease.Deadline()
+	released := make(chan error, 1)
+	go func() { released <- lease.Release(ctx) }()
+	<-hook.held
+	select { // a renewal confirmed after the release began
+	case <-hook.renewed:
+	default:
+	}
+	<-hook.renewed
+	if err := cli.Del(ctx, lease.Key()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(first.Add(5 * time.Millisecond)))
+	hook.goOn.open()
+	if err := <-released; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := lease.Err(); !errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("Err = %v; want the loss: the key was deleted while the lease was held", err)
 	}
 }

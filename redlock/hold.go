@@ -30,7 +30,7 @@ type hold struct {
 	// may still queue, or hold the key for: the release frees them too.
 	olds []string
 
-	refused atomic.Pointer[error] // a renewal's refusal: the key was not ours
+	refused atomic.Pointer[error] // a renewal's refusal, answered before the local deadline: the key was not ours
 
 	endOnce sync.Once
 	endErr  error
@@ -105,7 +105,9 @@ func (h *hold) renew(ctx context.Context) error {
 		return nil
 	case refused > len(h.b.nodes)-h.b.quorum:
 		err := fmt.Errorf("%w: %d of %d nodes refused the renewal of %s, so no majority holds it: %w", baton.ErrLeaseLost, refused, len(h.b.nodes), h.k.lock, errors.Join(failed...))
-		h.refused.Store(&err)
+		if d, bounded := ctx.Deadline(); !bounded || time.Now().Before(d) { // the keeper's: the local deadline; after it, the key may just have run out
+			h.refused.Store(&err)
+		}
 		return err
 	}
 	// Too few answered: without a fencing token, a holder that cannot
@@ -129,9 +131,12 @@ func (h *hold) Release(ctx context.Context) error { return h.end(ctx, baton.ErrR
 func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
-		lostBefore, deadline := h.kp.Err() != nil, h.kp.Deadline()
+		lostBefore := h.kp.Err() != nil
 		notOurs, err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
 		answered := time.Now() // Stop may wait for a renewal in flight
+		// A renewal confirmed while the release was on its way moved the
+		// deadline on: the key was ours until then.
+		deadline := h.kp.Deadline()
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		switch kerr := h.kp.Err(); {
@@ -146,7 +151,7 @@ func (h *hold) end(ctx context.Context, cause error) error {
 				// be (see the redis backend's end).
 				h.endErr = fmt.Errorf("%w (and the release failed: %v)", *r, err)
 			}
-		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased && answered.Before(deadline):
+		case notOurs > len(h.b.nodes)-h.b.quorum && cause == baton.ErrReleased && (answered.Before(deadline) || h.refused.Load() != nil):
 			h.endErr = fmt.Errorf("%w: %s no longer held this lease's value on %d of %d nodes at release: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock, notOurs, len(h.b.nodes))
 		}
 	})
