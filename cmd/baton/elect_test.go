@@ -203,6 +203,22 @@ func TestElect_CampaignFailsAfterLoss(t *testing.T) {
 	}
 }
 
+// TestElect_ExitedThenLostDuringGrace: the command exits by itself (0) and
+// leaves a process in its group that ignores SIGTERM; while elect waits
+// --grace for it, leadership is lost. The command ran to its end: elect
+// exits 76 (the help: COMMAND's code, or 76 if leadership turns out lost
+// then), and does not campaign again to run it a second time, as it did
+// (here the second term's command would exit 5).
+func TestElect_ExitedThenLostDuringGrace(t *testing.T) {
+	backend := useFake(t, &fakeBackend{loseFirst: 300 * time.Millisecond})
+	r := runInProcess("elect", "--backend", backend, "--grace", "1s", "mailer", "--",
+		"sh", "-c", `[ "$BATON_TOKEN" = 1 ] || exit 5; (trap "" TERM; exec sleep 3 >/dev/null 2>&1) & exit 0`)
+	t.Log(r.stderr)
+	if strings.Contains(r.stderr, "leading mailer (token 2)") || r.code != exitLeaseLost {
+		t.Fatalf("exit %d, want %d without a second term; stderr %q", r.code, exitLeaseLost, r.stderr)
+	}
+}
+
 // TestElect_RaiseUnanswered_CampaignsAgain: a term whose fence raise the
 // store does not answer (here SQLite's write lock is held by another
 // connection past the busy timeout) ends: elect releases the lease, pauses

@@ -23,7 +23,7 @@ import (
 // supervised is how a supervised command ended.
 type supervised struct {
 	code     int   // its exit code (128+N if killed by signal N)
-	lost     error // the lease's loss, if that is why it was stopped
+	lost     error // the lease's loss, if that is why it was stopped while its main process ran
 	signaled bool  // baton got SIGINT, SIGTERM or SIGHUP and passed it on
 	status   string
 }
@@ -200,6 +200,15 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 			}
 			if paused {
 				killStopped(lease.Err(), "")
+				continue
+			}
+			if leader == nil {
+				// The command had ended by itself; what is left of its
+				// group has had SIGTERM, and SIGKILL comes after the
+				// grace. It ran to its end: the loss is the caller's to
+				// report as found when it exited (lostLate), not a reason
+				// to run it again (elect).
+				fmt.Fprintf(stderr, "baton: %v; %s of %s still running after it exited\n", lease.Err(), processes(liveInGroup(pgid)), argv[0])
 				continue
 			}
 			res.lost = lease.Err()
