@@ -38,22 +38,25 @@ var errTooSlow = errors.New("the lock was granted, but the answer came after the
 // its own place alive; that look claims a hand-off whose NOTIFY was lost.
 // Waiters get the lock in the order they queued.
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	// key names our waiter in the NOTIFY of a hand-off to us: a new one
+	// for each attempt, so that a hand-off tells which attempt it came
+	// after. One whose NOTIFY names an earlier attempt (held up on its way
+	// while a later attempt ran, which claimed that hand-off or found it
+	// freed since) is dropped: taken for a hold, it could be a lease
+	// given back, or freed by force, and held by another since.
 	var key string
 	var wake <-chan int64
+	var lis *listener
 	var slot int32 // our waiters row; 0, no row, when not waiting
 	// unsure: a statement on our slot's row failed, so it may yet run,
 	// late (see giveSlot).
 	unsure := false
 	if req.Wait {
-		lis, err := b.listener(ctx)
-		if err != nil {
+		var err error
+		if lis, err = b.listener(ctx); err != nil {
 			return nil, err
 		}
-		// Known to the listener before the statement that queues us can
-		// commit, so its NOTIFY cannot arrive unrouted.
-		key = strconv.FormatUint(b.waiterSeq.Add(1), 10)
-		wake = lis.register(key)
-		defer lis.unregister(key)
+		defer func() { lis.unregister(key) }()
 		slot = b.slots.take()
 		// After leaving the queue: deferred calls run last first.
 		defer func() { b.giveSlot(slot, unsure) }()
@@ -72,6 +75,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	timer.Stop()
 	defer timer.Stop()
 	for {
+		if lis != nil {
+			// Known to the listener before the statement that queues us
+			// can commit, so its NOTIFY cannot arrive unrouted.
+			lis.unregister(key)
+			key = strconv.FormatUint(b.waiterSeq.Add(1), 10)
+			wake = lis.register(key)
+		}
 		sent := time.Now()
 		r, err := b.attempt(ctx, req, slot, ticket, key)
 		if err != nil {
@@ -102,8 +112,8 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			return nil, context.Cause(ctx)
 		case <-timer.C:
 		case token := <-wake:
-			// Handed to us. The lease was granted after our last
-			// statement was sent, so it lasts at least TTL from then:
+			// Handed to us after our last statement ran (the NOTIFY
+			// names its key), so the lease lasts at least TTL from then:
 			// that is the keeper's start. If that leaves too little,
 			// look again instead, which claims and extends it.
 			if token > 0 && time.Since(sent) < (b.cfg.TTL-b.cfg.Drift)/2 {

@@ -34,7 +34,7 @@
 //		channel      text        NOT NULL,  -- the waiter's Locker's LISTEN channel
 //		slot         integer     NOT NULL,  -- the Locker's row, reused by its next wait
 //		ticket       bigint      NOT NULL,  -- FIFO order
-//		waiter       text        NOT NULL,  -- the NOTIFY payload that reaches it
+//		waiter       text        NOT NULL,  -- the NOTIFY payload that reaches it: new with each attempt
 //		holder       text        NOT NULL,
 //		ttl          interval    NOT NULL,  -- its lease's TTL, for a hand-off
 //		holder_clock timestamptz,
@@ -175,7 +175,11 @@
 //
 // Release, one round trip and one transaction: free the row if it still
 // holds our token (locking it either way), and hand it to the first live
-// waiter, who is NOTIFYed on its own channel with the token it now holds:
+// waiter, who is NOTIFYed on its own channel with the token it now holds.
+// The NOTIFY names the waiter's attempt that the hand-off came after (each
+// attempt writes a new waiter key), and the waiter takes only one that
+// names its last attempt for a hold: an older one, held up on its way
+// while a later attempt ran, was claimed by that attempt, or freed since.
 //
 //	UPDATE baton_lock SET expires_at = CASE WHEN token = $2 THEN '-infinity' ELSE expires_at END
 //	WHERE name = $1;

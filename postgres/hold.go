@@ -60,7 +60,7 @@ func (h *hold) renew(ctx context.Context) error {
 }
 
 // Release frees the row if it still holds our token and wakes the first
-// waiter. Releasing a lost hold returns nil. A hold whose renewal was
+// waiter. Releasing a lost hold returns its loss (see baton.Hold). A hold whose renewal was
 // refused is not freed: its row has expired or holds another token. One
 // lost by the local deadline is, as far as the server can be reached
 // within the release timeout: the last renewal the holder heard back from
@@ -77,6 +77,9 @@ func (h *hold) end(ctx context.Context, cause error, freeLost bool) error {
 		h.kp.Stop(cause)
 		h.b.untrack(h)
 		lost := !errors.Is(h.kp.Err(), cause)
+		if lost && cause == baton.ErrReleased {
+			h.endErr = h.kp.Err() // the Lease may have marked itself released first
+		}
 		if lost && (!freeLost || !errors.Is(h.kp.Err(), keeper.ErrDeadline)) {
 			return // refused, or left to expire: nothing to free
 		}
