@@ -74,7 +74,9 @@ func (l *Locker) Leader(ctx context.Context, name string) (Term, error) {
 }
 
 // Observe reports the election's terms: the current one at once, then every
-// change of leader, in order, including to none; see Observer.
+// change of leader, in order, including to none; see Observer. The
+// observation also ends, and the channel is closed, when the Locker is
+// closed.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -83,7 +85,35 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) 
 	if !ok {
 		return nil, fmt.Errorf("observe %q: this backend cannot report changes of leader", name)
 	}
-	return obs.Observe(ctx, name)
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("observe %q: %w", name, ErrClosed)
+	}
+	octx, cancel := context.WithCancelCause(ctx)
+	unhook := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
+	in, err := obs.Observe(octx, name)
+	if err != nil {
+		unhook()
+		cancel(nil)
+		return nil, err
+	}
+	// The relay is owned by the observation: it ends when the backend
+	// closes in, which it does once octx ends or it cannot go on.
+	out := make(chan Term)
+	go func() {
+		defer close(out)
+		defer unhook()
+		defer cancel(nil)
+		for t := range in {
+			select {
+			case out <- t:
+			case <-octx.Done():
+			}
+		}
+	}()
+	return out, nil
 }
 
 // Leader returns the election's current term; see Locker.Leader.

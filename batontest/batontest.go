@@ -73,6 +73,7 @@ func Run(t *testing.T, f Factory) {
 		{"Locker_Close", s.close},
 		{"Options_Invalid", s.badOptions},
 		{"Election_CrashedLeaders_Observed", s.election},
+		{"Observe_EndsWithLocker", s.observeEnds},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

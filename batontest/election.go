@@ -2,6 +2,7 @@ package batontest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -160,5 +161,39 @@ func (s *suite) election(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("observed leaders %q, want %q in that order (no leader allowed only right after a crashed one)", raw, want)
 		}
+	}
+}
+
+// observeEnds: closing the Locker ends its observations (the channel is
+// closed, though their ctx lives on), and a closed Locker refuses to
+// observe.
+func (s *suite) observeEnds(t *testing.T) {
+	if !s.f.Observe {
+		t.Skip("backend does not observe elections")
+	}
+	name := lockName(t)
+	l := s.locker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	terms, err := l.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; !tm.NoLeader() {
+		t.Fatalf("first term %+v, want no leader", tm)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case tm, ok := <-terms:
+		if ok {
+			t.Fatalf("a term after Close: %+v", tm)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the observation still runs 10s after its Locker was closed")
+	}
+	if _, err := l.Observe(ctx, name); !errors.Is(err, baton.ErrClosed) {
+		t.Errorf("Observe on a closed Locker = %v, want ErrClosed", err)
 	}
 }
