@@ -624,6 +624,46 @@ func TestObserve_StreamOnlyWhileObserved(t *testing.T) {
 	}
 }
 
+// TestObserve_StreamGoneThenHolderCrashes: a leader that keeps the lock
+// longer than the change stream's own expiry (a day; no change of holder
+// writes to it meanwhile) outlives the stream, and then crashes. The
+// observer must still report "no leader" once its key runs out. Before,
+// with the stream gone, it showed the dead leader until the next change,
+// re-reading the lock's state about ten times a second meanwhile. The
+// day is stood for by deleting the stream, as an eviction would.
+func TestObserve_StreamGoneThenHolderCrashes(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	ca := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	a, err := redis.New(ca, baton.WithTTL(time.Second), baton.WithHolder("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	terms, err := newLocker(t, srv.Addr, baton.WithTTL(time.Second)).Observe(timeout(t, 30*time.Second), "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 10*time.Second) }
+	if got := next(); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	la, err := a.Acquire(timeout(t, 5*time.Second), "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "a" {
+		t.Fatalf("term %q, want a", got)
+	}
+	if err := c.Del(timeout(t, time.Second), "{"+la.Key()+"}:o").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ca.Close() // a crashes: its key runs out within its TTL
+	if got := next(); got != "-" {
+		t.Fatalf("after a crashed, term %q, want no leader", got)
+	}
+}
+
 // TestObserve_RegistrationLapsed: when the observers' registration is gone
 // (nobody looked for a minute, or the key was lost to a failover or an
 // eviction), changes go unwritten. The next observer to look, the same one

@@ -93,6 +93,28 @@ func (b *backend) term(name, value string) baton.Term {
 // ends or Redis fails.
 func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- baton.Term) {
 	defer close(ch)
+	// go-redis ends a blocked read at a deadline but not at a
+	// cancellation: when ctx ends, an entry in a stream of this observer's
+	// own, which every XREAD also reads (from its start, so one added
+	// before the XREAD ends it too), ends the wait at once. It shares the
+	// lock's hash slot, as Cluster wants of the keys of one XREAD.
+	quit := "{" + k.lock + "}:x:" + rediskit.NewValue("")[:16]
+	stop := context.AfterFunc(ctx, func() {
+		qctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
+		defer cancel()
+		_, _ = b.client.TxPipelined(qctx, func(p goredis.Pipeliner) error {
+			p.XAdd(qctx, &goredis.XAddArgs{Stream: quit, Values: []string{"quit", "1"}})
+			p.PExpire(qctx, quit, time.Minute) // should the DEL below not come
+			return nil
+		})
+	})
+	defer func() {
+		if !stop() { // the entry was added, or is on its way
+			qctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
+			defer cancel()
+			_ = b.client.Del(qctx, quit).Err()
+		}
+	}()
 	cur, last, pttl := st.value, st.last, st.pttl
 	if !send(ctx, ch, b.term(k.name, cur)) {
 		return
@@ -103,7 +125,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 		if cur != "" {
 			block = min(block, max(pttl+5*time.Millisecond, 10*time.Millisecond))
 		}
-		res, err := b.client.XRead(ctx, &goredis.XReadArgs{Streams: []string{k.o, last}, Block: block, Count: 64}).Result()
+		res, err := b.client.XRead(ctx, &goredis.XReadArgs{Streams: []string{k.o, quit, last, "0-0"}, Block: block, Count: 64}).Result()
 		if ctx.Err() != nil {
 			return
 		}
@@ -111,6 +133,9 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			return
 		}
 		for _, s := range res {
+			if s.Stream != k.o {
+				continue
+			}
 			for _, m := range s.Messages {
 				last = m.ID
 				v, _ := m.Values["v"].(string)

@@ -226,10 +226,15 @@ return 1
 // none), at one moment. When {K}:n was missing (nobody observed, or every
 // observer's registration lapsed, or the key was lost), changes may have
 // gone unwritten: it first appends the holder there is now, so that every
-// observer reading the stream from where it was converges on it.
+// observer reading the stream from where it was converges on it; so it
+// does when the stream itself is gone (evicted, or expired: a holder that
+// keeps the lock for days writes no change). Else it renews the stream's
+// expiry, which while someone observes never comes.
 var stateScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
-if redis.call('exists', KEYS[3]) == 0 then
+if redis.call('exists', KEYS[3]) == 0 or redis.call('exists', KEYS[2]) == 0 then
   record(KEYS[2], redis.call('get', KEYS[1]) or '')
+else
+  redis.call('pexpire', KEYS[2], 86400000)
 end
 redis.call('set', KEYS[3], '1', 'px', ARGV[1])
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
