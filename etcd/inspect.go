@@ -43,10 +43,15 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		}
 		kvs = resp.Kvs
 	} else {
+		seen := map[string]bool{}
 		for _, n := range names {
 			if err := baton.ValidateName(n); err != nil {
 				return nil, err
 			}
+			if seen[n] { // once: its keys would count twice
+				continue
+			}
+			seen[n] = true
 			resp, err := b.client.Get(octx, b.lockPrefix(n), clientv3.WithPrefix())
 			if err != nil {
 				return nil, b.fail(ctx, "list locks", err)

@@ -14,9 +14,9 @@ import (
 var _ baton.Observer = (*backend)(nil)
 
 // Observe implements baton.Observer. It reads the lock's keys, then watches
-// the lock's key range from the next revision, applying every event in
-// order and sending a term each time the key with the lowest create
-// revision changes. Unlike concurrency.Election.Observe, it reports a term
+// the lock's key range from the next revision, applying every revision's
+// events in order and sending a term each time the key with the lowest
+// create revision changes. Unlike concurrency.Election.Observe, it reports a term
 // with no leader when the last key goes.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
@@ -64,11 +64,18 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 				}
 				return
 			}
-			for _, ev := range wr.Events {
+			for i, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
 					delete(keys, string(ev.Kv.Key))
 				} else {
 					keys[string(ev.Kv.Key)] = ev.Kv
+				}
+				// The leader is that of a whole revision: one revision
+				// deletes every key of a session that ends, a holder's
+				// and a waiter's of the same Locker, and the waiter
+				// never led.
+				if i+1 < len(wr.Events) && wr.Events[i+1].Kv.ModRevision == ev.Kv.ModRevision {
+					continue
 				}
 				if next := term(name, keys); next.Key != cur.Key {
 					cur = next

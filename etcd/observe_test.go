@@ -1,0 +1,106 @@
+package etcd_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+// TestObserve_OneRevisionManyDeletes: a session that ends (expired,
+// revoked, or closed) deletes all its keys in one revision. When it held
+// the lock and also queued for it again (two Campaigns of one Locker), no
+// revision ever had its waiter's key first: the lock goes from its holder
+// straight to the next session's key. The observer must not report the
+// deleted waiter as a leader in between.
+func TestObserve_OneRevisionManyDeletes(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	newFL := func(holder string) *baton.FencedLocker {
+		fl, err := etcd.New(testsvc.Client(t, srv.Endpoint), baton.WithTTL(2*time.Second), baton.WithHolder(holder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fl.Close() })
+		return fl
+	}
+	a, b, obs := newFL("a"), newFL("b"), newFL("obs")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	terms, err := obs.Observe(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; !tm.NoLeader() {
+		t.Fatalf("first term %+v", tm)
+	}
+	la, err := a.Campaign(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; tm.Key != la.Key() {
+		t.Fatalf("term %+v, want a's key %s", tm, la.Key())
+	}
+	waiters := func(n int) {
+		for {
+			infos, err := obs.Locker().Backend().(baton.Inspector).Inspect(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if infos[0].Waiters == n {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	go func() { _, _ = a.Campaign(ctx, "x") }() // a queues again, on the same session
+	waiters(1)
+	gotB := make(chan *baton.FencedLease, 1)
+	go func() {
+		lb, err := b.Campaign(ctx, "x")
+		if err == nil {
+			gotB <- lb
+		}
+	}()
+	waiters(2)
+	revokeLeaseOf(t, testsvc.Client(t, srv.Endpoint), la.Key()) // a's session ends: both its keys go in one revision
+	lb := <-gotB
+	for {
+		select {
+		case tm := <-terms:
+			if tm.Key == lb.Key() {
+				return
+			}
+			t.Errorf("after a's session ended, observed term %+v (leader %q, token %d): that key never held the lock; want b (%s, token %d) next", tm, tm.Leader, tm.Token, lb.Key(), lb.Token())
+		case <-time.After(5 * time.Second):
+			t.Fatal("b never observed")
+		}
+	}
+}
+
+// TestInspect_NameTwice: `baton status x x` on a lock held with no
+// waiter must not show a waiter.
+func TestInspect_NameTwice(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	fl, err := etcd.New(testsvc.Client(t, srv.Endpoint), baton.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := fl.Acquire(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := fl.Locker().Backend().(baton.Inspector).Inspect(ctx, "x", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range infos {
+		if i.Waiters != 0 {
+			t.Errorf("Inspect(x, x) = %+v: %d waiters, want 0", i, i.Waiters)
+		}
+	}
+}
