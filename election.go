@@ -86,17 +86,22 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) 
 		return nil, fmt.Errorf("observe %q: this backend cannot report changes of leader", name)
 	}
 	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.closed {
+		l.mu.Unlock()
 		return nil, fmt.Errorf("observe %q: %w", name, ErrClosed)
 	}
+	l.inflight.Add(1) // Close waits for the set-up, not the observation
+	l.mu.Unlock()
+	defer l.inflight.Done()
 	octx, cancel := context.WithCancelCause(ctx)
 	unhook := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
 	in, err := obs.Observe(octx, name)
 	if err != nil {
 		unhook()
 		cancel(nil)
+		if l.closing.Err() != nil { // Close began meanwhile
+			return nil, fmt.Errorf("observe %q: %w", name, ErrClosed)
+		}
 		return nil, err
 	}
 	// The relay is owned by the observation: it ends when the backend

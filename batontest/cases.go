@@ -503,9 +503,11 @@ func (s *suite) close(t *testing.T) {
 		err     error
 		oldLive bool // the closed lease's work context was live when the waiter got the lock
 	}
+	b := s.locker(t)
+	bctx := ctxFor(t, 20*time.Second)
 	got := make(chan next, 1)
 	go func() {
-		lb, err := s.locker(t).Acquire(ctxFor(t, 20*time.Second), name)
+		lb, err := b.Acquire(bctx, name)
 		got <- next{lb, err, lease.Context().Err() == nil}
 	}()
 	if err := a.Close(); err != nil {

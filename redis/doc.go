@@ -106,7 +106,10 @@
 // a later attempt ran), or that comes when that send time no longer
 // bounds the key's expiry, is checked by one more attempt instead. The
 // server, though, ends the key by its wall clock, so the local deadline
-// is only as good as that clock: see above.
+// is only as good as that clock: see above. (A waiter of a baton older
+// than these named messages does not recognise them: it finds the lock
+// handed to it at its next timed attempt, within RenewEvery, in a fleet of
+// mixed versions.)
 //
 // # Limits
 //

@@ -624,6 +624,50 @@ func TestObserve_StreamOnlyWhileObserved(t *testing.T) {
 	}
 }
 
+// TestObserve_EndsWithCtx: an observation on the caller's client (which
+// baton does not close) ends as soon as its ctx does, though its XREAD
+// blocks for up to observerRefresh and go-redis does not end a read at a
+// cancellation.
+func TestObserve_EndsWithCtx(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	l, err := redis.New(client(t, srv.Addr), baton.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	terms, err := l.Observe(ctx, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 5*time.Second); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	waitBlocked(t, client(t, srv.Addr))
+	cancel()
+	select {
+	case _, ok := <-terms:
+		if ok {
+			t.Fatal("a term after the ctx ended")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the observation still runs 2s after its ctx ended")
+	}
+}
+
+// waitBlocked waits until a client of c's server is blocked (an
+// observer's XREAD).
+func waitBlocked(t *testing.T, c *goredis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.Info(timeout(t, time.Second), "clients").Val(), "blocked_clients:1") {
+		if time.Now().After(deadline) {
+			t.Fatal("no client blocked within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestObserve_StreamGoneThenHolderCrashes: a leader that keeps the lock
 // longer than the change stream's own expiry (a day; no change of holder
 // writes to it meanwhile) outlives the stream, and then crashes. The

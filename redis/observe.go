@@ -92,7 +92,6 @@ func (b *backend) term(name, value string) baton.Term {
 // observe is owned by Observe's caller through ctx; it closes ch when ctx
 // ends or Redis fails.
 func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- baton.Term) {
-	defer close(ch)
 	// go-redis ends a blocked read at a deadline but not at a
 	// cancellation: when ctx ends, an entry in a stream of this observer's
 	// own, which every XREAD also reads (from its start, so one added
@@ -115,6 +114,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			_ = b.client.Del(qctx, quit).Err()
 		}
 	}()
+	defer close(ch) // first: the DEL above does not hold the caller up
 	cur, last, pttl := st.value, st.last, st.pttl
 	if !send(ctx, ch, b.term(k.name, cur)) {
 		return

@@ -22,6 +22,8 @@ import (
 //	{K}:n    present while someone observes the lock: each observer sets
 //	         it with a TTL of observerTTL and refreshes it well before, so
 //	         a lock nobody observes costs no stream write per change
+//	{K}:x:ID one per observer, written only when its observation ends: an
+//	         entry there ends the observer's blocked XREAD (see observe)
 //
 // Every script runs atomically, so no client can act between a check and
 // the write that depends on it. go-redis's Script.Run sends EVALSHA and

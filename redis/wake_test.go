@@ -261,13 +261,13 @@ type holdRelease struct {
 
 func (h *holdRelease) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		a := cmd.Args()
-		if len(a) > 1 && a[0] == "evalsha" && a[1] == redis.ReleaseScriptHash && h.armed.Load() {
+		sha := redistest.ScriptSHA(cmd) // EVALSHA, or the EVAL after NOSCRIPT
+		if sha == redis.ReleaseScriptHash && h.armed.Load() {
 			h.held <- struct{}{}
 			<-h.goOn.ch
 		}
 		err := next(ctx, cmd)
-		if len(a) > 1 && a[0] == "evalsha" && a[1] == redis.RenewScriptHash {
+		if sha == redis.RenewScriptHash {
 			if c, ok := cmd.(*goredis.Cmd); ok && err == nil {
 				if n, _ := c.Int64(); n == 1 {
 					select {

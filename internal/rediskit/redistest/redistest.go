@@ -228,7 +228,7 @@ func NewFailAfterRefusal(releaseSHA, renewSHA string, n int) *FailAfterRefusal {
 // ProcessHook implements goredis.Hook.
 func (h *FailAfterRefusal) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		sha := scriptSHA(cmd)
+		sha := ScriptSHA(cmd)
 		switch {
 		case sha == "":
 			return next(ctx, cmd)
@@ -253,9 +253,9 @@ func (h *FailAfterRefusal) ProcessHook(next goredis.ProcessHook) goredis.Process
 	}
 }
 
-// scriptSHA returns the SHA1 of the script cmd runs, by EVALSHA or by the
+// ScriptSHA returns the SHA1 of the script cmd runs, by EVALSHA or by the
 // EVAL go-redis falls back to on NOSCRIPT, or "" for another command.
-func scriptSHA(cmd goredis.Cmder) string {
+func ScriptSHA(cmd goredis.Cmder) string {
 	args := cmd.Args()
 	if len(args) < 2 {
 		return ""
