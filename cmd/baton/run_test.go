@@ -270,9 +270,12 @@ func TestStatusAndForceRelease(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "invoices") || !strings.Contains(r.stdout, "server-1") {
 		t.Fatalf("status: %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	r = runInProcess("status", "--backend", backend, "--json", "invoices", "stock")
+	r = runInProcess("status", "--backend", backend, "--json", "invoices", "stock", "invoices")
 	if r.code != 0 || !strings.Contains(r.stdout, `"holder": "server-1"`) || !strings.Contains(r.stdout, `"name": "stock"`) {
 		t.Fatalf("status --json: %d %q", r.code, r.stdout)
+	}
+	if n := strings.Count(r.stdout, `"name": "invoices"`); n != 1 || strings.Contains(r.stdout, `"waiters": 1`) {
+		t.Errorf("status of a name given twice: %d rows for it, or a waiter that is not there: %q", n, r.stdout)
 	}
 	r = runInProcess("release", "--force", "--backend", backend, "invoices")
 	if r.code != 0 || !strings.Contains(r.stdout, "server-1") {
@@ -596,5 +599,18 @@ func TestRun_LossGraceIdle(t *testing.T) {
 	t.Logf("baton used %v of CPU, %v of it waiting out the grace period", cpu.Round(time.Millisecond), grace)
 	if cpu > grace/2 {
 		t.Errorf("baton used %v of CPU over its life, with a %v grace period in it: it spins while it waits", cpu, grace)
+	}
+}
+
+// TestStatus_NameTwice: a name given twice is shown once (here on Redis,
+// whose Inspect answers for each name given).
+func TestStatus_NameTwice(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	r := runInProcess("status", "--backend", "redis://"+srv.Addr, "--json", "invoices", "stock", "invoices")
+	if r.code != 0 {
+		t.Fatalf("status: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stdout, `"name": "invoices"`); n != 1 || !strings.Contains(r.stdout, `"name": "stock"`) {
+		t.Fatalf("status invoices stock invoices: %d rows for invoices; %q", n, r.stdout)
 	}
 }

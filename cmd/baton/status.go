@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -25,10 +26,14 @@ NAME, HOLDER, TOKEN, TTL LEFT (until the lock service may free it), SINCE (by
 the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 		Example: `  baton status
   baton status invoices stock --json`,
-		RunE: func(cmd *cobra.Command, names []string) error {
-			for _, n := range names {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var names []string // each once, in the order given
+			for _, n := range args {
 				if err := baton.ValidateName(n); err != nil {
 					return err
+				}
+				if !slices.Contains(names, n) {
+					names = append(names, n)
 				}
 			}
 			locker, err := openBackend(cmd, g, backend, baton.WithTTL(lookTTL))
