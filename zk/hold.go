@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -29,8 +30,9 @@ type hold struct {
 	mu   sync.Mutex
 	err  error
 
-	unlisten func()      // stops the connection state's calls
-	unhook   func() bool // stops the session end's call
+	gone     atomic.Pointer[error] // a renewal found the node deleted
+	unlisten func()                // stops the connection state's calls
+	unhook   func() bool           // stops the session end's call
 }
 
 func newHold(b *backend, s *session, own created, m mark) *hold {
@@ -104,14 +106,16 @@ func (h *hold) shut(cause error) bool {
 }
 
 // Release deletes our node (by its unique path, so never another holder's)
-// and ends the hold. Releasing a lost hold returns nil; its node is still
-// deleted if the session kept it. A Release that finds the node already
-// gone (deleted by another client, a forced release, or gone with the
-// session) before the hold saw it reports the loss, if the answer came
-// before the local deadline: after it, the session may simply have expired
-// while the release was on its way, the work having stopped before.
+// and ends the hold. Releasing a lost hold returns its loss (see
+// baton.Hold); its node is still deleted if the session kept it. A Release
+// that finds the node already gone (deleted by another client, a forced
+// release, or gone with the session) before the hold saw it reports the
+// loss, if the answer came before the local deadline as it is then (the
+// session's renewals go on meanwhile), or a renewal found the node gone:
+// else the session may simply have expired while the release was on its
+// way, the work having stopped before. A release that fails while a
+// renewal found the node gone reports that loss too.
 func (h *hold) Release(ctx context.Context) error {
-	deadline := h.Deadline()
 	if !h.shut(baton.ErrReleased) {
 		// Lost before, or ended by Close, which deletes the node.
 		h.b.untrack(h)
@@ -119,11 +123,20 @@ func (h *hold) Release(ctx context.Context) error {
 			return nil
 		}
 		_, _ = h.b.deleteNode(ctx, h.path) // lost: nothing for the caller to act on
+		if err := h.Err(); errors.Is(err, baton.ErrLeaseLost) {
+			return err // the Lease may have marked itself released first
+		}
 		return nil
 	}
 	h.b.untrack(h)
 	found, err := h.b.deleteNode(ctx, h.path)
-	if err == nil && !found && time.Now().Before(deadline) {
+	gone := h.gone.Load()
+	switch {
+	case err != nil && gone != nil:
+		// The node may have been deleted while the work ran (or this
+		// release's delete ran and its answer was lost).
+		return fmt.Errorf("%w (and the release failed: %v)", *gone, err)
+	case err == nil && !found && (time.Now().Before(h.Deadline()) || gone != nil):
 		return fmt.Errorf("%w: node %s was already gone at release: deleted by another client, or gone with the session", baton.ErrLeaseLost, h.path)
 	}
 	return err

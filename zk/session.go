@@ -185,7 +185,9 @@ func (b *backend) renewer(s *session) keeper.RenewFunc {
 		}
 		for i, h := range holds {
 			if gone[i+1] {
-				h.lose(fmt.Errorf("%w: node %s was deleted by another client", baton.ErrLeaseLost, h.path))
+				err := fmt.Errorf("%w: node %s was deleted by another client", baton.ErrLeaseLost, h.path)
+				h.gone.Store(&err) // for a Release under way, which the loss no longer reaches
+				h.lose(err)
 			}
 		}
 		return nil

@@ -1,0 +1,319 @@
+package zk_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/zk"
+)
+
+// beforeRelease wraps a backend so that a test can act in the window
+// between Lease.Release's look at the hold (its Context still live) and
+// the backend's Hold.Release.
+type beforeRelease struct {
+	baton.Backend
+	hook func(h baton.Hold)
+}
+
+func (b *beforeRelease) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	h, err := b.Backend.Acquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &hookedHold{Hold: h, hook: b.hook}, nil
+}
+
+type hookedHold struct {
+	baton.Hold
+	hook func(h baton.Hold)
+}
+
+func (h *hookedHold) Release(ctx context.Context) error {
+	h.hook(h.Hold)
+	return h.Hold.Release(ctx)
+}
+
+// TestRelease_LostJustBefore: the holder's node is deleted by another
+// client (a forced release) while the work runs; the session's next
+// confirmation finds it and ends the hold, just after Lease.Release looked
+// at the hold and just before the backend's Release ran. The hold is lost
+// (another client may hold the lock meanwhile): the lease must report it.
+// Before, the backend's Release returned nil, and the lease reported a
+// clean release.
+func TestRelease_LostJustBefore(t *testing.T) {
+	addr := zkServer.Addr(t)
+	admin := adminConn(t, addr)
+	fl := dial(t, []string{addr}, zk.Settings{})
+	ctx := timeout(t, 20*time.Second)
+	name := uniqueName(t)
+
+	var holdErr error
+	wrapped := &beforeRelease{Backend: fl.Locker().Backend(), hook: func(h baton.Hold) {
+		if err := admin.Delete(h.Key(), -1); err != nil {
+			t.Errorf("delete %s: %v", h.Key(), err)
+			return
+		}
+		select { // the session's next confirmation (within RenewEvery) sees it
+		case <-h.Context().Done():
+		case <-time.After(5 * suiteTTL):
+			t.Error("the hold did not see its node deleted")
+		}
+		holdErr = h.Err()
+	}}
+	l := baton.NewLocker(wrapped, fl.Locker().Config())
+	lease, err := l.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerr := lease.Release(ctx)
+	t.Logf("hold's Err just before its Release: %v", holdErr)
+	if !errors.Is(holdErr, baton.ErrLeaseLost) {
+		t.Fatalf("setup: hold not lost before Release: %v", holdErr)
+	}
+	var lost *baton.LostError
+	if err := lease.Err(); !errors.As(err, &lost) {
+		t.Fatalf("Release = %v, lease.Err = %v; want a *LostError: the node was deleted by another client while the lease was held", rerr, err)
+	}
+}
+
+// stallConn is a go-zookeeper connection through which the test can hold
+// back the answer to a request, by xid: Read takes whole frames from the
+// server and delays the frame the test names.
+type stallConn struct {
+	net.Conn
+	d   *stallDialer
+	buf []byte // the rest of the frame being read
+}
+
+type stallDialer struct {
+	mu sync.Mutex
+	// onWrite is called with each request's xid and opcode before it
+	// leaves; onFrame with each answer's xid before it is delivered, and
+	// may block.
+	onWrite func(xid, op int32)
+	onFrame func(xid int32)
+}
+
+func (d *stallDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c, d: d}, nil
+}
+
+func (d *stallDialer) hooks() (func(xid, op int32), func(xid int32)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.onWrite, d.onFrame
+}
+
+func (c *stallConn) Write(b []byte) (int, error) {
+	if len(b) >= 12 {
+		xid := int32(binary.BigEndian.Uint32(b[4:8]))
+		op := int32(binary.BigEndian.Uint32(b[8:12]))
+		if w, _ := c.d.hooks(); w != nil {
+			w(xid, op)
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *stallConn) Read(b []byte) (int, error) {
+	if len(c.buf) == 0 {
+		var hdr [4]byte
+		if _, err := io.ReadFull(c.Conn, hdr[:]); err != nil {
+			return 0, err
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		frame := make([]byte, 4+int(n))
+		copy(frame, hdr[:])
+		if _, err := io.ReadFull(c.Conn, frame[4:]); err != nil {
+			return 0, err
+		}
+		if n >= 4 {
+			if _, f := c.d.hooks(); f != nil {
+				f(int32(binary.BigEndian.Uint32(frame[4:8])))
+			}
+		}
+		c.buf = frame
+	}
+	n := copy(b, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+const (
+	opSyncCode   = 9
+	opDeleteCode = 2
+)
+
+// TestRelease_RenewedDuringRelease_NodeGoneIsALoss: the holder's node is deleted by
+// another client while the lease is held. A renewal (the session's sync)
+// is on its way when Release starts; its answer comes during the release
+// and moves the local deadline on; the delete's answer (no node) comes
+// after the deadline Release read before it began, but well before the
+// deadline as it is when the answer comes. The session was confirmed
+// alive all along, so the node was deleted by someone else: a loss.
+// Before, the release called it clean.
+func TestRelease_RenewedDuringRelease_NodeGoneIsALoss(t *testing.T) {
+	addr := zkServer.Addr(t)
+	admin := adminConn(t, addr)
+	const ttl = 4 * time.Second
+	d := &stallDialer{}
+	conn, events, err := zkgo.Connect([]string{addr}, ttl, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.mu.Lock()
+		d.onWrite, d.onFrame = nil, nil
+		d.mu.Unlock()
+		conn.Close()
+		for range events {
+		}
+	})
+	fl, err := zk.New(conn, baton.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	ctx := timeout(t, 30*time.Second)
+	name := uniqueName(t)
+	lease, err := fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		syncXid, delXid atomic.Int32
+		syncSent        = make(chan struct{})
+		delSent         = make(chan struct{})
+		d0              atomic.Int64 // deadline before the release, unix nanos
+		syncOnce        sync.Once
+		delOnce         sync.Once
+	)
+	syncXid.Store(-100)
+	delXid.Store(-100)
+	d.mu.Lock()
+	d.onWrite = func(xid, op int32) {
+		switch op {
+		case opSyncCode:
+			syncOnce.Do(func() { syncXid.Store(xid); close(syncSent) })
+		case opDeleteCode:
+			delOnce.Do(func() { delXid.Store(xid); close(delSent) })
+		}
+	}
+	d.onFrame = func(xid int32) {
+		switch xid {
+		case syncXid.Load():
+			<-delSent // the renewal's answer comes once the release is on its way
+			time.Sleep(20 * time.Millisecond)
+		case delXid.Load():
+			// The delete's answer comes 150ms after the deadline read
+			// before the release.
+			time.Sleep(time.Until(time.Unix(0, d0.Load())) + 150*time.Millisecond)
+		}
+	}
+	d.mu.Unlock()
+
+	<-syncSent // a renewal is on its way
+	if err := admin.Delete(lease.Key(), -1); err != nil {
+		t.Fatal(err)
+	}
+	d0.Store(lease.Deadline().UnixNano())
+	t.Logf("deadline before the release: in %v", time.Until(lease.Deadline()).Round(time.Millisecond))
+	rerr := lease.Release(ctx)
+	t.Logf("release answered %v after the old deadline; the deadline is now in %v", time.Since(time.Unix(0, d0.Load())).Round(time.Millisecond), time.Until(lease.Deadline()).Round(time.Millisecond))
+	var lost *baton.LostError
+	if err := lease.Err(); !errors.As(err, &lost) {
+		t.Fatalf("Release = %v, lease.Err = %v; want a *LostError: the node was deleted by another client while the session was confirmed alive", rerr, err)
+	}
+}
+
+// TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss: the holder's node is
+// deleted by another client while the lease is held. The session's next
+// confirmation (sync + exists) is on its way when Release starts; its
+// answer, which says the node is gone, comes once the hold is marked
+// released, and is dropped; the release's delete then gets no answer
+// within the request timeout. The loss, which a renewal saw, must be
+// reported. Before, Release reported a failed release only, and the lease
+// said ErrReleased.
+func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
+	addr := zkServer.Addr(t)
+	admin := adminConn(t, addr)
+	const ttl = 4 * time.Second
+	d := &stallDialer{}
+	conn, events, err := zkgo.Connect([]string{addr}, ttl, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.mu.Lock()
+		d.onWrite, d.onFrame = nil, nil
+		d.mu.Unlock()
+		conn.Close()
+		for range events {
+		}
+	})
+	fl, err := zk.New(conn, baton.WithTTL(ttl), baton.WithRequestTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	ctx := timeout(t, 30*time.Second)
+	name := uniqueName(t)
+	lease, err := fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Deleted before the hooks are armed: the next renewal's exists finds
+	// it gone (one before the arming would end the hold before Release,
+	// and the test would pass).
+	if err := admin.Delete(lease.Key(), -1); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		syncXid, delXid atomic.Int32
+		syncSent        = make(chan struct{})
+		delSent         = make(chan struct{})
+		syncOnce        sync.Once
+		delOnce         sync.Once
+	)
+	syncXid.Store(-100)
+	delXid.Store(-100)
+	d.mu.Lock()
+	d.onWrite = func(xid, op int32) {
+		switch op {
+		case opSyncCode:
+			syncOnce.Do(func() { syncXid.Store(xid); close(syncSent) })
+		case opDeleteCode:
+			delOnce.Do(func() { delXid.Store(xid); close(delSent) })
+		}
+	}
+	d.onFrame = func(xid int32) {
+		switch xid {
+		case syncXid.Load():
+			<-delSent
+		case delXid.Load():
+			time.Sleep(1500 * time.Millisecond) // past the request timeout
+		}
+	}
+	d.mu.Unlock()
+	<-syncSent // the renewal, whose exists will find the node gone
+	rerr := lease.Release(ctx)
+	var lost *baton.LostError
+	if err := lease.Err(); !errors.As(err, &lost) {
+		t.Fatalf("Release = %v, lease.Err = %v; want a *LostError: a renewal found the node deleted by another client", rerr, err)
+	}
+}
