@@ -21,6 +21,8 @@ func newFence() *cobra.Command {
 newest fencing token per resource and refuses older ones, plus a table of
 runs marked done (baton run --once). baton run --fence needs the tables to
 exist; 'baton fence init' creates them.`,
+		Args: cobra.NoArgs, // a mistyped subcommand is a usage error, not help and exit 0
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	var store string
 	init := &cobra.Command{

@@ -19,7 +19,7 @@ func newRelease(g *globals) *cobra.Command {
 and its token. The holder is told its lease is lost (baton run stops its
 command), and the next waiter gets the lock. If the holder is frozen rather
 than dead, it may still write when it wakes: only a fence stops that, once
-the next holder has raised it.`,
+the next holder has raised it. A lock no one holds is left as it is (exit 0).`,
 		Example: "  baton release --force invoices",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,6 +40,10 @@ the next holder has raised it.`,
 				return fmt.Errorf("%s cannot free another holder's lock", baton.Redact(backend))
 			}
 			info, err := fr.ForceRelease(cmd.Context(), name)
+			if errors.Is(err, baton.ErrNotAcquired) {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s is not held: nothing to release\n", name)
+				return nil
+			}
 			if errors.Is(err, baton.ErrUnavailable) {
 				return fmt.Errorf("%w; the lock may have been freed all the same: look with baton status before forcing again, which would free the next holder's lock", err)
 			}

@@ -614,3 +614,24 @@ func TestStatus_NameTwice(t *testing.T) {
 		t.Fatalf("status invoices stock invoices: %d rows for invoices; %q", n, r.stdout)
 	}
 }
+
+// TestRelease_FreeLock: release --force of a lock no one holds says so and
+// exits 0; it said the lock was "held by another holder" (exit 75).
+func TestRelease_FreeLock(t *testing.T) {
+	r := runInProcess("release", "--force", "--backend", etcdBackend(t), "nobody-holds-this")
+	if r.code != 0 || !strings.Contains(r.stdout, "not held") {
+		t.Fatalf("release --force of a free lock: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestFence_UnknownSubcommand: a mistyped subcommand of fence is a usage
+// error (exit 2), not help and exit 0, which let `baton fence inti && ...`
+// go on.
+func TestFence_UnknownSubcommand(t *testing.T) {
+	if r := runInProcess("fence", "inti"); r.code != exitUsage {
+		t.Fatalf("baton fence inti: exit %d, want %d; stderr %q", r.code, exitUsage, r.stderr)
+	}
+	if r := runInProcess("fence"); r.code != 0 || !strings.Contains(r.stdout, "init") {
+		t.Fatalf("baton fence: exit %d, stdout %q; want its help", r.code, r.stdout)
+	}
+}

@@ -101,3 +101,34 @@ func TestServe_PortInUse(t *testing.T) {
 	}
 	oneLine(t, r)
 }
+
+// TestServe_StopsWhileWaitingForPeers: a cluster member whose peers are
+// not up stops on SIGTERM, as serve's help says. Before, it hung in etcd's
+// Close (etcd issue 9533), deaf to signals, until SIGKILL.
+func TestServe_StopsWhileWaitingForPeers(t *testing.T) {
+	var ps [4]int
+	for i := range ps {
+		p, err := testsvc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = p
+	}
+	cluster := fmt.Sprintf("m1=http://127.0.0.1:%d,m2=http://127.0.0.1:%d,m3=http://127.0.0.1:%d", ps[1], ps[2], ps[3])
+	p := startBaton(t, "serve", "--name", "m1", "--data-dir", t.TempDir(),
+		"--listen", fmt.Sprintf("127.0.0.1:%d", ps[0]), "--peer-listen", fmt.Sprintf("127.0.0.1:%d", ps[1]), "--initial-cluster", cluster)
+	// Waiting for its peers: its client port is up, it answers nothing.
+	waitFor(t, 30*time.Second, func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ps[0]))
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	}, func() string { return p.stderr.String() })
+	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve waiting for its peers did not stop within 15s of SIGTERM; stderr %q", p.stderr.String())
+	}
+}

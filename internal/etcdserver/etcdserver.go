@@ -101,9 +101,11 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcd server failed while starting: %w", err)
 	case <-ctx.Done():
+		e.Server.Stop() // Close alone hangs on a member that never became ready (etcd issue 9533)
 		e.Close()
 		return nil, fmt.Errorf("etcd server start: %w", context.Cause(ctx))
 	case <-t.C:
+		e.Server.Stop()
 		e.Close()
 		return nil, fmt.Errorf("etcd server not ready after %v (a cluster member waits for a quorum of its peers)", timeout)
 	}
