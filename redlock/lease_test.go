@@ -775,6 +775,16 @@ func TestRelease_KeyGoneIsALoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Acquire returns on a majority: the last node's SET may still be
+		// on its way, and would land after the DEL below.
+		for _, cl := range cs {
+			for cl.Exists(ctx, lease.Key()).Val() == 0 {
+				if ctx.Err() != nil {
+					t.Fatalf("the key never reached every node: %v", ctx.Err())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 		for _, cl := range cs[:c.deleted] {
 			if err := cl.Del(ctx, lease.Key()).Err(); err != nil {
 				t.Fatal(err)
