@@ -30,8 +30,8 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 
 	releaseTimeout time.Duration
-	unfollow       func() // stops following the hold's loss
-	forget         func() // takes the lease out of its Locker's live ones; set by the Locker
+	unfollow       func()  // stops following the hold's loss
+	owner          *Locker // counts the lease among its live ones until it ends
 
 	mu  sync.Mutex
 	err error // nil while held
@@ -52,7 +52,8 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config, o
 		cancel:         cancel,
 		releaseTimeout: cfg.ReleaseTimeout,
 	}
-	l.forget = owner.track(l)
+	l.owner = owner
+	owner.track(l)
 	l.unfollow = l.follow()
 	return l
 }
@@ -67,7 +68,7 @@ func (l *Lease) follow() (stop func()) {
 // lost reports the hold's loss, unless the lease was released first.
 func (l *Lease) lost() {
 	l.markLost(l.hold.Err(), false)
-	l.forget()
+	l.owner.untrack(l)
 }
 
 // markLost records a loss with cause and cancels the work context with it,
@@ -156,7 +157,7 @@ func (l *Lease) release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	l.unfollow()
-	l.forget()
+	l.owner.untrack(l)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseTimeout)
 	defer cancel()

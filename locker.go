@@ -87,18 +87,19 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 	return newLease(ctx, name, l.cfg.Holder, h, l.cfg, l), nil
 }
 
-// track counts lease among the live ones, which Close ends, and returns
-// how to forget it. It is called before inflight.Done, so Close, which
-// waits for that, finds every lease.
-func (l *Locker) track(lease *Lease) (forget func()) {
+// track counts lease among the live ones, which Close ends. It is called
+// before inflight.Done, so Close, which waits for that, finds every lease.
+func (l *Locker) track(lease *Lease) {
 	l.mu.Lock()
 	l.leases[lease] = struct{}{}
 	l.mu.Unlock()
-	return func() {
-		l.mu.Lock()
-		delete(l.leases, lease)
-		l.mu.Unlock()
-	}
+}
+
+// untrack forgets lease, which ended (released or lost).
+func (l *Locker) untrack(lease *Lease) {
+	l.mu.Lock()
+	delete(l.leases, lease)
+	l.mu.Unlock()
 }
 
 // Close ends the waits in flight, then every hold made through the Locker,

@@ -1031,12 +1031,7 @@ func TestForceRelease_AnswerLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	drop := &redistest.DropAnswer{SHA: redis.ForceScriptHash}
-	c.AddHook(drop)
-	op, err := redis.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = op.Close() })
+	op := hookedLocker(t, srv.Addr, drop)
 	drop.Armed.Store(true)
 	info, err := op.Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 10*time.Second), "invoices")
 	if drop.Armed.Load() {
@@ -1094,13 +1089,7 @@ func TestRelease_FailedWhileRenewalRefused_IsALoss(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	cli := client(t, srv.Addr)
 	hook := redistest.NewFailAfterRefusal(redis.ReleaseScriptHash, redis.RenewScriptHash, 1)
-	c := client(t, srv.Addr)
-	c.AddHook(hook)
-	l, err := redis.New(c, baton.WithTTL(3*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := hookedLocker(t, srv.Addr, hook, baton.WithTTL(3*time.Second))
 	ctx := timeout(t, 30*time.Second)
 	lease, err := l.Acquire(ctx, "swallow")
 	if err != nil {
@@ -1123,13 +1112,7 @@ func TestRelease_FailedWhileRenewalRefused_IsALoss(t *testing.T) {
 func TestRelease_TimeoutSaysReleaseTimeout(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	delay := &delayScripts{d: 600 * time.Millisecond}
-	c := client(t, srv.Addr)
-	c.AddHook(delay)
-	l, err := redis.New(c, baton.WithTTL(30*time.Second), baton.WithReleaseTimeout(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := hookedLocker(t, srv.Addr, delay, baton.WithTTL(30*time.Second), baton.WithReleaseTimeout(200*time.Millisecond))
 	lease, err := l.Acquire(timeout(t, 10*time.Second), "msg")
 	if err != nil {
 		t.Fatal(err)
@@ -1166,14 +1149,8 @@ func (h *delayScripts) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook
 // is no evidence of a loss.
 func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
 	srv := testsvc.StartRedis(t)
-	c := client(t, srv.Addr)
 	delay := &delayScripts{d: 1500 * time.Millisecond}
-	c.AddHook(delay)
-	l, err := redis.New(c, baton.WithTTL(time.Second), baton.WithRenewEvery(950*time.Millisecond), baton.WithRequestTimeout(5*time.Second), baton.WithReleaseTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := hookedLocker(t, srv.Addr, delay, baton.WithTTL(time.Second), baton.WithRenewEvery(950*time.Millisecond), baton.WithRequestTimeout(5*time.Second), baton.WithReleaseTimeout(5*time.Second))
 	ctx := timeout(t, 20*time.Second)
 	lease, err := l.Acquire(ctx, "slow")
 	if err != nil {
@@ -1220,15 +1197,9 @@ func (h *stallRenewals) ProcessHook(next goredis.ProcessHook) goredis.ProcessHoo
 // by when the release's answer came, not when the wait ended.
 func TestRelease_LossFoundWhileRenewalStalled(t *testing.T) {
 	srv := testsvc.StartRedis(t)
-	c := client(t, srv.Addr)
 	admin := client(t, srv.Addr)
 	st := &stallRenewals{stalled: make(chan struct{})}
-	c.AddHook(st)
-	l, err := redis.New(c, baton.WithTTL(2*time.Second), baton.WithRenewEvery(500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := hookedLocker(t, srv.Addr, st, baton.WithTTL(2*time.Second), baton.WithRenewEvery(500*time.Millisecond))
 	ctx := timeout(t, 20*time.Second)
 	lease, err := l.Acquire(ctx, "stalled")
 	if err != nil {

@@ -35,7 +35,18 @@ func client(tb testing.TB, addr string) *goredis.Client {
 
 func newLocker(tb testing.TB, addr string, opts ...baton.Option) *baton.Locker {
 	tb.Helper()
-	l, err := redis.New(client(tb, addr), opts...)
+	return hookedLocker(tb, addr, nil, opts...)
+}
+
+// hookedLocker is newLocker on a client of its own with hook (when not
+// nil), for tests that hold back, drop or fail requests on the wire.
+func hookedLocker(tb testing.TB, addr string, hook goredis.Hook, opts ...baton.Option) *baton.Locker {
+	tb.Helper()
+	c := client(tb, addr)
+	if hook != nil {
+		c.AddHook(hook)
+	}
+	l, err := redis.New(c, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -123,13 +123,7 @@ func TestAcquire_StaleWake_NotAHold(t *testing.T) {
 	}
 
 	hook := newWakeHook(t, 0)
-	cw := client(t, srv.Addr)
-	cw.AddHook(hook)
-	w, err := redis.New(cw, baton.WithTTL(2*time.Second), baton.WithHolder("w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	w := hookedLocker(t, srv.Addr, hook, baton.WithTTL(2*time.Second), baton.WithHolder("w"))
 	type result struct {
 		l   *baton.Lease
 		err error
@@ -217,13 +211,7 @@ func TestAcquire_LateHandoff_Holds(t *testing.T) {
 	}
 	const ttl, delay = time.Second, 100 * time.Millisecond
 	hook := newWakeHook(t, delay)
-	cw := client(t, srv.Addr)
-	cw.AddHook(hook)
-	w, err := redis.New(cw, baton.WithTTL(ttl), baton.WithRenewEvery(950*time.Millisecond), baton.WithHolder("w"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	w := hookedLocker(t, srv.Addr, hook, baton.WithTTL(ttl), baton.WithRenewEvery(950*time.Millisecond), baton.WithHolder("w"))
 	wGot := make(chan error, 1)
 	go func() {
 		l, err := w.Acquire(ctx, "late")
@@ -293,13 +281,7 @@ func TestRelease_RenewedDuringSlowRelease_KeyGoneIsALoss(t *testing.T) {
 	ctx := timeout(t, 30*time.Second)
 	hook := &holdRelease{held: make(chan struct{}, 1), goOn: newGate(), renewed: make(chan struct{}, 1)}
 	t.Cleanup(hook.goOn.open)
-	c := client(t, srv.Addr)
-	c.AddHook(hook)
-	l, err := redis.New(c, baton.WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := hookedLocker(t, srv.Addr, hook, baton.WithTTL(time.Second))
 	lease, err := l.Acquire(ctx, "renewed")
 	if err != nil {
 		t.Fatal(err)

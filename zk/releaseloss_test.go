@@ -153,23 +153,43 @@ func (c *stallConn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-const (
-	opSyncCode   = 9
-	opDeleteCode = 2
-)
+// opSync is ZooKeeper's opcode for a sync (the session's renewal sends
+// one; opDelete is in recipe_test.go).
+const opSync = 9
 
-// TestRelease_RenewedDuringRelease_NodeGoneIsALoss: the holder's node is deleted by
-// another client while the lease is held. A renewal (the session's sync)
-// is on its way when Release starts; its answer comes during the release
-// and moves the local deadline on; the delete's answer (no node) comes
-// after the deadline Release read before it began, but well before the
-// deadline as it is when the answer comes. The session was confirmed
-// alive all along, so the node was deleted by someone else: a loss.
-// Before, the release called it clean.
-func TestRelease_RenewedDuringRelease_NodeGoneIsALoss(t *testing.T) {
-	addr := zkServer.Addr(t)
-	admin := adminConn(t, addr)
-	const ttl = 4 * time.Second
+// syncDelete follows, through a stallDialer, the next sync (a renewal)
+// and the next delete (the release) sent: their xids, and channels closed
+// as they leave. answer, called with each answer's xid, may hold it back.
+type syncDelete struct {
+	syncXid, delXid   atomic.Int32
+	syncSent, delSent chan struct{}
+	syncOnce, delOnce sync.Once
+}
+
+// armSyncDelete makes d follow the next sync and delete, and hold answers
+// back as answer says.
+func armSyncDelete(d *stallDialer, answer func(sd *syncDelete, xid int32)) *syncDelete {
+	sd := &syncDelete{syncSent: make(chan struct{}), delSent: make(chan struct{})}
+	sd.syncXid.Store(-100)
+	sd.delXid.Store(-100)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onWrite = func(xid, op int32) {
+		switch op {
+		case opSync:
+			sd.syncOnce.Do(func() { sd.syncXid.Store(xid); close(sd.syncSent) })
+		case opDelete:
+			sd.delOnce.Do(func() { sd.delXid.Store(xid); close(sd.delSent) })
+		}
+	}
+	d.onFrame = func(xid int32) { answer(sd, xid) }
+	return sd
+}
+
+// stalledLocker is a FencedLocker with the given TTL on a connection of
+// its own through a new stallDialer, both closed when t ends.
+func stalledLocker(t *testing.T, addr string, ttl time.Duration, opts ...baton.Option) (*baton.FencedLocker, *stallDialer) {
+	t.Helper()
 	d := &stallDialer{}
 	conn, events, err := zkgo.Connect([]string{addr}, ttl, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
 	if err != nil {
@@ -183,11 +203,27 @@ func TestRelease_RenewedDuringRelease_NodeGoneIsALoss(t *testing.T) {
 		for range events {
 		}
 	})
-	fl, err := zk.New(conn, baton.WithTTL(ttl))
+	fl, err := zk.New(conn, append([]baton.Option{baton.WithTTL(ttl)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fl.Close()
+	t.Cleanup(func() { _ = fl.Close() })
+	return fl, d
+}
+
+// TestRelease_RenewedDuringRelease_NodeGoneIsALoss: the holder's node is deleted by
+// another client while the lease is held. A renewal (the session's sync)
+// is on its way when Release starts; its answer comes during the release
+// and moves the local deadline on; the delete's answer (no node) comes
+// after the deadline Release read before it began, but well before the
+// deadline as it is when the answer comes. The session was confirmed
+// alive all along, so the node was deleted by someone else: a loss.
+// Before, the release called it clean.
+func TestRelease_RenewedDuringRelease_NodeGoneIsALoss(t *testing.T) {
+	addr := zkServer.Addr(t)
+	admin := adminConn(t, addr)
+	const ttl = 4 * time.Second
+	fl, d := stalledLocker(t, addr, ttl)
 	ctx := timeout(t, 30*time.Second)
 	name := uniqueName(t)
 	lease, err := fl.Acquire(ctx, name)
@@ -195,39 +231,20 @@ func TestRelease_RenewedDuringRelease_NodeGoneIsALoss(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var (
-		syncXid, delXid atomic.Int32
-		syncSent        = make(chan struct{})
-		delSent         = make(chan struct{})
-		d0              atomic.Int64 // deadline before the release, unix nanos
-		syncOnce        sync.Once
-		delOnce         sync.Once
-	)
-	syncXid.Store(-100)
-	delXid.Store(-100)
-	d.mu.Lock()
-	d.onWrite = func(xid, op int32) {
-		switch op {
-		case opSyncCode:
-			syncOnce.Do(func() { syncXid.Store(xid); close(syncSent) })
-		case opDeleteCode:
-			delOnce.Do(func() { delXid.Store(xid); close(delSent) })
-		}
-	}
-	d.onFrame = func(xid int32) {
+	var d0 atomic.Int64 // deadline before the release, unix nanos
+	sd := armSyncDelete(d, func(sd *syncDelete, xid int32) {
 		switch xid {
-		case syncXid.Load():
-			<-delSent // the renewal's answer comes once the release is on its way
+		case sd.syncXid.Load():
+			<-sd.delSent // the renewal's answer comes once the release is on its way
 			time.Sleep(20 * time.Millisecond)
-		case delXid.Load():
+		case sd.delXid.Load():
 			// The delete's answer comes 150ms after the deadline read
 			// before the release.
 			time.Sleep(time.Until(time.Unix(0, d0.Load())) + 150*time.Millisecond)
 		}
-	}
-	d.mu.Unlock()
+	})
 
-	<-syncSent // a renewal is on its way
+	<-sd.syncSent // a renewal is on its way
 	if err := admin.Delete(lease.Key(), -1); err != nil {
 		t.Fatal(err)
 	}
@@ -253,24 +270,7 @@ func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
 	addr := zkServer.Addr(t)
 	admin := adminConn(t, addr)
 	const ttl = 4 * time.Second
-	d := &stallDialer{}
-	conn, events, err := zkgo.Connect([]string{addr}, ttl, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		d.mu.Lock()
-		d.onWrite, d.onFrame = nil, nil
-		d.mu.Unlock()
-		conn.Close()
-		for range events {
-		}
-	})
-	fl, err := zk.New(conn, baton.WithTTL(ttl), baton.WithRequestTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.Close()
+	fl, d := stalledLocker(t, addr, ttl, baton.WithRequestTimeout(time.Second))
 	ctx := timeout(t, 30*time.Second)
 	name := uniqueName(t)
 	lease, err := fl.Acquire(ctx, name)
@@ -283,34 +283,15 @@ func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
 	if err := admin.Delete(lease.Key(), -1); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		syncXid, delXid atomic.Int32
-		syncSent        = make(chan struct{})
-		delSent         = make(chan struct{})
-		syncOnce        sync.Once
-		delOnce         sync.Once
-	)
-	syncXid.Store(-100)
-	delXid.Store(-100)
-	d.mu.Lock()
-	d.onWrite = func(xid, op int32) {
-		switch op {
-		case opSyncCode:
-			syncOnce.Do(func() { syncXid.Store(xid); close(syncSent) })
-		case opDeleteCode:
-			delOnce.Do(func() { delXid.Store(xid); close(delSent) })
-		}
-	}
-	d.onFrame = func(xid int32) {
+	sd := armSyncDelete(d, func(sd *syncDelete, xid int32) {
 		switch xid {
-		case syncXid.Load():
-			<-delSent
-		case delXid.Load():
+		case sd.syncXid.Load():
+			<-sd.delSent
+		case sd.delXid.Load():
 			time.Sleep(1500 * time.Millisecond) // past the request timeout
 		}
-	}
-	d.mu.Unlock()
-	<-syncSent // the renewal, whose exists will find the node gone
+	})
+	<-sd.syncSent // the renewal, whose exists will find the node gone
 	rerr := lease.Release(ctx)
 	var lost *baton.LostError
 	if err := lease.Err(); !errors.As(err, &lost) {
