@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -27,6 +28,8 @@ under nohup).`,
 		Example: `  # a single node, data in ./baton-data
   baton serve
 
+  # a member's data dir defaults to ./baton-data-NAME; one dir serves one member
+
   # member 1 of a three-member cluster
   baton serve --name m1 --data-dir /var/lib/baton/m1 \
     --listen http://10.0.0.1:2379 --peer-listen http://10.0.0.1:2380 \
@@ -34,6 +37,15 @@ under nohup).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
+			if c.Name == "" {
+				return usageError("--name is empty: give this member a name, such as m1")
+			}
+			if c.Dir == "" {
+				c.Dir = "baton-data"
+				if c.Name != "default" {
+					c.Dir += "-" + c.Name
+				}
+			}
 			if c.ClientURL, err = listenURL("--listen", listen); err != nil {
 				return err
 			}
@@ -44,19 +56,22 @@ under nohup).`,
 				return usageError("--initial-cluster-state %q: use new or existing", c.ClusterState)
 			}
 			log := g.logger(cmd.ErrOrStderr())
-			var mute func()
-			c.Logger, mute = zapslog.New(log.Handler())
+			c.Logger = zapslog.New(log.Handler())
 			srv, err := etcdserver.Start(cmd.Context(), c)
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return fmt.Errorf("%w: another process (another baton serve, an etcd) listens there; stop it, or pick free ports with --listen and --peer-listen", err)
 			}
+			if errors.Is(err, etcdserver.ErrDirInUse) {
+				return fmt.Errorf("%w: another baton serve runs on it; stop it, or give this one its own --data-dir", err)
+			}
+			var alone *etcdserver.AloneError
+			if errors.As(err, &alone) {
+				return usageError("%v; give this member an empty --data-dir (with --initial-cluster-state existing to join a running cluster), or leave out --initial-cluster to serve this data alone", err)
+			}
 			if err != nil {
 				return err
 			}
-			defer func() {
-				mute()
-				srv.Close()
-			}()
+			defer srv.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "baton serve: etcd member %q serving clients on %s (data in %s); stop with Ctrl-C\n", c.Name, strings.TrimPrefix(c.ClientURL, "http://"), c.Dir)
 			select {
 			case <-cmd.Context().Done():
@@ -70,7 +85,7 @@ under nohup).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.Dir, "data-dir", "baton-data", "directory for the server's data")
+	f.StringVar(&c.Dir, "data-dir", "", `directory for the server's data (default "baton-data", or "baton-data-NAME" with --name NAME)`)
 	f.StringVar(&listen, "listen", "http://127.0.0.1:2379", "where clients connect (host:port or http://host:port)")
 	f.StringVar(&c.Name, "name", "default", "this member's name")
 	f.StringVar(&peer, "peer-listen", "http://127.0.0.1:2380", "where the other members connect")
@@ -87,6 +102,9 @@ func listenURL(flag, s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme != "http" || u.Port() == "" || u.Path != "" && u.Path != "/" {
 		return "", usageError("%s %q: want host:port or http://host:port", flag, s)
+	}
+	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+		return "", usageError("%s %q: the port must be 1 to 65535 (clients and peers need to know it)", flag, s)
 	}
 	return "http://" + u.Host, nil
 }

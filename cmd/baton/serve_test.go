@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -130,5 +132,131 @@ func TestServe_StopsWhileWaitingForPeers(t *testing.T) {
 	case <-p.done:
 	case <-time.After(15 * time.Second):
 		t.Fatalf("serve waiting for its peers did not stop within 15s of SIGTERM; stderr %q", p.stderr.String())
+	}
+}
+
+// serveAddrs returns two free loopback addresses, for --listen and
+// --peer-listen.
+func serveAddrs(t *testing.T) (client, peer string) {
+	t.Helper()
+	cp, err1 := testsvc.FreePort()
+	pp, err2 := testsvc.FreePort()
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", cp), fmt.Sprintf("127.0.0.1:%d", pp)
+}
+
+// startServe starts baton serve in dir (the process's working directory)
+// and waits until it says it serves.
+func startServe(t *testing.T, dir string, args ...string) *execResult {
+	t.Helper()
+	cmd := batonCmd(append([]string{"serve"}, args...)...)
+	cmd.Dir = dir
+	p := startCmd(t, cmd)
+	waitFor(t, 30*time.Second, func() bool {
+		if _, ok := p.exited(); ok {
+			t.Fatalf("serve %v exited %d: %s", args, p.code, p.stderr.String())
+		}
+		return strings.Contains(p.stdout.String(), "serving clients")
+	}, func() string { return "serve not serving: " + p.stderr.String() })
+	return p
+}
+
+// stopServe stops a baton serve with SIGTERM and checks that it exits 0.
+func stopServe(t *testing.T, p *execResult) {
+	t.Helper()
+	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGTERM)
+	if r := p.wait(t); r.code != 0 {
+		t.Fatalf("serve after SIGTERM: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestServe_DataDirInUse: a second serve on a data directory that a running
+// serve holds says so at once. Before, it waited for etcd's database lock
+// for ever, silent and deaf to SIGTERM.
+func TestServe_DataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	c1, p1 := serveAddrs(t)
+	startServe(t, dir, "--data-dir", dir, "--listen", c1, "--peer-listen", p1)
+	c2, p2 := serveAddrs(t)
+	second := startBaton(t, "serve", "--data-dir", dir, "--listen", c2, "--peer-listen", p2)
+	select {
+	case <-second.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("a second serve on a data dir in use still runs after 15s; stderr %q", second.stderr.String())
+	}
+	r := result{code: second.code, stdout: second.stdout.String(), stderr: second.stderr.String()}
+	if r.code != 1 || !strings.Contains(r.stderr, "in use") || !strings.Contains(r.stderr, "--data-dir") {
+		t.Fatalf("second serve on %s: exit %d, stderr %q; want 1, in use, and what to do", dir, r.code, r.stderr)
+	}
+	oneLine(t, r)
+}
+
+// TestServe_MemberOnSingleNodeData: a data directory that a single node
+// served, given to a member of a three-member cluster, is refused. etcd
+// ignores --initial-cluster once a directory has data: the member would
+// lead a cluster of its own, and a lock held in the real cluster could be
+// granted again there.
+func TestServe_MemberOnSingleNodeData(t *testing.T) {
+	dir := t.TempDir()
+	c, p := serveAddrs(t)
+	stopServe(t, startServe(t, dir, "--data-dir", dir, "--listen", c, "--peer-listen", p))
+
+	_, p2 := serveAddrs(t)
+	_, p3 := serveAddrs(t)
+	cluster := fmt.Sprintf("m1=http://%s,m2=http://%s,m3=http://%s", p, p2, p3)
+	member := startBaton(t, "serve", "--name", "m1", "--data-dir", dir, "--listen", c, "--peer-listen", p, "--initial-cluster", cluster)
+	select {
+	case <-member.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("a member on a single node's data still runs after 15s (alone, as a cluster of its own?); stdout %q", member.stdout.String())
+	}
+	r := result{code: member.code, stdout: member.stdout.String(), stderr: member.stderr.String()}
+	if r.code != 2 || !strings.Contains(r.stderr, "one-member cluster") || !strings.Contains(r.stderr, "--data-dir") {
+		t.Fatalf("member on a single node's data: exit %d, stderr %q; want 2, why, and what to do", r.code, r.stderr)
+	}
+	if strings.Contains(r.stdout, "serving clients") {
+		t.Fatalf("it served before it refused: %q", r.stdout)
+	}
+	oneLine(t, r)
+}
+
+// TestServe_DefaultDataDirPerName: without --data-dir, a member named m1
+// keeps its data in baton-data-m1, and the default member in baton-data,
+// so that trying a single node and then a cluster member in one directory
+// does not hand the member the single node's data.
+func TestServe_DefaultDataDirPerName(t *testing.T) {
+	cwd := t.TempDir()
+	c, p := serveAddrs(t)
+	stopServe(t, startServe(t, cwd, "--listen", c, "--peer-listen", p))
+	c, p = serveAddrs(t)
+	s := startServe(t, cwd, "--name", "m1", "--listen", c, "--peer-listen", p)
+	if !strings.Contains(s.stdout.String(), "(data in baton-data-m1)") {
+		t.Errorf("serve --name m1 says %q; want its data in baton-data-m1", s.stdout.String())
+	}
+	stopServe(t, s)
+	for _, d := range []string{"baton-data", "baton-data-m1"} {
+		if _, err := os.Stat(filepath.Join(cwd, d, "member")); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+}
+
+// TestServe_BadFlags: an empty name and port 0 are usage errors. Each runs
+// in a process of its own, bounded: before, serve ran on them.
+func TestServe_BadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--name", ""},
+		{"--listen", "127.0.0.1:0"},
+		{"--peer-listen", "http://127.0.0.1:0"},
+		{"--listen", "127.0.0.1:70000"},
+	} {
+		r := runBaton(t, append([]string{"serve", "--data-dir", t.TempDir()}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, args[0]) {
+			t.Errorf("serve %q: exit %d, stderr %q; want 2 naming %s", args, r.code, r.stderr, args[0])
+			continue
+		}
+		oneLine(t, r)
 	}
 }

@@ -9,10 +9,16 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Config says where the server keeps its data and listens. Zero values take
@@ -32,16 +38,37 @@ type Config struct {
 	InitialCluster string
 	// ClusterState is "new" or "existing". Default "new".
 	ClusterState string
-	// Logger receives etcd's own logs. Default: none.
+	// Logger receives etcd's own logs, up to a stop: a stopping server logs
+	// every closed listener as an error. Default: none.
 	Logger *zap.Logger
 	// StartTimeout bounds the wait for the server to be ready. Default 30s.
 	StartTimeout time.Duration
+}
+
+// ErrDirInUse says that another process holds the data directory: another
+// baton serve, or a test's server.
+var ErrDirInUse = errors.New("data directory in use by another process")
+
+// AloneError says that the data directory holds a one-member cluster while
+// Config.InitialCluster names more members. etcd ignores InitialCluster once
+// a directory has data, so the member would lead a cluster of its own, beside
+// the one its peers form, and each could grant the same lock.
+type AloneError struct {
+	Dir    string // the data directory
+	Member string // the one member its cluster has
+	Named  int    // how many members InitialCluster names
+}
+
+func (e *AloneError) Error() string {
+	return fmt.Sprintf("data directory %s holds a one-member cluster (member %q), but the initial cluster names %d members: etcd would ignore them and this member would serve alone, beside its peers", e.Dir, e.Member, e.Named)
 }
 
 // Server is a running embedded etcd.
 type Server struct {
 	e         *embed.Etcd
 	clientURL string
+	dir       *os.File     // locked while the server runs
+	muted     *atomic.Bool // etcd's logs, from the stop on
 }
 
 // Start starts the server and waits until it serves clients, ctx ends or
@@ -79,14 +106,37 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if lg == nil {
 		lg = zap.NewNop()
 	}
+	muted := &atomic.Bool{}
+	lg = lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return muteCore{c, muted} }))
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("etcd server config: %w", err)
 	}
 
+	dir, err := lockDir(c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	_, err = os.Stat(filepath.Join(c.Dir, "member", "wal"))
+	hadData := err == nil
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
+		dir.Close()
 		return nil, fmt.Errorf("start etcd server: %w", err)
+	}
+	stop := func() {
+		muted.Store(true)
+		e.Server.Stop() // Close alone hangs on a member that never became ready (etcd issue 9533)
+		e.Close()
+		dir.Close()
+	}
+	// The members are known here, from the data, before the server has a
+	// leader: no client has been answered yet.
+	if named := countNames(cfg.InitialCluster); hadData && c.InitialCluster != "" && named > 1 {
+		if ms := e.Server.Cluster().Members(); len(ms) == 1 {
+			stop()
+			return nil, &AloneError{Dir: c.Dir, Member: ms[0].Name, Named: named}
+		}
 	}
 	timeout := c.StartTimeout
 	if timeout == 0 {
@@ -96,17 +146,15 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	defer t.Stop()
 	select {
 	case <-e.Server.ReadyNotify():
-		return &Server{e: e, clientURL: cu.String()}, nil
+		return &Server{e: e, clientURL: cu.String(), dir: dir, muted: muted}, nil
 	case err := <-e.Err():
-		e.Close()
+		stop()
 		return nil, fmt.Errorf("etcd server failed while starting: %w", err)
 	case <-ctx.Done():
-		e.Server.Stop() // Close alone hangs on a member that never became ready (etcd issue 9533)
-		e.Close()
+		stop()
 		return nil, fmt.Errorf("etcd server start: %w", context.Cause(ctx))
 	case <-t.C:
-		e.Server.Stop()
-		e.Close()
+		stop()
 		return nil, fmt.Errorf("etcd server not ready after %v (a cluster member waits for a quorum of its peers)", timeout)
 	}
 }
@@ -120,6 +168,38 @@ func parseURL(what, s string) (*url.URL, error) {
 		return nil, fmt.Errorf("etcd server: %s %q: want http://host:port", what, s)
 	}
 	return u, nil
+}
+
+// countNames counts the distinct member names in name=URL,... (a member
+// with two peer URLs is named twice).
+func countNames(cluster string) int {
+	names := map[string]bool{}
+	for _, kv := range strings.Split(cluster, ",") {
+		name, _, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		names[name] = true
+	}
+	return len(names)
+}
+
+// lockDir creates dir if need be and locks it for this process. etcd takes
+// no lock a second server would notice at once: it waits for the database
+// file's lock, for ever, deaf to its context.
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcd server: data directory: %w", err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("etcd server: data directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("etcd server: %s: %w", dir, ErrDirInUse)
+		}
+		return nil, fmt.Errorf("etcd server: lock data directory %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. A
@@ -145,5 +225,26 @@ func (s *Server) Stopped() <-chan struct{} { return s.e.Server.StopNotify() }
 // IsLeader reports whether this member leads its cluster.
 func (s *Server) IsLeader() bool { return s.e.Server.Leader() == s.e.Server.MemberID() }
 
-// Close stops the server and waits for it.
-func (s *Server) Close() { s.e.Close() }
+// Close stops the server, waits for it, and frees the data directory.
+func (s *Server) Close() {
+	s.muted.Store(true)
+	s.e.Close()
+	s.dir.Close()
+}
+
+// muteCore drops every entry once muted is set.
+type muteCore struct {
+	zapcore.Core
+	muted *atomic.Bool
+}
+
+func (c muteCore) Enabled(l zapcore.Level) bool { return !c.muted.Load() && c.Core.Enabled(l) }
+
+func (c muteCore) With(f []zapcore.Field) zapcore.Core { return muteCore{c.Core.With(f), c.muted} }
+
+func (c muteCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.muted.Load() {
+		return ce
+	}
+	return c.Core.Check(e, ce)
+}

@@ -6,24 +6,19 @@ package zapslog
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
-// New returns a zap logger that writes to h at levels h enables, and a
-// function that mutes it for good: a server's shutdown logs every closed
-// listener as an error, which is noise once the stop was asked for.
-func New(h slog.Handler) (*zap.Logger, func()) {
-	muted := &atomic.Bool{}
-	return zap.New(&core{h: h, muted: muted}), func() { muted.Store(true) }
+// New returns a zap logger that writes to h at levels h enables.
+func New(h slog.Handler) *zap.Logger {
+	return zap.New(&core{h: h})
 }
 
 type core struct {
 	h     slog.Handler
 	attrs []slog.Attr
-	muted *atomic.Bool
 }
 
 func level(l zapcore.Level) slog.Level {
@@ -39,11 +34,11 @@ func level(l zapcore.Level) slog.Level {
 }
 
 func (c *core) Enabled(l zapcore.Level) bool {
-	return !c.muted.Load() && c.h.Enabled(context.Background(), level(l))
+	return c.h.Enabled(context.Background(), level(l))
 }
 
 func (c *core) With(fields []zapcore.Field) zapcore.Core {
-	return &core{h: c.h, attrs: append(append([]slog.Attr(nil), c.attrs...), attrs(fields)...), muted: c.muted}
+	return &core{h: c.h, attrs: append(append([]slog.Attr(nil), c.attrs...), attrs(fields)...)}
 }
 
 func (c *core) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
