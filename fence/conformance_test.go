@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -75,7 +76,15 @@ var backends = []backend{
 	},
 	{
 		name: "sqlite",
-		url:  func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "fence.db") },
+		// An empty file: an SQLite database without tables (a missing file
+		// is sqlite's TestOpen_MissingFile).
+		url: func(t *testing.T) string {
+			path := filepath.Join(t.TempDir(), "fence.db")
+			if err := os.WriteFile(path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return "sqlite:" + path
+		},
 		open: func(t *testing.T, u string) driver {
 			path := strings.TrimPrefix(u, "sqlite:")
 			s, err := sqlite.Open(t.Context(), path)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -633,5 +635,19 @@ func TestFence_UnknownSubcommand(t *testing.T) {
 	}
 	if r := runInProcess("fence"); r.code != 0 || !strings.Contains(r.stdout, "init") {
 		t.Fatalf("baton fence: exit %d, stdout %q; want its help", r.code, r.stdout)
+	}
+}
+
+// TestFence_ShowMissingFile: fence show of a SQLite file that does not
+// exist says so and creates nothing.
+func TestFence_ShowMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	r := runInProcess("fence", "show", "--store", "sqlite:"+path)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "does not exist") || !strings.Contains(r.stderr, "fence init") {
+		t.Fatalf("fence show of a missing file: exit %d, stderr %q; want 1, and to run fence init", r.code, r.stderr)
+	}
+	oneLine(t, r)
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("fence show left %s behind: %v", path, err)
 	}
 }

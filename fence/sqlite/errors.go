@@ -11,13 +11,18 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// MissingTableError says that one of the store's tables does not exist.
+// MissingTableError says that one of the store's tables does not exist, or
+// (NoFile) the database file itself.
 type MissingTableError struct {
-	Table string // the table's name, as configured
-	Where string // the database file
+	Table  string // the table's name, as configured
+	Where  string // the database file
+	NoFile bool   // the file itself does not exist
 }
 
 func (e *MissingTableError) Error() string {
+	if e.NoFile {
+		return fmt.Sprintf("%s does not exist; create it and baton's fence tables with `baton fence init --store URL` (or WithCreate(true))", e.Where)
+	}
 	return fmt.Sprintf("table %q does not exist in %s; create baton's fence tables with `baton fence init --store URL` (or Store.Init, or WithCreate(true))", e.Table, e.Where)
 }
 

@@ -3,8 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -69,8 +73,9 @@ func newStore(ctx context.Context, db *sql.DB, cfg config, where string) (*Store
 	return s, nil
 }
 
-// Open opens (creating if needed) the SQLite database file at path and
-// returns New on it; the Store owns the handle, so Close it. Its
+// Open opens the SQLite database file at path and returns New on it; with
+// WithCreate(false), a missing file is a *MissingTableError (NoFile set),
+// and Open creates nothing; the Store owns the handle, so Close it. Its
 // connections use WAL journaling (readers do not block the writer), wait up
 // to the busy timeout (WithBusyTimeout, default 5s) for another writer, and
 // begin every transaction with BEGIN IMMEDIATE, so that a fenced
@@ -86,12 +91,18 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.create {
+		source += "&mode=rw" // a missing file stays missing
+	}
 	db, err := sql.Open("sqlite", source)
 	if err != nil {
 		return nil, &baton.UnavailableError{Where: path, Err: fmt.Errorf("%w; %s", err, hintOpen)}
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
+		if !cfg.create && missingFile(path) {
+			return nil, &MissingTableError{Table: cfg.table, Where: path, NoFile: true}
+		}
 		s := Store{where: path}
 		return nil, s.wrap(ctx, "open SQLite database", err, hintOpen)
 	}
@@ -102,6 +113,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	s.owned = true
 	return s, nil
+}
+
+// missingFile reports whether path does not exist in a directory that
+// does: fence init can create it there.
+func missingFile(path string) bool {
+	_, err := os.Stat(path)
+	dir, derr := os.Stat(filepath.Dir(path))
+	return errors.Is(err, fs.ErrNotExist) && derr == nil && dir.IsDir()
 }
 
 // DSN returns the modernc.org/sqlite data source name with which Open opens

@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,6 +89,26 @@ func TestStore_New_DB(t *testing.T) {
 	if _, err := sqlite.New(ctx, db, sqlite.WithTable("fence"), sqlite.WithRunsTable("RUNS"), sqlite.WithCreate(false)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOpen_MissingFile: Open without WithCreate on a file that does not
+// exist says so, and leaves no empty file behind (a mistyped path in
+// `baton fence show` or `baton run --fence` created one).
+func TestOpen_MissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nothere.db")
+	_, err := sqlite.Open(t.Context(), path, sqlite.WithCreate(false))
+	var missing *sqlite.MissingTableError
+	if !errors.As(err, &missing) || !missing.NoFile || !strings.Contains(err.Error(), path+" does not exist") {
+		t.Fatalf("Open of a missing file: %v; want a *MissingTableError with NoFile, naming %s", err, path)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open without WithCreate left %s behind: %v", path, err)
+	}
+	s, err := sqlite.Open(t.Context(), path) // WithCreate(true), the default
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }
 
 func TestStore_New_MissingTable(t *testing.T) {
