@@ -71,7 +71,9 @@ func (h *hold) watch(ctx context.Context) {
 	defer close(h.exited)
 	from := h.rev + 1
 	for {
-		wch := h.b.client.Watch(ctx, h.key, clientv3.WithRev(from))
+		// WithRequireLeader: a watch on a member cut off from the leader
+		// ends instead of staying silent; the Get below then looks.
+		wch := h.b.client.Watch(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithRev(from))
 		for wr := range wch {
 			if wr.Err() != nil {
 				break

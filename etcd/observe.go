@@ -56,10 +56,17 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		return
 	}
 	for {
-		wch := b.client.Watch(ctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		// WithRequireLeader: a member cut off from its cluster's leader
+		// (partitioned, or its peers down) would keep the watch open and
+		// silent, and the observer would report a leader that may be long
+		// gone. The server ends such a watch a few election timeouts after
+		// it lost its leader; then a fresh read, which the client may send
+		// to another member, tells whether the cluster can still be
+		// observed.
+		wch := b.client.Watch(clientv3.WithRequireLeader(ctx), pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
-				if errors.Is(err, rpctypes.ErrCompacted) {
+				if errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrNoLeader) {
 					break // read the keys again below
 				}
 				return
@@ -89,7 +96,8 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		if ctx.Err() != nil {
 			return
 		}
-		// Compacted past our revision: start again from a fresh read.
+		// Compacted past our revision, or no leader: start again from a
+		// fresh read; one that fails ends the observation.
 		var err error
 		if keys, rev, err = b.snapshot(ctx, pfx); err != nil {
 			return

@@ -104,3 +104,48 @@ func TestInspect_NameTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestObserve_MemberLosesLeader: an observer whose only member loses its
+// cluster's leader (here its two peers stop) is told so: the observation
+// ends. Before, the watch on that member stayed open and silent, and the
+// observer went on reporting the last leader, which may since have lost
+// the lock to a holder on the members it can no longer hear.
+func TestObserve_MemberLosesLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: starts a three-member cluster")
+	}
+	ms := testsvc.StartEtcdCluster(t, 3)
+	holder := newLocker(t, ms[0].Endpoint, baton.WithHolder("h"))
+	obs := newLocker(t, ms[2].Endpoint, baton.WithHolder("obs"))
+	ctx := timeout(t, 60*time.Second)
+	lease, err := holder.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; tm.Leader != "h" {
+		t.Fatalf("first term %+v, want h leading", tm)
+	}
+	_ = lease.Release(ctx)
+	if tm := <-terms; !tm.NoLeader() {
+		t.Fatalf("term after release %+v, want no leader", tm)
+	}
+	ms[0].Stop()
+	ms[1].Stop()
+	// etcd ends a watch that requires a leader after a few election
+	// timeouts (1s each, embed's default) without one.
+	select {
+	case tm, ok := <-terms:
+		if ok {
+			t.Fatalf("a term from a member without a leader: %+v", tm)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the observation of a member without a leader still runs, silent, 30s after its peers stopped")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the observation ended with ctx, not by itself")
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,6 +71,64 @@ func NewEtcd(dir string) (*Etcd, error) {
 		return &Etcd{Endpoint: srv.Endpoint(), Version: "embedded", stop: srv.Close}, nil
 	}
 	return nil, lastErr
+}
+
+// StartEtcdCluster starts a cluster of n embedded etcd members on free
+// loopback ports in temp dirs, each stopped when tb ends (or before, by its
+// Stop).
+func StartEtcdCluster(tb testing.TB, n int) []*Etcd {
+	tb.Helper()
+	var lastErr error
+	for range 3 {
+		ms, err := startCluster(tb.TempDir(), n)
+		if err == nil {
+			for _, m := range ms {
+				tb.Cleanup(m.Stop)
+			}
+			return ms
+		}
+		lastErr = err // most likely a port taken in the meantime
+	}
+	tb.Fatalf("embedded etcd cluster of %d did not start: %v", n, lastErr)
+	return nil
+}
+
+func startCluster(dir string, n int) ([]*Etcd, error) {
+	cfgs := make([]etcdserver.Config, n)
+	var initial []string
+	for i := range cfgs {
+		cp, err1 := FreePort()
+		pp, err2 := FreePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		name := fmt.Sprintf("m%d", i+1)
+		cfgs[i] = etcdserver.Config{Name: name, Dir: filepath.Join(dir, name),
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", pp)}
+		initial = append(initial, name+"="+cfgs[i].PeerURL)
+	}
+	// Each member waits for a quorum of the others: start them together.
+	srvs := make([]*etcdserver.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		cfgs[i].InitialCluster = strings.Join(initial, ",")
+		wg.Go(func() { srvs[i], errs[i] = etcdserver.Start(context.Background(), cfgs[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, s := range srvs {
+			if s != nil {
+				s.Close()
+			}
+		}
+		return nil, err
+	}
+	ms := make([]*Etcd, n)
+	for i, s := range srvs {
+		ms[i] = &Etcd{Endpoint: s.Endpoint(), Version: "embedded", stop: s.Close}
+	}
+	return ms, nil
 }
 
 // StartEtcdBinary starts the etcd binary from Debian's etcd-server package
