@@ -37,16 +37,19 @@ type Observer interface {
 	Observe(ctx context.Context, name string) (<-chan Term, error)
 }
 
-// Campaign blocks until this process leads the election name, or ctx ends.
-// It never reports leadership on a session that has already died. Resign by
-// releasing the lease; leadership lost is reported by the lease like any
-// loss.
+// Campaign blocks until this process leads the election name, ctx ends, or
+// the lock service fails (an error wrapping ErrUnavailable: a loop that
+// leads whenever it can campaigns again after a pause, as right after a
+// partition). It never reports leadership on a session that has already
+// died. Resign by releasing the lease; leadership lost is reported by the
+// lease like any loss.
 func (l *Locker) Campaign(ctx context.Context, name string) (*Lease, error) {
 	return l.Acquire(ctx, name)
 }
 
-// Campaign blocks until this process leads the election name, or ctx ends;
-// the lease's token fences the leader's writes.
+// Campaign blocks until this process leads the election name, ctx ends, or
+// the lock service fails (see Locker.Campaign); the lease's token fences
+// the leader's writes.
 func (f *FencedLocker) Campaign(ctx context.Context, name string) (*FencedLease, error) {
 	return f.Acquire(ctx, name)
 }

@@ -63,7 +63,11 @@ func billInvoices(ctx context.Context, endpoint string, db *sql.DB) error {
 // this package's tests share, writing to an SQLite file.
 func ExampleFencedLocker_Run() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "baton-example-*")
+	dir, err := os.MkdirTemp("", "baton-example-*")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer os.RemoveAll(dir)
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "ledger.db")+"?_txlock=immediate")
 	if err != nil {
@@ -86,14 +90,39 @@ func ExampleFencedLocker_Run() {
 		return
 	}
 	var n int
-	_ = db.QueryRow(`SELECT count(*) FROM invoices`).Scan(&n)
+	if err := db.QueryRow(`SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println("invoices:", n)
-	// Output: invoices: 3
+
+	// A holder from before the second run (token 1 is older than any etcd
+	// grants here) writes nothing: the fence has seen a newer token.
+	ledger, err := sqlite.New(ctx, db, sqlite.WithCreate(false))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = ledger.WithTx(ctx, "invoices", 1, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM invoices`)
+		return err
+	})
+	fmt.Println("stale holder refused:", errors.Is(err, baton.ErrStaleToken))
+	if err := db.QueryRow(`SELECT count(*) FROM invoices`).Scan(&n); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("invoices:", n)
+	// Output:
+	// invoices: 3
+	// stale holder refused: true
+	// invoices: 3
 }
 
 // runScheduler is the README's election example: one replica runs the
 // nightly scheduler for as long as it leads; the others wait their turn.
 func runScheduler(ctx context.Context, locker *baton.FencedLocker, schedule func(ctx context.Context, token baton.Token) error) error {
+	pause := 250 * time.Millisecond
 	for {
 		// Run campaigns (blocks until this replica leads), runs schedule in
 		// a context cancelled when leadership is lost or ctx ends, waits
@@ -105,7 +134,18 @@ func runScheduler(ctx context.Context, locker *baton.FencedLocker, schedule func
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
 		case errors.Is(err, baton.ErrLeaseLost):
+			pause = 250 * time.Millisecond
 			continue // leadership lost: campaign again
+		case errors.Is(err, baton.ErrUnavailable):
+			// The lock service is unreachable (as during a partition, which
+			// is also when leases are lost): campaign again after a pause
+			// that grows while it stays so.
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 10*time.Second)
 		default:
 			return err
 		}
@@ -137,7 +177,7 @@ func Example_leaderElection() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("leader:", describe(<-terms))
+	fmt.Println("leader:", describe(terms))
 
 	night, endNight := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -147,18 +187,24 @@ func Example_leaderElection() {
 			return nil
 		})
 	}()
-	fmt.Println("leader:", describe(<-terms))
+	fmt.Println("leader:", describe(terms))
 	endNight()
 	<-done
-	fmt.Println("leader:", describe(<-terms))
+	fmt.Println("leader:", describe(terms))
 	// Output:
 	// leader: none
 	// leader: replica-1
 	// leader: none
 }
 
-func describe(t baton.Term) string {
-	if t.NoLeader() {
+// describe reads the next term: its leader, "none", or that the
+// observation ended (a closed channel's zero Term would read as "none").
+func describe(terms <-chan baton.Term) string {
+	t, ok := <-terms
+	switch {
+	case !ok:
+		return "observation ended"
+	case t.NoLeader():
 		return "none"
 	}
 	return t.Leader

@@ -40,8 +40,10 @@ func NewLocker(b Backend, cfg Config) *Locker {
 // Config returns the configuration the Locker was built with.
 func (l *Locker) Config() Config { return l.cfg }
 
-// Acquire blocks until it holds the lock name or ctx ends. When ctx ends
-// first it returns an error wrapping context.Cause(ctx).
+// Acquire blocks until it holds the lock name, ctx ends, or the lock
+// service fails. When ctx ends first it returns an error wrapping
+// context.Cause(ctx); when the service cannot be reached or answers
+// nothing within the request timeout, an error wrapping ErrUnavailable.
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	return l.acquire(ctx, name, true)
 }
@@ -150,7 +152,8 @@ func NewFencedLocker(b FencedBackend, cfg Config) *FencedLocker {
 	return &FencedLocker{l: NewLocker(b, cfg)}
 }
 
-// Acquire blocks until it holds the lock name or ctx ends.
+// Acquire blocks until it holds the lock name, ctx ends, or the lock
+// service fails (see Locker.Acquire).
 func (f *FencedLocker) Acquire(ctx context.Context, name string) (*FencedLease, error) {
 	lease, err := f.l.Acquire(ctx, name)
 	if err != nil {
