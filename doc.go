@@ -2,9 +2,10 @@
 // paused, late or cut-off holder harmless.
 //
 // A Locker hands out leases: locks that end on their own after a TTL unless
-// renewed. Backends live in their own packages (etcd, and the others as they
-// land) and return a *Locker, or a *FencedLocker when their tokens never go
-// backwards, even across the lock service's failover. Only a FencedLease
+// renewed. Backends live in their own packages (etcd, zk and postgres,
+// fenced; redis and redlock, efficiency-only) and return a *Locker, or a
+// *FencedLocker when their tokens never go backwards, even across the lock
+// service's failover. Only a FencedLease
 // carries a Token, so code that needs fencing cannot be handed an
 // efficiency-only lock by mistake: the guide's decision rule is a type.
 //
@@ -62,7 +63,8 @@
 //
 // Errors match the sentinels with errors.Is: ErrNotAcquired (held by someone
 // else), ErrLeaseLost, ErrStaleToken, ErrUnavailable (the lock service
-// failed), ErrInvalidOption, ErrClosed. A caller's cancellation is returned
+// failed), ErrInvalidOption, ErrClosed, ErrReleased, and ErrChangedHands
+// (a forced release found the lock changed hands). A caller's cancellation is returned
 // as context.Cause(ctx), so the three outcomes of a failed acquisition,
 // cancelled, contended and failed, are always told apart.
 package baton

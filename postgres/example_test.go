@@ -18,7 +18,10 @@ import (
 // transaction that checks both the fence and the lease.
 func ExampleCheckLease() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/billing")
+	// statement_timeout at most half the request timeout (5s by default),
+	// so that the server gives up on a statement the client gave up on (see
+	// New).
+	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/billing?statement_timeout=2500")
 	if err != nil {
 		log.Fatal(err)
 	}

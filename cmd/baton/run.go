@@ -67,7 +67,9 @@ before the lock is released and unless the lease was seen lost. Each request
 to the fence store is given 10s: one that gets no answer in time makes baton
 exit 69, and SIGINT, SIGTERM or SIGHUP while baton waits for one before
 COMMAND starts, 130; marking a run done, after COMMAND, is not cut short
-(the lock is released either way).
+(the lock is released either way). A run cut off before its mark (a lost
+lease, a failed command) runs again on the next try: COMMAND's writes must
+be fenced or idempotent for that.
 
 --wait defaults to 0, one attempt: replicas started by cron at the same time
 should not queue up and run the job again after the winner.
@@ -85,8 +87,9 @@ Exit codes:
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
   0 2 * * *  baton run --backend etcd://10.0.0.1:2379,10.0.0.2:2379 invoices -- ./invoices.sh
 
-  # fenced, and at most once per night even across retries
-  baton run --fence postgres://app@db/billing --once "$(date +%F)" invoices -- ./invoices.sh
+  # fenced; retries skip the night once its run is marked done
+  baton run --backend etcd://10.0.0.1:2379 --fence postgres://app@db/billing \
+    --once "$(date +%F)" invoices -- ./invoices.sh
 
   # wait up to a minute for the lock
   baton run --wait 1m stock -- ./rebuild-stock-report`,
