@@ -28,8 +28,8 @@ running service: it starts an embedded etcd and writes invoices to an SQLite
 file in a temp dir.
 
 Two runners of the invoice job contend for one lock. Runner 1 bills three
-clients, then is frozen with SIGSTOP (as a host suspends a VM) between its
-lease check and its next write. Runner 2 takes over once the lease runs out.
+clients, then is frozen with SIGSTOP (as a host suspends a VM) before its
+next write (fenced, after its lease check: no check closes that gap). Runner 2 takes over once the lease runs out.
 Runner 1 wakes while runner 2 is still billing. The night is played twice:
 without the fence, the woken runner keeps billing; with it, its very next
 write is refused. Then the writes are counted: those of the stale runner that
@@ -38,7 +38,11 @@ away.`,
 		Example: "  baton demo",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), keep)
+			err := runDemo(cmd.Context(), cmd.OutOrStdout(), keep)
+			if err != nil && cmd.Context().Err() != nil {
+				return &exitError{code: exitInterrupted, msg: "demo interrupted; its runners and its server are stopped"}
+			}
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temp dir with the etcd data and the ledgers")
@@ -88,8 +92,8 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 	fmt.Fprintf(out, "baton demo: the guide's month-end night, replayed with real processes\n\n")
 	fmt.Fprintf(out, "  lock service  embedded etcd at %s (data in %s)\n", strings.TrimPrefix(srv.Endpoint(), "http://"), dir)
 	fmt.Fprintf(out, "  the job       bill %d clients, %v each, under the lock %q with a %v lease\n", clients, interval, warehouse.Job, ttl)
-	fmt.Fprintf(out, "  the fault     runner 1 is frozen with SIGSTOP after 3 clients, between its lease check and its write,\n")
-	fmt.Fprintf(out, "                and woken with SIGCONT after runner 2 has handled 2 clients\n")
+	fmt.Fprintf(out, "  the fault     runner 1 is frozen with SIGSTOP after 3 clients, before its next write\n")
+	fmt.Fprintf(out, "                (fenced, after its lease check), and woken with SIGCONT after runner 2 has handled 2 clients\n")
 
 	var results []*demo.Result
 	for _, fenced := range []bool{false, true} {
@@ -143,12 +147,25 @@ func printEvent(out io.Writer, start time.Time, e warehouse.Event) {
 		what = fmt.Sprintf("write for client %d REJECTED: the fence has seen token %d, this is %d", e.Client, e.Newest, e.Token)
 	case "lost":
 		what = fmt.Sprintf("noticed its lease was lost before client %d; stops", e.Client)
+	case "released":
+		what = "finished its loop, but not under its lease: " + e.Err
 	case "done":
-		what = "finished its loop"
+		what = "finished its loop and released the lock"
 	default:
 		what = e.Kind + " " + e.Err
 	}
 	fmt.Fprintf(out, "  %s  %-8s %s\n", at, e.Runner, what)
+}
+
+// firstWake says what became of the woken runner's first write.
+func firstWake(r *demo.Result) string {
+	switch {
+	case r.Rejected != nil:
+		return fmt.Sprintf("rejected: client %d (token %d < %d)", r.Rejected.Client, r.Rejected.Token, r.Rejected.Newest)
+	case len(r.StaleWrites) > 0:
+		return fmt.Sprintf("accepted: client %d (token %d)", r.StaleWrites[0], r.Token1)
+	}
+	return "-"
 }
 
 func verdict(r *demo.Result) string {
@@ -169,11 +186,7 @@ func printSummary(out io.Writer, unfenced, fenced *demo.Result) {
 	fmt.Fprintf(tw, "  fencing tokens (runner 1, runner 2)\t%d, %d\t%d, %d\n", unfenced.Token1, unfenced.Token2, fenced.Token1, fenced.Token2)
 	fmt.Fprintf(tw, "  takeover after the freeze\t%v\t%v\n", unfenced.Takeover.Round(10*time.Millisecond), fenced.Takeover.Round(10*time.Millisecond))
 	fmt.Fprintf(tw, "  writes by the stale runner accepted\t%d\t%d\n", len(unfenced.StaleWrites), len(fenced.StaleWrites))
-	rej := "-"
-	if r := fenced.Rejected; r != nil {
-		rej = fmt.Sprintf("client %d (token %d < %d)", r.Client, r.Token, r.Newest)
-	}
-	fmt.Fprintf(tw, "  first write after waking\taccepted\trejected: %s\n", rej)
+	fmt.Fprintf(tw, "  first write after waking\t%s\t%s\n", firstWake(unfenced), firstWake(fenced))
 	fmt.Fprintf(tw, "  second invoices turned away by the primary key\t%d\t%d\n", len(unfenced.Duplicates), len(fenced.Duplicates))
 	_ = tw.Flush()
 	fmt.Fprintf(out, "\nThe primary key on (client, month) turns away every second invoice, so nobody is billed twice either way;\n")

@@ -13,7 +13,7 @@ import (
 type Event struct {
 	At     time.Time   `json:"at"`
 	Runner string      `json:"runner"`
-	Kind   string      `json:"kind"` // acquired, fenced, checked, billed, skipped, rejected, lost, done, error
+	Kind   string      `json:"kind"` // acquired, fenced, checked, billed, skipped, rejected, lost, released, done, error
 	Client int         `json:"client,omitempty"`
 	Token  baton.Token `json:"token,omitempty"`
 	Newest baton.Token `json:"newest,omitempty"`
@@ -32,15 +32,19 @@ type JobConfig struct {
 	Fenced bool
 }
 
-// RunInvoiceJob takes the invoice lock and bills every client once.
+// RunInvoiceJob takes the invoice lock and bills every client once, then
+// releases the lock; a lease found lost at the release is returned (the
+// job did not finish under its lease).
 //
-// Before each client it looks at its lease, then spends Interval on the
-// client and writes. A pause that strikes after that look and before the
-// write (a SIGSTOP, a long GC, a suspended VM) is exactly the gap the guide
-// describes, and only the fence can catch the write that follows it. The
-// writes use ctx, not the lease's context, for that reason: a cancelled
-// lease context would stop a write begun after the loss is noticed, but
-// nothing can stop one already under way when the process froze.
+// Before each client it emits "checked": fenced, once it has found its
+// lease live (unfenced it does not look, as the guide's team's loop did
+// not). Then it spends Interval on the client and writes. A pause that
+// strikes there, before the write (a SIGSTOP, a long GC, a suspended VM),
+// is exactly the gap the guide describes: no look at the lease can close
+// it, and only the fence can catch the write that follows it. The writes
+// use ctx, not the lease's context, for that reason: a cancelled lease
+// context would stop a write begun after the loss is noticed, but nothing
+// can stop one already under way when the process froze.
 func RunInvoiceJob(ctx context.Context, locker *baton.FencedLocker, ledger Ledger, cfg JobConfig, emit func(Event)) error {
 	ev := func(e Event) {
 		e.At, e.Runner = time.Now(), cfg.Runner
@@ -50,7 +54,12 @@ func RunInvoiceJob(ctx context.Context, locker *baton.FencedLocker, ledger Ledge
 	if err != nil {
 		return err
 	}
-	defer lease.Release(context.WithoutCancel(ctx))
+	released := false
+	defer func() {
+		if !released { // the job failed: that is its error
+			_ = lease.Release(context.WithoutCancel(ctx))
+		}
+	}()
 	token := lease.Token()
 	ev(Event{Kind: "acquired", Token: token})
 
@@ -88,6 +97,16 @@ func RunInvoiceJob(ctx context.Context, locker *baton.FencedLocker, ledger Ledge
 		default:
 			ev(Event{Kind: "skipped", Client: c, Token: token}) // billed before: ON CONFLICT DO NOTHING
 		}
+	}
+	// Release returns nil for a lease already lost; Err tells.
+	released = true
+	if err := lease.Release(context.WithoutCancel(ctx)); err != nil {
+		ev(Event{Kind: "released", Token: token, Err: err.Error()})
+		return err
+	}
+	if err := lease.Err(); errors.Is(err, baton.ErrLeaseLost) {
+		ev(Event{Kind: "released", Token: token, Err: err.Error()})
+		return err
 	}
 	ev(Event{Kind: "done", Token: token})
 	return nil

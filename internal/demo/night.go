@@ -28,7 +28,7 @@ type Config struct {
 	Interval time.Duration // per client; default 300ms
 	Month    string        // default 2026-10
 	// FreezeAfter is how many clients runner 1 bills before it is frozen
-	// (between its lease check and its next write). Default 3.
+	// (before its next write; fenced, after its lease check). Default 3.
 	FreezeAfter int
 	// WakeAfter is how many clients runner 2 handles before runner 1 is
 	// woken. Default 2.
@@ -87,12 +87,14 @@ type runner struct {
 	exited chan struct{}
 	exit   int
 	stderr lockedBuffer
+	stop   chan struct{} // closed by kill: no one reads events any more
+	once   sync.Once
 }
 
 func start(ctx context.Context, cfg *Config, name string) (*runner, error) {
 	args := RunnerArgs{Etcd: cfg.Etcd, Ledger: cfg.Ledger, Name: name, Fenced: cfg.Fenced, TTL: cfg.TTL,
 		Clients: cfg.Clients, Interval: cfg.Interval, Month: cfg.Month}.Args()
-	r := &runner{cmd: cfg.Command(args), events: make(chan warehouse.Event, 64), exited: make(chan struct{})}
+	r := &runner{cmd: cfg.Command(args), events: make(chan warehouse.Event, 64), exited: make(chan struct{}), stop: make(chan struct{})}
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	r.cmd.Stderr = &r.stderr
 	out, err := r.cmd.StdoutPipe()
@@ -109,7 +111,10 @@ func start(ctx context.Context, cfg *Config, name string) (*runner, error) {
 		for sc.Scan() {
 			var e warehouse.Event
 			if json.Unmarshal(sc.Bytes(), &e) == nil {
-				r.events <- e
+				select {
+				case r.events <- e:
+				case <-r.stop: // drop it: the reader must get to Wait
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, out)
@@ -124,6 +129,7 @@ func (r *runner) signal(sig syscall.Signal) error {
 }
 
 func (r *runner) kill() {
+	r.once.Do(func() { close(r.stop) })
 	_ = r.signal(syscall.SIGCONT)
 	_ = r.signal(syscall.SIGKILL)
 	<-r.exited
@@ -152,8 +158,8 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer r1.kill()
-	// 1. Runner 1 bills FreezeAfter clients; freeze it right after its
-	// next lease check, before the write.
+	// 1. Runner 1 bills FreezeAfter clients; freeze it as it starts on the
+	// next (fenced, after its lease check), before the write.
 	billed := 0
 	if _, err := next(ctx, r1, record, func(e warehouse.Event) bool {
 		switch e.Kind {

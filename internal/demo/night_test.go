@@ -151,4 +151,9 @@ func TestNight_Unfenced(t *testing.T) {
 			t.Errorf("client %d: the ledger has token %d, want the stale runner's %d", c, res.Billed[c], res.Token1)
 		}
 	}
+	// The job knows, at its release, that it did not finish under its
+	// lease, even though nothing stopped its writes.
+	if res.Runner1Exit == 0 || res.Runner2Exit != 0 {
+		t.Errorf("exit codes: runner 1 %d (want non-zero: its lease was lost), runner 2 %d (want 0)", res.Runner1Exit, res.Runner2Exit)
+	}
 }

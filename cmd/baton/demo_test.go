@@ -1,0 +1,43 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDemo_Interrupted: Ctrl-C during the demo exits 130, as for the other
+// commands, and leaves no runner and no temp dir behind. It exited 1.
+func TestDemo_Interrupted(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := batonCmd("demo")
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	p := startCmd(t, cmd)
+	// Interrupt in night 1, once runner 1 holds the lock.
+	waitFor(t, 60*time.Second, func() bool { return strings.Contains(p.stdout.String(), "holds the lock") },
+		func() string { return "the demo did not start: " + p.stderr.String() })
+	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGINT)
+	r := p.wait(t)
+	if r.code != exitInterrupted {
+		t.Fatalf("demo after SIGINT: exit %d, stderr %q; want %d", r.code, r.stderr, exitInterrupted)
+	}
+	oneLine(t, r)
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("left behind in TMPDIR: %s", e.Name())
+	}
+	// The runners, in process groups of their own, name their ledger in
+	// TMPDIR on their command lines: none may be left.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), tmp) {
+			t.Errorf("left running: %s (%s)", f, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+}
