@@ -46,12 +46,13 @@ type backend struct {
 	sess   *session
 	holds  map[*hold]struct{}
 	closed bool
-	// abandons counts the creates we stopped waiting for whose answers
-	// have not come (see abandonCreate); idle, when set, is closed once
-	// there are none: Close on a borrowed connection waits for them
-	// before the reaper's last pass.
-	abandons int
-	idle     chan struct{}
+	// unsettled counts the work that may still leave a node of ours
+	// behind: creates we stopped waiting for whose answers have not come
+	// (see abandonCreate), and Releases under way; idle, when set, is
+	// closed once there is none: Close on a borrowed connection waits for
+	// it before the reaper's last pass.
+	unsettled int
+	idle      chan struct{}
 }
 
 // hooks let tests observe the recipe from inside.
@@ -59,6 +60,9 @@ type hooks struct {
 	// predecessorEvent is called each time a waiter's watch on its
 	// predecessor fires.
 	predecessorEvent func(waiter, predecessor string)
+	// releaseDelete is called by a Release that ended its hold, before
+	// it deletes the node.
+	releaseDelete func()
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -227,7 +231,7 @@ func (b *backend) Close() error {
 			_, derr := b.deleteNode(ctx, h.path)
 			err = errors.Join(err, derr)
 		}
-		b.awaitAbandons(ctx)
+		b.awaitSettled(ctx)
 		b.reaper.drain(ctx)
 		cancel()
 	}
@@ -241,30 +245,32 @@ func (b *backend) Close() error {
 	return err
 }
 
-// abandoning counts one more create we stopped waiting for, until the
-// returned func is called, once its answer came.
-func (b *backend) abandoning() (answered func()) {
+// settling counts one more piece of work that may leave a node of ours
+// behind (a create we stopped waiting for, a Release), until the returned
+// func is called, once it is done.
+func (b *backend) settling() (settled func()) {
 	b.mu.Lock()
-	b.abandons++
+	b.unsettled++
 	b.mu.Unlock()
 	return func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if b.abandons--; b.abandons == 0 && b.idle != nil {
+		if b.unsettled--; b.unsettled == 0 && b.idle != nil {
 			close(b.idle)
 			b.idle = nil
 		}
 	}
 }
 
-// awaitAbandons waits, until ctx ends, for the answers of the creates we
-// stopped waiting for, which hand their nodes to the reaper: on a borrowed
-// connection, whose session lives on after Close, a node created after
-// the reaper's last pass would hold the lock, or stand in line, for as
-// long as that session lives.
-func (b *backend) awaitAbandons(ctx context.Context) {
+// awaitSettled waits, until ctx ends, for the answers of the creates we
+// stopped waiting for, which hand their nodes to the reaper, and for the
+// Releases under way, which delete theirs (or hand them to the reaper): on
+// a borrowed connection, whose session lives on after Close, a node left
+// after the reaper's last pass would hold the lock, or stand in line, for
+// as long as that session lives.
+func (b *backend) awaitSettled(ctx context.Context) {
 	b.mu.Lock()
-	if b.abandons == 0 {
+	if b.unsettled == 0 {
 		b.mu.Unlock()
 		return
 	}

@@ -32,6 +32,12 @@ func OnPredecessorEvent(l *baton.Locker, fn func(waiter, predecessor string)) {
 	backendOf(l).hooks.Store(&hooks{predecessorEvent: fn})
 }
 
+// OnReleaseDelete calls fn in each Release that ended its hold, before it
+// deletes the node.
+func OnReleaseDelete(l *baton.Locker, fn func()) {
+	backendOf(l).hooks.Store(&hooks{releaseDelete: fn})
+}
+
 // ReaperPending returns how many nodes l's reaper still has to delete.
 func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
 
@@ -39,8 +45,9 @@ func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
 // it: whether its last create found other children in the election node.
 func Crowded(l *baton.Locker) bool { return backendOf(l).crowded.Load() }
 
-// AwaitingAbandons reports whether l's Close waits for the answer of a
-// create an acquisition stopped waiting for.
+// AwaitingAbandons reports whether l's Close waits for work that may leave
+// a node behind: the answer of a create an acquisition stopped waiting
+// for, or a Release under way.
 func AwaitingAbandons(l *baton.Locker) bool {
 	b := backendOf(l)
 	b.mu.Lock()

@@ -116,6 +116,10 @@ func (h *hold) shut(cause error) bool {
 // way, the work having stopped before. A release that fails while a
 // renewal found the node gone reports that loss too.
 func (h *hold) Release(ctx context.Context) error {
+	// Counted before the hold ends, so that a Close that finds it ended
+	// waits for its delete.
+	settled := h.b.settling()
+	defer settled()
 	if !h.shut(baton.ErrReleased) {
 		// Lost before, or ended by Close, which deletes the node.
 		h.b.untrack(h)
@@ -129,6 +133,9 @@ func (h *hold) Release(ctx context.Context) error {
 		return nil
 	}
 	h.b.untrack(h)
+	if hk := h.b.hooks.Load(); hk != nil && hk.releaseDelete != nil {
+		hk.releaseDelete()
+	}
 	found, err := h.b.deleteNode(ctx, h.path)
 	gone := h.gone.Load()
 	switch {

@@ -360,7 +360,7 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 	if !b.calls.add(!b.owned) {
 		return // closing: the connection, and with it the session, ends
 	}
-	answered := b.abandoning()
+	answered := b.settling()
 	go func() {
 		defer b.calls.done()
 		defer answered()

@@ -654,3 +654,62 @@ func TestRelease_NodeGoneIsALoss(t *testing.T) {
 		t.Fatalf("clean release: %v, Err %v; want nil, ErrReleased", err, clean.Err())
 	}
 }
+
+// TestClose_Borrowed_ReleaseUnderWay: on a borrowed connection, a Release
+// that ended its hold just before Close and has not yet sent its delete
+// still deletes the node: Close waits for it. Before, Close skipped the
+// hold (its Release deletes it), finished, and refused the Release's
+// delete as closing; the node then held the lock for as long as the
+// caller's connection lived.
+func TestClose_Borrowed_ReleaseUnderWay(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	_, fl := borrowed(t, addr)
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atDelete, goOn := make(chan struct{}), make(chan struct{})
+	zk.OnReleaseDelete(fl.Locker(), func() {
+		close(atDelete)
+		<-goOn
+	})
+	released := make(chan error, 1)
+	go func() { released <- lease.Release(context.Background()) }()
+	<-atDelete
+	closed := make(chan error, 1)
+	go func() { closed <- fl.Close() }()
+	// Let the Release go on once Close waits for it, or has returned
+	// without waiting.
+	deadline := time.Now().Add(10 * time.Second)
+wait:
+	for !zk.AwaitingAbandons(fl.Locker()) {
+		select {
+		case err := <-closed:
+			closed <- err // Close did not wait: the node is left, as below
+			break wait
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Close neither waited for the Release nor returned")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(goOn)
+	if err := <-released; err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if kids := children(t, admin, dir); len(kids) != 0 {
+		t.Fatalf("nodes left after Close: %v; the released hold's node must be deleted", kids)
+	}
+}
