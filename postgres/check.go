@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/pgkit"
@@ -20,7 +22,12 @@ type Querier interface {
 // Locker of this package) still holds its lock: its row holds its token
 // and has not expired by the database's clock at the moment of the check.
 // It returns nil if so, and a *baton.LostError (matching
-// baton.ErrLeaseLost) otherwise, so the caller rolls back.
+// baton.ErrLeaseLost) otherwise, so the caller rolls back. A connection
+// that fails, or a statement PostgreSQL gives up on (a timeout, a
+// serialization failure), is an error wrapping baton.ErrUnavailable; any
+// other error (no lease table in this database, a transaction an earlier
+// statement aborted) is returned as it is, with context: trying again
+// would not mend it.
 //
 // Run it beside a fence/postgres check in a transaction on the same
 // database (inside Store.WithTx): the fence refuses a token older than one
@@ -44,7 +51,15 @@ func CheckLease(ctx context.Context, q Querier, lease *baton.FencedLease) error 
 		if ctx.Err() != nil {
 			return fmt.Errorf("check lease %q: %w", name, context.Cause(ctx))
 		}
-		return &baton.UnavailableError{Where: pgkit.WhereOf(q), Err: fmt.Errorf("check lease %q (token %d): %w", name, lease.Token(), err)}
+		err = fmt.Errorf("check lease %q (token %d): %w", name, lease.Token(), err)
+		if pgkit.ConnFailure(err) || pgkit.GaveUp(err) {
+			return &baton.UnavailableError{Where: pgkit.WhereOf(q), Err: err}
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return fmt.Errorf("%w; run CheckLease in a transaction on the lock's database, whose lease table is %s", err, table)
+		}
+		return err
 	}
 	if !live {
 		return &baton.LostError{Name: name, Token: lease.Token(), Cause: fmt.Errorf("%w: its row in %s no longer holds token %d, or its expiry passed by the database's clock", baton.ErrLeaseLost, table, lease.Token())}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +104,42 @@ func TestCheckLease_WithFence(t *testing.T) {
 	// A lease of another backend is refused plainly.
 	if err := postgres.CheckLease(context.Background(), admin, nil); !errors.Is(err, baton.ErrInvalidOption) {
 		t.Errorf("CheckLease(nil) = %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestCheckLease_SQLErrorIsNotUnavailable: only a failed connection or a
+// statement PostgreSQL gave up on is ErrUnavailable; a transaction on a
+// database without the lease table, or one an earlier statement aborted,
+// would fail again however often a caller retried, and says what it is.
+func TestCheckLease_SQLErrorIsNotUnavailable(t *testing.T) {
+	dsn := pg.Database(t)
+	ctx := timeout(t, 30*time.Second)
+	lease, err := dial(t, dsn, baton.WithTTL(5*time.Second)).Acquire(ctx, "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	other, err := newPool(t, pg.Database(t)).Begin(ctx) // another database: no lease table
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	err = postgres.CheckLease(ctx, other, lease)
+	if err == nil || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "lock's database") {
+		t.Errorf("CheckLease where there is no lease table: %v; want an error, not ErrUnavailable, that names the lock's database", err)
+	}
+
+	aborted, err := newPool(t, dsn).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aborted.Rollback(ctx)
+	_, _ = aborted.Exec(ctx, `SELECT 1/0`)
+	if err := postgres.CheckLease(ctx, aborted, lease); err == nil || errors.Is(err, baton.ErrUnavailable) {
+		t.Errorf("CheckLease in an aborted transaction: %v; want an error, not ErrUnavailable", err)
+	}
+	if err := postgres.CheckLease(ctx, newPool(t, dsn), lease); err != nil {
+		t.Errorf("CheckLease of the live lease: %v", err)
 	}
 }

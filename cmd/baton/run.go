@@ -82,7 +82,7 @@ Exit codes:
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
   130            interrupted (SIGINT, SIGTERM or SIGHUP) while waiting for the lock or the fence store
-  2              usage error, or a server that refuses the URL's credentials, database, or (etcd, ZooKeeper) prefix
+  2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
   0 2 * * *  baton run --backend etcd://10.0.0.1:2379,10.0.0.2:2379 invoices -- ./invoices.sh

@@ -121,7 +121,8 @@
 //     holder's raise until it ends, and the transaction that raises the
 //     fence to a new token makes that holder's other transactions wait for
 //     it. Bound the wait with lock_timeout on the writers (a waiting check
-//     then fails with SQLSTATE 55P03 and can be retried) and
+//     then fails with SQLSTATE 55P03, an error wrapping
+//     baton.ErrUnavailable, and can be retried) and
 //     idle_in_transaction_session_timeout on the server, which ends a frozen
 //     client's transaction and so releases the lock.
 //
@@ -130,10 +131,13 @@
 // A server that cannot be reached and a connection lost in the middle of a
 // transaction return errors wrapping baton.ErrUnavailable (a
 // *baton.UnavailableError naming host:port/database, never the password);
-// a transaction whose connection was lost before COMMIT wrote nothing. A
-// missing table is a *MissingTableError; a login or database the server
-// refuses when New or Open first connects, and invalid names and tokens,
-// are *baton.OptionError (a refusal later, a password rotated under a
+// a transaction whose connection was lost before COMMIT wrote nothing. So
+// do a statement PostgreSQL gives up on (lock_timeout, statement_timeout,
+// a serialization failure, a deadlock: nothing of it was written) and the
+// store's own request timeout. A missing table is a *MissingTableError; a
+// login, database or run-time parameter the server refuses when New or
+// Open first connects, and invalid names and tokens, are
+// *baton.OptionError (a refusal later, a password rotated under a
 // running Store, is unavailable: it may pass). When ctx ends, the error wraps
 // context.Cause(ctx).
 package postgres

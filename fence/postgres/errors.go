@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // MissingTableError says that one of the store's tables does not exist.
@@ -33,6 +31,7 @@ const (
 	hintNotDone   = "the transaction was not committed, so nothing was written; retry when the server is back"
 	hintAmbiguous = "the connection failed during COMMIT, so the transaction may or may not have been committed; check before retrying"
 	hintUnknown   = "the connection failed while the statement ran as a transaction of its own, so it may or may not have been committed; check before retrying (a retried insert finds its own row there already)"
+	hintGaveUp    = "PostgreSQL gave up on it (a lock_timeout or statement_timeout ran out, or a serialization failure or deadlock aborted it; another transaction, such as an older holder's, may hold the fence row), so nothing was written; retry"
 )
 
 // stmtHint is the hint for a statement run on q that failed: in a
@@ -60,8 +59,11 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrInvalidOption) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if connFailure(err) {
+	if pgkit.ConnFailure(err) {
 		return fmt.Errorf("%s: %w", op, &baton.UnavailableError{Where: s.where, Err: fmt.Errorf("%w; %s", err, hint)})
+	}
+	if pgkit.GaveUp(err) {
+		return fmt.Errorf("%s: %w", op, &baton.UnavailableError{Where: s.where, Err: fmt.Errorf("%w; %s", err, hintGaveUp)})
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
@@ -72,33 +74,4 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
-}
-
-// connFailure reports whether err means the connection failed or the server
-// cannot serve, rather than a statement being refused.
-func connFailure(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), // connection_exception
-			pgErr.Code == "57P01", // admin_shutdown, also pg_terminate_backend
-			pgErr.Code == "57P02", // crash_shutdown
-			pgErr.Code == "57P03", // cannot_connect_now: starting up, shutting down
-			pgErr.Code == "53300", // too_many_connections
-			pgErr.Severity == "FATAL", pgErr.Severity == "PANIC":
-			return true
-		}
-		return false
-	}
-	var connectErr *pgconn.ConnectError
-	var netErr net.Error
-	switch {
-	case errors.As(err, &connectErr), errors.As(err, &netErr),
-		pgconn.SafeToRetry(err),
-		errors.Is(err, pgconn.ErrConnClosed), // a *pgx.Conn used after it died
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNREFUSED):
-		return true
-	}
-	return false
 }

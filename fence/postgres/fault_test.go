@@ -329,3 +329,49 @@ func TestStore_Insert_ConnectionKilled_SaysUnknown(t *testing.T) {
 		t.Fatalf("Insert whose connection was killed = %v; want ErrUnavailable saying it may have been committed", err)
 	}
 }
+
+// TestStore_GaveUp_IsUnavailable: a raise that PostgreSQL gives up on
+// (here lock_timeout, which the package doc suggests to bound the wait
+// for an older holder's transaction) wrote nothing and may succeed later:
+// it is ErrUnavailable, saying so, as when baton's own timeout ends the
+// wait. It was an unclassified error, and baton elect --fence quit on it
+// instead of campaigning again.
+func TestStore_GaveUp_IsUnavailable(t *testing.T) {
+	dsn := pg.Database(t)
+	ctx := t.Context()
+	holder, err := postgres.Open(ctx, dsn, postgres.WithCreate(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if err := holder.Raise(ctx, "invoices", 41); err != nil {
+		t.Fatal(err)
+	}
+	impatient, err := postgres.Open(ctx, dsn+"&lock_timeout=200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+
+	inside, release := make(chan struct{}), make(chan struct{})
+	txErr := make(chan error, 1)
+	go func() {
+		txErr <- holder.WithTx(ctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
+			close(inside)
+			<-release
+			return nil
+		})
+	}()
+	<-inside
+	err = impatient.Raise(ctx, "invoices", 42)
+	close(release)
+	if err := <-txErr; err != nil {
+		t.Fatalf("WithTx(41): %v", err)
+	}
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "nothing was written") {
+		t.Fatalf("Raise(42) that waited past lock_timeout: %v; want ErrUnavailable saying nothing was written", err)
+	}
+	if err := impatient.Raise(ctx, "invoices", 42); err != nil {
+		t.Fatalf("Raise(42) again, with the row free: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // rollbackTimeout bounds the rollback that ends a failed transaction; it
@@ -64,7 +65,7 @@ func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, 
 		}
 	}()
 	if err := fn(ctx, tx); err != nil {
-		if connFailure(err) && !errors.Is(err, baton.ErrUnavailable) && ctx.Err() == nil {
+		if pgkit.ConnFailure(err) && !errors.Is(err, baton.ErrUnavailable) && ctx.Err() == nil {
 			return s.wrap(ctx, op, err, hintNotDone)
 		}
 		return err

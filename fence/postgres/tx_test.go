@@ -219,8 +219,8 @@ func TestStore_WithTx_ExecModes(t *testing.T) {
 				}
 				err = s.WithTx(ctx, res, 6, notCalled)
 				var pgErr *pgconn.PgError
-				if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrUnavailable) {
-					t.Errorf("WithTx(6) with the fence row locked: %v, want the lock timeout (55P03)", err)
+				if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || errors.Is(err, baton.ErrStaleToken) || !errors.Is(err, baton.ErrUnavailable) {
+					t.Errorf("WithTx(6) with the fence row locked: %v, want the lock timeout (55P03), as ErrUnavailable", err)
 				}
 				if err := other.Rollback(ctx); err != nil {
 					t.Fatal(err)

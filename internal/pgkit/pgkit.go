@@ -5,11 +5,13 @@ package pgkit
 
 import (
 	"errors"
+	"io"
 	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,14 +97,64 @@ func RedactDSN(dsn string) string {
 
 // Refused reports whether err is the server's refusal of the connection's
 // own settings, which trying again cannot mend: an unknown role, a wrong
-// password, a database that does not exist.
+// password, a database that does not exist or may not be connected to, a
+// run-time parameter (such as lock_timeout in the URL) it does not know or
+// whose value it refuses.
 func Refused(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
-	case "28000", "28P01", "3D000": // invalid_authorization_specification, invalid_password, invalid_catalog_name
+	case "28000", "28P01", "3D000", // invalid_authorization_specification, invalid_password, invalid_catalog_name
+		"42501",          // insufficient_privilege: no CONNECT on the database
+		"42704", "22023": // undefined_object, invalid_parameter_value: a run-time parameter in the URL the server does not take
+		return true
+	}
+	return false
+}
+
+// ConnFailure reports whether err means the connection failed or the server
+// cannot serve, rather than a statement being refused.
+func ConnFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection_exception
+			pgErr.Code == "57P01", // admin_shutdown, also pg_terminate_backend
+			pgErr.Code == "57P02", // crash_shutdown
+			pgErr.Code == "57P03", // cannot_connect_now: starting up, shutting down
+			pgErr.Code == "53300", // too_many_connections
+			pgErr.Severity == "FATAL", pgErr.Severity == "PANIC":
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		pgconn.SafeToRetry(err),
+		errors.Is(err, pgconn.ErrConnClosed), // a *pgx.Conn used after it died
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNREFUSED):
+		return true
+	}
+	return false
+}
+
+// GaveUp reports whether err is PostgreSQL giving up on a statement that
+// waited or conflicted: a lock_timeout or statement_timeout that ran out
+// (the caller's own cancellation aside, which the caller tells by its
+// context), a serialization failure or a deadlock. The statement, and its
+// transaction, wrote nothing; trying again later may well succeed.
+func GaveUp(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "55P03", "57014", "40001", "40P01": // lock_not_available, query_canceled, serialization_failure, deadlock_detected
 		return true
 	}
 	return false
