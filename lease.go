@@ -55,6 +55,9 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config, o
 	l.owner = owner
 	owner.track(l)
 	l.unfollow = l.follow()
+	if h.Context().Err() != nil {
+		l.lost() // ended already: not a moment later, from AfterFunc's goroutine
+	}
 	return l
 }
 
@@ -113,6 +116,9 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 // checks Deadline as well. Release closes that gap: a lease released at or
 // after its local deadline is reported lost, not released.
 func (l *Lease) Err() error {
+	if l.hold.Context().Err() != nil {
+		l.lost() // a loss follow has not relayed yet
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -156,6 +162,10 @@ func (l *Lease) release(ctx context.Context) error {
 		l.cancel(ErrReleased) // stop the work before the lock is free
 	}
 	l.mu.Unlock()
+	if d := l.hold.Deadline(); released && !time.Now().Before(d) {
+		// The deadline passed between the look above and the work's stop.
+		l.markLost(fmt.Errorf("%w: the local deadline (%s) passed before the release", ErrLeaseLost, d.Format(time.StampMilli)), true)
+	}
 	l.unfollow()
 	l.owner.untrack(l)
 

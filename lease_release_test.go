@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,10 @@ type fakeHold struct {
 	release func(h *fakeHold) error
 
 	deadline time.Time // zero: an hour from now, whenever asked
+	// deadlines, when set, answers Deadline instead, with the count of
+	// earlier calls.
+	deadlines func(n int) time.Time
+	asked     int
 }
 
 func newFakeHold(release func(h *fakeHold) error) *fakeHold {
@@ -44,6 +49,10 @@ func (h *fakeHold) Token() baton.Token                { return 7 }
 func (h *fakeHold) Context() context.Context          { return h.ctx }
 func (h *fakeHold) Release(ctx context.Context) error { return h.release(h) }
 func (h *fakeHold) Deadline() time.Time {
+	if h.deadlines != nil {
+		h.asked++
+		return h.deadlines(h.asked - 1)
+	}
 	if h.deadline.IsZero() {
 		return time.Now().Add(time.Hour)
 	}
@@ -148,5 +157,84 @@ func TestLease_DeadlinePassedBeforeRelease(t *testing.T) {
 	}
 	if !released {
 		t.Error("the hold was not released; the lock stays until its TTL runs out")
+	}
+}
+
+// TestLease_DeadlinePassesDuringRelease: a deadline that passes between
+// the release's first look at it and the work's stop is a loss too: the
+// work ran up to the stop, past the deadline.
+func TestLease_DeadlinePassesDuringRelease(t *testing.T) {
+	h := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+	start := time.Now()
+	h.deadlines = func(n int) time.Time {
+		if n == 0 { // the first look: still ahead
+			return start.Add(time.Hour)
+		}
+		return start.Add(-time.Millisecond) // from then on: passed
+	}
+	lease, err := fakeLocker(t, h).Acquire(context.Background(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("Err after a release during which the deadline passed = %v, want the loss", lease.Err())
+	}
+}
+
+var errCut = fmt.Errorf("%w: cut off", baton.ErrLeaseLost)
+
+// TestLease_LossReportedInOneStep: the moment a lease's Err reports a loss,
+// Run's fn finds its context cancelled, with the loss as its cause: the
+// lease, its Err and fn's context change together (doc.go: "reported three
+// ways at once"). Before, each followed the other through context.AfterFunc,
+// a goroutine hop later, and fn could see the loss in Err with its context
+// still live. Many rounds: the hop was lost only now and then.
+func TestLease_LossReportedInOneStep(t *testing.T) {
+	for i := range 500 {
+		h := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+		err := fakeLocker(t, h).Run(context.Background(), "job", func(ctx context.Context, lease *baton.Lease) error {
+			h.end(errCut)
+			if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+				return fmt.Errorf("fn: Err right after the hold ended = %v, want the loss", lease.Err())
+			}
+			if ctx.Err() == nil {
+				return errors.New("fn: lease.Err reports the loss while fn's context is live")
+			}
+			if !errors.Is(context.Cause(ctx), baton.ErrLeaseLost) {
+				return fmt.Errorf("fn: its context's cause = %v, want the loss", context.Cause(ctx))
+			}
+			return nil
+		})
+		// Run joins fn's error to the loss: fn returned nil when all held.
+		if !errors.Is(err, baton.ErrLeaseLost) || strings.Contains(err.Error(), "fn: ") {
+			t.Fatalf("round %d: Run = %v", i, err)
+		}
+	}
+}
+
+// TestLease_HoldEndedBeforeLease: a hold that ends as Acquire builds the
+// Lease (a loss just after the backend granted it) makes a Lease that is
+// lost from the start: Err, Done and the work context say so when Acquire
+// returns, not a goroutine hop later.
+func TestLease_HoldEndedBeforeLease(t *testing.T) {
+	for i := range 500 {
+		h := newFakeHold(func(h *fakeHold) error { return nil })
+		h.end(errCut)
+		lease, err := fakeLocker(t, h).Acquire(context.Background(), "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(lease.Err(), baton.ErrLeaseLost) || lease.Context().Err() == nil {
+			t.Fatalf("round %d: a lease on an ended hold: Err %v, context %v; want both to say lost", i, lease.Err(), lease.Context().Err())
+		}
+		select {
+		case <-lease.Done():
+		default:
+			t.Fatalf("round %d: Done not closed", i)
+		}
+		_ = lease.Release(context.Background())
 	}
 }

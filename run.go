@@ -47,9 +47,12 @@ func (f *FencedLocker) Run(ctx context.Context, name string, fence Fence, fn fun
 }
 
 func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) error {
-	wctx, cancel := context.WithCancelCause(ctx)
+	// fn's context is the lease's (which has ctx's values), so that it is
+	// cancelled in the same step as the lease reports a loss; the caller's
+	// cancellation, which can come a moment late, is relayed.
+	wctx, cancel := context.WithCancelCause(lease.Context())
 	defer cancel(nil)
-	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	defer stop()
 
 	returned := false

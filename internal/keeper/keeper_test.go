@@ -246,3 +246,25 @@ func TestKeeper_ConfirmationAtDeadline_IsALoss(t *testing.T) {
 		}
 	})
 }
+
+// TestKeeper_SlowRenewal_DeadlineFromSendTime: a renewal confirmed late
+// moves the deadline to its send time plus TTL minus drift, not its answer
+// time: the server may have counted the TTL from the moment the request
+// reached it, which is no later than the send.
+func TestKeeper_SlowRenewal_DeadlineFromSendTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t) // TTL 3s, renewed every 1s, drift 100ms
+		r := &recorder{result: func(context.Context) error { time.Sleep(500 * time.Millisecond); return nil }}
+		start := time.Now()
+		k := Start(start, cfg, r.renew)
+		defer k.Stop(baton.ErrReleased)
+		time.Sleep(1600 * time.Millisecond) // the first renewal, sent at 1s, answered at 1.5s
+		synctest.Wait()
+		r.mu.Lock()
+		sent := r.calls[0]
+		r.mu.Unlock()
+		if got, want := k.Deadline(), sent.Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
+			t.Fatalf("deadline %v after start, want %v (send time + TTL - drift)", got.Sub(start), want.Sub(start))
+		}
+	})
+}
