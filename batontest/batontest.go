@@ -65,6 +65,7 @@ func Run(t *testing.T, f Factory) {
 		{"Release_Idempotent", s.releaseIdempotent},
 		{"Release_AfterCallerCancelled", s.releaseAfterCancel},
 		{"Release_NeverFreesAnother", s.releaseOnlyOwn},
+		{"Release_StaleUnnoticed_FreesNothing", s.releaseStaleUnnoticed},
 		{"Release_AfterForcedRelease_IsALoss", s.releaseAfterForce},
 		{"Lease_RenewedFor5TTL", s.renewal},
 		{"Lease_Lost", s.loss},

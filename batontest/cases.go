@@ -305,6 +305,35 @@ func (s *suite) releaseOnlyOwn(t *testing.T) {
 	}
 }
 
+// releaseStaleUnnoticed: the same as releaseOnlyOwn, but B takes the lock
+// before A has heard of its loss, so that A's Release goes to the server
+// and its compare-and-free must find the lock someone else's. (Once a hold
+// knows it is lost, a backend may send nothing at release.)
+func (s *suite) releaseStaleUnnoticed(t *testing.T) {
+	if s.f.Expire == nil {
+		t.Skip("backend has no Expire hook")
+	}
+	name := lockName(t)
+	a := s.locker(t, baton.WithRenewEvery(s.f.TTL/2)) // slow to notice
+	b := s.locker(t)
+	la := mustAcquire(t, a, name)
+	s.f.Expire(t, la)
+	lb := mustAcquire(t, b, name)
+	noticed := la.Err() != nil
+	_ = la.Release(context.Background())
+	c := s.locker(t)
+	if lc, err := c.TryAcquire(ctxFor(t, 10*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
+		if lc != nil {
+			_ = lc.Release(context.Background())
+		}
+		t.Fatalf("after A's stale Release (A had noticed its loss: %v), TryAcquire = %v; A freed B's lock", noticed, err)
+	}
+	if lb.Err() != nil {
+		t.Fatalf("B's lease ended after A's stale Release: %v", lb.Err())
+	}
+	_ = lb.Release(context.Background())
+}
+
 // releaseAfterForce: an operator's forced release (baton release --force)
 // ends the holder's lease, and the holder's Release, coming before or
 // after the holder noticed, reports the loss (Err a *LostError), not a
@@ -501,18 +530,20 @@ func (s *suite) close(t *testing.T) {
 	type next struct {
 		lease   *baton.Lease
 		err     error
-		oldLive bool // the closed lease's work context was live when the waiter got the lock
+		oldLive bool      // the closed lease's work context was live when the waiter got the lock
+		at      time.Time // when the waiter got it
 	}
 	b := s.locker(t)
 	bctx := ctxFor(t, 20*time.Second)
 	got := make(chan next, 1)
 	go func() {
 		lb, err := b.Acquire(bctx, name)
-		got <- next{lb, err, lease.Context().Err() == nil}
+		got <- next{lb, err, lease.Context().Err() == nil, time.Now()}
 	}()
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	closed := time.Now()
 	if lease.Context().Err() == nil || !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 		t.Errorf("right after Close: work context error %v, Err %v; want cancelled and ErrLeaseLost", lease.Context().Err(), lease.Err())
 	}
@@ -527,6 +558,11 @@ func (s *suite) close(t *testing.T) {
 	_ = n.lease.Release(context.Background())
 	if n.oldLive {
 		t.Error("the waiter got the lock while the closed lease's work context was still live")
+	}
+	// Freed by Close, not by its TTL: a lock left to run out would go at
+	// least TTL - RenewEvery = 2/3 TTL after Close.
+	if d := n.at.Sub(closed); d > s.f.TTL/2 {
+		t.Errorf("the waiter got the lock %v after Close returned (TTL %v): Close did not free it, the TTL did", d.Round(time.Millisecond), s.f.TTL)
 	}
 }
 
