@@ -108,9 +108,13 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) 
 		return nil, err
 	}
 	// The relay is owned by the observation: it ends when the backend
-	// closes in, which it does once octx ends or it cannot go on.
+	// closes in, which it does once octx ends or it cannot go on. Close
+	// waits for it: added here, before inflight.Done, Close's Wait comes
+	// after.
 	out := make(chan Term)
+	l.relays.Add(1)
 	go func() {
+		defer l.relays.Done()
 		defer close(out)
 		defer unhook()
 		defer cancel(nil)

@@ -24,6 +24,7 @@ type Locker struct {
 	mu       sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup
+	relays   sync.WaitGroup      // Observe's relays, which Close waits for
 	leases   map[*Lease]struct{} // live: neither released nor lost yet
 
 	closeOnce sync.Once
@@ -105,7 +106,8 @@ func (l *Locker) untrack(lease *Lease) {
 }
 
 // Close ends the waits in flight, then every hold made through the Locker,
-// and frees its resources. Leases still held are lost: their work contexts
+// and frees its resources; the observations end too, their channels closed
+// by the time it returns. Leases still held are lost: their work contexts
 // are cancelled, and Err reports it, before the lock service frees their
 // locks (where the backend can) for the next holders. Close is idempotent.
 func (l *Locker) Close() error {
@@ -123,6 +125,7 @@ func (l *Locker) Close() error {
 			lease.markLost(ErrClosed, false) // the work stops before the lock is free
 		}
 		l.closeErr = l.b.Close()
+		l.relays.Wait() // the backend has closed their observations
 	})
 	return l.closeErr
 }

@@ -210,7 +210,9 @@ func (k *Keeper) tick() {
 			return
 		}
 		k.mu.Lock()
-		k.lastSent, k.deadline, k.next, k.lastErr = sent, nd, sent.Add(k.every), nil
+		if k.err == nil { // a loss or stop since the look above leaves the deadline as it was
+			k.lastSent, k.deadline, k.next, k.lastErr = sent, nd, sent.Add(k.every), nil
+		}
 		k.mu.Unlock()
 	case errors.Is(err, baton.ErrLeaseLost):
 		k.finish(err)
