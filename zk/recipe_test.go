@@ -466,6 +466,13 @@ func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	held.Release()
+	closedClean(t, closed, admin, dir, "the abandoned create's node")
+}
+
+// closedClean waits for a Close's result on closed and checks that it
+// left no node in dir, whose must-go node what names.
+func closedClean(t *testing.T, closed <-chan error, admin *zkgo.Conn, dir, what string) {
+	t.Helper()
 	select {
 	case err := <-closed:
 		if err != nil {
@@ -475,7 +482,7 @@ func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 	if kids := children(t, admin, dir); len(kids) != 0 {
-		t.Fatalf("nodes left after Close: %v; the abandoned create's node must be deleted", kids)
+		t.Fatalf("nodes left after Close: %v; %s must be deleted", kids, what)
 	}
 }
 
@@ -701,15 +708,5 @@ wait:
 	if err := <-released; err != nil {
 		t.Errorf("Release: %v", err)
 	}
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close did not return")
-	}
-	if kids := children(t, admin, dir); len(kids) != 0 {
-		t.Fatalf("nodes left after Close: %v; the released hold's node must be deleted", kids)
-	}
+	closedClean(t, closed, admin, dir, "the released hold's node")
 }
