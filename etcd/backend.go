@@ -42,6 +42,15 @@ type backend struct {
 	bg       sync.WaitGroup // revokes of retired sessions and sweeps of late keys, awaited by Close
 	bgCtx    context.Context
 	bgStop   context.CancelFunc // ends the sweeps and the revokes of sessions lost by their deadline
+
+	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
+}
+
+// hooks let tests hold the backend up from inside.
+type hooks struct {
+	// watchEvent is called by a hold's watcher with its context before it
+	// looks at the events of a watch response.
+	watchEvent func(ctx context.Context)
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

@@ -78,6 +78,9 @@ func (h *hold) watch(ctx context.Context) {
 			if wr.Err() != nil {
 				break
 			}
+			if hk := h.b.hooks.Load(); hk != nil && hk.watchEvent != nil {
+				hk.watchEvent(ctx)
+			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
 					if ctx.Err() == nil {

@@ -484,3 +484,50 @@ func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
 		t.Errorf("Err = %v, want ErrReleased: the work stopped before the deadline", err)
 	}
 }
+
+// TestRelease_StaleUnnoticed_ComparesCreateRevision: a release sent before
+// the hold heard of its loss (its watcher held up, here by a hook) must
+// not delete the next holder's key, which has the same name: the delete
+// is compared on our key's create revision. The conformance suite's cases
+// cannot reach this on etcd, whose watcher hears of a revoke at once, and
+// a hold that knows it is lost sends nothing.
+func TestRelease_StaleUnnoticed_ComparesCreateRevision(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	ctx := timeout(t, 60*time.Second)
+	// A round counts only when A's release went out before A heard of
+	// its loss some other way (its session's keepalive, every TTL/3).
+	for round := range 5 {
+		name := fmt.Sprintf("stale-release-%d", round)
+		a := newLocker(t, srv.Endpoint)
+		b := newLocker(t, srv.Endpoint)
+		etcd.OnWatchEvent(a.Locker(), func(ctx context.Context) { <-ctx.Done() }) // A hears of nothing until it releases
+		la, err := a.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revokeLeaseOf(t, testsvc.Client(t, srv.Endpoint), la.Key())
+		lb, err := b.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if la.Err() != nil {
+			continue // heard already: its release sends nothing
+		}
+		_ = la.Release(ctx)
+		if !errors.Is(la.Err(), baton.ErrLeaseLost) {
+			t.Errorf("A's release of a key someone else holds: Err %v, want the loss", la.Err())
+		}
+		c := newLocker(t, srv.Endpoint)
+		if lc, err := c.TryAcquire(ctx, name); !errors.Is(err, baton.ErrNotAcquired) {
+			if lc != nil {
+				_ = lc.Release(ctx)
+			}
+			t.Fatalf("after A's stale release, TryAcquire = %v: A deleted B's key", err)
+		}
+		if lb.Err() != nil {
+			t.Fatalf("B's lease ended after A's stale release: %v", lb.Err())
+		}
+		return
+	}
+	t.Fatal("in 5 rounds, A always heard of its loss before it released")
+}
