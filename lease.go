@@ -35,6 +35,10 @@ type Lease struct {
 
 	mu  sync.Mutex
 	err error // nil while held
+	// runCancel, set by Run, cancels fn's context (a child of the
+	// caller's, for its deadline and values) in the same step as the
+	// work context, under mu.
+	runCancel context.CancelCauseFunc
 
 	relOnce sync.Once
 	relErr  error
@@ -86,8 +90,30 @@ func (l *Lease) markLost(cause error, byRelease bool) {
 		return
 	}
 	l.err = lost
-	l.cancel(lost) // after a release: already cancelled, with ErrReleased
+	l.cancelWork(lost) // after a release: already cancelled, with ErrReleased
 	l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", cause)
+}
+
+// cancelWork cancels the work context, and Run's fn's, with cause; l.mu is
+// held.
+func (l *Lease) cancelWork(cause error) {
+	l.cancel(cause)
+	if l.runCancel != nil {
+		l.runCancel(cause)
+	}
+}
+
+// runUnder has cancel, which cancels Run's fn's context, called in the same
+// step as the work context's cancellation, or at once if the lease has
+// ended already.
+func (l *Lease) runUnder(cancel context.CancelCauseFunc) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		cancel(context.Cause(l.ctx))
+		return
+	}
+	l.runCancel = cancel
 }
 
 // Name returns the lock's name.
@@ -159,7 +185,7 @@ func (l *Lease) release(ctx context.Context) error {
 	released := l.err == nil
 	if released {
 		l.err = ErrReleased
-		l.cancel(ErrReleased) // stop the work before the lock is free
+		l.cancelWork(ErrReleased) // stop the work before the lock is free
 	}
 	l.mu.Unlock()
 	if d := l.hold.Deadline(); released && !time.Now().Before(d) {

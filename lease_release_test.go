@@ -227,14 +227,45 @@ func TestLease_HoldEndedBeforeLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !errors.Is(lease.Err(), baton.ErrLeaseLost) || lease.Context().Err() == nil {
-			t.Fatalf("round %d: a lease on an ended hold: Err %v, context %v; want both to say lost", i, lease.Err(), lease.Context().Err())
+		// The context and Done first: Err relays a loss itself.
+		if lease.Context().Err() == nil {
+			t.Fatalf("round %d: a lease on an ended hold has a live work context", i)
 		}
 		select {
 		case <-lease.Done():
 		default:
 			t.Fatalf("round %d: Done not closed", i)
 		}
+		if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+			t.Fatalf("round %d: a lease on an ended hold: Err %v, want the loss", i, lease.Err())
+		}
 		_ = lease.Release(context.Background())
+	}
+}
+
+// TestRun_FnKeepsCallerDeadline: fn's context is the caller's, with its
+// deadline and values, and ends with context.DeadlineExceeded when the
+// deadline passes (libraries read ctx.Deadline for their own timeouts).
+func TestRun_FnKeepsCallerDeadline(t *testing.T) {
+	h := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+	type key struct{}
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), 50*time.Millisecond)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	err := fakeLocker(t, h).Run(ctx, "job", func(ctx context.Context, lease *baton.Lease) error {
+		if d, ok := ctx.Deadline(); !ok || !d.Equal(want) {
+			return fmt.Errorf("fn's deadline %v (%v), want the caller's %v", d, ok, want)
+		}
+		if ctx.Value(key{}) != "v" {
+			return errors.New("fn's context lacks the caller's values")
+		}
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("fn's context ended with %v, want context.DeadlineExceeded", ctx.Err())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -47,13 +47,11 @@ func (f *FencedLocker) Run(ctx context.Context, name string, fence Fence, fn fun
 }
 
 func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) error {
-	// fn's context is the lease's (which has ctx's values), so that it is
-	// cancelled in the same step as the lease reports a loss; the caller's
-	// cancellation, which can come a moment late, is relayed.
-	wctx, cancel := context.WithCancelCause(lease.Context())
+	// fn's context is the caller's (its deadline, its values), cancelled
+	// also in the same step as the lease reports a loss.
+	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	defer stop()
+	lease.runUnder(cancel)
 
 	returned := false
 	defer func() {
