@@ -108,9 +108,11 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) 
 		return nil, err
 	}
 	// The relay is owned by the observation: it ends when the backend
-	// closes in, which it does once octx ends or it cannot go on. Close
-	// waits for it: added here, before inflight.Done, Close's Wait comes
-	// after.
+	// closes in (it cannot go on), or at once when octx ends, without
+	// waiting for the backend, whose sends give up on octx too (a Redis
+	// read blocked on a server that went away ends only at its own
+	// deadline). Close waits for it: added here, before inflight.Done,
+	// Close's Wait comes after.
 	out := make(chan Term)
 	l.relays.Add(1)
 	go func() {
@@ -118,10 +120,19 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) 
 		defer close(out)
 		defer unhook()
 		defer cancel(nil)
-		for t := range in {
+		for {
 			select {
-			case out <- t:
+			case t, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- t:
+				case <-octx.Done():
+					return
+				}
 			case <-octx.Done():
+				return
 			}
 		}
 	}()

@@ -655,6 +655,45 @@ func TestObserve_EndsWithCtx(t *testing.T) {
 	}
 }
 
+// TestObserve_CloseWithServerAway: Locker.Close ends an observation at
+// once even when the server stopped answering while the observer's read
+// was blocked there (go-redis ends such a read only at its own deadline,
+// and the quit entry cannot get through): the channel is closed when Close
+// returns. With Close waiting for the relay to see the backend's channel
+// close, it took 30s.
+func TestObserve_CloseWithServerAway(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	l, err := redis.New(client(t, srv.Addr), baton.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := l.Observe(context.Background(), "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 5*time.Second); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	waitBlocked(t, client(t, srv.Addr))
+	srv.Pause()
+	defer srv.Resume()
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waits 5s later, with the server away")
+	}
+	select {
+	case _, ok := <-terms:
+		if ok {
+			t.Fatal("a term after Close")
+		}
+	default:
+		t.Fatal("the observation's channel is still open after Close returned")
+	}
+}
+
 // waitBlocked waits until a client of c's server is blocked (an
 // observer's XREAD).
 func waitBlocked(t *testing.T, c *goredis.Client) {
