@@ -106,10 +106,11 @@ func Refused(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case "28000", "28P01", "3D000", // invalid_authorization_specification, invalid_password, invalid_catalog_name
-		"42501",          // insufficient_privilege: no CONNECT on the database
-		"42704", "22023": // undefined_object, invalid_parameter_value: a run-time parameter in the URL the server does not take
+	case "28000", "28P01", "3D000": // invalid_authorization_specification, invalid_password, invalid_catalog_name
 		return true
+	case "42501", // insufficient_privilege: no CONNECT on the database
+		"42704", "22023": // undefined_object, invalid_parameter_value: a run-time parameter in the URL the server does not take
+		return pgErr.Severity == "FATAL" // at login; from a statement, they are the statement's
 	}
 	return false
 }

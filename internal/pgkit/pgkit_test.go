@@ -1,6 +1,7 @@
 package pgkit
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -42,5 +43,29 @@ func TestParseReason(t *testing.T) {
 	}
 	if got := ParseReason(err); strings.Contains(got, "s3cret") || !strings.Contains(got, "write it as postgres://") {
 		t.Errorf("ParseReason = %q", got)
+	}
+}
+
+// TestRefused: the server's refusal of a connection's own settings at login
+// (FATAL) is the URL's fault; the same codes from a statement (no CREATE
+// on a schema, say, when Init makes the tables) are the statement's.
+func TestRefused(t *testing.T) {
+	for _, tc := range []struct {
+		code, severity string
+		want           bool
+	}{
+		{"28P01", "FATAL", true},  // wrong password
+		{"3D000", "FATAL", true},  // no such database
+		{"42704", "FATAL", true},  // unrecognized configuration parameter in the URL
+		{"22023", "FATAL", true},  // a parameter value the server refuses
+		{"42501", "FATAL", true},  // no CONNECT on the database
+		{"42501", "ERROR", false}, // permission denied for schema public
+		{"42704", "ERROR", false}, // a statement naming an object that does not exist
+		{"08006", "FATAL", false}, // a connection failure: try again
+	} {
+		err := fmt.Errorf("connect: %w", &pgconn.PgError{Code: tc.code, Severity: tc.severity})
+		if got := Refused(err); got != tc.want {
+			t.Errorf("Refused(%s %s) = %v, want %v", tc.severity, tc.code, got, tc.want)
+		}
 	}
 }
