@@ -319,14 +319,20 @@ func (s *suite) releaseStaleUnnoticed(t *testing.T) {
 	la := mustAcquire(t, a, name)
 	s.f.Expire(t, la)
 	lb := mustAcquire(t, b, name)
-	noticed := la.Err() != nil
+	if err := la.Err(); err != nil {
+		// A release that knows the loss sends nothing: this backend hears
+		// of an expiry at once (etcd's watch, ZooKeeper's session), and
+		// its own tests reach the release's compare another way.
+		_ = lb.Release(context.Background())
+		t.Skipf("A heard of its loss before B held the lock (%v): its release sends nothing to check", err)
+	}
 	_ = la.Release(context.Background())
 	c := s.locker(t)
 	if lc, err := c.TryAcquire(ctxFor(t, 10*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
 		if lc != nil {
 			_ = lc.Release(context.Background())
 		}
-		t.Fatalf("after A's stale Release (A had noticed its loss: %v), TryAcquire = %v; A freed B's lock", noticed, err)
+		t.Fatalf("after A's stale Release, TryAcquire = %v; A freed B's lock", err)
 	}
 	if lb.Err() != nil {
 		t.Fatalf("B's lease ended after A's stale Release: %v", lb.Err())
