@@ -3,7 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,9 +45,8 @@ under nohup).`,
 				return usageError("--name is empty: give this member a name, such as m1")
 			}
 			if c.Dir == "" {
-				c.Dir = "baton-data"
-				if c.Name != "default" {
-					c.Dir += "-" + c.Name
+				if c.Dir, err = defaultDataDir(c.Name); err != nil {
+					return err
 				}
 			}
 			if c.ClientURL, err = listenURL("--listen", listen); err != nil {
@@ -85,7 +88,7 @@ under nohup).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.Dir, "data-dir", "", `directory for the server's data (default "baton-data", or "baton-data-NAME" with --name NAME)`)
+	f.StringVar(&c.Dir, "data-dir", "", `directory for the server's data (default "baton-data", or "baton-data-NAME" with --name NAME; a member whose baton-data-NAME is empty while baton-data holds data must choose)`)
 	f.StringVar(&listen, "listen", "http://127.0.0.1:2379", "where clients connect (host:port or http://host:port)")
 	f.StringVar(&c.Name, "name", "default", "this member's name")
 	f.StringVar(&peer, "peer-listen", "http://127.0.0.1:2380", "where the other members connect")
@@ -93,6 +96,31 @@ under nohup).`,
 	f.StringVar(&c.ClusterState, "initial-cluster-state", "new", "new, or existing to join a running cluster")
 	return cmd
 }
+
+// defaultDataDir is where member name keeps its data without --data-dir:
+// baton-data for the default member, baton-data-NAME for the others. An
+// older baton kept every member's data in baton-data: a member whose
+// baton-data-NAME is empty while baton-data holds data is refused, since
+// starting it afresh beside its own log would make it forget its votes.
+func defaultDataDir(name string) (string, error) {
+	const base = "baton-data"
+	if name == "default" {
+		return base, nil
+	}
+	if !dirSafe.MatchString(name) || name == "." || name == ".." {
+		return "", usageError("--name %q cannot be part of a directory's name: pass --data-dir", name)
+	}
+	dir := base + "-" + name
+	_, errOwn := os.Stat(filepath.Join(dir, "member"))
+	_, errOld := os.Stat(filepath.Join(base, "member"))
+	if errors.Is(errOwn, fs.ErrNotExist) && errOld == nil {
+		return "", usageError("%s holds an etcd member's data, and %s, where member %q keeps its data by default, has none: if %s is this member's (an older baton kept every member's data there), pass --data-dir %s; to start this member afresh, pass --data-dir %s", base, dir, name, base, base, dir)
+	}
+	return dir, nil
+}
+
+// dirSafe matches the member names that may be part of a directory's name.
+var dirSafe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // listenURL accepts host:port or http://host:port.
 func listenURL(flag, s string) (string, error) {

@@ -223,24 +223,37 @@ func TestServe_MemberOnSingleNodeData(t *testing.T) {
 }
 
 // TestServe_DefaultDataDirPerName: without --data-dir, a member named m1
-// keeps its data in baton-data-m1, and the default member in baton-data,
-// so that trying a single node and then a cluster member in one directory
-// does not hand the member the single node's data.
+// keeps its data in baton-data-m1, and the default member in baton-data.
+// A member whose baton-data-NAME is empty while baton-data holds data (a
+// single node's, or this member's from an older baton, which kept every
+// member's there) must choose with --data-dir: taking the single node's
+// would make it lead alone, and starting afresh beside its own log would
+// make it forget its votes.
 func TestServe_DefaultDataDirPerName(t *testing.T) {
 	cwd := t.TempDir()
 	c, p := serveAddrs(t)
-	stopServe(t, startServe(t, cwd, "--listen", c, "--peer-listen", p))
-	c, p = serveAddrs(t)
 	s := startServe(t, cwd, "--name", "m1", "--listen", c, "--peer-listen", p)
 	if !strings.Contains(s.stdout.String(), "(data in baton-data-m1)") {
 		t.Errorf("serve --name m1 says %q; want its data in baton-data-m1", s.stdout.String())
 	}
 	stopServe(t, s)
+	c, p = serveAddrs(t)
+	stopServe(t, startServe(t, cwd, "--listen", c, "--peer-listen", p))
 	for _, d := range []string{"baton-data", "baton-data-m1"} {
 		if _, err := os.Stat(filepath.Join(cwd, d, "member")); err != nil {
 			t.Errorf("%s: %v", d, err)
 		}
 	}
+	// m1 has its own dir now; m2 has none, and baton-data has data.
+	c, p = serveAddrs(t)
+	stopServe(t, startServe(t, cwd, "--name", "m1", "--listen", c, "--peer-listen", p))
+	cmd := batonCmd("serve", "--name", "m2", "--listen", c, "--peer-listen", p)
+	cmd.Dir = cwd
+	r := startCmd(t, cmd).wait(t)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--data-dir baton-data-m2") {
+		t.Fatalf("serve --name m2 beside a baton-data with data: exit %d, stderr %q; want %d and the choice", r.code, r.stderr, exitUsage)
+	}
+	oneLine(t, r)
 }
 
 // TestServe_BadFlags: an empty name and port 0 are usage errors. Each runs
@@ -258,5 +271,11 @@ func TestServe_BadFlags(t *testing.T) {
 			continue
 		}
 		oneLine(t, r)
+	} // A name that cannot be part of the default data dir's name.
+	cmd := batonCmd("serve", "--name", "../m1")
+	cmd.Dir = t.TempDir()
+	r := startCmd(t, cmd).wait(t)
+	if r.code != 2 || !strings.Contains(r.stderr, "--data-dir") {
+		t.Errorf("serve --name ../m1 without --data-dir: exit %d, stderr %q; want 2, and to pass --data-dir", r.code, r.stderr)
 	}
 }
