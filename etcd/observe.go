@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -64,9 +65,11 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		// to another member, tells whether the cluster can still be
 		// observed.
 		wch := b.client.Watch(clientv3.WithRequireLeader(ctx), pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		noLeader := false
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
-				if errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, rpctypes.ErrNoLeader) {
+				noLeader = errors.Is(err, rpctypes.ErrNoLeader)
+				if noLeader || errors.Is(err, rpctypes.ErrCompacted) {
 					break // read the keys again below
 				}
 				return
@@ -95,6 +98,13 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if noLeader { // not at once: the next watch may land on that member again
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 		// Compacted past our revision, or no leader: start again from a
 		// fresh read; one that fails ends the observation.
