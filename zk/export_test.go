@@ -45,10 +45,10 @@ func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
 // it: whether its last create found other children in the election node.
 func Crowded(l *baton.Locker) bool { return backendOf(l).crowded.Load() }
 
-// AwaitingAbandons reports whether l's Close waits for work that may leave
+// AwaitingSettled reports whether l's Close waits for work that may leave
 // a node behind: the answer of a create an acquisition stopped waiting
 // for, or a Release under way.
-func AwaitingAbandons(l *baton.Locker) bool {
+func AwaitingSettled(l *baton.Locker) bool {
 	b := backendOf(l)
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -360,10 +360,10 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 	if !b.calls.add(!b.owned) {
 		return // closing: the connection, and with it the session, ends
 	}
-	answered := b.settling()
+	settled := b.settling()
 	go func() {
 		defer b.calls.done()
-		defer answered()
+		defer settled()
 		r := <-ch
 		switch {
 		case r.v.path != "":

@@ -454,7 +454,7 @@ func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
 	// The answer comes only once Close waits for it, before its last pass
 	// of the reaper.
 	deadline := time.Now().Add(10 * time.Second)
-	for !zk.AwaitingAbandons(fl.Locker()) {
+	for !zk.AwaitingSettled(fl.Locker()) {
 		select {
 		case err := <-closed:
 			t.Fatalf("Close returned (%v) while a create was in flight", err)
@@ -692,7 +692,7 @@ func TestClose_Borrowed_ReleaseUnderWay(t *testing.T) {
 	// without waiting.
 	deadline := time.Now().Add(10 * time.Second)
 wait:
-	for !zk.AwaitingAbandons(fl.Locker()) {
+	for !zk.AwaitingSettled(fl.Locker()) {
 		select {
 		case err := <-closed:
 			closed <- err // Close did not wait: the node is left, as below

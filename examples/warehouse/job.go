@@ -11,9 +11,12 @@ import (
 
 // Event is one step of the job, reported as it happens.
 type Event struct {
-	At     time.Time   `json:"at"`
-	Runner string      `json:"runner"`
-	Kind   string      `json:"kind"` // acquired, fenced, checked, billed, skipped, rejected, lost, released, done, error
+	At     time.Time `json:"at"`
+	Runner string    `json:"runner"`
+	// Kind is acquired, fenced, checked, billed, skipped, rejected, lost
+	// (seen before a client), released (finished, but the release found
+	// the lease lost), done or error.
+	Kind   string      `json:"kind"`
 	Client int         `json:"client,omitempty"`
 	Token  baton.Token `json:"token,omitempty"`
 	Newest baton.Token `json:"newest,omitempty"`
@@ -101,7 +104,7 @@ func RunInvoiceJob(ctx context.Context, locker *baton.FencedLocker, ledger Ledge
 	// Release returns nil for a lease already lost; Err tells.
 	released = true
 	if err := lease.Release(context.WithoutCancel(ctx)); err != nil {
-		ev(Event{Kind: "released", Token: token, Err: err.Error()})
+		ev(Event{Kind: "error", Token: token, Err: err.Error()})
 		return err
 	}
 	if err := lease.Err(); errors.Is(err, baton.ErrLeaseLost) {

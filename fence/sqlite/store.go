@@ -124,7 +124,8 @@ func missingFile(path string) bool {
 }
 
 // DSN returns the modernc.org/sqlite data source name with which Open opens
-// the database file at path: WAL journaling, the busy timeout
+// the database file at path (Open adds mode=rw without WithCreate, so that
+// a missing file is not created): WAL journaling, the busy timeout
 // (WithBusyTimeout; the other options do not change it), synchronous FULL
 // and BEGIN IMMEDIATE, with path escaped so that SQLite reads it as
 // written. A program that keeps its own tables in the same file opens it
