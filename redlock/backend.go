@@ -206,6 +206,20 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 	for i := range errs {
 		errs[i] = errPending
 	}
+	// drain takes the answers already waiting: when ctx ends, or the
+	// timeout passes, while answers are ready, select picks either, and an
+	// answer that came (a renewal refused, which a failed release reports
+	// as the loss) would be lost for a "no answer".
+	drain := func() {
+		for {
+			select {
+			case a := <-answers:
+				vals[a.i], errs[a.i] = a.v, a.err
+			default:
+				return
+			}
+		}
+	}
 	early := false
 	defer func() {
 		if !early {
@@ -223,6 +237,7 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 				return vals, errs, settled
 			}
 		case <-rctx.Done():
+			drain()
 			for i, err := range errs {
 				if err == errPending {
 					errs[i] = &baton.UnavailableError{Where: b.nodes[i].where, Err: fmt.Errorf("no answer within %v", timeout)}
@@ -230,6 +245,7 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 			}
 			return vals, errs, settled
 		case <-ctx.Done():
+			drain()
 			for i, err := range errs {
 				if err == errPending {
 					errs[i] = context.Cause(ctx)
