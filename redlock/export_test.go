@@ -4,6 +4,8 @@ import (
 	"context"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
 )
 
 // The SHA1s that requests name in EVALSHA, for tests that pick a request
@@ -33,3 +35,17 @@ func LoadForceScript(ctx context.Context, c goredis.Scripter) error {
 
 // RenewScriptHash is the SHA1 a renewal names in EVALSHA.
 var RenewScriptHash = renewScript.Hash()
+
+// RenewalRefused reports whether a renewal of one of l's holds was refused
+// by enough nodes to deny it a majority, as the hold has recorded it.
+func RenewalRefused(l *baton.Locker) bool {
+	b := l.Backend().(*backend)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for h := range b.holds {
+		if h.refused.Load() != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -748,6 +748,7 @@ func TestRelease_FailedWhileRenewalRefused_IsALoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	hook.Ready = func() bool { return redlock.RenewalRefused(l) }
 	hook.Armed.Store(true)
 	rerr := lease.Release(ctx)
 	hook.Armed.Store(false)

@@ -213,8 +213,12 @@ type FailAfterRefusal struct {
 	ProcessOnly
 	releaseSHA, renewSHA string
 	Armed                atomic.Bool
-	left                 atomic.Int32 // refusals still to see
-	refused              chan struct{}
+	// Ready, when set (before Armed), is polled after the refusals until
+	// it says the backend has counted them: the refusals' answers reach
+	// the hook before the renewal that asked for them has taken them in.
+	Ready   func() bool
+	left    atomic.Int32 // refusals still to see
+	refused chan struct{}
 }
 
 // NewFailAfterRefusal returns a FailAfterRefusal for the two scripts that
@@ -233,9 +237,17 @@ func (h *FailAfterRefusal) ProcessHook(next goredis.ProcessHook) goredis.Process
 		case sha == "":
 			return next(ctx, cmd)
 		case sha == h.releaseSHA && h.Armed.Load():
+			deadline := time.After(10 * time.Second)
 			select {
 			case <-h.refused:
-			case <-time.After(10 * time.Second):
+			case <-deadline:
+			}
+			for h.Ready != nil && !h.Ready() {
+				select {
+				case <-deadline:
+					return errors.New("the refusals were not counted within 10s (test)")
+				case <-time.After(time.Millisecond):
+				}
 			}
 			err := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("no answer (test)")}
 			cmd.SetErr(err)
