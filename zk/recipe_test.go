@@ -234,7 +234,18 @@ func (d *cutDialer) written() []int32 {
 // t ends.
 func (d *cutDialer) connect(t *testing.T, addr string) *zkgo.Conn {
 	t.Helper()
-	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
+	return connect(t, addr, suiteTTL, d.dial)
+}
+
+// connect makes a go-zookeeper connection to addr with session timeout
+// ttl, through dial (nil: the default dialer), closed (its events
+// drained) when t ends.
+func connect(t *testing.T, addr string, ttl time.Duration, dial zkgo.Dialer) *zkgo.Conn {
+	t.Helper()
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	conn, events, err := zkgo.Connect([]string{addr}, ttl, zkgo.WithDialer(dial), zkgo.WithLogger(nopLogger{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,15 +371,7 @@ func TestRecipe_LostCreateReply(t *testing.T) {
 // and a Locker on it (zk.New): a connection the caller keeps.
 func borrowed(t *testing.T, addr string) (*zkgo.Conn, *baton.FencedLocker) {
 	t.Helper()
-	conn, events, err := zkgo.Connect([]string{addr}, suiteTTL, zkgo.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		for range events {
-		}
-	})
+	conn := connect(t, addr, suiteTTL, nil)
 	fl, err := zk.New(conn, baton.WithTTL(suiteTTL))
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	zkgo "github.com/go-zookeeper/zk"
-
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/zk"
 )
@@ -191,17 +189,11 @@ func armSyncDelete(d *stallDialer, answer func(sd *syncDelete, xid int32)) *sync
 func stalledLocker(t *testing.T, addr string, ttl time.Duration, opts ...baton.Option) (*baton.FencedLocker, *stallDialer) {
 	t.Helper()
 	d := &stallDialer{}
-	conn, events, err := zkgo.Connect([]string{addr}, ttl, zkgo.WithDialer(d.dial), zkgo.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	conn := connect(t, addr, ttl, d.dial)
+	t.Cleanup(func() { // before the connection closes
 		d.mu.Lock()
 		d.onWrite, d.onFrame = nil, nil
 		d.mu.Unlock()
-		conn.Close()
-		for range events {
-		}
 	})
 	fl, err := zk.New(conn, append([]baton.Option{baton.WithTTL(ttl)}, opts...)...)
 	if err != nil {
