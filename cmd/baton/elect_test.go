@@ -248,22 +248,32 @@ func TestElect_RaiseUnanswered_CampaignsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	var freed error
-	backend := useFake(t, &fakeBackend{onAcquire: func(n int) {
-		if n == 1 { // the second campaign: the first term's raise has failed
-			_, freed = conn.ExecContext(ctx, "ROLLBACK")
-		}
-	}})
-	r := runInProcess("elect", "--backend", backend, "--fence", "sqlite:"+dbPath+"?busy_timeout=300ms", "mailer", "--", "sh", "-c", `[ "$BATON_TOKEN" = 2 ]`)
-	t.Log(r.stderr)
+	electAfterFailedRaise(t, "sqlite:"+dbPath+"?busy_timeout=300ms", func() { _, freed = conn.ExecContext(ctx, "ROLLBACK") }, "write lock")
 	if freed != nil {
 		t.Fatalf("freeing the write lock: %v", freed)
 	}
+}
+
+// electAfterFailedRaise runs elect with fence on a fake backend while the
+// store keeps the first term's raise from going through; free, called as
+// elect campaigns the second time, lets the next raise through. elect
+// must end that term, say why (stderr has why), campaign again and run
+// the command in the second term.
+func electAfterFailedRaise(t *testing.T, fence string, free func(), why string) {
+	t.Helper()
+	backend := useFake(t, &fakeBackend{onAcquire: func(n int) {
+		if n == 1 { // the second campaign: the first term's raise has failed
+			free()
+		}
+	}})
+	r := runInProcess("elect", "--backend", backend, "--fence", fence, "mailer", "--", "sh", "-c", `[ "$BATON_TOKEN" = 2 ]`)
+	t.Log(r.stderr)
 	if r.code != 0 {
-		t.Fatalf("exit %d, want 0 from the second term's command (token 2); stderr %q", r.code, r.stderr)
+		t.Fatalf("elect: exit %d, want 0 from the second term's command (token 2); stderr %q", r.code, r.stderr)
 	}
-	for _, want := range []string{"leading mailer (token 1)", "write lock", "campaigning again in", "leading mailer (token 2)"} {
+	for _, want := range []string{"leading mailer (token 1)", why, "campaigning again in", "leading mailer (token 2)"} {
 		if !strings.Contains(r.stderr, want) {
-			t.Errorf("stderr lacks %q: %q", want, r.stderr)
+			t.Errorf("elect's stderr lacks %q: %q", want, r.stderr)
 		}
 	}
 }

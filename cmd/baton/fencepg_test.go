@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -33,17 +34,13 @@ func holdFenceRow(t *testing.T, dsn, resource string) (letGo func()) {
 	case err := <-done:
 		t.Fatalf("the older holder's transaction: %v", err)
 	}
-	var once bool
-	letGo = func() {
-		if !once {
-			once = true
-			close(release)
-			if err := <-done; err != nil {
-				t.Errorf("the older holder's transaction: %v", err)
-			}
-			s.Close()
+	letGo = sync.OnceFunc(func() {
+		close(release)
+		if err := <-done; err != nil {
+			t.Errorf("the older holder's transaction: %v", err)
 		}
-	}
+		s.Close()
+	})
 	t.Cleanup(letGo)
 	return letGo
 }
@@ -64,20 +61,7 @@ func TestFence_PostgresGaveUp(t *testing.T) {
 	}
 	oneLine(t, r)
 
-	backend := useFake(t, &fakeBackend{onAcquire: func(n int) {
-		if n == 1 { // the second campaign: the first term's raise has failed
-			letGo()
-		}
-	}})
-	r = runInProcess("elect", "--backend", backend, "--fence", fence, "mailer", "--", "sh", "-c", `[ "$BATON_TOKEN" = 2 ]`)
-	if r.code != 0 {
-		t.Fatalf("elect: exit %d, want 0 from the second term's command (token 2); stderr %q", r.code, r.stderr)
-	}
-	for _, want := range []string{"leading mailer (token 1)", "lock timeout", "campaigning again in", "leading mailer (token 2)"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("elect's stderr lacks %q: %q", want, r.stderr)
-		}
-	}
+	electAfterFailedRaise(t, fence, letGo, "lock timeout")
 }
 
 // TestFence_PostgresBadParameter: a run-time parameter the server does not
