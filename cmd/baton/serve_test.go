@@ -180,13 +180,7 @@ func TestServe_DataDirInUse(t *testing.T) {
 	c1, p1 := serveAddrs(t)
 	startServe(t, dir, "--data-dir", dir, "--listen", c1, "--peer-listen", p1)
 	c2, p2 := serveAddrs(t)
-	second := startBaton(t, "serve", "--data-dir", dir, "--listen", c2, "--peer-listen", p2)
-	select {
-	case <-second.done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("a second serve on a data dir in use still runs after 15s; stderr %q", second.stderr.String())
-	}
-	r := result{code: second.code, stdout: second.stdout.String(), stderr: second.stderr.String()}
+	r := runBaton(t, "serve", "--data-dir", dir, "--listen", c2, "--peer-listen", p2)
 	if r.code != 1 || !strings.Contains(r.stderr, "in use") || !strings.Contains(r.stderr, "--data-dir") {
 		t.Fatalf("second serve on %s: exit %d, stderr %q; want 1, in use, and what to do", dir, r.code, r.stderr)
 	}
@@ -206,13 +200,7 @@ func TestServe_MemberOnSingleNodeData(t *testing.T) {
 	_, p2 := serveAddrs(t)
 	_, p3 := serveAddrs(t)
 	cluster := fmt.Sprintf("m1=http://%s,m2=http://%s,m3=http://%s", p, p2, p3)
-	member := startBaton(t, "serve", "--name", "m1", "--data-dir", dir, "--listen", c, "--peer-listen", p, "--initial-cluster", cluster)
-	select {
-	case <-member.done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("a member on a single node's data still runs after 15s (alone, as a cluster of its own?); stdout %q", member.stdout.String())
-	}
-	r := result{code: member.code, stdout: member.stdout.String(), stderr: member.stderr.String()}
+	r := runBaton(t, "serve", "--name", "m1", "--data-dir", dir, "--listen", c, "--peer-listen", p, "--initial-cluster", cluster)
 	if r.code != 2 || !strings.Contains(r.stderr, "one-member cluster") || !strings.Contains(r.stderr, "--data-dir") {
 		t.Fatalf("member on a single node's data: exit %d, stderr %q; want 2, why, and what to do", r.code, r.stderr)
 	}
