@@ -11,11 +11,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -132,7 +132,8 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	// The members are known here, from the data, before the server has a
 	// leader: no client has been answered yet.
-	if named := countNames(cfg.InitialCluster); hadData && c.InitialCluster != "" && named > 1 {
+	members, _ := types.NewURLsMap(cfg.InitialCluster) // Validate parsed it
+	if named := len(members); hadData && c.InitialCluster != "" && named > 1 {
 		if ms := e.Server.Cluster().Members(); len(ms) == 1 {
 			stop()
 			return nil, &AloneError{Dir: c.Dir, Member: ms[0].Name, Named: named}
@@ -168,17 +169,6 @@ func parseURL(what, s string) (*url.URL, error) {
 		return nil, fmt.Errorf("etcd server: %s %q: want http://host:port", what, s)
 	}
 	return u, nil
-}
-
-// countNames counts the distinct member names in name=URL,... (a member
-// with two peer URLs is named twice).
-func countNames(cluster string) int {
-	names := map[string]bool{}
-	for _, kv := range strings.Split(cluster, ",") {
-		name, _, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		names[name] = true
-	}
-	return len(names)
 }
 
 // lockDir creates dir if need be and locks it for this process. etcd takes

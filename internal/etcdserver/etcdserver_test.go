@@ -8,20 +8,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-func TestCountNames(t *testing.T) {
-	for in, want := range map[string]int{
-		"default=http://127.0.0.1:2380":                                  1,
-		"m1=http://a:2380,m2=http://b:2380,m3=http://c:2380":             3,
-		"m1=http://a:2380,m1=http://a2:2380,m2=http://b:2380":            2, // m1 has two peer URLs
-		" m1=http://a:2380, m2=http://b:2380":                            2,
-		"m1=http://a:2380,m2=http://b:2380,m3=http://c:2380,m3=http://d": 3,
-	} {
-		if got := countNames(in); got != want {
-			t.Errorf("countNames(%q) = %d, want %d", in, got, want)
-		}
-	}
-}
-
 func TestMuteCore(t *testing.T) {
 	obs, logs := observer.New(zap.InfoLevel)
 	muted := &atomic.Bool{}
