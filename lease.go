@@ -142,12 +142,16 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 // checks Deadline as well. Release closes that gap: a lease released at or
 // after its local deadline is reported lost, not released.
 func (l *Lease) Err() error {
-	if l.hold.Context().Err() != nil {
-		l.lost() // a loss follow has not relayed yet
-	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	err := l.err
+	l.mu.Unlock()
+	if err == nil && l.hold.Context().Err() != nil {
+		l.lost() // a loss follow has not relayed yet
+		l.mu.Lock()
+		err = l.err
+		l.mu.Unlock()
+	}
+	return err
 }
 
 // Deadline returns the local deadline: the send time of the last confirmed
