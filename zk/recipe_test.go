@@ -372,12 +372,19 @@ func TestRecipe_LostCreateReply(t *testing.T) {
 func borrowed(t *testing.T, addr string) (*zkgo.Conn, *baton.FencedLocker) {
 	t.Helper()
 	conn := connect(t, addr, suiteTTL, nil)
-	fl, err := zk.New(conn, baton.WithTTL(suiteTTL))
+	return conn, lockerOn(t, conn, suiteTTL)
+}
+
+// lockerOn makes a Locker with the TTL ttl and opts on conn (zk.New),
+// closed when t ends.
+func lockerOn(t *testing.T, conn *zkgo.Conn, ttl time.Duration, opts ...baton.Option) *baton.FencedLocker {
+	t.Helper()
+	fl, err := zk.New(conn, append([]baton.Option{baton.WithTTL(ttl)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fl.Close() })
-	return conn, fl
+	return fl
 }
 
 // TestNew_BorrowedConnection: a Locker on a caller's connection deletes its
