@@ -151,23 +151,28 @@ func (c *stallConn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// opSync is ZooKeeper's opcode for a sync (the session's renewal sends
-// one; opDelete is in recipe_test.go).
-const opSync = 9
+// ZooKeeper's opcodes for a sync and an exists (the session's renewal
+// sends one of each; opDelete is in recipe_test.go).
+const (
+	opSync   = 9
+	opExists = 3
+)
 
 // syncDelete follows, through a stallDialer, the next sync (a renewal)
 // and the next delete (the release) sent: their xids, and channels closed
-// as they leave. answer, called with each answer's xid, may hold it back.
+// as they leave; and the next exists (the renewal's look at a node), whose
+// request goes out on a goroutine of its own, maybe after the sync's.
+// answer, called with each answer's xid, may hold it back.
 type syncDelete struct {
-	syncXid, delXid   atomic.Int32
-	syncSent, delSent chan struct{}
-	syncOnce, delOnce sync.Once
+	syncXid, delXid               atomic.Int32
+	syncSent, delSent, existsSent chan struct{}
+	syncOnce, delOnce, existsOnce sync.Once
 }
 
 // armSyncDelete makes d follow the next sync and delete, and hold answers
 // back as answer says.
 func armSyncDelete(d *stallDialer, answer func(sd *syncDelete, xid int32)) *syncDelete {
-	sd := &syncDelete{syncSent: make(chan struct{}), delSent: make(chan struct{})}
+	sd := &syncDelete{syncSent: make(chan struct{}), delSent: make(chan struct{}), existsSent: make(chan struct{})}
 	sd.syncXid.Store(-100)
 	sd.delXid.Store(-100)
 	d.mu.Lock()
@@ -178,6 +183,8 @@ func armSyncDelete(d *stallDialer, answer func(sd *syncDelete, xid int32)) *sync
 			sd.syncOnce.Do(func() { sd.syncXid.Store(xid); close(sd.syncSent) })
 		case opDelete:
 			sd.delOnce.Do(func() { sd.delXid.Store(xid); close(sd.delSent) })
+		case opExists:
+			sd.existsOnce.Do(func() { close(sd.existsSent) })
 		}
 	}
 	d.onFrame = func(xid int32) { answer(sd, xid) }
@@ -195,12 +202,7 @@ func stalledLocker(t *testing.T, addr string, ttl time.Duration, opts ...baton.O
 		d.onWrite, d.onFrame = nil, nil
 		d.mu.Unlock()
 	})
-	fl, err := zk.New(conn, append([]baton.Option{baton.WithTTL(ttl)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fl.Close() })
-	return fl, d
+	return lockerOn(t, conn, ttl, opts...), d
 }
 
 // TestRelease_RenewedDuringRelease_NodeGoneIsALoss: the holder's node is deleted by
@@ -283,7 +285,8 @@ func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond) // past the request timeout
 		}
 	})
-	<-sd.syncSent // the renewal, whose exists will find the node gone
+	<-sd.syncSent   // the renewal, whose exists will find the node gone
+	<-sd.existsSent // sent after the release's delete, its answer would queue behind the delete's, held past the request timeout
 	rerr := lease.Release(ctx)
 	var lost *baton.LostError
 	if err := lease.Err(); !errors.As(err, &lost) {
