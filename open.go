@@ -51,7 +51,11 @@ func ParseURL(rawURL string) (*url.URL, error) {
 		return nil, &OptionError{"URL", `""`, "is empty; pass one such as etcd://127.0.0.1:2379"}
 	}
 	noScheme := &OptionError{"URL", shown, "has no scheme; write it as scheme://host:port, such as etcd://127.0.0.1:2379"}
-	u, err := url.Parse(rawURL)
+	parsed, hosts, multi := hostList(rawURL)
+	u, err := url.Parse(parsed)
+	if err == nil && multi {
+		u.Host = hosts
+	}
 	if err != nil {
 		if !strings.Contains(rawURL, "://") && !strings.HasPrefix(rawURL, "sqlite:") {
 			return nil, noScheme
@@ -68,6 +72,33 @@ func ParseURL(rawURL string) (*url.URL, error) {
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	return u, nil
+}
+
+// hostList finds a list of hosts (h1:p1,h2,[::1]:p3) in rawURL's
+// authority, which url.Parse would check as one host:port and refuse
+// unless only the last names a port, and none is an IPv6 address. It
+// returns rawURL with the list replaced by one placeholder host, for
+// url.Parse, and the list, which the caller puts back and each backend
+// checks host by host; multi is false, and rawURL unchanged, when the
+// authority names one host or none.
+func hostList(rawURL string) (parsed, hosts string, multi bool) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return rawURL, "", false
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	auth := rest[:end]
+	userinfo, hosts := "", auth
+	if at := strings.LastIndex(auth, "@"); at >= 0 {
+		userinfo, hosts = auth[:at+1], auth[at+1:]
+	}
+	if !strings.Contains(hosts, ",") {
+		return rawURL, "", false
+	}
+	return scheme + "://" + userinfo + "hosts" + rest[end:], hosts, true
 }
 
 // Printable returns s as is when it is printable on one line, and quoted

@@ -49,12 +49,43 @@ func TestOpeners_Open_Errors(t *testing.T) {
 	}
 }
 
+// TestParseURL_HostList checks that a list of hosts reaches the backend
+// whole, in the forms url.Parse alone refuses: a host without a port
+// before the last, and IPv6 addresses.
+func TestParseURL_HostList(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redlock://a:7000,b,c":                          "a:7000,b,c",
+		"redlock://u:p@a:7000,b:7001,c/2?ttl=5s":        "a:7000,b:7001,c",
+		"redlock://[::1]:7000,[::1]:7001,[::1]:7002":    "[::1]:7000,[::1]:7001,[::1]:7002",
+		"zk://a,b,[::1]:2181/root":                      "a,b,[::1]:2181",
+		"etcd://127.0.0.1:2379":                         "127.0.0.1:2379",
+		"etcd://u:p@h1:2379,h2:2379/prefix?ttl=5s#frag": "h1:2379,h2:2379",
+	} {
+		u, err := baton.ParseURL(raw)
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", raw, err)
+			continue
+		}
+		if u.Host != want {
+			t.Errorf("ParseURL(%q).Host = %q, want %q", raw, u.Host, want)
+		}
+		if strings.Contains(raw, "u:p@") {
+			if pw, _ := u.User.Password(); u.User.Username() != "u" || pw != "p" {
+				t.Errorf("ParseURL(%q) lost the user: %v", raw, u.User)
+			}
+		}
+		if strings.Contains(raw, "/2?") && (u.Path != "/2" || u.Query().Get("ttl") != "5s") {
+			t.Errorf("ParseURL(%q) lost the path or query: %q %q", raw, u.Path, u.RawQuery)
+		}
+	}
+}
+
 // FuzzParseURL checks that no input panics ParseURL or Redact, and that a
 // password never survives into an error or a redacted string.
 func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{
 		"etcd://127.0.0.1:2379", "etcd://a:1,b:2/prefix?ttl=5s", "postgres://u:secret@h/db?sslmode=disable",
-		"redis://:secret@h:6379/0", "zk://h1:2181,h2:2181/baton", "sqlite:/tmp/x.db", "%", "://", "a://b:c@",
+		"redis://:secret@h:6379/0", "zk://h1:2181,h2:2181/baton", "redlock://a:1,b,[::1]:3/0?ttl=1s", "sqlite:/tmp/x.db", "%", "://", "a://b:c@",
 	} {
 		f.Add(s)
 	}
