@@ -23,7 +23,9 @@ const DefaultPort = rediskit.DefaultPort
 //
 // naming an odd number (at least 3) of independent Redis nodes, all with
 // the same credentials and database. It connects to each, checks that a
-// majority answers PING, and returns a Locker that owns the clients.
+// majority answers and that no two nodes are one server (reached by two
+// names, such as localhost and 127.0.0.1: Redis's run_id tells), and
+// returns a Locker that owns the clients.
 // Options in opts override those in the URL.
 func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
 	ros, urlOpts, err := ParseURL(u)
@@ -55,11 +57,12 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 		closeAll()
 		return nil, err
 	}
-	_, errs := each(ctx, b, cfg.RequestTimeout, func(ctx context.Context, n *node) (struct{}, error) {
-		if err := n.client.Ping(ctx).Err(); err != nil {
-			return struct{}{}, n.err("PING", err)
+	ids, errs := each(ctx, b, cfg.RequestTimeout, func(ctx context.Context, n *node) (string, error) {
+		id, err := serverID(ctx, n.client)
+		if err != nil {
+			return "", n.err("INFO server", err)
 		}
-		return struct{}{}, nil
+		return id, nil
 	}, nil)
 	if _, failed := count(errs); failed > len(clients)-b.quorum {
 		b.bg.Wait()
@@ -78,10 +81,50 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 		if len(refused) > len(clients)-b.quorum {
 			return nil, &baton.OptionError{Option: "redlock URL", Value: b.where, Reason: fmt.Sprintf("the servers refused the connection (%v): check the database number and the user:password", refused[0])}
 		}
-		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("a majority of nodes did not answer PING within %v, or answered it with an error: %w", cfg.RequestTimeout, errors.Join(errs...))}
+		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("a majority of nodes did not answer INFO within %v, or answered it with an error: %w", cfg.RequestTimeout, errors.Join(errs...))}
+	}
+	if i, j, ok := sameServer(ids, errs); ok {
+		b.bg.Wait()
+		closeAll()
+		return nil, &baton.OptionError{Option: "redlock URL", Value: b.where, Reason: fmt.Sprintf("nodes %s and %s are one server (run_id %s): Redlock needs independent nodes, or one server's votes make a majority", ros[i].Addr, ros[j].Addr, ids[i])}
 	}
 	b.owned = true
 	return baton.NewLocker(b, b.cfg), nil
+}
+
+// serverID returns the server's run_id (INFO server), which tells one
+// Redis process from another whatever name it was reached by, or "" when
+// the server answers PING but may not run INFO (an ACL without it).
+func serverID(ctx context.Context, c goredis.UniversalClient) (string, error) {
+	info, err := c.Info(ctx, "server").Result()
+	var rerr goredis.Error
+	if errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM") {
+		return "", c.Ping(ctx).Err()
+	}
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id, nil
+		}
+	}
+	return "", nil
+}
+
+// sameServer finds two nodes that answered with one run_id.
+func sameServer(ids []string, errs []error) (i, j int, ok bool) {
+	first := map[string]int{}
+	for j, id := range ids {
+		if errs[j] != nil || id == "" {
+			continue
+		}
+		if i, ok := first[id]; ok {
+			return i, j, true
+		}
+		first[id] = j
+	}
+	return 0, 0, false
 }
 
 // ParseURL turns a redlock:// URL into one set of client options per node

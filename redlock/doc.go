@@ -5,6 +5,12 @@
 // value never goes up and so cannot serve as a fencing token (`baton run
 // --fence` refuses it and names etcd, zk or postgres instead).
 //
+// One server named twice would give two votes, a majority of three on its
+// own. Open refuses such a URL, whether the server is written two ways
+// (a:6379 and A:6379; ports are plain numbers, so a:06379 is refused) or
+// reached by two names (localhost and 127.0.0.1: the servers' run_id
+// tells). New, given clients, does not look.
+//
 // # When to use which
 //
 // Use a single Redis lock (package redis) when a rare double run only

@@ -317,6 +317,26 @@ func TestOpen_Refused(t *testing.T) {
 	}
 }
 
+// TestOpen_OneServerTwoNames: a URL that names one server twice, by two
+// names the URL cannot tell apart, is refused: that server's two votes
+// would make a majority alone (two holders at once after it restarts
+// empty, or one holder while the real other nodes are down).
+func TestOpen_OneServerTwoNames(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 2)
+	port := nodes[0].Addr[strings.LastIndex(nodes[0].Addr, ":")+1:]
+	u, err := baton.ParseURL("redlock://" + nodes[0].Addr + ",localhost:" + port + "," + nodes[1].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := redlock.Open(timeout(t, 10*time.Second), u)
+	if err == nil {
+		_ = l.Close()
+	}
+	if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "are one server") {
+		t.Fatalf("Open naming one server twice = %v; want an invalid option saying they are one server", err)
+	}
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1

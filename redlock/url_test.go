@@ -36,7 +36,33 @@ func TestParseURL(t *testing.T) {
 	if cfg.TTL != 10*time.Second || cfg.Drift != 50*time.Millisecond || cfg.Prefix != "jobs:" {
 		t.Errorf("options from the URL not applied: ttl %v, drift %v, prefix %q", cfg.TTL, cfg.Drift, cfg.Prefix)
 	}
-	for _, bad := range []string{"redlock://", "redlock://h:1", "redlock://a:1,b:1", "redlock://a:1,b:1,c:1,d:1", "redlock://a:1,a:1,b:1",
+	// The node lists url.Parse alone refuses.
+	for raw, want := range map[string]string{
+		"redlock://a:7000,b,c":                       "a:7000,b:6379,c:6379",
+		"redlock://[::1]:7000,[::1]:7001,[::1]:7002": "[::1]:7000,[::1]:7001,[::1]:7002",
+		"redlock://A,b,[::ffff:127.0.0.1]:1":         "a:6379,b:6379,127.0.0.1:1",
+	} {
+		u, err := baton.ParseURL(raw)
+		if err != nil {
+			t.Errorf("baton.ParseURL(%q): %v", raw, err)
+			continue
+		}
+		os, _, err := redlock.ParseURL(u)
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", raw, err)
+			continue
+		}
+		var addrs []string
+		for _, o := range os {
+			addrs = append(addrs, o.Addr)
+		}
+		if got := strings.Join(addrs, ","); got != want {
+			t.Errorf("ParseURL(%q) nodes %s, want %s", raw, got, want)
+		}
+	}
+	for _, bad := range []string{"redlock://", "redlock://h:1",
+		// one server written twice: its two votes would make a majority alone
+		"redlock://a:1,a:01,b:1", "redlock://a:1,a:+1,b:1", "redlock://a:1,A:1,b:1", "redlock://[::1]:1,[::0001]:1,b:1", "redlock://a:1,b:1", "redlock://a:1,b:1,c:1,d:1", "redlock://a:1,a:1,b:1",
 		"redlock://a:1,,b:1", "redlock://a:1,b:x,c:1", "redlock://a,b,c/x", "redlock://a,b,c?ttl=ten", "redlock://a,b,c?colour=red", "redis://a,b,c"} {
 		u, err := baton.ParseURL(bad)
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -71,8 +72,13 @@ func EscapeGlob(s string) string {
 	return sb.String()
 }
 
-// HostPort checks one node's host[:port] from a URL and adds DefaultPort
-// when it names none.
+// HostPort checks one node's host[:port] from a URL, adds DefaultPort
+// when it names none, and returns it in one canonical form, so that one
+// server written two ways compares equal: the port as a plain number
+// ("06379" and "+6379" are refused, not read as 6379), a host name in
+// lower case, an IP address as net/netip prints it ("::0001" is "::1",
+// "::ffff:127.0.0.1" is "127.0.0.1"). Two names of one host ("localhost"
+// and "127.0.0.1") still differ: only the servers can tell.
 func HostPort(h string) (string, error) {
 	if h == "" {
 		return "", errors.New("no host")
@@ -87,10 +93,16 @@ func HostPort(h string) (string, error) {
 	if host == "" {
 		return "", fmt.Errorf("no host in %s", strconv.Quote(h))
 	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return "", fmt.Errorf("bad port %s", strconv.Quote(port))
+	n, err := strconv.Atoi(port)
+	if err != nil || n <= 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" || port[0] == '0' {
+		return "", fmt.Errorf("bad port %s: want a number from 1 to 65535", strconv.Quote(port))
 	}
-	return net.JoinHostPort(host, port), nil
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.Unmap().String()
+	} else {
+		host = strings.ToLower(host)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n)), nil
 }
 
 // DB reads a database number from a URL path ("", "/" and "/0" are 0).

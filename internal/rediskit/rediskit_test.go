@@ -26,6 +26,9 @@ func TestHostPort(t *testing.T) {
 	for in, want := range map[string]string{
 		"h": "h:6379", "h:7000": "h:7000", "[::1]": "[::1]:6379", "[::1]:7000": "[::1]:7000",
 		"": "", ":7000": "", "h:0": "", "h:x": "", "h:70000": "", "[h": "",
+		// one server written two ways must compare equal (or be refused)
+		"H:7000": "h:7000", "[::0001]:7000": "[::1]:7000", "[::ffff:127.0.0.1]:7000": "127.0.0.1:7000",
+		"h:07000": "", "h:+7000": "", "h:-1": "", "h: 7000": "",
 	} {
 		got, err := HostPort(in)
 		if (err != nil) != (want == "") || got != want {
