@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
@@ -32,6 +35,7 @@ type round struct {
 	held    int
 	yielded int
 	failed  int
+	unsure  int // failed nodes whose request may have run (see mayHaveRun)
 	heads   int
 	pttl    time.Duration // the longest remaining TTL among nodes not ours
 
@@ -74,6 +78,9 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, olds []stri
 		case err == errPending:
 		case err != nil:
 			r.failed++
+			if mayHaveRun(err) {
+				r.unsure++
+			}
 		case r.res[i].held:
 			r.held++
 		case r.res[i].yielded:
@@ -161,8 +168,9 @@ func mostCommon(vs []string) (string, int) {
 // Acquire implements baton.Backend with Redlock: the lock is held when it
 // was set on a majority of the nodes, within its validity (TTL - the time
 // the attempt took - drift). An attempt that set the key on some nodes but
-// not a majority is undone on every node, also those that did not answer,
-// and the acquisition goes on with a new value. The first attempt of an
+// not a majority, or that some nodes did not answer (where it may have run
+// all the same), is undone on every node, and the acquisition goes on
+// with a new value. The first attempt of an
 // acquisition that has not queued is a claim on every node (see claim);
 // later ones run the acquire script. A waiting acquisition joins each
 // node's queue and is woken by the first node that frees the lock for it,
@@ -237,9 +245,10 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			// Too late to be of use: undone below; try again.
 		}
-		if r.held+r.yielded > 0 {
+		if r.held+r.yielded+r.unsure > 0 {
 			// Too late, or a minority, which is no lock (with a key a
-			// claim yielded): undo it. First in line on a majority (where
+			// claim yielded, or on nodes that did not answer, where our
+			// request may have run all the same): undo it. First in line on a majority (where
 			// we took K as first in line the script took us out of the
 			// queue; our next attempt puts us back at our score), we try
 			// again after a split vote's pause and wake nobody, who would
@@ -346,11 +355,24 @@ func (b *backend) subscribe(ctx context.Context) {
 	}, nil)
 }
 
+// mayHaveRun reports whether a node's request that failed with err may
+// have run on the node all the same: every failure but a connection never
+// made (dial) or never taken from the pool, where the request was never
+// sent. A request whose answer did not come in time, or was cut off by
+// the caller's context, may have set our key there.
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, goredis.ErrPoolTimeout)
+}
+
 // giveUp leaves the queues and undoes whatever this acquisition set, once
 // its last attempt's requests have settled (see eachSettled).
 func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []string, queued bool, settled <-chan struct{}) {
 	if !queued {
-		return // a failed attempt was undone already
+		return // a failed attempt was undone already, on every node it may have reached
 	}
 	<-settled
 	if _, err := b.unlock(ctx, k, true, true, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {

@@ -28,9 +28,11 @@
 // far below the TTL. It holds the lock when a majority set it and the
 // validity, TTL - elapsed - drift, is still positive; the lease's local
 // deadline is the attempt's start + TTL - drift. An attempt that set the
-// key on some nodes but not on a majority is undone on every node, also
-// those that did not answer (a node that answered no attempt may keep a
-// late SET of ours for one TTL).
+// key on some nodes but not on a majority, or that some nodes did not
+// answer (their SET may have run all the same; also when no node
+// answered, or the caller gave up first), is undone on every node (a
+// request held up in the network past that undo may still set our key on
+// its node for one TTL).
 //
 // A request a node did not answer in time may still reach it later (a
 // packet sent again on a connection the client closed; go-redis also sends

@@ -820,3 +820,65 @@ func TestRelease_KeyGoneIsALoss(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedFirstRound_Undone: a first attempt whose claims ran on every
+// node, but whose answers never came back (dropped, or still on their way
+// when the caller gave up), is undone on every node, as Redlock
+// prescribes: otherwise our value would hold the lock on a majority, for
+// one TTL, after the caller was told it did not get it.
+func TestFailedFirstRound_Undone(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	for _, tc := range []struct {
+		desc      string
+		untilDone bool
+		acquire   func(l *baton.Locker) error
+	}{
+		{"TryAcquire, answers dropped", false, func(l *baton.Locker) error {
+			_, err := l.TryAcquire(timeout(t, 5*time.Second), "g")
+			return err
+		}},
+		{"Acquire cancelled before any answer", true, nil},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			cs := clients(t, nodes)
+			drops := make([]*redistest.DropClaimAnswer, len(cs))
+			for i, c := range cs {
+				drops[i] = &redistest.DropClaimAnswer{UntilDone: tc.untilDone}
+				drops[i].Armed.Store(true)
+				c.AddHook(drops[i])
+			}
+			ghost := lockerOn(t, cs, baton.WithTTL(10*time.Second), baton.WithHolder("ghost"))
+			if tc.acquire == nil { // cancelled once every claim has run
+				tc.acquire = func(l *baton.Locker) error {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					go func() {
+						for _, d := range drops {
+							<-d.Caught()
+						}
+						cancel()
+					}()
+					_, err := l.Acquire(ctx, "g")
+					return err
+				}
+			}
+			gerr := tc.acquire(ghost)
+			if gerr == nil {
+				t.Fatal("acquired without an answer")
+			}
+			for i, d := range drops {
+				select {
+				case <-d.Caught():
+				default:
+					t.Fatalf("node %d's claim was not caught: %v", i, gerr)
+				}
+			}
+			other := newLocker(t, nodes, baton.WithTTL(10*time.Second), baton.WithHolder("other"))
+			lease, err := other.TryAcquire(timeout(t, 5*time.Second), "g")
+			if err != nil {
+				t.Fatalf("after the failed acquisition (%v), the lock should be free: %v", gerr, err)
+			}
+			_ = lease.Release(timeout(t, 5*time.Second))
+		})
+	}
+}

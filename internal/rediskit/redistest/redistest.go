@@ -14,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -201,6 +202,66 @@ func (h *DropAnswer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 		}
 		return err
 	}
+}
+
+// DropClaimAnswer is a go-redis hook that, once Armed, lets the first
+// claim (a pipeline that starts with SET ... NX, see rediskit.Claim) run
+// on the server and keeps its answer from the caller: at once, as a
+// network error, or, with UntilDone, only once the caller's context has
+// ended, as an answer still on its way when the caller gave up. Armed is
+// false again once it caught one; Caught is closed then.
+type DropClaimAnswer struct {
+	UntilDone bool
+	Armed     atomic.Bool
+	once      sync.Once
+	caught    chan struct{}
+}
+
+// Caught is closed once the hook has run a claim and kept its answer.
+func (h *DropClaimAnswer) Caught() <-chan struct{} { return h.ch() }
+
+func (h *DropClaimAnswer) ch() chan struct{} {
+	h.once.Do(func() { h.caught = make(chan struct{}) })
+	return h.caught
+}
+
+// DialHook implements goredis.Hook.
+func (*DropClaimAnswer) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+// ProcessHook implements goredis.Hook.
+func (*DropClaimAnswer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+// ProcessPipelineHook implements goredis.Hook.
+func (h *DropClaimAnswer) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		err := next(ctx, cmds)
+		if len(cmds) == 0 || !isClaim(cmds[0].Args()) || !h.Armed.CompareAndSwap(true, false) {
+			return err
+		}
+		close(h.ch())
+		err = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("answer dropped by the test")}
+		if h.UntilDone {
+			<-ctx.Done()
+			err = context.Cause(ctx)
+		}
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
+}
+
+// isClaim reports whether args are a SET with NX.
+func isClaim(args []any) bool {
+	if len(args) == 0 || !strings.EqualFold(fmt.Sprint(args[0]), "set") {
+		return false
+	}
+	for _, a := range args[1:] {
+		if s, ok := a.(string); ok && strings.EqualFold(s, "nx") {
+			return true
+		}
+	}
+	return false
 }
 
 // FailAfterRefusal is a go-redis hook for a release that fails while a
