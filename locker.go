@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // Locker hands out leases on one lock service. It is safe for concurrent
@@ -79,7 +80,11 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 	}
 	h, err := l.b.Acquire(actx, Request{Name: name, Holder: l.cfg.Holder, Wait: wait})
 	if err != nil {
-		if actx.Err() != nil && !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrLeaseLost) {
+		outcome := errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrLeaseLost)
+		if !outcome {
+			awaitDeadline(actx)
+		}
+		if actx.Err() != nil && !outcome {
 			err = context.Cause(actx)
 		}
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
@@ -88,6 +93,24 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 		l.cfg.Logger.Debug("lease acquired", "lock", name, "key", h.Key(), "token", int64(h.Token()))
 	}
 	return newLease(ctx, name, l.cfg.Holder, h, l.cfg, l), nil
+}
+
+// awaitDeadline waits, briefly, for ctx to end when its deadline has
+// passed. A client that puts the context's deadline on its socket (as
+// go-redis does) fails the request at that instant, before the context's
+// own timer has fired: without the wait, the caller's deadline would be
+// reported as the service failing.
+func awaitDeadline(ctx context.Context) {
+	d, ok := ctx.Deadline()
+	if !ok || time.Now().Before(d) {
+		return
+	}
+	t := time.NewTimer(50 * time.Millisecond) // the timer is due; a wall-clock deadline may lag
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // track counts lease among the live ones, which Close ends. It is called

@@ -1260,3 +1260,37 @@ func TestRelease_LossFoundWhileRenewalStalled(t *testing.T) {
 		t.Fatalf("Err after a release that found the key deleted: %v; want a loss", lease.Err())
 	}
 }
+
+// TestAcquire_CallerDeadline_NotUnavailable: go-redis puts the context's
+// deadline on the socket, so a request to a server that does not answer
+// fails at that instant, often before the context's own timer has fired.
+// The acquisition must still report the caller's deadline
+// (context.DeadlineExceeded), not the service failing (ErrUnavailable):
+// callers back off and alert on the one, not the other.
+func TestAcquire_CallerDeadline_NotUnavailable(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	l := newLocker(t, srv.Addr, baton.WithTTL(time.Second))
+	lease, err := l.TryAcquire(timeout(t, 5*time.Second), "x") // connected, scripts loaded
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	const rounds = 40
+	bad := 0
+	for i := range rounds {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := l.TryAcquire(ctx, "x")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, baton.ErrUnavailable) {
+			bad++
+			t.Logf("round %d: %v", i, err)
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d acquisitions cut off by the caller's deadline were reported otherwise", bad, rounds)
+	}
+}
