@@ -54,8 +54,15 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 	cancel()
 	switch {
 	case err != nil:
-		if c.Ours { // nobody would free it before its TTL runs out
+		switch {
+		case c.Ours: // nobody would free it before its TTL runs out
 			b.leave(ctx, k, value)
+		case rediskit.MayHaveRun(err):
+			// No answer: the SET may have run all the same. Undo it
+			// without holding the caller up, whose deadline may be what
+			// cut the answer off, and on a server that does not answer
+			// the undo waits its timeout.
+			b.undos.Go(func() { b.leave(ctx, k, value) })
 		}
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	case !c.Ours:

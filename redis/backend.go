@@ -40,6 +40,8 @@ type backend struct {
 	wake   *rediswake.Waker
 	sched  *keeper.Scheduler // renews the holds
 
+	undos sync.WaitGroup // undos of unanswered claims (see claim), awaited by Close
+
 	mu     sync.Mutex
 	holds  map[*hold]struct{}
 	closed bool
@@ -180,6 +182,7 @@ func (b *backend) Close() error {
 		errs = append(errs, h.end(ctx, baton.ErrClosed))
 		cancel()
 	}
+	b.undos.Wait()
 	b.wake.Close()
 	if b.owned {
 		errs = append(errs, b.client.Close())

@@ -1294,3 +1294,41 @@ func TestAcquire_CallerDeadline_NotUnavailable(t *testing.T) {
 		t.Errorf("%d of %d acquisitions cut off by the caller's deadline were reported otherwise", bad, rounds)
 	}
 }
+
+// TestUnansweredClaim_Undone: a claim that ran on the server but whose
+// answer never came back (dropped, or still on its way when the caller
+// gave up) is undone: otherwise our value would hold the lock for one TTL
+// after the caller was told it did not get it.
+func TestUnansweredClaim_Undone(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	for _, untilDone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancelled=%v", untilDone), func(t *testing.T) {
+			drop := &redistest.DropClaimAnswer{UntilDone: untilDone}
+			drop.Armed.Store(true)
+			ghost := hookedLocker(t, srv.Addr, drop, baton.WithTTL(10*time.Second), baton.WithHolder("ghost"))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				<-drop.Caught()
+				cancel()
+			}()
+			if _, err := ghost.TryAcquire(ctx, "g"); err == nil {
+				t.Fatal("acquired without an answer")
+			}
+			select {
+			case <-drop.Caught():
+			default:
+				t.Fatal("the claim was not caught")
+			}
+			other := newLocker(t, srv.Addr, baton.WithTTL(10*time.Second), baton.WithHolder("other"))
+			lease, err := other.Acquire(timeout(t, 5*time.Second), "g")
+			if err != nil {
+				t.Fatalf("after the failed claim the lock should be free within the undo: %v", err)
+			}
+			if lease.Holder() != "other" {
+				t.Errorf("holder %q", lease.Holder())
+			}
+			_ = lease.Release(timeout(t, 5*time.Second))
+		})
+	}
+}

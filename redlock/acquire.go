@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
@@ -35,7 +32,7 @@ type round struct {
 	held    int
 	yielded int
 	failed  int
-	unsure  int // failed nodes whose request may have run (see mayHaveRun)
+	unsure  int // failed nodes whose request may have run (see rediskit.MayHaveRun)
 	heads   int
 	pttl    time.Duration // the longest remaining TTL among nodes not ours
 
@@ -78,7 +75,7 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, olds []stri
 		case err == errPending:
 		case err != nil:
 			r.failed++
-			if mayHaveRun(err) {
+			if rediskit.MayHaveRun(err) {
 				r.unsure++
 			}
 		case r.res[i].held:
@@ -353,19 +350,6 @@ func (b *backend) subscribe(ctx context.Context) {
 	each(ctx, b, b.nodeTimeout, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, n.wake.Start(ctx)
 	}, nil)
-}
-
-// mayHaveRun reports whether a node's request that failed with err may
-// have run on the node all the same: every failure but a connection never
-// made (dial) or never taken from the pool, where the request was never
-// sent. A request whose answer did not come in time, or was cut off by
-// the caller's context, may have set our key there.
-func mayHaveRun(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	return !errors.Is(err, goredis.ErrPoolTimeout)
 }
 
 // giveUp leaves the queues and undoes whatever this acquisition set, once

@@ -253,6 +253,19 @@ func Args(ss []string) []any {
 	return out
 }
 
+// MayHaveRun reports whether a request that failed with err may have run
+// on the server all the same: every failure but a connection never made
+// (dial) or never taken from the pool, where the request was never sent.
+// A request whose answer did not come in time, or was cut off by the
+// caller's context, may have set a key there.
+func MayHaveRun(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, goredis.ErrPoolTimeout)
+}
+
 // Refused reports whether err is a Redis server's refusal of the
 // connection's own settings, which trying again cannot mend: a database
 // number out of range, or credentials it does not accept. A server that

@@ -1,10 +1,16 @@
 package rediskit
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 )
@@ -33,6 +39,20 @@ func TestHostPort(t *testing.T) {
 		got, err := HostPort(in)
 		if (err != nil) != (want == "") || got != want {
 			t.Errorf("HostPort(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func TestMayHaveRun(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	read := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}
+	for err, want := range map[error]bool{
+		dial: false, fmt.Errorf("node a: %w", dial): false, goredis.ErrPoolTimeout: false,
+		read: true, fmt.Errorf("node a: %w", read): true, context.DeadlineExceeded: true,
+		context.Canceled: true, errors.New("no answer within 5s"): true,
+	} {
+		if got := MayHaveRun(err); got != want {
+			t.Errorf("MayHaveRun(%v) = %v, want %v", err, got, want)
 		}
 	}
 }

@@ -246,6 +246,14 @@ func (h *DropClaimAnswer) ProcessPipelineHook(next goredis.ProcessPipelineHook) 
 		}
 		for _, c := range cmds {
 			c.SetErr(err)
+			switch c := c.(type) { // no answer was read: no value either
+			case *goredis.BoolCmd:
+				c.SetVal(false)
+			case *goredis.IntCmd:
+				c.SetVal(0)
+			case *goredis.StringCmd:
+				c.SetVal("")
+			}
 		}
 		return err
 	}
