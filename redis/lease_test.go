@@ -1332,3 +1332,62 @@ func TestUnansweredClaim_Undone(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewal_RefusedOnAnothersKey: a renewal that arrives after the key
+// ran out early and another client took it must neither extend nor
+// shorten the new holder's key, and must end the old lease. The old
+// holder's renewal is held back on the wire until the new holder has the
+// key, so that it meets the new holder's value (a renewal that met no key
+// is refused by any script, with or without the value's compare).
+func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	const ttlA = time.Second
+	hold := redistest.NewHoldScript(redis.RenewScriptHash)
+	defer hold.Let()
+	a := hookedLocker(t, srv.Addr, hold, baton.WithTTL(ttlA), baton.WithHolder("old"))
+	b := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("new"))
+	cli := client(t, srv.Addr)
+
+	la, err := a.Acquire(timeout(t, 5*time.Second), "stock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.Waiting(): // A's first renewal is due, and held
+	case <-time.After(5 * time.Second):
+		t.Fatal("A sent no renewal")
+	}
+	if err := cli.PExpire(timeout(t, 5*time.Second), la.Key(), time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var lb *baton.Lease
+	for lb == nil { // the key ends within a millisecond; Redis may take a moment to notice
+		lb, err = b.TryAcquire(timeout(t, 5*time.Second), "stock")
+		if err != nil && !errors.Is(err, baton.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if la.Err() != nil {
+			t.Fatalf("A's lease ended before its renewal was let go: %v", la.Err())
+		}
+	}
+	defer lb.Release(context.Background())
+	hold.Let()
+	select {
+	case <-la.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("A's renewal met B's key and A's lease goes on: the renewal extended another's key")
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) || !strings.Contains(la.Err().Error(), "no longer holds") {
+		t.Errorf("A's Err = %v, want a refused renewal", la.Err())
+	}
+	ctx := timeout(t, 5*time.Second)
+	if v, err := cli.Get(ctx, lb.Key()).Result(); err != nil || !strings.HasSuffix(v, " new") {
+		t.Fatalf("B's key = %q, %v; want B's value", v, err)
+	}
+	if pttl := cli.PTTL(ctx, lb.Key()).Val(); pttl <= ttlA {
+		t.Errorf("B's key PTTL %v, at most A's TTL %v: A's renewal reset it", pttl, ttlA)
+	}
+	if lb.Err() != nil {
+		t.Errorf("B's lease ended: %v", lb.Err())
+	}
+}

@@ -882,3 +882,75 @@ func TestFailedFirstRound_Undone(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewal_RefusedOnAnothersKey: renewals that arrive after the keys
+// ran out early on every node and another client took them must neither
+// extend nor shorten the new holder's keys, and must end the old lease.
+// The old holder's renewals are held back on the wire until the new holder
+// has the keys, so that they meet its value (a renewal that met no key is
+// refused by any script, with or without the value's compare).
+func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	const ttlA = time.Second
+	cs := clients(t, nodes)
+	holds := make([]*redistest.HoldScript, len(cs))
+	for i, c := range cs {
+		holds[i] = redistest.NewHoldScript(redlock.RenewScriptHash)
+		defer holds[i].Let()
+		c.AddHook(holds[i])
+	}
+	a := lockerOn(t, cs, baton.WithTTL(ttlA), baton.WithHolder("old"))
+	b := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("new"))
+	admin := clients(t, nodes)
+
+	la, err := a.Acquire(timeout(t, 5*time.Second), "stock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range holds {
+		select {
+		case <-h.Waiting(): // A's first renewal is due, and held
+		case <-time.After(5 * time.Second):
+			t.Fatalf("A sent node %d no renewal", i)
+		}
+	}
+	for _, c := range admin {
+		if err := c.PExpire(timeout(t, 5*time.Second), la.Key(), time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lb *baton.Lease
+	for lb == nil { // the keys end within a millisecond; Redis may take a moment to notice
+		lb, err = b.TryAcquire(timeout(t, 5*time.Second), "stock")
+		if err != nil && !errors.Is(err, baton.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if la.Err() != nil {
+			t.Fatalf("A's lease ended before its renewals were let go: %v", la.Err())
+		}
+	}
+	defer lb.Release(context.Background())
+	for _, h := range holds {
+		h.Let()
+	}
+	select {
+	case <-la.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("A's renewals met B's keys and A's lease goes on: the renewals extended another's keys")
+	}
+	if !errors.Is(la.Err(), baton.ErrLeaseLost) {
+		t.Errorf("A's Err = %v, want a refused renewal", la.Err())
+	}
+	for i, c := range admin {
+		ctx := timeout(t, 5*time.Second)
+		if v, err := c.Get(ctx, lb.Key()).Result(); err != nil || !strings.HasSuffix(v, " new") {
+			t.Errorf("node %d: B's key = %q, %v; want B's value", i, v, err)
+		}
+		if pttl := c.PTTL(ctx, lb.Key()).Val(); pttl <= ttlA {
+			t.Errorf("node %d: B's key PTTL %v, at most A's TTL %v: A's renewal reset it", i, pttl, ttlA)
+		}
+	}
+	if lb.Err() != nil {
+		t.Errorf("B's lease ended: %v", lb.Err())
+	}
+}

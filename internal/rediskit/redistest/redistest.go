@@ -272,6 +272,50 @@ func isClaim(args []any) bool {
 	return false
 }
 
+// HoldScript is a go-redis hook that holds every EVALSHA of the script
+// SHA back, unsent, until Let: a test can then act between a request and
+// its arrival (a renewal due while another client takes the key). Build
+// it with NewHoldScript.
+type HoldScript struct {
+	ProcessOnly
+	sha     string
+	gate    chan struct{}
+	waiting chan struct{}
+	once    sync.Once
+	let     sync.Once
+}
+
+// NewHoldScript returns a HoldScript for the script sha, holding.
+func NewHoldScript(sha string) *HoldScript {
+	return &HoldScript{sha: sha, gate: make(chan struct{}), waiting: make(chan struct{})}
+}
+
+// Waiting is closed once a request is held.
+func (h *HoldScript) Waiting() <-chan struct{} { return h.waiting }
+
+// Let sends the held requests, and every later one at once.
+func (h *HoldScript) Let() { h.let.Do(func() { close(h.gate) }) }
+
+// ProcessHook implements goredis.Hook.
+func (h *HoldScript) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == h.sha {
+			select {
+			case <-h.gate:
+			default:
+				h.once.Do(func() { close(h.waiting) })
+				select {
+				case <-h.gate:
+				case <-ctx.Done():
+					cmd.SetErr(context.Cause(ctx))
+					return cmd.Err()
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
 // FailAfterRefusal is a go-redis hook for a release that fails while a
 // renewal finds the key gone: while Armed, it holds each run of the
 // release script back, unsent, until n runs of the renewal script were
