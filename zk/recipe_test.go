@@ -2,6 +2,7 @@ package zk_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -20,7 +21,9 @@ import (
 )
 
 // serverWatches asks the server (the wchp command) which sessions watch
-// which nodes under dir: path -> session ids.
+// the nodes under dir: path -> session ids. The server lists data and
+// exists watches only, no child watches (a child watch on dir would fire
+// on every release: the herd): eventCounter counts those on the wire.
 func serverWatches(t testing.TB, addr, dir string) map[string][]string {
 	t.Helper()
 	out, err := testsvc.FourLetter(addr, "wchp")
@@ -63,11 +66,52 @@ func waitWatchers(t testing.TB, addr, dir string, n int) map[string][]string {
 
 func sessionHex(id int64) string { return fmt.Sprintf("0x%x", id) }
 
+// eventCounter counts the watch notifications (frames with xid -1) the
+// server sends on the connections it dials: every watch event of every
+// kind (data, exists, child), whatever the recipe does with it.
+type eventCounter struct{ n atomic.Int64 }
+
+func (e *eventCounter) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, e: e}, nil
+}
+
+// countingConn reads the server's frames (a 4-byte length, then the
+// frame) as go-zookeeper reads them, from one goroutine.
+type countingConn struct {
+	net.Conn
+	e      *eventCounter
+	buf    []byte // bytes of frames not complete yet
+	frames int    // frames read; the first is the connect response, without an xid
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.buf = append(c.buf, p[:n]...)
+	for len(c.buf) >= 4 {
+		size := int(binary.BigEndian.Uint32(c.buf))
+		if len(c.buf) < 4+size {
+			break
+		}
+		if c.frames > 0 && size >= 4 && int32(binary.BigEndian.Uint32(c.buf[4:])) == -1 {
+			c.e.n.Add(1)
+		}
+		c.frames++
+		c.buf = c.buf[4+size:]
+	}
+	return n, err
+}
+
 // TestRecipe_NoHerd queues ten waiters behind a holder and hands the lock
 // down the line. Before each release the server must report that each
 // waiter watches its predecessor's node and nothing else (so the holder's
 // node is watched by exactly one waiter), and each release must fire
-// exactly one watch event, at the next in line.
+// exactly one watch event, at the next in line: counted twice, as the
+// server's notifications on each waiter's connection (any watch, of any
+// kind) and as the predecessor events the recipe reports.
 func TestRecipe_NoHerd(t *testing.T) {
 	const waiters = 10
 	addr := zkServer.Addr(t)
@@ -83,11 +127,12 @@ func TestRecipe_NoHerd(t *testing.T) {
 	}
 	sessions := []int64{zk.ConnOf(holder.Locker()).SessionID()}
 	var events [waiters]atomic.Int64
+	var sent [waiters]eventCounter // on the wire
 	got := make([]chan *baton.FencedLease, waiters)
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait) // after the Lockers close (cleanups run last-in first-out), ending waits
 	for i := range waiters {
-		fl := dial(t, []string{addr}, zk.Settings{})
+		fl := lockerOn(t, connect(t, addr, suiteTTL, sent[i].dial), suiteTTL)
 		zk.OnPredecessorEvent(fl.Locker(), func(string, string) { events[i].Add(1) })
 		got[i] = make(chan *baton.FencedLease, 1)
 		wg.Add(1)
@@ -129,24 +174,33 @@ func TestRecipe_NoHerd(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("turn %d: waiter %d did not get the lock within 10s", turn, turn)
 		}
-		var total int64
+		var total, onWire int64
 		for i := range events {
-			n := events[i].Load()
+			n, w := events[i].Load(), sent[i].n.Load()
 			total += n
-			if want := int64(0); i <= turn {
+			onWire += w
+			want := int64(0)
+			if i <= turn {
 				want = 1
-				if n != want {
-					t.Errorf("turn %d: waiter %d saw %d watch events, want %d", turn, i, n, want)
-				}
-			} else if n != want {
-				t.Errorf("turn %d: waiter %d, still waiting, saw %d watch events; a release woke more than the next in line", turn, i, n)
+			}
+			switch {
+			case n != want && i <= turn:
+				t.Errorf("turn %d: waiter %d saw %d predecessor events, want %d", turn, i, n, want)
+			case n != want:
+				t.Errorf("turn %d: waiter %d, still waiting, saw %d predecessor events; a release woke more than the next in line", turn, i, n)
+			case w != want:
+				t.Errorf("turn %d: the server sent waiter %d %d watch notifications, want %d", turn, i, w, want)
 			}
 		}
-		if total != int64(turn+1) {
-			t.Fatalf("after %d releases, %d watch events fired", turn+1, total)
+		if total != int64(turn+1) || onWire != int64(turn+1) {
+			t.Fatalf("after %d releases, %d predecessor events and %d notifications on the wire", turn+1, total, onWire)
 		}
 	}
-	t.Logf("%d releases, %d watch events", waiters, waiters)
+	var onWire int64
+	for i := range sent {
+		onWire += sent[i].n.Load()
+	}
+	t.Logf("%d releases, %d watch notifications sent", waiters, onWire)
 	_ = lease.Release(ctx)
 }
 
