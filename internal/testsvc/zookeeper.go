@@ -60,8 +60,9 @@ type ZooKeeper struct {
 }
 
 // Addr returns the server's client address, 127.0.0.1:PORT, starting the
-// server on first use. If Java or the jars are missing, or the server does
-// not start, tb is skipped, or fails under BATON_REQUIRE_SERVICES=1.
+// server on first use. If Java or the jars are missing, tb is skipped, or
+// fails under BATON_REQUIRE_SERVICES=1; a server that does not start
+// fails tb.
 func (z *ZooKeeper) Addr(tb testing.TB) string {
 	tb.Helper()
 	return z.Server(tb).Addr
@@ -86,7 +87,10 @@ func (z *ZooKeeper) Server(tb testing.TB) *ZKServer {
 		}
 	})
 	if z.err != nil {
-		Unavailable(tb, "ZooKeeper", z.err)
+		if errors.As(z.err, new(*MissingError)) {
+			Unavailable(tb, "ZooKeeper", z.err)
+		}
+		tb.Fatalf("ZooKeeper did not start: %v", z.err)
 	}
 	return z.srv
 }
