@@ -31,3 +31,6 @@ var (
 	ReleaseScriptHash = releaseScript.Hash()
 	RenewScriptHash   = renewScript.Hash()
 )
+
+// StateScriptHash is the SHA1 an observer's read of the lock names.
+var StateScriptHash = stateScript.Hash()

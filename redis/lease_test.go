@@ -1391,3 +1391,30 @@ func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
 		t.Errorf("B's lease ended: %v", lb.Err())
 	}
 }
+
+// TestObserve_KeyWithoutTTL: a lock key set by hand without an expiry
+// (PTTL -1) never runs out, so its observer waits for changes, reading
+// the lock again only at its registration's refresh. It used to read it
+// every few milliseconds (about ten times a second, as Redis rounds a
+// short XREAD block up), for as long as it observed.
+func TestObserve_KeyWithoutTTL(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	if err := client(t, srv.Addr).Set(timeout(t, 5*time.Second), redis.DefaultPrefix+"noexp", rediskit.NewValue("by-hand"), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reads := &redistest.CountScript{SHA: redis.StateScriptHash}
+	terms, err := hookedLocker(t, srv.Addr, reads).Observe(timeout(t, 30*time.Second), "noexp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "by-hand" {
+		t.Fatalf("term %q, want by-hand", got)
+	}
+	// An observation window, not a wait for an event: the bug is reads
+	// that keep coming while nothing happens.
+	before := reads.N.Load()
+	time.Sleep(time.Second)
+	if n := reads.N.Load() - before; n > 1 {
+		t.Errorf("the observer read the lock %d times in 1s with nothing changing", n)
+	}
+}

@@ -59,7 +59,7 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 // lockState is what stateScript reads.
 type lockState struct {
 	value string        // the holder's value; "" when free
-	pttl  time.Duration // the key's remaining TTL
+	pttl  time.Duration // the key's remaining TTL; negative when it has none (or is gone)
 	last  string        // the change stream's last entry ID
 }
 
@@ -75,7 +75,8 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 		return lockState{}, b.fail(ctx, "read lock state", errors.New("unexpected reply"))
 	}
 	st.value, _ = res[0].(string)
-	if ms, ok := res[1].(int64); ok && ms > 0 {
+	st.pttl = -1
+	if ms, ok := res[1].(int64); ok {
 		st.pttl = time.Duration(ms) * time.Millisecond
 	}
 	st.last, _ = res[2].(string)
@@ -122,7 +123,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	for {
 		// Wait for the next change, or for the holder's key to run out.
 		block := observerRefresh
-		if cur != "" {
+		if cur != "" && pttl >= 0 { // a key without a TTL (set by hand) never runs out
 			block = min(block, max(pttl+5*time.Millisecond, 10*time.Millisecond))
 		}
 		res, err := b.client.XRead(ctx, &goredis.XReadArgs{Streams: []string{k.o, quit, last, "0-0"}, Block: block, Count: 64}).Result()

@@ -272,6 +272,24 @@ func isClaim(args []any) bool {
 	return false
 }
 
+// CountScript is a go-redis hook that counts the runs (EVALSHA or EVAL)
+// of the script SHA sent through the client it hooks.
+type CountScript struct {
+	ProcessOnly
+	SHA string
+	N   atomic.Int64
+}
+
+// ProcessHook implements goredis.Hook.
+func (h *CountScript) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == h.SHA {
+			h.N.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
 // HoldScript is a go-redis hook that holds every EVALSHA of the script
 // SHA back, unsent, until Let: a test can then act between a request and
 // its arrival (a renewal due while another client takes the key). Build
