@@ -48,7 +48,8 @@
 // remaining TTL (PTTL) plus jitter, so a crashed holder is taken over
 // right after its key expires; every waiter at least every RenewEvery,
 // which keeps its place alive (a waiter that stops refreshing is dropped
-// after one TTL) and covers a lost message. A key removed early by someone
+// once its entry has run out, one TTL on: by the next refresh of the live
+// waiter ahead of it, or when it comes first) and covers a lost message. A key removed early by someone
 // else (a DEL, a clock jump) is noticed at that timed retry. Keyspace
 // notifications are not used.
 //

@@ -1418,3 +1418,66 @@ func TestObserve_KeyWithoutTTL(t *testing.T) {
 		t.Errorf("the observer read the lock %d times in 1s with nothing changing", n)
 	}
 }
+
+// TestQueue_DeadWaitersBehindLiveHeadDropped: waiters that die while
+// queued behind a live first waiter (their leave never reaches the
+// server) are dropped once their entries run out, while the holder keeps
+// the lock: the first waiter's refreshes sweep the entries behind it. They
+// used to stay for the holder's whole tenure (an elected leader's: days),
+// one more per crashed candidate, and Inspect counted them as waiters.
+func TestQueue_DeadWaitersBehindLiveHeadDropped(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	const ttl = time.Second
+	cli := client(t, srv.Addr)
+	leader, err := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("leader")).Acquire(timeout(t, 5*time.Second), "elect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("head"))
+	headCtx, stopHead := context.WithCancel(context.Background())
+	headDone := make(chan struct{})
+	go func() {
+		defer close(headDone)
+		if _, err := head.Acquire(headCtx, "elect"); !errors.Is(err, context.Canceled) {
+			t.Errorf("head: %v", err)
+		}
+	}()
+	defer func() { stopHead(); <-headDone }()
+	waitQueued(t, cli, leader.Key(), 1)
+	const dead = 5
+	for i := range dead {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		who := fmt.Sprintf("crashed-%d", i)
+		l, err := redis.New(c, baton.WithTTL(ttl), baton.WithHolder(who))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); _, _ = l.Acquire(timeout(t, 30*time.Second), "elect") }()
+		for queued := false; !queued; time.Sleep(5 * time.Millisecond) { // earlier ones may be dropped meanwhile
+			for _, v := range cli.ZRange(timeout(t, time.Second), "{"+leader.Key()+"}:q", 0, -1).Val() {
+				queued = queued || strings.HasSuffix(v, " "+who)
+			}
+		}
+		_ = c.Close() // dies: its leave never reaches the server
+		<-done
+		_ = l.Close()
+	}
+	deadline := time.Now().Add(10 * ttl)
+	for {
+		n := cli.ZCard(timeout(t, time.Second), "{"+leader.Key()+"}:q").Val()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries in the queue %v after the dead waiters' entries ran out; want the live head's only", n, 10*ttl)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if leader.Err() != nil {
+		t.Fatalf("the leader's lease ended: %v", leader.Err())
+	}
+	if got := cli.ZRange(timeout(t, time.Second), "{"+leader.Key()+"}:q", 0, -1).Val(); len(got) != 1 || !strings.HasSuffix(got[0], " head") {
+		t.Errorf("queue %q, want the head's entry", got)
+	}
+}

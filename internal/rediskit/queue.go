@@ -35,7 +35,11 @@ package rediskit
 //	                   dead ones before it; false when none
 //	join(q, w, v, now, score, ttl, ch)
 //	                   queues v with score, or keeps its place, and
-//	                   refreshes its entry; 1 when v was not queued
+//	                   refreshes its entry; 1 when v was not queued. A
+//	                   refresh drops the entries that ran out among the
+//	                   four behind v: the head drops dead entries ahead
+//	                   of every live one (live_head), each live waiter
+//	                   those behind it, a few at each refresh
 //	join_first(q, w, v, now, score, ttl, ch)
 //	                   join, and whether v is first: by its rank when it
 //	                   was not queued, else by the first live entry (which
@@ -81,6 +85,13 @@ local function join(q, w, v, now, score, ttl, ch)
   if redis.call('pttl', q) < tonumber(ttl) then
     redis.call('pexpire', q, 2 * ttl)
     redis.call('pexpire', w, 2 * ttl)
+  end
+  if added == 0 then
+    local r = redis.call('zrank', q, v)
+    for _, h in ipairs(redis.call('zrange', q, r + 1, r + 4)) do
+      local e = redis.call('hget', w, h)
+      if not (e and live(e, now)) then leave(q, w, h) end
+    end
   end
   return added
 end
