@@ -195,7 +195,10 @@ func (b *backend) lockDir(name string) string { return b.root + "/" + name }
 // Close ends every hold, removes the backend's nodes and, when Dial made
 // the connection, closes it (which ends the session, and with it every
 // ephemeral node at once). A connection given to New stays open; its
-// nodes are deleted one by one, each bounded by the release timeout.
+// nodes are deleted one by one, each bounded by the release timeout, and
+// when the connection is down, Close waits for it to come back and delete
+// them, for at most one TTL (the session timeout) of the connection being
+// down, after which the server has ended the session and the nodes.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -234,15 +237,68 @@ func (b *backend) Close() error {
 		b.awaitSettled(ctx)
 		b.reaper.drain(ctx)
 		cancel()
+		b.outwaitSession()
+		if b.reaper.pending() == 0 {
+			err = nil // deleted once the connection was back, or gone with the session
+		}
 	}
 	b.end()
 	b.workers.Wait()
 	if b.owned {
 		b.conn.Close()
 		b.drainEvents()
+		b.calls.closeWait(0)
+	} else {
+		b.calls.closeWait(b.cfg.ReleaseTimeout)
 	}
-	b.calls.closeWait()
 	return err
+}
+
+// outwaitSession is Close's last step on a connection that stays open,
+// when nodes of ours are left to delete because the connection is down
+// (a lease lost to the disconnection, say). The session may well survive
+// the outage, and with it a node that would hold the lock for as long as
+// the caller keeps its connection. So Close waits: until the reaper has
+// deleted them, the connection being back, or until the connection has
+// been down for one TTL (the session timeout, as New asks), by when the
+// server has ended the session and its nodes, or the session expired.
+func (b *backend) outwaitSession() {
+	if b.reaper.pending() == 0 {
+		return
+	}
+	start := b.observe()
+	limit := time.NewTimer(b.cfg.TTL)
+	defer limit.Stop()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	end := time.Now().Add(2*b.cfg.TTL + b.cfg.ReleaseTimeout) // should the connection flap
+	var passed time.Time
+	for time.Now().Before(end) {
+		v := b.observe()
+		if v.mark.expiries != start.mark.expiries || v.state == zkgo.StateExpired {
+			b.reaper.forget() // gone with the session
+			return
+		}
+		if v.connected() {
+			limit.Reset(b.cfg.TTL) // counted again from the next drop
+			if time.Since(passed) >= reapRetry {
+				passed = time.Now()
+				ctx, cancel := context.WithTimeout(closing(context.Background()), b.cfg.ReleaseTimeout)
+				left := b.reaper.pass(ctx)
+				cancel()
+				if left == 0 {
+					return
+				}
+			}
+		}
+		select {
+		case <-v.changed:
+		case <-poll.C:
+		case <-limit.C:
+			end = time.Now()
+		}
+	}
+	b.cfg.Logger.Warn("closing with nodes not yet deleted; they go with the session", "nodes", b.reaper.pending(), "where", b.place())
 }
 
 // settling counts one more piece of work that may leave a node of ours

@@ -147,12 +147,17 @@ func (r *reaper) pass(ctx context.Context) int {
 }
 
 // drain makes one pass bounded by ctx, for Close on a connection that
-// stays open.
+// stays open (see outwaitSession for what is left).
 func (r *reaper) drain(ctx context.Context) {
 	if r.pending() > 0 && r.b.observe().connected() {
 		r.pass(ctx)
 	}
-	if n := r.pending(); n > 0 {
-		r.b.cfg.Logger.Warn("closing with nodes not yet deleted; they go with the session", "nodes", n, "where", r.b.place())
-	}
+}
+
+// forget drops every pending node: the session that owned them ended.
+func (r *reaper) forget() {
+	r.mu.Lock()
+	clear(r.paths)
+	clear(r.guids)
+	r.mu.Unlock()
 }

@@ -774,3 +774,105 @@ wait:
 	}
 	closedClean(t, closed, admin, dir, "the released hold's node")
 }
+
+// TestClose_Borrowed_DuringOutage: Close of a Locker on a caller's
+// connection while the server is down (the hold was lost to the
+// disconnection) cannot delete the node then. The session survives an
+// outage shorter than its timeout, and with it the node, which would hold
+// the lock for as long as the caller keeps the connection: Close waits for
+// the connection to come back and deletes it.
+func TestClose_Borrowed_DuringOutage(t *testing.T) {
+	srv := testsvc.StartZooKeeper(t)
+	const session = 8 * time.Second
+	conn := connect(t, srv.Addr, session, nil)
+	fl, err := zk.New(conn, baton.WithTTL(session))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName(t)
+	lease, err := fl.Acquire(timeout(t, 20*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := conn.SessionID()
+	srv.Stop()
+	select {
+	case <-lease.Done(): // SUSPENDED
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease outlived the server")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- fl.Close() }()
+	// An outage of 3s: long enough for Close's delete to fail (go-zookeeper
+	// drops the requests it has not sent each time it tries the server).
+	select {
+	case cerr := <-closed:
+		t.Logf("Close returned during the outage: %v", cerr)
+		closed <- cerr
+	case <-time.After(3 * time.Second):
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var cerr error
+	select {
+	case cerr = <-closed:
+	case <-time.After(session + 20*time.Second):
+		t.Fatal("Close did not return")
+	}
+	for deadline := time.Now().Add(10 * time.Second); conn.State() != zkgo.StateHasSession && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if conn.SessionID() != sid || conn.State() != zkgo.StateHasSession {
+		t.Skipf("the session did not survive the outage (state %v): nothing to show", conn.State())
+	}
+	if cerr != nil {
+		t.Errorf("Close: %v", cerr)
+	}
+	if ok, _, err := adminConn(t, srv.Addr).Exists(lease.Key()); err != nil || ok {
+		t.Fatalf("after Close the node %s exists (%v, %v) on the caller's live session", lease.Key(), ok, err)
+	}
+	other := dial(t, []string{srv.Addr}, zk.Settings{})
+	l, err := other.TryAcquire(timeout(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatalf("the lock is not free after Close: %v", err)
+	}
+	_ = l.Release(timeout(t, 10*time.Second))
+}
+
+// TestClose_Borrowed_SilentServer: Close of a Locker on a caller's
+// connection to a server that went silent (a partition) returns within
+// its bounds: the release timeout for its deletes, one TTL for the
+// connection to come back, the release timeout for requests go-zookeeper
+// holds. It waited for go-zookeeper's handshake timeouts, about 6.7 times
+// the session timeout (13s here).
+func TestClose_Borrowed_SilentServer(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	conn := connect(t, proxy.Addr(), suiteTTL, nil)
+	defer proxy.Unblock() // before the connection closes (cleanups run after)
+	const release = time.Second
+	fl, err := zk.New(conn, baton.WithTTL(suiteTTL), baton.WithReleaseTimeout(release))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := fl.Acquire(timeout(t, 20*time.Second), uniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	proxy.Cut()
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease outlived the connection")
+	}
+	start := time.Now()
+	_ = fl.Close()
+	bound := 2*release + suiteTTL
+	took := time.Since(start)
+	t.Logf("Close took %v", took.Round(time.Millisecond))
+	if took > bound+time.Second {
+		t.Errorf("Close took %v; bound %v", took.Round(time.Millisecond), bound)
+	}
+}

@@ -60,12 +60,27 @@ func (f *flights) drain() {
 
 func (f *flights) done() { f.wg.Done() }
 
-// closeWait lets no more goroutines start and waits for those running.
-func (f *flights) closeWait() {
+// closeWait lets no more goroutines start and waits for those running,
+// at most bound when it is not 0. On a connection the caller keeps,
+// go-zookeeper may hold a request queued while it shakes hands with a
+// silent server for ten times its receive timeout: such a request's
+// goroutine ends when go-zookeeper answers it, after Close.
+func (f *flights) closeWait(bound time.Duration) {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
-	f.wg.Wait()
+	if bound == 0 {
+		f.wg.Wait()
+		return
+	}
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // async runs fn, one go-zookeeper request, in a goroutine tracked by the
