@@ -215,7 +215,8 @@ func DefaultHolder() string {
 // and the punctuation . _ - : @ + =. Names are used verbatim as keys, paths
 // and SQL values on every backend, so the rule is the same everywhere; "/"
 // is excluded because on etcd and ZooKeeper lock "a" would otherwise cover
-// lock "a/b".
+// lock "a/b", and "." and ".." alone because ZooKeeper reads them as
+// directories.
 func ValidateName(name string) error {
 	if name == "" {
 		return &OptionError{"lock name", `""`, "must not be empty"}
@@ -227,6 +228,9 @@ func ValidateName(name string) error {
 		if !nameByte(name[i]) {
 			return &OptionError{"lock name", strconv.Quote(name), fmt.Sprintf("has %q at byte %d; use letters, digits and . _ - : @ + =", name[i], i)}
 		}
+	}
+	if name == "." || name == ".." {
+		return &OptionError{"lock name", strconv.Quote(name), "names a directory on path-like backends (ZooKeeper); add a letter or digit"}
 	}
 	return nil
 }

@@ -109,12 +109,12 @@ func FuzzParseURL(f *testing.F) {
 }
 
 func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"invoices", "invoices@2026-11-30T02:00Z", "a.b_c-d:e+f=g", strings.Repeat("x", baton.MaxNameLen)} {
+	for _, ok := range []string{"invoices", "invoices@2026-11-30T02:00Z", "a.b_c-d:e+f=g", "...", ".a", strings.Repeat("x", baton.MaxNameLen)} {
 		if err := baton.ValidateName(ok); err != nil {
 			t.Errorf("ValidateName(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "a/b", "a b", "é", strings.Repeat("x", baton.MaxNameLen+1), "x\n"} {
+	for _, bad := range []string{"", ".", "..", "a/b", "a b", "é", strings.Repeat("x", baton.MaxNameLen+1), "x\n"} {
 		err := baton.ValidateName(bad)
 		var oe *baton.OptionError
 		if !errors.As(err, &oe) || oe.Reason == "" {
