@@ -112,7 +112,16 @@ func (b *backend) grant(ctx context.Context, s *session, name string, own create
 	}
 	if !b.set.ContinueWhileSuspended {
 		if !v.connected() {
+			if hk := b.hooks.Load(); hk != nil && hk.awaitingConnection != nil {
+				hk.awaitingConnection()
+			}
 			if err := b.waitConnected(ctx, s.k.Deadline()); err != nil {
+				switch {
+				case ctx.Err() != nil:
+					return nil, context.Cause(ctx) // the caller's, not a loss
+				case errors.Is(err, zkgo.ErrClosing):
+					return nil, baton.ErrClosed
+				}
 				return nil, fmt.Errorf("%w: %w: the connection did not come back while acquiring", baton.ErrLeaseLost, ErrSuspended)
 			}
 			return nil, nil

@@ -63,6 +63,9 @@ type hooks struct {
 	// releaseDelete is called by a Release that ended its hold, before
 	// it deletes the node.
 	releaseDelete func()
+	// awaitingConnection is called by an acquisition whose node came
+	// first while the connection was down, before it waits for it.
+	awaitingConnection func()
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

@@ -38,6 +38,19 @@ func OnReleaseDelete(l *baton.Locker, fn func()) {
 	backendOf(l).hooks.Store(&hooks{releaseDelete: fn})
 }
 
+// OnAwaitingConnection calls fn when one of l's acquisitions, its node
+// first, waits for the connection to come back before it takes the lock.
+// It keeps the other hooks set.
+func OnAwaitingConnection(l *baton.Locker, fn func()) {
+	b := backendOf(l)
+	var h hooks
+	if old := b.hooks.Load(); old != nil {
+		h = *old
+	}
+	h.awaitingConnection = fn
+	b.hooks.Store(&h)
+}
+
 // ReaperPending returns how many nodes l's reaper still has to delete.
 func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
 

@@ -144,7 +144,7 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 	case errors.Is(err, errNoAnswer):
 		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
 	case errors.Is(err, zkgo.ErrSessionExpired):
-		return fmt.Errorf("%w: %s: the ZooKeeper session expired", baton.ErrLeaseLost, what)
+		return fmt.Errorf("%w: %s: %w", baton.ErrLeaseLost, what, ErrSessionExpired)
 	case errors.Is(err, zkgo.ErrNoAuth):
 		err = fmt.Errorf("%w (the nodes' ACL refuses this client: give the user:password that created them)", err)
 	}

@@ -448,3 +448,53 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 		t.Fatalf("lease lost %v after the leader froze; want within one TTL (%v) and a renewal, before the follower gives up on the leader (5s)", took, ttl)
 	}
 }
+
+// TestAcquire_CancelledWhileAwaitingConnection: a waiter whose node comes
+// first while its connection is down waits for the connection before it
+// takes the lock; a caller that gives up then gets its own cause back,
+// not a lease loss (which would not be the caller's doing).
+func TestAcquire_CancelledWhileAwaitingConnection(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithTTL(disconnectTTL))
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(disconnectTTL))
+	ctx := timeout(t, 30*time.Second)
+	la, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// When A's node goes, W's connection is cut before W looks again.
+	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) {
+		proxy.Block()
+		proxy.Cut()
+		for st := zk.StatusOf(w.Locker()); st.Connected; st = zk.StatusOf(w.Locker()) {
+			<-st.Changed
+		}
+	})
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	gaveUp := errors.New("the caller gave up")
+	zk.OnAwaitingConnection(w.Locker(), func() { cancel(gaveUp) })
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(wctx, name)
+		if err == nil {
+			_ = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitWatchers(t, addr, lockDir(name), 1) // W watches A's node
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("W's acquisition did not end")
+	}
+	if !errors.Is(err, gaveUp) || errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("W, cancelled while awaiting its connection, returned %v; want the caller's cause", err)
+	}
+}
