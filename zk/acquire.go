@@ -135,6 +135,9 @@ func (b *backend) grant(ctx context.Context, s *session, name string, own create
 		h.shut(baton.ErrClosed)
 		return nil, baton.ErrClosed // the caller deletes our node
 	}
+	if h.Err() != nil {
+		h.forget() // lost already, before it was tracked
+	}
 	return h, nil
 }
 

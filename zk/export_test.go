@@ -51,6 +51,19 @@ func OnAwaitingConnection(l *baton.Locker, fn func()) {
 	b.hooks.Store(&h)
 }
 
+// Following returns how many holds l's backend tracks, and how many
+// listeners its connection state calls on every change.
+func Following(l *baton.Locker) (holds, listeners int) {
+	b := backendOf(l)
+	b.mu.Lock()
+	holds = len(b.holds)
+	b.mu.Unlock()
+	b.cs.mu.Lock()
+	listeners = len(b.cs.listeners)
+	b.cs.mu.Unlock()
+	return holds, listeners
+}
+
 // ReaperPending returns how many nodes l's reaper still has to delete.
 func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
 

@@ -94,6 +94,7 @@ func (h *hold) look() {
 		// The session may live on (a disconnection survived, or only the
 		// local deadline passed): our node must not keep the lock.
 		h.b.reaper.add(h.path)
+		h.forget()
 	}
 }
 
@@ -103,6 +104,16 @@ func (h *hold) shut(cause error) bool {
 	h.unlisten()
 	h.unhook()
 	return h.lose(cause)
+}
+
+// forget stops following the connection and drops the hold from the
+// backend's, once it was lost: a lease dropped without a Release costs
+// nothing from then on (its node, if the session kept it, is the
+// reaper's). A Release that comes later does the same again, harmlessly.
+func (h *hold) forget() {
+	h.unlisten()
+	h.unhook()
+	h.b.untrack(h)
 }
 
 // Release deletes our node (by its unique path, so never another holder's)

@@ -187,7 +187,9 @@ func (b *backend) renewer(s *session) keeper.RenewFunc {
 			if gone[i+1] {
 				err := fmt.Errorf("%w: node %s was deleted by another client", baton.ErrLeaseLost, h.path)
 				h.gone.Store(&err) // for a Release under way, which the loss no longer reaches
-				h.lose(err)
+				if h.lose(err) {
+					h.forget()
+				}
 			}
 		}
 		return nil

@@ -498,3 +498,37 @@ func TestAcquire_CancelledWhileAwaitingConnection(t *testing.T) {
 		t.Fatalf("W, cancelled while awaiting its connection, returned %v; want the caller's cause", err)
 	}
 }
+
+// TestLostHold_Forgotten: a hold lost to a disconnection, whose lease the
+// program drops without a Release, is no longer followed: the backend
+// forgets it and stops calling it on every change of the connection.
+func TestLostHold_Forgotten(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	fl := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(disconnectTTL))
+	_, before := zk.Following(fl.Locker())
+	for i := range 3 {
+		lease, err := fl.Acquire(timeout(t, 20*time.Second), uniqueName(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy.Cut()
+		select {
+		case <-lease.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("lease %d outlived its connection", i)
+		}
+		// dropped without a Release
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		holds, listeners := zk.Following(fl.Locker())
+		if holds == 0 && listeners == before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3 lost holds dropped: %d holds tracked, %d listeners (%d before)", holds, listeners, before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
