@@ -240,7 +240,7 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
-	locker, err := openBackend(cmd, g, f.backend, baton.WithTTL(lookTTL))
+	locker, err := openBackend(cmd, g, f.backend, lookOptions(f.backend)...)
 	if err != nil {
 		return err
 	}

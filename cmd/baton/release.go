@@ -30,7 +30,7 @@ the next holder has raised it. A lock no one holds is left as it is (exit 0).`,
 			if !force {
 				return usageError("release frees a lock someone else holds; pass --force to do it: baton release --force %s", name)
 			}
-			locker, err := openBackend(cmd, g, backend, baton.WithTTL(lookTTL))
+			locker, err := openBackend(cmd, g, backend, lookOptions(backend)...)
 			if err != nil {
 				return err
 			}

@@ -651,3 +651,21 @@ func TestFence_ShowMissingFile(t *testing.T) {
 		t.Fatalf("fence show left %s behind: %v", path, err)
 	}
 }
+
+// TestLook_ZooKeeperSessionTimeoutFromURL: the commands that only look
+// (status, release, elect --observe) hold with a short TTL of their own
+// unless the URL sets one: a ZooKeeper whose minimum session timeout is
+// above it refuses that TTL, and the URL's session-timeout must win.
+func TestLook_ZooKeeperSessionTimeoutFromURL(t *testing.T) {
+	srv := testsvc.StartZooKeeperWith(t, "minSessionTimeout=6000\nmaxSessionTimeout=20000\n")
+	backend := "zk://" + srv.Addr + "/baton-look?session-timeout=8s"
+	r := runInProcess("status", "--backend", backend)
+	if r.code != 0 {
+		t.Errorf("status with session-timeout=8s in the URL: exit %d, %q", r.code, r.stderr)
+	}
+	r = runInProcess("release", "--force", "--backend", backend, "free")
+	if r.code == exitUsage || r.code == exitUnavailable || strings.Contains(r.stderr, "session timeout") {
+		t.Errorf("release --force with session-timeout=8s in the URL: exit %d, %q", r.code, r.stderr)
+	}
+	t.Logf("release --force of a free lock: exit %d, %q", r.code, strings.TrimSpace(r.stderr))
+}

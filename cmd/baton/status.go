@@ -36,7 +36,7 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 					names = append(names, n)
 				}
 			}
-			locker, err := openBackend(cmd, g, backend, baton.WithTTL(lookTTL))
+			locker, err := openBackend(cmd, g, backend, lookOptions(backend)...)
 			if err != nil {
 				return err
 			}
@@ -66,6 +66,20 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 // the server accepts (ZooKeeper's maximum session timeout is tickTime x 20,
 // 40s by default; its minimum 4s).
 const lookTTL = 5 * time.Second
+
+// lookOptions are the options of the commands that only look: lookTTL,
+// unless the backend URL sets its own TTL (ttl=, or ZooKeeper's
+// session-timeout=), which must then win: a ZooKeeper whose minimum
+// session timeout is above lookTTL refuses it, and so would refuse them.
+func lookOptions(backend string) []baton.Option {
+	if u, err := baton.ParseURL(backend); err == nil {
+		q := u.Query()
+		if q.Has("ttl") || q.Has("session-timeout") {
+			return nil
+		}
+	}
+	return []baton.Option{baton.WithTTL(lookTTL)}
+}
 
 // openers are the lock services by URL scheme: all of baton's backends,
 // and in tests a fake one.

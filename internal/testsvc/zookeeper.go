@@ -80,7 +80,7 @@ func (z *ZooKeeper) Server(tb testing.TB) *ZKServer {
 	z.once.Do(func() {
 		z.dir, z.err = os.MkdirTemp("", "baton-zookeeper-")
 		if z.err == nil {
-			z.srv, z.err = startStandalone(z.dir)
+			z.srv, z.err = startStandalone(z.dir, "")
 			if z.err != nil {
 				os.RemoveAll(z.dir)
 			}
@@ -116,7 +116,14 @@ func (z *ZooKeeper) Stop() {
 // ZooKeeper unless the test stops, kills or restarts the server.
 func StartZooKeeper(tb testing.TB) *ZKServer {
 	tb.Helper()
-	srv, err := startStandalone(tb.TempDir())
+	return StartZooKeeperWith(tb, "")
+}
+
+// StartZooKeeperWith is StartZooKeeper with more zoo.cfg lines, such as
+// "minSessionTimeout=6000\n".
+func StartZooKeeperWith(tb testing.TB, cfg string) *ZKServer {
+	tb.Helper()
+	srv, err := startStandalone(tb.TempDir(), cfg)
 	if err != nil {
 		if errors.As(err, new(*MissingError)) {
 			Unavailable(tb, "ZooKeeper", err)
@@ -172,7 +179,7 @@ func zkConfig(dataDir string, clientPort int, members []string) string {
 
 // startStandalone writes a config into dir and starts a standalone server
 // on a free port, trying another port when the first is taken.
-func startStandalone(dir string) (*ZKServer, error) {
+func startStandalone(dir, extra string) (*ZKServer, error) {
 	java, err := zkJava()
 	if err != nil {
 		return nil, err
@@ -180,7 +187,7 @@ func startStandalone(dir string) (*ZKServer, error) {
 	return onFreePort("ZooKeeper", func(port, try int) (*ZKServer, error) {
 		sdir := filepath.Join(dir, fmt.Sprintf("zk-%d", try))
 		s := &ZKServer{Addr: "127.0.0.1:" + strconv.Itoa(port), java: java, dir: sdir, cfg: filepath.Join(sdir, "zoo.cfg")}
-		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), port, nil)); err != nil {
+		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), port, nil) + extra); err != nil {
 			return nil, err
 		}
 		if err := s.Start(); err != nil {
