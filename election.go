@@ -31,9 +31,11 @@ func (t Term) NoLeader() bool { return t.Leader == "" && t.Key == "" }
 type Observer interface {
 	// Observe sends the current term of the election at once, then every
 	// change of leader in order, including to no leader. The channel is
-	// unbuffered, so a slow reader slows the observation but loses no
-	// change. It is closed when ctx ends, or when the backend can no longer
-	// observe (the caller can tell the two apart by ctx.Err()).
+	// unbuffered; a slow reader loses no change, within the backend's
+	// stated limits: the observation follows on while the reader is away
+	// (Redis keeps the last 64 changes for it, ZooKeeper queues up to
+	// 1,024 terms). It is closed when ctx ends, or when the backend can no
+	// longer observe (the caller can tell the two apart by ctx.Err()).
 	Observe(ctx context.Context, name string) (<-chan Term, error)
 }
 

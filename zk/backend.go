@@ -66,6 +66,9 @@ type hooks struct {
 	// awaitingConnection is called by an acquisition whose node came
 	// first while the connection was down, before it waits for it.
 	awaitingConnection func()
+	// observed is called with each term an observation queues for its
+	// reader.
+	observed func(baton.Term)
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

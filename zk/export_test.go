@@ -64,6 +64,18 @@ func Following(l *baton.Locker) (holds, listeners int) {
 	return holds, listeners
 }
 
+// OnObserved calls fn with each term one of l's observations queues for
+// its reader, keeping the other hooks set.
+func OnObserved(l *baton.Locker, fn func(baton.Term)) {
+	b := backendOf(l)
+	var h hooks
+	if old := b.hooks.Load(); old != nil {
+		h = *old
+	}
+	h.observed = fn
+	b.hooks.Store(&h)
+}
+
 // ReaperPending returns how many nodes l's reaper still has to delete.
 func ReaperPending(l *baton.Locker) int { return backendOf(l).reaper.pending() }
 

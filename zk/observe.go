@@ -22,7 +22,9 @@ var _ baton.Observer = (*backend)(nil)
 // v1.0.4 has no persistent watches (ZooKeeper 3.6's AddWatch), so a leader
 // whose whole term is shorter than one round trip between the watch firing
 // and the next listing can go unseen; terms are always reported in order,
-// and every term that outlasts that round trip is reported.
+// and every term that outlasts that round trip is reported, also to a
+// slow reader: the observation goes on meanwhile and keeps up to 1,024
+// terms it has not taken (then the oldest go).
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -37,15 +39,28 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 	return ch, nil
 }
 
+// maxQueued is how many terms follow keeps for a reader that has not
+// taken them yet; beyond it, the oldest go.
+const maxQueued = 1024
+
 // follow is owned by Observe's caller through ctx; it closes ch when ctx
-// ends or ZooKeeper can no longer be read.
+// ends or ZooKeeper can no longer be read. It keeps following while the
+// reader is slow: terms wait in a queue, in order, until the reader takes
+// them (ZooKeeper keeps no history to read them back from later).
 func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, watch <-chan zkgo.Event, ch chan<- baton.Term) {
 	defer close(ch)
-	if !send(ctx, ch, cur) {
-		return
-	}
+	queue := []baton.Term{cur} // terms the reader has not taken, oldest first
+	b.observed(cur)
 	for {
+		var out chan<- baton.Term // nil, blocking, while nothing waits
+		var head baton.Term
+		if len(queue) > 0 {
+			out, head = ch, queue[0]
+		}
 		select {
+		case out <- head:
+			queue = queue[1:]
+			continue
 		case <-ctx.Done():
 			return
 		case <-b.life.Done():
@@ -66,10 +81,20 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 		watch = w
 		if next.Key != cur.Key {
 			cur = next
-			if !send(ctx, ch, cur) {
-				return
+			if len(queue) == maxQueued {
+				b.cfg.Logger.Warn("an observer's reader is far behind; its oldest term not taken is dropped", "election", name, "queued", maxQueued)
+				queue = queue[1:]
 			}
+			queue = append(queue, cur)
+			b.observed(cur)
 		}
+	}
+}
+
+// observed calls the test hook, if any, with a term follow queued.
+func (b *backend) observed(t baton.Term) {
+	if hk := b.hooks.Load(); hk != nil && hk.observed != nil {
+		hk.observed(t)
 	}
 }
 
@@ -129,13 +154,4 @@ func retryRead2[A, B any](b *backend, ctx context.Context, fn func() (A, B, erro
 		return pair{a, bb}, err
 	})
 	return p.a, p.b, err
-}
-
-func send(ctx context.Context, ch chan<- baton.Term, t baton.Term) bool {
-	select {
-	case ch <- t:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -55,3 +55,56 @@ func TestObserve_Handoff(t *testing.T) {
 		t.Fatalf("after the last release the term is %q, want no leader", got)
 	}
 }
+
+// TestObserve_SlowReader: a reader that takes no term while leaders come
+// and go loses none of them: the observation follows meanwhile, and the
+// reader finds every term, in order, when it comes back. The observation
+// used to wait for the reader with each term, and to miss every leader
+// that came and went meanwhile.
+func TestObserve_SlowReader(t *testing.T) {
+	servers := []string{zkServer.Addr(t)}
+	a := dial(t, servers, zk.Settings{}, baton.WithHolder("a"))
+	obs := dial(t, servers, zk.Settings{})
+	name := uniqueName(t)
+	queued := make(chan baton.Term, 64)
+	zk.OnObserved(obs.Locker(), func(tm baton.Term) { queued <- tm })
+	terms, err := obs.Observe(timeout(t, 60*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQueued := func(leader bool) string {
+		t.Helper()
+		select {
+		case tm := <-queued:
+			if tm.NoLeader() == leader {
+				t.Fatalf("queued term %+v; want leader %v", tm, leader)
+			}
+			return tm.Key
+		case <-time.After(10 * time.Second):
+			t.Fatal("the observation queued no term within 10s while its reader was away")
+			return ""
+		}
+	}
+	want := []string{waitQueued(false)} // no leader yet
+	for range 4 {                       // the reader takes nothing meanwhile
+		l, err := a.Acquire(timeout(t, 10*time.Second), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, waitQueued(true))
+		if err := l.Release(timeout(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, waitQueued(false))
+	}
+	for i, w := range want {
+		select {
+		case tm := <-terms:
+			if tm.Key != w {
+				t.Fatalf("term %d: key %q, want %q", i, tm.Key, w)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("term %d never reached the reader", i)
+		}
+	}
+}
