@@ -4,7 +4,13 @@ import (
 	"context"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
 )
+
+// OnWake has fn called each time one of l's waiters was handed a wake-up
+// message (value is the waiter's).
+func OnWake(l *baton.Locker, fn func(value string)) { l.Backend().(*backend).wake.OnSignal(fn) }
 
 // AcquireScriptHash is the SHA1 an attempt names in EVALSHA, for tests
 // that pick that request out on the wire.

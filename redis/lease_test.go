@@ -113,13 +113,22 @@ func TestExpiredEarly_OldHolderStopsAndTouchesNothing(t *testing.T) {
 	if err := cli.PExpire(timeout(t, 5*time.Second), la.Key(), time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	lb := <-got
+	var lb *baton.Lease
+	select {
+	case lb = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatal("B did not take over within 15s of the key's end")
+	}
 	if lb == nil {
 		t.FailNow()
 	}
 	defer lb.Release(context.Background())
 	tookOver := time.Now()
-	<-lost
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's work context was not cancelled within 10s of its key's end")
+	}
 	t.Logf("key ended at 0; B acquired at +%v; A's work ctx cancelled at +%v; A's next renewal was due at +%v",
 		tookOver.Sub(jump).Round(time.Millisecond), lostAt.Sub(jump).Round(time.Millisecond), nextRenewal.Sub(jump).Round(time.Millisecond))
 	// A learns at its next renewal: allow that renewal's round trip on a

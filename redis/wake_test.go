@@ -163,11 +163,17 @@ func TestAcquire_StaleWake_NotAHold(t *testing.T) {
 	}
 	defer lc.Release(context.Background())
 
-	// The message arrives while W's attempt is still on its way (the
-	// pause lets W's dispatcher take it first; either order must be safe),
-	// then the attempt lands and finds C holding.
+	// The message reaches W while W's attempt is still on its way, then
+	// the attempt lands and finds C holding.
+	woken := make(chan struct{})
+	var once sync.Once
+	redis.OnWake(w, func(string) { once.Do(func() { close(woken) }) })
 	hook.msgs.open()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held message never reached W")
+	}
 	hook.sends.open()
 
 	select {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -33,7 +34,14 @@ type Waker struct {
 	closed  bool
 	waiters map[string]chan string
 	exited  chan struct{} // closed when the dispatcher returns
+
+	signaled atomic.Pointer[func(value string)] // test hook: see OnSignal
 }
+
+// OnSignal has fn called, from the dispatcher, each time a message has
+// been handed to the waiter registered for value (tests: an order of
+// events that a message's arrival would otherwise leave to chance).
+func (w *Waker) OnSignal(fn func(value string)) { w.signaled.Store(&fn) }
 
 // New returns a Waker for channel on c, not yet subscribed. pause is how
 // long its dispatcher waits after a failed read before reading again (the
@@ -107,6 +115,9 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 		w.mu.Unlock()
 		if ch != nil {
 			signal(ch, tag)
+			if fn := w.signaled.Load(); fn != nil {
+				(*fn)(value)
+			}
 		}
 	}
 }
