@@ -1490,3 +1490,31 @@ func TestQueue_DeadWaitersBehindLiveHeadDropped(t *testing.T) {
 		t.Errorf("queue %q, want the head's entry", got)
 	}
 }
+
+// TestCycle_TwoRoundTrips: an uncontended acquire and release is two
+// round trips, the floor (the package doc's claim, and the aim):
+// the pipelined claim, and the release script.
+func TestCycle_TwoRoundTrips(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	rt := &redistest.CountRoundTrips{}
+	l := hookedLocker(t, srv.Addr, rt, baton.WithTTL(10*time.Second))
+	cycle := func() {
+		t.Helper()
+		lease, err := l.Acquire(timeout(t, 5*time.Second), "cycle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // loads the release script (EVALSHA, NOSCRIPT, EVAL)
+	const cycles = 50
+	before := rt.N.Load()
+	for range cycles {
+		cycle()
+	}
+	if n := rt.N.Load() - before; n != 2*cycles {
+		t.Errorf("%d cycles made %d round trips, want %d", cycles, n, 2*cycles)
+	}
+}

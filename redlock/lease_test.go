@@ -954,3 +954,41 @@ func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
 		t.Errorf("B's lease ended: %v", lb.Err())
 	}
 }
+
+// TestCycle_TwoRoundTrips: an uncontended acquire and release is two
+// rounds, sent to every node in parallel: two round trips per node (the
+// package doc's claim): the claim, and the release script.
+func TestCycle_TwoRoundTrips(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	rts := make([]*redistest.CountRoundTrips, len(cs))
+	for i, c := range cs {
+		rts[i] = &redistest.CountRoundTrips{}
+		c.AddHook(rts[i])
+	}
+	l := lockerOn(t, cs, baton.WithTTL(10*time.Second))
+	cycle := func() {
+		t.Helper()
+		lease, err := l.Acquire(timeout(t, 5*time.Second), "cycle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // loads the scripts (EVALSHA, NOSCRIPT, EVAL)
+	const cycles = 50
+	before := make([]int64, len(rts))
+	for i, rt := range rts {
+		before[i] = rt.N.Load()
+	}
+	for range cycles {
+		cycle()
+	}
+	for i, rt := range rts {
+		if n := rt.N.Load() - before[i]; n != 2*cycles {
+			t.Errorf("node %d: %d cycles made %d round trips, want %d", i, cycles, n, 2*cycles)
+		}
+	}
+}

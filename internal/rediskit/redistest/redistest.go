@@ -290,6 +290,31 @@ func (h *CountScript) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 	}
 }
 
+// CountRoundTrips is a go-redis hook that counts the round trips made
+// through the client it hooks: each command sent alone, and each
+// pipeline (its commands go out together and their answers come back
+// together).
+type CountRoundTrips struct{ N atomic.Int64 }
+
+// DialHook implements goredis.Hook.
+func (*CountRoundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+// ProcessHook implements goredis.Hook.
+func (h *CountRoundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.N.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements goredis.Hook.
+func (h *CountRoundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.N.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
 // HoldScript is a go-redis hook that holds every EVALSHA of the script
 // SHA back, unsent, until Let: a test can then act between a request and
 // its arrival (a renewal due while another client takes the key). Build
