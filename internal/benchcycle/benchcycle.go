@@ -66,9 +66,10 @@ func Warm(tb testing.TB, cs ...Cycler) {
 }
 
 // Cycle measures one uncontended lock and unlock of c per b.Loop
-// iteration.
+// iteration, after one untimed cycle (which dials, and loads scripts).
 func Cycle(b *testing.B, c Cycler) {
 	b.Helper()
+	Warm(b, c)
 	ctx := context.Background()
 	for b.Loop() {
 		if err := c.Lock(ctx); err != nil {
