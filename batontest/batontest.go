@@ -44,6 +44,12 @@ type Factory struct {
 	// be watched; the election case fails instead of skipping when it
 	// cannot.
 	Observe bool
+	// HearsExpiryAtOnce says a holder hears of its lease's end on the
+	// server at once (etcd's watch, ZooKeeper's session), before anyone
+	// else can take the lock: Release_StaleUnnoticed_FreesNothing, which
+	// needs a holder that has not heard yet, skips for it, and fails for
+	// the others when it never reaches the release's compare.
+	HearsExpiryAtOnce bool
 }
 
 // Run runs the whole suite.

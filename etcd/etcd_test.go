@@ -21,9 +21,10 @@ func TestMain(m *testing.M) {
 // factory builds the conformance factory for an etcd server at endpoint.
 func factory(endpoint string) batontest.Factory {
 	return batontest.Factory{
-		TTL:     2 * time.Second,
-		Fenced:  true,
-		Observe: true,
+		TTL:               2 * time.Second,
+		Fenced:            true,
+		Observe:           true,
+		HearsExpiryAtOnce: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
 			c := testsvc.Client(t, endpoint)
 			fl, err := etcd.New(c, opts...)

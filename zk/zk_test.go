@@ -141,9 +141,10 @@ type client struct {
 
 func (cs *clients) factory() batontest.Factory {
 	return batontest.Factory{
-		TTL:     suiteTTL,
-		Fenced:  true,
-		Observe: true,
+		TTL:               suiteTTL,
+		Fenced:            true,
+		Observe:           true,
+		HearsExpiryAtOnce: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
 			p := testsvc.NewProxy(t, cs.addr)
 			if os.Getenv("ZKDEBUG") != "" {
