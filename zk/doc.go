@@ -186,16 +186,19 @@
 // 0.91x against 0.95x, 0.94x and 0.96x. (Earlier, a bare create without
 // any czxid measured about 7% faster, and one read right after it
 // slower still.) Under contention, baton's speed was 0.94x to 1.00x of
-// zk.Lock's in seven such sets on 2026-12-01 (set medians), the 0.97x
-// below among them.
+// zk.Lock's in seven such sets on 2026-12-01 (set medians, in rounds of
+// 16 cycles), and 0.99x in rounds of 256 (below).
 //
-// BenchmarkPaired alternates the two in rounds of 16 cycles, so both see
-// the same machine (Debian's ZooKeeper 3.8.0, standalone, tickTime 500ms,
-// 2 cores shared with other work; medians of ten runs of
-// go test -run '^$' -bench Paired -count 10 ./zk/ on 2026-12-01, a fast
-// day; on slower ones the ratios were 1.17x and 0.90x):
+// BenchmarkPaired alternates the two in rounds (16 cycles for one client,
+// 256 for 8 contenders), so both see the same machine (Debian's ZooKeeper
+// 3.8.0, standalone, tickTime 500ms, 2 cores shared with other work;
+// medians of ten runs, 2026-12-01: go test -run '^$' -bench Paired
+// -benchtime 60x -count 10 ./zk/ for one client, -benchtime 10x for 8).
+// Uncontended, a figure is the time of one acquire and release; with 8
+// contenders, the time per hold, all clients together (the inverse of the
+// throughput):
 //
 //	                baton     zk.Lock   baton's speed
-//	uncontended     552 us    736 us    1.35x (1.21x to 1.39x)
-//	8 contenders    752 us    736 us    0.97x (0.93x to 1.00x)
+//	uncontended     691 us    902 us    1.27x (1.18x to 1.35x)
+//	8 contenders    802 us    791 us    0.99x (0.85x to 1.04x)
 package zk
