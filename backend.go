@@ -80,7 +80,9 @@ type LockInfo struct {
 	Token   Token  // zero on backends without tokens
 	TTLLeft time.Duration
 	// Since is when the holder took the lock, by the holder's own clock;
-	// zero when unknown.
+	// zero when unknown. On etcd and ZooKeeper, where a waiter queues with
+	// a key or node of its own that becomes the hold, it is when the
+	// holder joined the queue: earlier than it took the lock by its wait.
 	Since   time.Time
 	Waiters int // acquisitions queued behind the holder
 }

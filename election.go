@@ -20,7 +20,7 @@ type Term struct {
 	Leader   string    // the leader's holder identity; "" when no one leads
 	Token    Token     // the leader's fencing token on fenced backends
 	Key      string    // the backend's key for the leader's hold
-	Since    time.Time // when it took office, by its own clock; zero if unknown
+	Since    time.Time // when it took office, by its own clock (see LockInfo.Since); zero if unknown
 }
 
 // NoLeader reports whether the term says that no one leads.
