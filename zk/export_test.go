@@ -42,12 +42,17 @@ func OnReleaseDelete(l *baton.Locker, fn func()) {
 // first, waits for the connection to come back before it takes the lock.
 // It keeps the other hooks set.
 func OnAwaitingConnection(l *baton.Locker, fn func()) {
+	setHook(l, func(h *hooks) { h.awaitingConnection = fn })
+}
+
+// setHook changes one of l's hooks, keeping the others.
+func setHook(l *baton.Locker, set func(*hooks)) {
 	b := backendOf(l)
 	var h hooks
 	if old := b.hooks.Load(); old != nil {
 		h = *old
 	}
-	h.awaitingConnection = fn
+	set(&h)
 	b.hooks.Store(&h)
 }
 
@@ -67,13 +72,7 @@ func Following(l *baton.Locker) (holds, listeners int) {
 // OnObserved calls fn with each term one of l's observations queues for
 // its reader, keeping the other hooks set.
 func OnObserved(l *baton.Locker, fn func(baton.Term)) {
-	b := backendOf(l)
-	var h hooks
-	if old := b.hooks.Load(); old != nil {
-		h = *old
-	}
-	h.observed = fn
-	b.hooks.Store(&h)
+	setHook(l, func(h *hooks) { h.observed = fn })
 }
 
 // ReaperPending returns how many nodes l's reaper still has to delete.
