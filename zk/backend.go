@@ -176,7 +176,9 @@ func (b *backend) poll() {
 
 // observe returns the connection's state, looking at it first when it
 // comes from polling: a decision about a session must not rest on a poll
-// that is a few milliseconds old.
+// that is a few milliseconds old. Such a look may find a change and call
+// the connection state's listeners on the caller's goroutine, and a lost
+// hold's takes b.mu: observe must not be called with b.mu held.
 func (b *backend) observe() snap {
 	if b.polling {
 		b.cs.record(b.conn.State())

@@ -1,6 +1,8 @@
 package zk
 
 import (
+	"context"
+
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
@@ -73,6 +75,20 @@ func Following(l *baton.Locker) (holds, listeners int) {
 // its reader, keeping the other hooks set.
 func OnObserved(l *baton.Locker, fn func(baton.Term)) {
 	setHook(l, func(h *hooks) { h.observed = fn })
+}
+
+// SpinSession asks l's backend for its session, again and again, until
+// stop is closed: every acquisition's first step.
+func SpinSession(l *baton.Locker, stop <-chan struct{}) {
+	b := backendOf(l)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		_, _ = b.session(context.Background())
+	}
 }
 
 // ReaperPending returns how many nodes l's reaper still has to delete.

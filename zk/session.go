@@ -66,12 +66,16 @@ func (b *backend) lost(s *session, v snap) error {
 // the local deadline and whose answer proves the session is live; it is
 // not on the path of every acquisition.
 func (b *backend) session(ctx context.Context) (*session, error) {
+	// Looked at before b.mu is taken: on a connection given to New, a
+	// look may find a change and call the holds' listeners, which take
+	// b.mu when a hold is lost.
+	now := b.observe()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil, baton.ErrClosed
 	}
-	if s := b.sess; s != nil && b.lost(s, b.observe()) == nil {
+	if s := b.sess; s != nil && b.lost(s, now) == nil {
 		b.mu.Unlock()
 		return s, nil
 	}

@@ -532,3 +532,41 @@ func TestLostHold_Forgotten(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLostHold_Forgotten_Borrowed: on a connection given to New, the
+// backend polls the connection's state, and whoever looks first calls the
+// holds' listeners; a lost hold's listener takes the backend's lock to
+// forget the hold. Acquisitions asking for the session while the
+// connection drops must not deadlock with it (they looked while holding
+// that lock).
+func TestLostHold_Forgotten_Borrowed(t *testing.T) {
+	proxy := testsvc.NewProxy(t, zkServer.Addr(t))
+	defer proxy.Unblock()
+	_, fl := borrowed(t, proxy.Addr())
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), uniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, spun := make(chan struct{}), make(chan struct{})
+	go func() { defer close(spun); zk.SpinSession(fl.Locker(), stop) }()
+	proxy.Block()
+	proxy.Cut()
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease outlived its connection")
+	}
+	close(stop)
+	select {
+	case <-spun:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an acquisition's look at the session deadlocked with the lost hold's listener")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for holds, _ := zk.Following(fl.Locker()); holds != 0; holds, _ = zk.Following(fl.Locker()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d holds still tracked after the loss", holds)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
