@@ -24,7 +24,10 @@ var _ baton.Observer = (*backend)(nil)
 // and the next listing can go unseen; terms are always reported in order,
 // and every term that outlasts that round trip is reported, also to a
 // slow reader: the observation goes on meanwhile and keeps up to 1,024
-// terms it has not taken (then the oldest go).
+// terms it has not taken (then the oldest go). An observation whose
+// connection stays down for the session timeout (the TTL) ends: the
+// session, and its watch, are gone, and the leader is unknown; the reader
+// gets the terms queued before, then the channel closes.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -51,6 +54,15 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 	defer close(ch)
 	queue := []baton.Term{cur} // terms the reader has not taken, oldest first
 	b.observed(cur)
+	// A connection down for the session timeout has lost its session, and
+	// with it the watch: the observation ends then (go-zookeeper keeps the
+	// watch open, and would say nothing until it reconnects).
+	down := time.NewTimer(b.cfg.TTL)
+	defer down.Stop()
+	v := b.observe()
+	if v.connected() {
+		down.Stop()
+	}
 	for {
 		var out chan<- baton.Term // nil, blocking, while nothing waits
 		var head baton.Term
@@ -65,17 +77,32 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			return
 		case <-b.life.Done():
 			return
+		case <-v.changed:
+			was := v.connected()
+			v = b.observe()
+			switch {
+			case was && !v.connected():
+				down.Reset(b.cfg.TTL)
+			case !was && v.connected():
+				down.Stop()
+			}
+			continue
+		case <-down.C:
+			flush(ctx, b.life, ch, queue)
+			return
 		case _, ok := <-watch:
 			if !ok {
 				// The connection closed, or a new session lost the
 				// watch: look again below, once connected.
 				if err := b.waitConnected(ctx, time.Now().Add(b.cfg.RequestTimeout)); err != nil {
+					flush(ctx, b.life, ch, queue)
 					return
 				}
 			}
 		}
 		next, w, err := b.leaderW(ctx, name, dir)
 		if err != nil {
+			flush(ctx, b.life, ch, queue)
 			return
 		}
 		watch = w
@@ -87,6 +114,22 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			}
 			queue = append(queue, cur)
 			b.observed(cur)
+		}
+	}
+}
+
+// flush hands the reader the terms still queued, when the observation
+// ends for want of ZooKeeper: they happened, and the last of them is the
+// last the observation knows. It gives up when ctx ends or the backend
+// closes.
+func flush(ctx context.Context, life context.Context, ch chan<- baton.Term, queue []baton.Term) {
+	for _, t := range queue {
+		select {
+		case ch <- t:
+		case <-ctx.Done():
+			return
+		case <-life.Done():
+			return
 		}
 	}
 }

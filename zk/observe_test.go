@@ -3,11 +3,13 @@ package zk_test
 import (
 	"context"
 	"path"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/zk"
 )
 
@@ -106,5 +108,63 @@ func TestObserve_SlowReader(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("term %d never reached the reader", i)
 		}
+	}
+}
+
+// TestObserve_SlowReader_EndsWithQueue: an observation cut off from
+// ZooKeeper ends once its connection was down for the session timeout
+// (the watch went with the session; go-zookeeper would keep it open and
+// silent), and still hands a slow reader the terms it queued before: the
+// last term the reader gets is the last one known.
+func TestObserve_SlowReader_EndsWithQueue(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
+	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithRequestTimeout(time.Second))
+	name := uniqueName(t)
+	queued := make(chan baton.Term, 64)
+	zk.OnObserved(obs.Locker(), func(tm baton.Term) { queued <- tm })
+	terms, err := obs.Observe(timeout(t, 60*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	next := func() {
+		t.Helper()
+		select {
+		case tm := <-queued:
+			want = append(want, tm.Key)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the observation queued no term within 10s while its reader was away")
+		}
+	}
+	next() // no leader
+	l, err := a.Acquire(timeout(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next() // a
+	if err := l.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	next() // no leader again
+	proxy.Block()
+	proxy.Cut() // the observer's connection is gone for good
+	var got []string
+	end := time.After(suiteTTL + 10*time.Second)
+	for open := true; open; {
+		select {
+		case tm, ok := <-terms: // closed once the observation gave up
+			if ok {
+				got = append(got, tm.Key)
+			}
+			open = ok
+		case <-end:
+			t.Fatalf("the observation cut off from ZooKeeper did not end within the session timeout (got %q)", got)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the reader got %q before the channel closed; want every term queued, %q", got, want)
 	}
 }
