@@ -238,17 +238,22 @@ func (b *backend) Close() error {
 	if !b.owned {
 		// The session outlives us: delete what we created.
 		ctx, cancel := context.WithTimeout(closing(context.Background()), b.cfg.ReleaseTimeout)
+		var errs, connErrs []error // the latter the reaper may yet mend
 		for _, h := range holds {
-			_, derr := b.deleteNode(ctx, h.path)
-			err = errors.Join(err, derr)
+			if _, derr := b.deleteNode(ctx, h.path); derr != nil && isConnErr(derr) {
+				connErrs = append(connErrs, derr)
+			} else if derr != nil {
+				errs = append(errs, derr)
+			}
 		}
 		b.awaitSettled(ctx)
 		b.reaper.drain(ctx)
 		cancel()
 		b.outwaitSession()
-		if b.reaper.pending() == 0 {
-			err = nil // deleted once the connection was back, or gone with the session
-		}
+		if b.reaper.pending() > 0 {
+			errs = append(errs, connErrs...)
+		} // else deleted once the connection was back, or gone with the session
+		err = errors.Join(errs...)
 	}
 	b.end()
 	b.workers.Wait()
@@ -266,10 +271,11 @@ func (b *backend) Close() error {
 // when nodes of ours are left to delete because the connection is down
 // (a lease lost to the disconnection, say). The session may well survive
 // the outage, and with it a node that would hold the lock for as long as
-// the caller keeps its connection. So Close waits: until the reaper has
-// deleted them, the connection being back, or until the connection has
+// the caller keeps its connection. So Close waits for the connection to
+// be back, then deletes them in one pass, or until the connection has
 // been down for one TTL (the session timeout, as New asks), by when the
 // server has ended the session and its nodes, or the session expired.
+// On a connection that is up it makes that one pass at once.
 func (b *backend) outwaitSession() {
 	if b.reaper.pending() == 0 {
 		return
@@ -277,36 +283,31 @@ func (b *backend) outwaitSession() {
 	start := b.observe()
 	limit := time.NewTimer(b.cfg.TTL)
 	defer limit.Stop()
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
-	end := time.Now().Add(2*b.cfg.TTL + b.cfg.ReleaseTimeout) // should the connection flap
-	var passed time.Time
-	for time.Now().Before(end) {
+	for {
 		v := b.observe()
 		if v.mark.expiries != start.mark.expiries || v.state == zkgo.StateExpired {
 			b.reaper.forget() // gone with the session
 			return
 		}
 		if v.connected() {
-			limit.Reset(b.cfg.TTL) // counted again from the next drop
-			if time.Since(passed) >= reapRetry {
-				passed = time.Now()
-				ctx, cancel := context.WithTimeout(closing(context.Background()), b.cfg.ReleaseTimeout)
-				left := b.reaper.pass(ctx)
-				cancel()
-				if left == 0 {
-					return
-				}
+			// One pass, as on a connection that never dropped: what it
+			// leaves (a create whose answer was lost, not found yet) is
+			// not for Close to wait for.
+			ctx, cancel := context.WithTimeout(closing(context.Background()), b.cfg.ReleaseTimeout)
+			left := b.reaper.pass(ctx)
+			cancel()
+			if left > 0 {
+				b.cfg.Logger.Warn("closing with nodes not yet deleted; they go with the session", "nodes", left, "where", b.place())
 			}
+			return
 		}
 		select {
-		case <-v.changed:
-		case <-poll.C:
+		case <-v.changed: // the poller, or go-zookeeper's events, report every change
 		case <-limit.C:
-			end = time.Now()
+			b.cfg.Logger.Warn("closing with nodes not yet deleted after the connection was down for the session timeout; they went with the session", "nodes", b.reaper.pending(), "where", b.place())
+			return
 		}
 	}
-	b.cfg.Logger.Warn("closing with nodes not yet deleted; they go with the session", "nodes", b.reaper.pending(), "where", b.place())
 }
 
 // settling counts one more piece of work that may leave a node of ours
