@@ -83,7 +83,7 @@ func ParseURL(rawURL string) (*url.URL, error) {
 // authority names one host or none.
 func hostList(rawURL string) (parsed, hosts string, multi bool) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
+	if !ok || !validScheme(scheme) { // a "://" later on, in an opaque URL's query
 		return rawURL, "", false
 	}
 	end := strings.IndexAny(rest, "/?#")
@@ -98,7 +98,24 @@ func hostList(rawURL string) (parsed, hosts string, multi bool) {
 	if !strings.Contains(hosts, ",") {
 		return rawURL, "", false
 	}
+	if h, err := url.PathUnescape(hosts); err == nil {
+		hosts = h // as url.Parse unescapes one host ([fe80::1%25eth0])
+	}
 	return scheme + "://" + userinfo + "hosts" + rest[end:], hosts, true
+}
+
+// validScheme reports whether s is a URL scheme: a letter, then letters,
+// digits, + - and . (RFC 3986).
+func validScheme(s string) bool {
+	for i, r := range s {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+		case i > 0 && ('0' <= r && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Printable returns s as is when it is printable on one line, and quoted

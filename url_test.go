@@ -60,6 +60,7 @@ func TestParseURL_HostList(t *testing.T) {
 		"zk://a,b,[::1]:2181/root":                      "a,b,[::1]:2181",
 		"etcd://127.0.0.1:2379":                         "127.0.0.1:2379",
 		"etcd://u:p@h1:2379,h2:2379/prefix?ttl=5s#frag": "h1:2379,h2:2379",
+		"zk://[fe80::1%25eth0]:2181,[::1]:2181":         "[fe80::1%eth0]:2181,[::1]:2181",
 	} {
 		u, err := baton.ParseURL(raw)
 		if err != nil {
@@ -77,6 +78,18 @@ func TestParseURL_HostList(t *testing.T) {
 		if strings.Contains(raw, "/2?") && (u.Path != "/2" || u.Query().Get("ttl") != "5s") {
 			t.Errorf("ParseURL(%q) lost the path or query: %q %q", raw, u.Path, u.RawQuery)
 		}
+	}
+}
+
+// TestParseURL_LaterSchemeSeparator: a "://" that is not the scheme's (in
+// an opaque URL's query) is left alone.
+func TestParseURL_LaterSchemeSeparator(t *testing.T) {
+	u, err := baton.ParseURL("sqlite:x.db?from=a://b,c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Host != "" || u.Opaque != "x.db" || u.Query().Get("from") != "a://b,c" {
+		t.Errorf("ParseURL = host %q opaque %q query %q", u.Host, u.Opaque, u.RawQuery)
 	}
 }
 

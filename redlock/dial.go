@@ -94,11 +94,12 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 
 // serverID returns the server's run_id (INFO server), which tells one
 // Redis process from another whatever name it was reached by, or "" when
-// the server answers PING but may not run INFO (an ACL without it).
+// the server answers PING but refuses INFO (an ACL without it, a renamed
+// command, a proxy in front).
 func serverID(ctx context.Context, c goredis.UniversalClient) (string, error) {
 	info, err := c.Info(ctx, "server").Result()
 	var rerr goredis.Error
-	if errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM") {
+	if errors.As(err, &rerr) && (strings.HasPrefix(rerr.Error(), "NOPERM") || !rediskit.Refused(err)) { // INFO is refused, not the connection
 		return "", c.Ping(ctx).Err()
 	}
 	if err != nil {

@@ -992,3 +992,28 @@ func TestCycle_TwoRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestOpen_InfoRefused: a user whose ACL refuses INFO (which tells one
+// server from another) can still open the nodes: Open falls back to PING.
+func TestOpen_InfoRefused(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	for _, c := range clients(t, nodes) {
+		if err := c.Do(timeout(t, 5*time.Second), "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := baton.ParseURL("redlock://noinfo:pw@" + strings.Join(testsvc.RedisAddrs(nodes), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := redlock.Open(timeout(t, 10*time.Second), u)
+	if err != nil {
+		t.Fatalf("Open as a user without INFO: %v", err)
+	}
+	defer l.Close()
+	lease, err := l.TryAcquire(timeout(t, 5*time.Second), "noinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.Release(timeout(t, 5*time.Second))
+}

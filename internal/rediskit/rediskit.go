@@ -257,7 +257,10 @@ func Args(ss []string) []any {
 // on the server all the same: every failure but a connection never made
 // (dial) or never taken from the pool, where the request was never sent.
 // A request whose answer did not come in time, or was cut off by the
-// caller's context, may have set a key there.
+// caller's context, may have set a key there. It sees only the last
+// error: on a client that retries (go-redis's MaxRetries, which Open
+// turns off and New's doc asks to turn off), a first try that ran and a
+// retry that could not dial read as never sent.
 func MayHaveRun(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
