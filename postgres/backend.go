@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -61,8 +62,11 @@ var _ baton.FencedBackend = (*backend)(nil)
 // New returns a FencedLocker on pool, creating the lock tables if they are
 // missing (see Init). The pool stays the caller's: closing the Locker does
 // not close it. Waiters listen for wake-ups on one extra connection per
-// Locker, made with the pool's connection settings, opened by the first
-// Acquire that has to wait and closed by Close.
+// Locker, made with the pool's connection settings and its BeforeConnect
+// and AfterConnect hooks (so is each observer's), opened by the first
+// Acquire that has to wait and closed by Close. The pool's transactions
+// must run READ COMMITTED, PostgreSQL's default: New refuses a pool whose
+// default_transaction_isolation says otherwise.
 //
 // Set statement_timeout on the pool's connections to at most half the
 // request timeout (SET in the pool's AfterConnect, or ?statement_timeout=2500
@@ -118,7 +122,56 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 	if err := b.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
+	if err := b.checkIsolation(ctx); err != nil {
+		return nil, err
+	}
 	return b, nil
+}
+
+// checkIsolation refuses a pool whose transactions do not run READ
+// COMMITTED (the database's, the role's, the DSN's or an AfterConnect's
+// default_transaction_isolation): each lock statement waits for the
+// lock's row and must then read it as committed, where REPEATABLE READ
+// or SERIALIZABLE fail it with a serialization error (a release rolled
+// back, the lock left taken for a TTL; a waiter failing).
+func (b *backend) checkIsolation(ctx context.Context) error {
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	var level string
+	if err := b.pool.QueryRow(octx, "SHOW transaction_isolation").Scan(&level); err != nil {
+		return b.fail(ctx, "read the transaction isolation", err)
+	}
+	if level != "read committed" {
+		return &baton.OptionError{Option: "transaction isolation", Value: level,
+			Reason: "the lock's statements need READ COMMITTED; give baton a pool whose default_transaction_isolation is 'read committed' (in the DSN: default_transaction_isolation=read%20committed; Dial sets it)"}
+	}
+	return nil
+}
+
+// connect opens a connection of its own (a listener's, an observer's)
+// with the pool's settings, its BeforeConnect and AfterConnect included
+// (credentials, search_path, Dial's statement_timeout), adjusted by
+// adjust.
+func (b *backend) connect(ctx context.Context, adjust func(*pgx.ConnConfig)) (*pgx.Conn, error) {
+	pc := b.pool.Config()
+	cfg := pc.ConnConfig.Copy()
+	adjust(cfg)
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if pc.AfterConnect != nil {
+		if err := pc.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	return conn, nil
 }
 
 // where names a server and database for messages: postgres://host:port/database.

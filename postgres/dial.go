@@ -46,20 +46,23 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = cfg.RequestTimeout
 	}
+	// SET, not startup parameters, which a pooler such as PgBouncer
+	// refuses unless told to ignore them. The lock's statements need READ
+	// COMMITTED, whatever the database's or the role's default (see
+	// checkIsolation).
+	set := "SET default_transaction_isolation = 'read committed'"
 	if ms, ok := statementTimeout(cc.RuntimeParams, cfg.RequestTimeout); ok {
-		// SET, not a startup parameter, which a pooler such as PgBouncer
-		// refuses unless told to ignore it.
-		set := "SET statement_timeout = " + strconv.FormatInt(ms, 10)
-		after := pcfg.AfterConnect
-		pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			if after != nil {
-				if err := after(ctx, c); err != nil {
-					return err
-				}
+		set += "; SET statement_timeout = " + strconv.FormatInt(ms, 10)
+	}
+	after := pcfg.AfterConnect
+	pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
 			}
-			_, err := c.Exec(ctx, set)
-			return err
 		}
+		_, err := c.Exec(ctx, set)
+		return err
 	}
 	w := where(&cc.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)

@@ -125,7 +125,10 @@
 // brought back by a late claim); otherwise, when waiting, queue
 // (or keep our place) in our Locker's row: its channel $6 and slot $9.
 // Locking first gives the statement a snapshot taken
-// under the row's lock, so it never counts a waiter that has already left.
+// under the row's lock, so it never counts a waiter that has already left:
+// that is READ COMMITTED's, which New requires of the pool's transactions
+// (under REPEATABLE READ the snapshot comes before the wait, and the
+// statement fails with a serialization error) and Dial sets.
 // It also returns who holds the lock and how long the holder's lease and
 // the places ahead have left, as intervals by the database's clock, which
 // is when a waiter looks again:

@@ -32,7 +32,7 @@ const (
 // again on their own timers, so a lost NOTIFY delays a waiter, never
 // strands it.
 type listener struct {
-	cfg     *pgx.ConnConfig
+	dial    func(context.Context, func(*pgx.ConnConfig)) (*pgx.Conn, error) // the backend's connect
 	channel string
 	timeout time.Duration
 	log     *slog.Logger
@@ -48,9 +48,9 @@ type listener struct {
 
 // startListener connects and LISTENs, and returns once the server has
 // confirmed the LISTEN: no NOTIFY sent after it returns is missed.
-func startListener(ctx context.Context, cfg *pgx.ConnConfig, channel string, timeout time.Duration, log *slog.Logger, deaf *atomic.Bool) (*listener, error) {
+func startListener(ctx context.Context, dial func(context.Context, func(*pgx.ConnConfig)) (*pgx.Conn, error), channel string, timeout time.Duration, log *slog.Logger, deaf *atomic.Bool) (*listener, error) {
 	l := &listener{
-		cfg:     cfg,
+		dial:    dial,
 		channel: channel,
 		timeout: timeout,
 		log:     log,
@@ -70,11 +70,9 @@ func startListener(ctx context.Context, cfg *pgx.ConnConfig, channel string, tim
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	cfg := l.cfg.Copy()
 	// pgx hands notifications to WaitForNotification only when the pool's
 	// configuration (the user's) sets no handler of its own.
-	cfg.OnNotification = nil
-	conn, err := pgx.ConnectConfig(cctx, cfg)
+	conn, err := l.dial(cctx, func(cfg *pgx.ConnConfig) { cfg.OnNotification = nil })
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +203,7 @@ func (b *backend) listener(ctx context.Context) (*listener, error) {
 	if b.lis != nil {
 		return b.lis, nil
 	}
-	l, err := startListener(ctx, b.pool.Config().ConnConfig, b.channel, b.cfg.RequestTimeout, b.cfg.Logger, &b.deaf)
+	l, err := startListener(ctx, b.connect, b.channel, b.cfg.RequestTimeout, b.cfg.Logger, &b.deaf)
 	if err != nil {
 		return nil, b.fail(ctx, "listen for wake-ups", err)
 	}

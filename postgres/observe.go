@@ -155,21 +155,42 @@ type change struct {
 	Since  *float64 `json:"since"` // acquired_at, in seconds since the epoch
 }
 
+// addTriggers runs observersSQL, again after a lock timeout (its wait
+// behind the table's other users is kept short, see observersSQL), until
+// ctx ends.
+func (o *observer) addTriggers(ctx context.Context, conn *pgx.Conn) error {
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		_, err := conn.Exec(ctx, o.b.sql.observers)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" { // lock_not_available
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
 // connect opens the observer's connection, checks that the table has the
 // triggers, and LISTENs on the table's channel and on its own.
 func (o *observer) connect(ctx context.Context) error {
-	cfg := o.b.pool.Config().ConnConfig.Copy()
-	// pgx keeps the notifications that arrive during a statement for
-	// WaitForNotification only without a handler of the caller's.
-	cfg.OnNotification = nil
-	// A wait for a notification ends at a deadline, as it does by default:
-	// a cancel request sent to the server could hit the next statement.
-	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
-	}
 	cctx, cancel := context.WithTimeout(ctx, o.b.cfg.RequestTimeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
+	conn, err := o.b.connect(cctx, func(cfg *pgx.ConnConfig) {
+		// pgx keeps the notifications that arrive during a statement for
+		// WaitForNotification only without a handler of the caller's.
+		cfg.OnNotification = nil
+		// A wait for a notification ends at a deadline, as it does by
+		// default: a cancel request sent to the server could hit the next
+		// statement.
+		cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -185,7 +206,7 @@ func (o *observer) connect(ctx context.Context) error {
 	if triggers != 2 {
 		// The first observer of the table adds the triggers that notify
 		// observers; the tables are made without them.
-		if _, err := conn.Exec(cctx, o.b.sql.observers); err != nil {
+		if err := o.addTriggers(cctx, conn); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
 				return fmt.Errorf("%w: the lock table %s lacks the triggers that notify observers, and this user may not add them (%v); add them as the table's owner: postgres.Init, or one `baton elect --observe NAME` run as the owner", errNotObservable, o.b.n.table, err)

@@ -162,7 +162,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
 // table. CREATE TRIGGER waits for the table's writers and holds up the new
 // ones until it commits; lock_timeout bounds that wait (behind autovacuum,
 // or an UPDATE left open by hand), so that every lock in the table is not
-// held up behind it (Observe then fails with ErrUnavailable, and a
+// held up behind it for long: 100ms, well below a renewal's margin at
+// MinTTL (Observe tries a few times, then fails with ErrUnavailable, and a
 // reconnecting observer tries again). Only Init and the first
 // Observe run it: the triggers cost every
 // change of holder about a sixth of the contended throughput (and half the
@@ -171,7 +172,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
 // planned on each call (EXECUTE) halved the lock's throughput. SET
 // search_path FROM CURRENT has it find the table its creator meant,
 // whatever the search_path of the session whose change fires it.
-const observersSQL = `SET LOCAL lock_timeout = '1s';
+const observersSQL = `SET LOCAL lock_timeout = '100ms';
 SELECT pg_advisory_xact_lock(hashtext('baton lock schema'), hashtext({lock_key}));
 CREATE OR REPLACE FUNCTION {observe_fn}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE

@@ -1,0 +1,220 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/postgres"
+)
+
+// withParam returns dsn with one more query parameter.
+func withParam(t *testing.T, dsn, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del(key)
+	u.RawQuery = q.Encode()
+	if u.RawQuery != "" {
+		u.RawQuery += "&"
+	}
+	u.RawQuery += key + "=" + url.PathEscape(value) // pgx reads + as +
+	return u.String()
+}
+
+// TestNew_RepeatableReadPool_Refused: a pool whose transactions run
+// REPEATABLE READ would fail the lock's statements (a serialization error
+// where READ COMMITTED re-reads the row it waited for): New says so.
+func TestNew_RepeatableReadPool_Refused(t *testing.T) {
+	dsn := pg.Database(t)
+	pool := newPool(t, withParam(t, dsn, "default_transaction_isolation", "repeatable read"))
+	fl, err := postgres.New(timeout(t, 10*time.Second), pool)
+	if err == nil {
+		_ = fl.Close()
+	}
+	if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "READ COMMITTED") {
+		t.Fatalf("New on a REPEATABLE READ pool = %v; want an option error naming READ COMMITTED", err)
+	}
+}
+
+// TestDial_RepeatableReadDatabase_ReleaseHandsOn: on a database whose
+// default is REPEATABLE READ, a release that waits for the lock's row
+// while another transaction changes it must still free the lock and hand
+// it to the waiter. Under REPEATABLE READ its snapshot, taken before the
+// wait, failed it with a serialization error: the release rolled back and
+// the lock stayed taken for a TTL. Dial runs its connections READ
+// COMMITTED.
+func TestDial_RepeatableReadDatabase_ReleaseHandsOn(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	var db string
+	queryRow(t, admin, "SELECT current_database()", nil, &db)
+	execSQL(t, admin, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET default_transaction_isolation = 'repeatable read'")
+	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	w := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("w"))
+	lh, err := h.Acquire(timeout(t, 10*time.Second), "rr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lw, err := w.Acquire(timeout(t, 30*time.Second), "rr")
+		if err == nil {
+			_ = lw.Release(context.Background())
+		}
+		got <- err
+	}()
+	waitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, "rr") == 1 })
+	// Another transaction changes the lock's row while the release waits
+	// for it.
+	tx, err := admin.Begin(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(timeout(t, 10*time.Second), "UPDATE baton_lock SET expires_at = expires_at WHERE name = 'rr'"); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- lh.Release(timeout(t, 20*time.Second)) }()
+	waitFor(t, 10*time.Second, "the release waits for the row", func() bool {
+		var n int
+		queryRow(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'", nil, &n)
+		return n >= 1
+	})
+	if err := tx.Commit(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release after waiting for the row: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("w: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("w was not handed the lock within 10s of the release")
+	}
+}
+
+// TestNew_PoolHooks_ListenerAndObserver: the connections a Locker opens
+// for itself (the listener waiters are woken through, an observer's) go
+// through the pool's BeforeConnect and AfterConnect, as the pool's own do:
+// here BeforeConnect supplies the port (the DSN's is wrong) and
+// AfterConnect the search_path where the lock table is.
+func TestNew_PoolHooks_ListenerAndObserver(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	execSQL(t, admin, "CREATE SCHEMA app")
+	pcfg, err := pgxpool.ParseConfig(withParam(t, dsn, "port", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	right, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.BeforeConnect = func(_ context.Context, c *pgx.ConnConfig) error {
+		c.Port = right.ConnConfig.Port
+		return nil
+	}
+	pcfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET search_path TO app")
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(timeout(t, 10*time.Second), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	locker := func(holder string) *baton.FencedLocker {
+		fl, err := postgres.New(timeout(t, 10*time.Second), pool, baton.WithHolder(holder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = fl.Close() })
+		return fl
+	}
+	a, b := locker("a"), locker("b")
+	terms, err := b.Observe(timeout(t, 30*time.Second), "hooks")
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	<-terms // no leader
+	la, err := a.Acquire(timeout(t, 10*time.Second), "hooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Acquire(timeout(t, 20*time.Second), "hooks") // waits: through the listener
+		if err == nil {
+			_ = lb.Release(context.Background())
+		}
+		got <- err
+	}()
+	if tm := <-terms; tm.Leader != "a" {
+		t.Fatalf("term %+v, want a", tm)
+	}
+	_ = la.Release(timeout(t, 10*time.Second))
+	if err := <-got; err != nil {
+		t.Fatalf("a waiting Acquire: %v", err)
+	}
+}
+
+// TestFirstObserve_BehindTableLock_HolderKeepsLease: the first Observe
+// adds triggers to the lock table, which waits behind anyone holding a
+// conflicting lock on it (autovacuum, here a LOCK TABLE for 1.5s), and
+// holds up every statement on the table meanwhile. Each try waits at most
+// 100ms, so a holder at MinTTL keeps renewing; Observe gets through once
+// the table is free. With a 1s wait the holder lost its lease.
+func TestFirstObserve_BehindTableLock_HolderKeepsLease(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	h := dial(t, dsn, baton.WithTTL(postgres.MinTTL), baton.WithHolder("h"))
+	obs := dial(t, dsn)
+	lease, err := h.Acquire(timeout(t, 10*time.Second), "stall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := admin.Begin(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(timeout(t, 10*time.Second), "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	observed := make(chan error, 1)
+	go func() {
+		_, err := obs.Observe(timeout(t, 30*time.Second), "stall")
+		observed <- err
+	}()
+	hold := time.NewTimer(1500 * time.Millisecond) // the table lock's span: 1.5 TTLs
+	select {
+	case err := <-observed:
+		t.Fatalf("Observe returned while the table was locked: %v", err)
+	case <-hold.C:
+	}
+	if err := tx.Commit(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-observed; err != nil {
+		t.Fatalf("Observe once the table was free: %v", err)
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("the holder lost its lease while the first Observe waited: %v", err)
+	}
+	_ = lease.Release(timeout(t, 10*time.Second))
+}
