@@ -195,15 +195,18 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, s
 				// created response reports. When that is no later than
 				// seen, it covers all that can have happened to the key
 				// since we saw it; otherwise check the key was not
-				// deleted before the watch started.
+				// deleted before the watch started, nor deleted and made
+				// again (etcd's concurrency.Mutex, which shares the
+				// layout, keeps one key name per session: a holder that
+				// locks again makes the name anew, behind us).
 				if wr.Header.Revision > seen {
 					octx, ocancel := b.op(ctx)
-					g, err := b.client.Get(octx, key, clientv3.WithCountOnly())
+					g, err := b.client.Get(octx, key, clientv3.WithKeysOnly())
 					ocancel()
 					if err != nil {
 						return b.fail(ctx, "check predecessor", err)
 					}
-					if g.Count == 0 {
+					if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev {
 						return nil
 					}
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -103,9 +104,12 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 		return cc, nil, bad("want etcd://host:port[,host:port]")
 	}
 	for _, hp := range strings.Split(u.Host, ",") {
-		host, port, ok := strings.Cut(hp, ":")
-		if hp == "" || !ok || host == "" || port == "" {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil || host == "" {
 			return cc, nil, bad(fmt.Sprintf("endpoint %q: want host:port", hp))
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+			return cc, nil, bad(fmt.Sprintf("endpoint %q: port must be 1 to 65535", hp))
 		}
 		cc.Endpoints = append(cc.Endpoints, "http://"+hp)
 	}

@@ -1,0 +1,80 @@
+package etcd_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+// TestWait_PredecessorMadeAgain: etcd's concurrency.Mutex, which shares
+// baton's key layout, keeps one key name per session, so a Mutex that
+// unlocks and locks again makes its key anew, behind a baton waiter
+// queued meanwhile. A waiter whose watch started after that must see its
+// predecessor gone (the key now has a later create revision), not wait
+// for it: the Mutex waits for the waiter, and both would wait for ever.
+func TestWait_PredecessorMadeAgain(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+	w := newLocker(t, "http://"+proxy.Addr(), baton.WithHolder("w"))
+	ctx := timeout(t, 60*time.Second)
+	cli := testsvc.Client(t, srv.Endpoint)
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	mu := concurrency.NewMutex(sess, etcd.DefaultPrefix+"job")
+	if err := mu.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, key := mu.Header().Revision, mu.Key() // Lock below writes them
+	held := proxy.HoldFirst([]byte(key))         // W's watch on its predecessor, the Mutex's key
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "job")
+		if err == nil {
+			_ = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	select {
+	case <-held.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("W sent no watch on the Mutex's key")
+	}
+	if err := mu.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relocked := make(chan error, 1)
+	go func() { relocked <- mu.Lock(ctx) }() // the same key name, made again behind W
+	for {
+		g, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Kvs) == 1 && g.Kvs[0].CreateRevision > first {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	held.Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("W: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("W still waits for the Mutex's key made again behind it, and the Mutex waits for W")
+	}
+	if err := <-relocked; err != nil {
+		t.Fatalf("the Mutex after W: %v", err)
+	}
+	_ = mu.Unlock(context.Background())
+}
