@@ -270,6 +270,46 @@ func (b *backend) deleteKey(ctx context.Context, s *session, key string) {
 	defer cancel()
 	if _, err := b.client.Delete(dctx, key); err != nil {
 		b.retire(s)
-		b.cfg.Logger.Warn("could not delete lock key; it ends with its session's lease, once no other lock uses that", "key", key, "err", err)
+		b.retryDelete(s, key, 0)
+		b.cfg.Logger.Warn("could not delete lock key; trying again while its session lives", "key", key, "err", err)
 	}
+}
+
+// retryDelete deletes key again every RenewEvery, in the background, until
+// a delete gets through, the session ends (its lease takes the key with
+// it) or the backend closes: a delete that failed (an outage) would
+// otherwise leave key first in line for as long as another lock of the
+// Locker keeps s alive (a leader's, for days). With rev, only while the
+// key is the one made at rev; without, the key name is s's, retired, which
+// no later acquisition uses again.
+func (b *backend) retryDelete(s *session, key string, rev int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.bg.Go(func() {
+		tick := time.NewTicker(b.cfg.RenewEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-b.bgCtx.Done():
+				return
+			case <-s.k.Done():
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(b.bgCtx, b.cfg.RequestTimeout)
+			var err error
+			if rev != 0 {
+				_, err = b.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+			} else {
+				_, err = b.client.Delete(ctx, key)
+			}
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	})
 }

@@ -149,7 +149,8 @@ func (h *hold) Release(ctx context.Context) error {
 	answered := time.Now()
 	if err != nil {
 		h.b.retire(h.s)
-		return h.b.fail(context.Background(), "delete lock key", fmt.Errorf("%w; the key goes with the session's lease, revoked once no other lock of this Locker uses it", err))
+		h.b.retryDelete(h.s, h.key, h.rev)
+		return h.b.fail(context.Background(), "delete lock key", fmt.Errorf("%w; it is deleted again in the background, and goes with the session's lease at the latest", err))
 	}
 	if !resp.Succeeded {
 		if errors.Is(h.s.k.Err(), baton.ErrClosed) {

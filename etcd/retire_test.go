@@ -57,6 +57,46 @@ func TestRelease_DeleteFailed_KeyGoesWithSession(t *testing.T) {
 	_ = ln.Release(context.Background())
 }
 
+// TestRelease_DeleteFailed_SessionPinned: as above, but another lock of
+// the Locker (a leadership, held for days) keeps the retired session
+// alive, so its lease would keep the key for as long. The delete is tried
+// again once the outage is over: another Locker waiting for the lock gets
+// it. Before, the key stayed first in line for as long as the leadership.
+func TestRelease_DeleteFailed_SessionPinned(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	var stall atomic.Bool
+	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if stall.Load() && method == "/etcdserverpb.KV/Txn" {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	l := interceptedLocker(t, srv.Endpoint, icpt, baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(500*time.Millisecond))
+	lead, err := l.Campaign(timeout(t, 5*time.Second), "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.TryAcquire(timeout(t, 5*time.Second), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaseOf(lease.Key()) != leaseOf(lead.Key()) {
+		t.Fatalf("x's key %s is not on the leadership's session", lease.Key())
+	}
+	releaseStalled(t, &stall, lease) // the outage is over when it returns
+	other := newLocker(t, srv.Endpoint)
+	lo, err := other.Acquire(timeout(t, 10*time.Second), "x") // 5 TTLs
+	if err != nil {
+		t.Fatalf("lock x, released during an outage now over, still taken: %v", err)
+	}
+	_ = lo.Release(context.Background())
+	if err := lead.Err(); err != nil {
+		t.Fatalf("the leadership ended: %v", err)
+	}
+	_ = lead.Release(context.Background())
+}
+
 // TestAcquire_LateCreate_KeyGoesWithSession: the create of a lock key
 // whose request failed (here the interceptor reports Unavailable) but whose
 // copy, held up in the network, is applied after Acquire cleaned up, would
