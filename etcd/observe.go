@@ -18,7 +18,9 @@ var _ baton.Observer = (*backend)(nil)
 // the lock's key range from the next revision, applying every revision's
 // events in order and sending a term each time the key with the lowest
 // create revision changes. Unlike concurrency.Election.Observe, it reports a term
-// with no leader when the last key goes.
+// with no leader when the last key goes, and it ends when the cluster stops
+// answering (a quorum read every RenewEvery), where a watch would stay open
+// and silent, reporting a leader that may be long gone.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -49,9 +51,18 @@ func (b *backend) snapshot(ctx context.Context, pfx string) (map[string]*mvccpb.
 }
 
 // observe is owned by Observe's caller through ctx; it closes ch when ctx
-// ends or the watch fails for good.
+// ends, the watch fails for good, or the cluster stops answering.
 func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string]*mvccpb.KeyValue, rev int64, ch chan<- baton.Term) {
 	defer close(ch)
+	// A client that reaches no member at all keeps its watch open and
+	// silent, reconnecting for ever (and a new watch blocks as long):
+	// every RenewEvery a quorum read asks whether the cluster answers, and
+	// one that fails ends the observation, through octx.
+	octx, end := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() { defer close(probed); b.probe(octx, pfx, end) }()
+	defer func() { end(); <-probed }()
+	ctx = octx
 	cur := term(name, keys)
 	if !send(ctx, ch, cur) {
 		return
@@ -117,6 +128,28 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 			if !send(ctx, ch, cur) {
 				return
 			}
+		}
+	}
+}
+
+// probe, owned by observe, ends the observation (end) when the cluster
+// does not answer a quorum read of the election's keys within the request
+// timeout, asking every RenewEvery until ctx ends.
+func (b *backend) probe(ctx context.Context, pfx string, end context.CancelFunc) {
+	tick := time.NewTicker(b.cfg.RenewEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		octx, cancel := b.op(ctx)
+		_, err := b.client.Get(octx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			end()
+			return
 		}
 	}
 }

@@ -149,3 +149,36 @@ func TestObserve_MemberLosesLeader(t *testing.T) {
 		t.Fatal("the observation ended with ctx, not by itself")
 	}
 }
+
+// TestObserve_ClusterGone: a client that reaches no member keeps its
+// watch open and silent, reconnecting for ever; the observation must end
+// (within a renewal period and a request timeout), not go on reporting the
+// last leader, who may be long gone.
+func TestObserve_ClusterGone(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	holder := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
+	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second))
+	ctx := timeout(t, 60*time.Second)
+	if _, err := holder.Acquire(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; tm.Leader != "h" {
+		t.Fatalf("first term %+v, want h", tm)
+	}
+	srv.Stop()
+	stopped := time.Now()
+	cfg := obs.Locker().Config()
+	select {
+	case tm, ok := <-terms:
+		if ok {
+			t.Fatalf("a term with the cluster gone: %+v", tm)
+		}
+		t.Logf("the observation ended %v after the member stopped", time.Since(stopped).Round(time.Millisecond))
+	case <-time.After(cfg.RenewEvery + cfg.RequestTimeout + 5*time.Second):
+		t.Fatal("the observation goes on with the only member stopped")
+	}
+}
