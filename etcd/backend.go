@@ -39,9 +39,9 @@ type backend struct {
 	sessions map[*session]struct{} // every session not yet revoked, sess among them
 	holds    map[*hold]struct{}
 	closed   bool
-	bg       sync.WaitGroup // revokes of retired sessions and sweeps of late keys, awaited by Close
+	bg       sync.WaitGroup // revokes of retired sessions, sweeps of late keys and retried deletes, awaited by Close
 	bgCtx    context.Context
-	bgStop   context.CancelFunc // ends the sweeps and the revokes of sessions lost by their deadline
+	bgStop   context.CancelFunc // ends the sweeps, the retried deletes and the revokes of sessions lost by their deadline
 
 	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
 }

@@ -43,7 +43,9 @@
 // (a copy held up in the network), and a delete may fail (an outage during
 // Release). Either retires the session: the next acquisition grants a new
 // one, and the retired one is revoked, with every key on it, once the
-// acquisitions and holds still on it are done. A session lost by its local
+// acquisitions and holds still on it are done. Meanwhile the delete is
+// tried again every RenewEvery: another lock of the Locker (a leadership)
+// may keep the retired session alive for days. A session lost by its local
 // deadline is revoked the same way when its last lease is released: a
 // renewal nobody heard back from may have kept it alive on the server.
 // Close revokes every session, in parallel, and lets the revoke of a

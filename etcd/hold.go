@@ -125,7 +125,9 @@ func (h *hold) watch(ctx context.Context) {
 // gone, or goes with its session's lease (revoked in the background once
 // no other hold uses it, when it was lost by its local deadline), and the
 // service may be unreachable, which would only make Release wait. When the
-// delete fails, the session is retired: the key goes with its lease.
+// delete fails, the session is retired, and the delete is tried again in
+// the background while the session lives (its lease takes the key at the
+// latest).
 func (h *hold) Release(ctx context.Context) error {
 	h.unhook()
 	h.cancel()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,10 +120,10 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 
 		observers: map[*observer]context.CancelCauseFunc{},
 	}
-	if err := b.ensureSchema(ctx); err != nil {
+	if err := b.checkIsolation(ctx); err != nil {
 		return nil, err
 	}
-	if err := b.checkIsolation(ctx); err != nil {
+	if err := b.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -141,9 +142,10 @@ func (b *backend) checkIsolation(ctx context.Context) error {
 	if err := b.pool.QueryRow(octx, "SHOW transaction_isolation").Scan(&level); err != nil {
 		return b.fail(ctx, "read the transaction isolation", err)
 	}
-	if level != "read committed" {
+	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+	if !strings.EqualFold(level, "read committed") && !strings.EqualFold(level, "read uncommitted") {
 		return &baton.OptionError{Option: "transaction isolation", Value: level,
-			Reason: "the lock's statements need READ COMMITTED; give baton a pool whose default_transaction_isolation is 'read committed' (in the DSN: default_transaction_isolation=read%20committed; Dial sets it)"}
+			Reason: "the lock's statements need READ COMMITTED; give baton a pool whose connections run it (SET default_transaction_isolation = 'read committed' in the pool's AfterConnect; Dial does)"}
 	}
 	return nil
 }
@@ -151,16 +153,17 @@ func (b *backend) checkIsolation(ctx context.Context) error {
 // connect opens a connection of its own (a listener's, an observer's)
 // with the pool's settings, its BeforeConnect and AfterConnect included
 // (credentials, search_path, Dial's statement_timeout), adjusted by
-// adjust.
+// adjust. The pool's BeforeClose is not called when it closes: it never
+// was the pool's.
 func (b *backend) connect(ctx context.Context, adjust func(*pgx.ConnConfig)) (*pgx.Conn, error) {
 	pc := b.pool.Config()
 	cfg := pc.ConnConfig.Copy()
-	adjust(cfg)
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
+	adjust(cfg) // last: what baton needs of it (no notification handler) wins
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -27,7 +27,9 @@ import (
 // statement_timeout, the server cancels any of the Locker's statements
 // after half the request timeout (baton.WithRequestTimeout), so that a
 // statement the Locker gave up on cannot take or extend a lease later;
-// it is SET on each new connection. Behind a pooler such as PgBouncer,
+// it is SET on each new connection, as is default_transaction_isolation
+// to READ COMMITTED, which the lock's statements need whatever the
+// database's or the role's default. Behind a pooler such as PgBouncer,
 // use session pooling: waiters LISTEN, and session settings must stay
 // with the connection that set them.
 func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedLocker, error) {

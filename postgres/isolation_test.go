@@ -218,3 +218,45 @@ func TestFirstObserve_BehindTableLock_HolderKeepsLease(t *testing.T) {
 	}
 	_ = lease.Release(timeout(t, 10*time.Second))
 }
+
+// TestNew_ReadUncommittedPool: PostgreSQL runs READ UNCOMMITTED as READ
+// COMMITTED, so a pool whose default it is works.
+func TestNew_ReadUncommittedPool(t *testing.T) {
+	pool := newPool(t, withParam(t, pg.Database(t), "default_transaction_isolation", "read uncommitted"))
+	fl, err := postgres.New(timeout(t, 10*time.Second), pool)
+	if err != nil {
+		t.Fatalf("New on a READ UNCOMMITTED pool: %v", err)
+	}
+	_ = fl.Close()
+}
+
+// TestInit_BehindTableLock: Init, an operator's one-off, waits up to 1s
+// for a conflicting lock on the table (autovacuum) to add the observers'
+// triggers; the first Observe's 100ms, with retries, is not Init's.
+func TestInit_BehindTableLock(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	_ = dial(t, dsn) // the tables, without the triggers
+	tx, err := admin.Begin(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(timeout(t, 10*time.Second), "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- postgres.Init(timeout(t, 10*time.Second), admin, "") }()
+	waitFor(t, 10*time.Second, "Init waits for the table", func() bool {
+		var n int
+		queryRow(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'", nil, &n)
+		return n >= 1
+	})
+	time.Sleep(300 * time.Millisecond) // the lock's span past that: an autovacuum pass, longer than 100ms
+	if err := tx.Commit(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Init behind a 300ms table lock: %v", err)
+	}
+}

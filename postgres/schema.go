@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -37,7 +38,7 @@ func Init(ctx context.Context, db Execer, table string) error {
 	// No arguments: pgx sends it with the simple protocol, all statements
 	// in one implicit transaction, so the advisory lock covers them all.
 	r := n.replacer()
-	if _, err := db.Exec(ctx, r.Replace(createSQL)+";\n"+r.Replace(observersSQL)); err != nil {
+	if _, err := db.Exec(ctx, r.Replace(createSQL)+";\n"+strings.ReplaceAll(r.Replace(observersSQL), "{lock_timeout}", "1s")); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("create lock tables %s: %w", n.table, context.Cause(ctx))
 		}

@@ -70,7 +70,7 @@ func newStatements(n names) statements {
 	return statements{
 		exists:       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL, to_regclass($2) IS NOT NULL AND NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'slot' AND NOT attisdropped)`,
 		create:       r.Replace(createSQL),
-		observers:    r.Replace(observersSQL),
+		observers:    strings.ReplaceAll(r.Replace(observersSQL), "{lock_timeout}", "100ms"),
 		attempt:      strings.ReplaceAll(r.Replace(attemptSQL), "{claim}", claimSQL),
 		renew:        r.Replace(renewSQL),
 		lockRow:      r.Replace(lockRowSQL),
@@ -160,19 +160,20 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
 
 // observersSQL adds the observers' function and triggers to the lease
 // table. CREATE TRIGGER waits for the table's writers and holds up the new
-// ones until it commits; lock_timeout bounds that wait (behind autovacuum,
-// or an UPDATE left open by hand), so that every lock in the table is not
-// held up behind it for long: 100ms, well below a renewal's margin at
-// MinTTL (Observe tries a few times, then fails with ErrUnavailable, and a
-// reconnecting observer tries again). Only Init and the first
-// Observe run it: the triggers cost every
+// ones until it commits; lock_timeout ({lock_timeout}) bounds that wait
+// (behind autovacuum, or an UPDATE left open by hand), so that every lock
+// in the table is not held up behind it for long: for the first Observe,
+// 100ms, well below a renewal's margin at MinTTL (it tries again until
+// its request timeout, then fails with ErrUnavailable, and a reconnecting
+// observer tries again); for Init, an operator's one-off, 1s. Only Init
+// and the first Observe run it: the triggers cost every
 // change of holder about a sixth of the contended throughput (and half the
 // uncontended), which a lock nobody observes need not pay. The function
 // names its table in static SQL, whose plan PL/pgSQL caches: a statement
 // planned on each call (EXECUTE) halved the lock's throughput. SET
 // search_path FROM CURRENT has it find the table its creator meant,
 // whatever the search_path of the session whose change fires it.
-const observersSQL = `SET LOCAL lock_timeout = '100ms';
+const observersSQL = `SET LOCAL lock_timeout = '{lock_timeout}';
 SELECT pg_advisory_xact_lock(hashtext('baton lock schema'), hashtext({lock_key}));
 CREATE OR REPLACE FUNCTION {observe_fn}() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
