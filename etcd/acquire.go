@@ -22,6 +22,22 @@ import (
 // with the lowest create revision holds the lock; the others wait in create
 // revision order, each watching only its predecessor.
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	h, err := b.acquireOnSession(ctx, req)
+	if errors.Is(err, errStaleSession) {
+		// The session's lease was gone before our create (revoked by
+		// another client, or ended unseen): we held nothing, so once
+		// more, on a new session.
+		h, err = b.acquireOnSession(ctx, req)
+	}
+	return h, err
+}
+
+// errStaleSession marks an acquisition whose create found its session's
+// lease gone.
+var errStaleSession = errors.New("the session lease ended before the lock key was created")
+
+// acquireOnSession is one acquisition on the current session.
+func (b *backend) acquireOnSession(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	s, err := b.session(ctx)
 	if err != nil {
 		return nil, err
@@ -38,7 +54,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		}
 	}()
 	h, err = b.acquire(sctx, s, req)
-	if err != nil && errors.Is(context.Cause(sctx), errSessionEnded) {
+	if err != nil && !errors.Is(err, errStaleSession) && errors.Is(context.Cause(sctx), errSessionEnded) {
 		return nil, fmt.Errorf("session ended while acquiring: %w", s.k.Err())
 	}
 	return h, err
@@ -64,7 +80,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	if err != nil {
 		if isLeaseGone(err) {
 			s.k.Lose(fmt.Errorf("etcd lease %x not found when creating %s", int64(s.id), key))
-			return nil, fmt.Errorf("%w: the session lease ended before the lock key was created", baton.ErrLeaseLost)
+			return nil, fmt.Errorf("%w: %w", baton.ErrLeaseLost, errStaleSession)
 		}
 		// The create may have been applied though its answer was lost
 		// (the caller gave up, the connection broke): the key would then

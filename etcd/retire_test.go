@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -312,4 +314,32 @@ func releaseStalled(t *testing.T, stall *atomic.Bool, lease *baton.FencedLease) 
 	if err := lease.Release(context.Background()); err == nil {
 		t.Fatal("Release whose delete stalled returned nil")
 	}
+}
+
+// TestAcquire_SessionRevokedUnseen: another client revokes the session's
+// lease (an operator's etcdctl lease revoke); an acquisition made before
+// the Locker notices finds the lease gone at its create. It must go on, on
+// a new session, not fail with ErrLeaseLost: it held nothing to lose.
+func TestAcquire_SessionRevokedUnseen(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	l := newLocker(t, srv.Endpoint, baton.WithTTL(30*time.Second)) // no renewal for 10s
+	la, err := l.TryAcquire(timeout(t, 5*time.Second), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := strconv.ParseInt(leaseOf(la.Key()), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testsvc.Client(t, srv.Endpoint).Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(id)); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := l.TryAcquire(timeout(t, 5*time.Second), "b")
+	if err != nil {
+		t.Fatalf("an acquisition after the session's lease was revoked: %v; want one on a new session", err)
+	}
+	if leaseOf(lb.Key()) == leaseOf(la.Key()) {
+		t.Errorf("b's key %s is on the revoked lease", lb.Key())
+	}
+	_ = lb.Release(context.Background())
 }
