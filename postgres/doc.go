@@ -296,8 +296,9 @@
 // What observers do not get:
 //
 //   - While an observer's connection is down nothing is reported. It
-//     connects again (after 50ms, then up to 2s apart, for as long as its
-//     context lasts) and reports what it then finds, by the rules above: a
+//     connects again (after 50ms, then up to 2s apart; when the database
+//     has not answered for one TTL, the observation ends, closing its
+//     channel) and reports what it then finds, by the rules above: a
 //     release or an expiry as no leader, a holder who took the lock
 //     directly after a term with no leader. Terms that began and ended
 //     while it was away are not seen, nor an empty term between two

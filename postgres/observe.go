@@ -55,9 +55,10 @@ var errNotObservable = errors.New("elections on this lock table cannot be observ
 // The observer reads notifications as they come, whether or not the
 // channel is read: terms wait for a slow reader in memory, in order, never
 // in PostgreSQL's notification queue. Its goroutines and connection end,
-// closing the channel, when ctx ends, when the Locker is closed, or when
-// the table can no longer be observed (dropped, or a privilege revoked);
-// a lost connection is made again. Observe fails (with an error wrapping
+// closing the channel, when ctx ends, when the Locker is closed, when
+// the table can no longer be observed (dropped, or a privilege revoked),
+// or when the database has not answered for one TTL; a lost connection is
+// made again meanwhile. Observe fails (with an error wrapping
 // baton.ErrUnavailable) when the database cannot be reached, or when the
 // lease table lacks the observers' triggers and this user may not add them
 // (only the table's owner may: run Init, or one Observe, as the owner; the
@@ -230,12 +231,14 @@ func (o *observer) drop() {
 	o.conn = nil
 }
 
-// run is the goroutine that owns the connection. It ends when ctx ends
-// or the table can no longer be observed; a lost connection is made
-// again, with backoff, for as long as ctx lasts.
+// run is the goroutine that owns the connection. It ends when ctx ends,
+// the table can no longer be observed, or the database has not answered
+// for one TTL (the leader it last reported may be long gone); a lost
+// connection is made again, with backoff, meanwhile.
 func (o *observer) run(ctx context.Context) {
 	defer close(o.ended)
 	defer o.drop()
+	var down time.Time // when the connection was lost; zero while it works
 	for {
 		var err error
 		if o.conn == nil {
@@ -247,12 +250,19 @@ func (o *observer) run(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err == nil:
+			down = time.Time{}
 		case !transient(err):
 			o.b.cfg.Logger.Warn("election observer stopped: it can no longer observe", "lock", o.name, "table", o.b.n.table, "err", err)
 			return
 		case o.conn != nil:
 			o.b.cfg.Logger.Warn("election observer lost its connection; reconnecting", "lock", o.name, "err", err)
 			o.drop()
+			down = time.Now()
+		case down.IsZero():
+			down = time.Now()
+		case time.Since(down) >= o.b.cfg.TTL:
+			o.b.cfg.Logger.Warn("election observer stopped: the database did not answer for a TTL", "lock", o.name, "ttl", o.b.cfg.TTL, "err", err)
+			return
 		}
 	}
 }

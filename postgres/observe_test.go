@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -560,4 +561,41 @@ func TestObserve_WriterSearchPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectTerms(t, terms, 5*time.Second, "-")
+}
+
+// TestObserve_DatabaseGone: an observer cut off from the database (a
+// partition: its reconnections get no answer) ends once it has not heard
+// from it for a TTL, instead of reporting the last leader for as long as
+// its context lasts.
+func TestObserve_DatabaseGone(t *testing.T) {
+	dsn := pg.Database(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testsvc.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	const ttl = 2 * time.Second
+	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))
+	obs := dial(t, u.String(), baton.WithTTL(ttl), baton.WithRequestTimeout(time.Second))
+	if _, err := a.Acquire(timeout(t, 10*time.Second), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	terms := observe(t, obs, "gone")
+	expectTerms(t, terms, 5*time.Second, "a")
+	proxy.Block()
+	proxy.Cut()
+	defer proxy.Unblock()
+	end := time.After(ttl + 2*time.Second + 3*time.Second + 5*time.Second) // TTL, the longest backoff, a few tries' timeouts, slack
+	for {
+		select {
+		case tm, ok := <-terms:
+			if !ok {
+				return
+			}
+			t.Fatalf("a term with the database gone: %+v", tm)
+		case <-end:
+			t.Fatal("the observation cut off from the database goes on")
+		}
+	}
 }
