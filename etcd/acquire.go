@@ -251,31 +251,7 @@ func (b *backend) abandonKey(ctx context.Context, s *session, key string) {
 // after the delete that cleaned up after it, while s, retired, still
 // lives on for the other locks it holds.
 func (b *backend) sweepLate(s *session, key string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	b.bg.Go(func() {
-		tick := time.NewTicker(b.cfg.RenewEvery)
-		defer tick.Stop()
-		end := time.NewTimer(b.cfg.TTL + b.cfg.RenewEvery) // the last tick too
-		defer end.Stop()
-		for {
-			select {
-			case <-b.bgCtx.Done():
-				return
-			case <-s.k.Done(): // the lease's end takes the key with it
-				return
-			case <-end.C:
-				return
-			case <-tick.C:
-				ctx, cancel := context.WithTimeout(b.bgCtx, b.cfg.RequestTimeout)
-				_, _ = b.client.Delete(ctx, key)
-				cancel()
-			}
-		}
-	})
+	b.redelete(s, key, 0, b.cfg.TTL+b.cfg.RenewEvery) // the last tick too
 }
 
 // deleteKey removes key, on session s, on a detached, bounded context:
@@ -299,6 +275,14 @@ func (b *backend) deleteKey(ctx context.Context, s *session, key string) {
 // key is the one made at rev; without, the key name is s's, retired, which
 // no later acquisition uses again.
 func (b *backend) retryDelete(s *session, key string, rev int64) {
+	b.redelete(s, key, rev, 0)
+}
+
+// redelete deletes key (by create revision rev, unless 0) every
+// RenewEvery in a goroutine the backend owns, until the session ends or
+// the backend closes; and then for span when not 0, or else until a
+// delete gets through.
+func (b *backend) redelete(s *session, key string, rev int64, span time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -307,11 +291,19 @@ func (b *backend) retryDelete(s *session, key string, rev int64) {
 	b.bg.Go(func() {
 		tick := time.NewTicker(b.cfg.RenewEvery)
 		defer tick.Stop()
+		var end <-chan time.Time // nil: no end but success
+		if span > 0 {
+			t := time.NewTimer(span)
+			defer t.Stop()
+			end = t.C
+		}
 		for {
 			select {
 			case <-b.bgCtx.Done():
 				return
-			case <-s.k.Done():
+			case <-s.k.Done(): // the lease's end takes the key with it
+				return
+			case <-end:
 				return
 			case <-tick.C:
 			}
@@ -323,7 +315,7 @@ func (b *backend) retryDelete(s *session, key string, rev int64) {
 				_, err = b.client.Delete(ctx, key)
 			}
 			cancel()
-			if err == nil {
+			if err == nil && span == 0 {
 				return
 			}
 		}
