@@ -28,13 +28,7 @@ import (
 func TestRelease_DeleteFailed_KeyGoesWithSession(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	var stall atomic.Bool
-	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if stall.Load() && method == "/etcdserverpb.KV/Txn" {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
+	icpt := stallTxns(&stall)
 	l := interceptedLocker(t, srv.Endpoint, icpt, baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(500*time.Millisecond))
 	lease, err := l.TryAcquire(timeout(t, 5*time.Second), "x")
 	if err != nil {
@@ -67,13 +61,7 @@ func TestRelease_DeleteFailed_KeyGoesWithSession(t *testing.T) {
 func TestRelease_DeleteFailed_SessionPinned(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	var stall atomic.Bool
-	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if stall.Load() && method == "/etcdserverpb.KV/Txn" {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
+	icpt := stallTxns(&stall)
 	l := interceptedLocker(t, srv.Endpoint, icpt, baton.WithTTL(2*time.Second), baton.WithReleaseTimeout(500*time.Millisecond))
 	lead, err := l.Campaign(timeout(t, 5*time.Second), "leader")
 	if err != nil {
@@ -301,6 +289,18 @@ func TestClose_FinishesRevokes(t *testing.T) {
 			t.Fatalf("lock %s after Close: %v; want it free", name, err)
 		}
 		_ = lo.Release(context.Background())
+	}
+}
+
+// stallTxns is an interceptor that, while stall is set, holds every Txn
+// until its context ends, as an outage would.
+func stallTxns(stall *atomic.Bool) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if stall.Load() && method == "/etcdserverpb.KV/Txn" {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }
 

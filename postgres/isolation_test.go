@@ -77,21 +77,10 @@ func TestDial_RepeatableReadDatabase_ReleaseHandsOn(t *testing.T) {
 	waitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, "rr") == 1 })
 	// Another transaction changes the lock's row while the release waits
 	// for it.
-	tx, err := admin.Begin(timeout(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(timeout(t, 10*time.Second), "UPDATE baton_lock SET expires_at = expires_at WHERE name = 'rr'"); err != nil {
-		t.Fatal(err)
-	}
+	tx := openTx(t, admin, "UPDATE baton_lock SET expires_at = expires_at WHERE name = 'rr'")
 	released := make(chan error, 1)
 	go func() { released <- lh.Release(timeout(t, 20*time.Second)) }()
-	waitFor(t, 10*time.Second, "the release waits for the row", func() bool {
-		var n int
-		queryRow(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'", nil, &n)
-		return n >= 1
-	})
+	waitFor(t, 10*time.Second, "the release waits for the row", func() bool { return lockWaits(t, admin) })
 	if err := tx.Commit(timeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -188,14 +177,7 @@ func TestFirstObserve_BehindTableLock_HolderKeepsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := admin.Begin(timeout(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(timeout(t, 10*time.Second), "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := openTx(t, admin, "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE")
 	observed := make(chan error, 1)
 	go func() {
 		_, err := obs.Observe(timeout(t, 30*time.Second), "stall")
@@ -237,21 +219,10 @@ func TestInit_BehindTableLock(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
 	_ = dial(t, dsn) // the tables, without the triggers
-	tx, err := admin.Begin(timeout(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(timeout(t, 10*time.Second), "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := openTx(t, admin, "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE")
 	done := make(chan error, 1)
 	go func() { done <- postgres.Init(timeout(t, 10*time.Second), admin, "") }()
-	waitFor(t, 10*time.Second, "Init waits for the table", func() bool {
-		var n int
-		queryRow(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'", nil, &n)
-		return n >= 1
-	})
+	waitFor(t, 10*time.Second, "Init waits for the table", func() bool { return lockWaits(t, admin) })
 	time.Sleep(300 * time.Millisecond) // the lock's span past that: an autovacuum pass, longer than 100ms
 	if err := tx.Commit(timeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
@@ -259,4 +230,27 @@ func TestInit_BehindTableLock(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Init behind a 300ms table lock: %v", err)
 	}
+}
+
+// openTx begins a transaction on admin that runs sql and stays open, rolled
+// back when t ends unless the test commits it.
+func openTx(t *testing.T, admin *pgxpool.Pool, sql string) pgx.Tx {
+	t.Helper()
+	tx, err := admin.Begin(timeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(timeout(t, 10*time.Second), sql); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// lockWaits reports whether a statement in the test's database waits for
+// a lock.
+func lockWaits(t *testing.T, admin *pgxpool.Pool) bool {
+	var n int
+	queryRow(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'", nil, &n)
+	return n >= 1
 }

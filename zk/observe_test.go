@@ -68,24 +68,14 @@ func TestObserve_SlowReader(t *testing.T) {
 	a := dial(t, servers, zk.Settings{}, baton.WithHolder("a"))
 	obs := dial(t, servers, zk.Settings{})
 	name := uniqueName(t)
-	queued := make(chan baton.Term, 64)
-	zk.OnObserved(obs.Locker(), func(tm baton.Term) { queued <- tm })
-	terms, err := obs.Observe(timeout(t, 60*time.Second), name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	terms, nextQueued := observeQueued(t, obs, name)
 	waitQueued := func(leader bool) string {
 		t.Helper()
-		select {
-		case tm := <-queued:
-			if tm.NoLeader() == leader {
-				t.Fatalf("queued term %+v; want leader %v", tm, leader)
-			}
-			return tm.Key
-		case <-time.After(10 * time.Second):
-			t.Fatal("the observation queued no term within 10s while its reader was away")
-			return ""
+		tm := nextQueued()
+		if tm.NoLeader() == leader {
+			t.Fatalf("queued term %+v; want leader %v", tm, leader)
 		}
+		return tm.Key
 	}
 	want := []string{waitQueued(false)} // no leader yet
 	for range 4 {                       // the reader takes nothing meanwhile
@@ -126,22 +116,9 @@ func TestObserve_SlowReader_EndsWithQueue(t *testing.T) {
 	// (lastZxid, go-zookeeper/zk#35) when it reconnects with watches set.
 	defer obs.Close()
 	name := uniqueName(t)
-	queued := make(chan baton.Term, 64)
-	zk.OnObserved(obs.Locker(), func(tm baton.Term) { queued <- tm })
-	terms, err := obs.Observe(timeout(t, 60*time.Second), name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	terms, nextQueued := observeQueued(t, obs, name)
 	var want []string
-	next := func() {
-		t.Helper()
-		select {
-		case tm := <-queued:
-			want = append(want, tm.Key)
-		case <-time.After(10 * time.Second):
-			t.Fatal("the observation queued no term within 10s while its reader was away")
-		}
-	}
+	next := func() { t.Helper(); want = append(want, nextQueued().Key) }
 	next() // no leader
 	l, err := a.Acquire(timeout(t, 10*time.Second), name)
 	if err != nil {
@@ -169,5 +146,28 @@ func TestObserve_SlowReader_EndsWithQueue(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("the reader got %q before the channel closed; want every term queued, %q", got, want)
+	}
+}
+
+// observeQueued observes name on obs, and returns the terms and a func that
+// waits for the next term the observation queues for its reader (failing
+// t after 10s), whether or not the reader has taken it.
+func observeQueued(t *testing.T, obs *baton.FencedLocker, name string) (<-chan baton.Term, func() baton.Term) {
+	t.Helper()
+	queued := make(chan baton.Term, 64)
+	zk.OnObserved(obs.Locker(), func(tm baton.Term) { queued <- tm })
+	terms, err := obs.Observe(timeout(t, 60*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return terms, func() baton.Term {
+		t.Helper()
+		select {
+		case tm := <-queued:
+			return tm
+		case <-time.After(10 * time.Second):
+			t.Fatal("the observation queued no term within 10s while its reader was away")
+			return baton.Term{}
+		}
 	}
 }

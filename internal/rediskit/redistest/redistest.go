@@ -283,7 +283,7 @@ type CountScript struct {
 // ProcessHook implements goredis.Hook.
 func (h *CountScript) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == h.SHA {
+		if ScriptSHA(cmd) == h.SHA {
 			h.N.Add(1)
 		}
 		return next(ctx, cmd)
@@ -315,8 +315,8 @@ func (h *CountRoundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) 
 	}
 }
 
-// HoldScript is a go-redis hook that holds every EVALSHA of the script
-// SHA back, unsent, until Let: a test can then act between a request and
+// HoldScript is a go-redis hook that holds every run (EVALSHA or EVAL) of
+// the script SHA back, unsent, until Let: a test can then act between a request and
 // its arrival (a renewal due while another client takes the key). Build
 // it with NewHoldScript.
 type HoldScript struct {
@@ -342,7 +342,7 @@ func (h *HoldScript) Let() { h.let.Do(func() { close(h.gate) }) }
 // ProcessHook implements goredis.Hook.
 func (h *HoldScript) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") && args[1] == h.sha {
+		if ScriptSHA(cmd) == h.sha {
 			select {
 			case <-h.gate:
 			default:
