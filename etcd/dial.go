@@ -108,7 +108,7 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 		if err != nil || host == "" {
 			return cc, nil, bad(fmt.Sprintf("endpoint %q: want host:port", hp))
 		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		if _, ok := urlparam.Port(port); !ok {
 			return cc, nil, bad(fmt.Sprintf("endpoint %q: port must be 1 to 65535", hp))
 		}
 		cc.Endpoints = append(cc.Endpoints, "http://"+hp)

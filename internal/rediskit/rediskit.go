@@ -93,8 +93,8 @@ func HostPort(h string) (string, error) {
 	if host == "" {
 		return "", fmt.Errorf("no host in %s", strconv.Quote(h))
 	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n <= 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" || port[0] == '0' {
+	n, ok := urlparam.Port(port)
+	if !ok {
 		return "", fmt.Errorf("bad port %s: want a number from 1 to 65535", strconv.Quote(port))
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {

@@ -5,6 +5,7 @@ package urlparam
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -57,4 +58,14 @@ func Positive(key, value, example string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s=%s must be positive, such as %s; leave it out for the default", key, baton.Printable(value), example)
 	}
 	return d, nil
+}
+
+// Port reads a URL's port: a plain decimal number from 1 to 65535, no
+// sign and no leading zero, so that one port has one spelling.
+func Port(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 || s[0] == '0' || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, false
+	}
+	return n, true
 }

@@ -51,3 +51,11 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestPort(t *testing.T) {
+	for in, want := range map[string]int{"1": 1, "6379": 6379, "65535": 65535, "0": 0, "01": 0, "+1": 0, "-1": 0, "65536": 0, "x": 0, "": 0, " 1": 0} {
+		if got, ok := Port(in); got != want || ok != (want != 0) {
+			t.Errorf("Port(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+}
