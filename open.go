@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -129,32 +130,29 @@ func Printable(s string) string {
 	return s
 }
 
-// Redact returns rawURL with any password replaced by "xxxxx". It also
-// handles strings url.Parse rejects, so error messages never leak one.
-func Redact(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil {
-		return u.Redacted()
+// Redact returns s, a URL or a key=value connection string, with its
+// passwords replaced by "xxxxx", so that error messages never show one: the
+// password of a URL's user information, and password= and sslpassword= in
+// a URL's query or among key=value pairs. A password holding '/', '?' or
+// '#' unescaped ends the authority early for url.Parse (a "port" that is
+// not one, or even a valid URL with the rest of the password in its path),
+// so Redact does not rely on it: whatever lies between the first ':' after
+// "://" and the last '@' is hidden. An '@' later in a URL (in a query, say)
+// hides more than the password, never less.
+func Redact(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return kvPassword.ReplaceAllString(s, "${1}xxxxx")
 	}
-	// Unparseable: cut out whatever sits between "://user:" and the last "@"
-	// of the authority.
-	s := rawURL
-	i := strings.Index(s, "://")
-	if i < 0 {
-		return s
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+			rest = user + ":xxxxx" + rest[at:]
+		}
 	}
-	rest := s[i+3:]
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	auth := rest[:end]
-	at := strings.LastIndex(auth, "@")
-	if at < 0 {
-		return s
-	}
-	user := auth[:at]
-	if c := strings.Index(user, ":"); c >= 0 {
-		user = user[:c] + ":xxxxx"
-	}
-	return s[:i+3] + user + auth[at:] + rest[end:]
+	return scheme + "://" + queryPassword.ReplaceAllString(rest, "${1}xxxxx")
 }
+
+var (
+	kvPassword    = regexp.MustCompile(`(?i)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+	queryPassword = regexp.MustCompile(`(?i)([?&;](?:ssl)?password=)[^&#]*`)
+)

@@ -18,11 +18,49 @@ func TestRedact(t *testing.T) {
 		{"redis://:hunter2@h:6379/0", "redis://:xxxxx@h:6379/0"},
 		{"postgres://app:s3cr%t@db/x", "postgres://app:xxxxx@db/x"}, // unparseable escape
 		{"zk://u:p@h1:2181,h2:2181/root", "zk://u:xxxxx@h1:2181,h2:2181/root"},
+		// A password holding '/', '?' or '#' ends url.Parse's authority
+		// early: refused as a bad port, or even parsed, with the rest of
+		// the password in the path.
+		{"postgres://user:pa/ss@db:5432/app", "postgres://user:xxxxx@db:5432/app"},
+		{"redis://:se#cret@host:6379/0", "redis://:xxxxx@host:6379/0"},
+		{"redis://:12/34@host:6379/0", "redis://:xxxxx@host:6379/0"},
+		{"postgres://me@corp.com:pw@db/x", "postgres://me@corp.com:xxxxx@db/x"},
+		{"postgres://app@db/x?sslmode=disable&password=s3cret", "postgres://app@db/x?sslmode=disable&password=xxxxx"},
+		{"host=db user=app password=s3cret dbname=app", "host=db user=app password=xxxxx dbname=app"},
+		{"host=db password='s3 cret' sslpassword=k3y", "host=db password=xxxxx sslpassword=xxxxx"},
+		{"postgres://app@db/x", "postgres://app@db/x"},
+		{"sqlite:/var/lib/fence.db", "sqlite:/var/lib/fence.db"},
 	} {
 		if got := baton.Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
+}
+
+// FuzzRedact builds URLs and key=value strings around a password and
+// checks that Redact hides it, whatever characters it holds.
+func FuzzRedact(f *testing.F) {
+	for _, pw := range []string{"s3cret", "pa/ss", "se#cret", "12/34", "a?b@c", "p@ss:word", "x y"} {
+		f.Add("app", pw, "db:5432/x")
+	}
+	f.Fuzz(func(t *testing.T, user, pw, rest string) {
+		if len(pw) < 4 || strings.ContainsAny(user, ":@") || strings.Contains(user+rest, pw) || strings.Contains("postgres://xxxxx@ password=", pw) {
+			return // no password to find, or one the rest of the string shows anyway
+		}
+		for _, s := range []string{
+			"postgres://" + user + ":" + pw + "@" + strings.ReplaceAll(rest, "@", ""),
+		} {
+			if got := baton.Redact(s); strings.Contains(got, pw) {
+				t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
+			}
+		}
+		if !strings.ContainsAny(pw, " \t\n\v\f\r'") && !strings.ContainsAny(user+rest, "=") {
+			s := "host=" + user + " password=" + pw + " dbname=" + rest
+			if got := baton.Redact(s); strings.Contains(got, pw) {
+				t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
+			}
+		}
+	})
 }
 
 func TestOpeners_Open_Errors(t *testing.T) {

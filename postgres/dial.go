@@ -153,7 +153,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 // Its errors are *baton.OptionError and never show the password.
 func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 	bad := func(reason string) error {
-		return &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Printable(pgkit.RedactURL(u)), Reason: reason}
+		return &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Printable(baton.Redact(u.String())), Reason: reason}
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return "", nil, bad(`scheme must be "postgres" or "postgresql"`)

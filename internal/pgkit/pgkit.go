@@ -7,8 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,35 +63,9 @@ func ParseReason(err error) string {
 	return baton.Printable(msg) + "; write it as postgres://user@host:port/database"
 }
 
-// RedactURL shows u without its password, in the user part or the query.
-func RedactURL(u *url.URL) string {
-	c := *u
-	if q, err := url.ParseQuery(c.RawQuery); err == nil {
-		for _, k := range []string{"password", "sslpassword"} {
-			if q.Has(k) {
-				q.Set(k, "xxxxx")
-			}
-		}
-		c.RawQuery = q.Encode()
-	} else {
-		c.RawQuery = "..."
-	}
-	return c.Redacted()
-}
-
-var kvPassword = regexp.MustCompile(`(?i)((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
-
 // RedactDSN shows a URL or key=value connection string without passwords,
-// printable.
-func RedactDSN(dsn string) string {
-	if strings.Contains(dsn, "://") {
-		if u, err := url.Parse(dsn); err == nil {
-			return baton.Printable(RedactURL(u))
-		}
-		dsn = baton.Redact(dsn)
-	}
-	return baton.Printable(kvPassword.ReplaceAllString(dsn, "${1}xxxxx"))
-}
+// printable (baton.Redact).
+func RedactDSN(dsn string) string { return baton.Printable(baton.Redact(dsn)) }
 
 // Refused reports whether err is the server's refusal of the connection's
 // own settings, which trying again cannot mend: an unknown role, a wrong
