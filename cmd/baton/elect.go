@@ -40,7 +40,7 @@ and exits with COMMAND's code, or 76 if leadership turns out lost then (seen
 as COMMAND exited, or by the resignation). As under baton run, elect
 resigns only once no process of COMMAND's group is left (those still
 running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT,
-SIGTERM and SIGHUP sent to elect while COMMAND runs are passed on to its
+SIGTERM, SIGHUP and SIGQUIT sent to elect while COMMAND runs are passed on to its
 process group, and elect then exits with COMMAND's code; any of them while
 elect still campaigns makes it exit 130. Ctrl-Z stops COMMAND's group, then
 elect, as under baton run.
@@ -50,7 +50,7 @@ and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and
 ETCD_LOCK_REV). With --fence, the fence for NAME is raised to the token
 before each term's COMMAND starts; the fence store is given 10s to answer
 (after that the term ends, and elect campaigns again after a pause, as after
-a stale token), and SIGINT, SIGTERM or SIGHUP while elect waits for it make
+a stale token), and SIGINT, SIGTERM, SIGHUP or SIGQUIT while elect waits for it make
 it exit 130. A term whose lease ran out before COMMAND could start ends the
 same way.
 
@@ -111,7 +111,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 	for {
 		lease, token, err := s.take(ctx, name, (*baton.Locker).Campaign, (*baton.FencedLocker).Campaign)
 		if err != nil {
-			if err := interrupted(ctx, err); !led || !transient(err) {
+			if err := interrupted(ctx, err, "while campaigning"); !led || !transient(err) {
 				return err
 			}
 			if err := pause.wait(ctx, s.stderr, fmt.Sprintf("campaign for %s failed: %v", name, err)); err != nil {
@@ -211,7 +211,7 @@ func (b *backoff) next() time.Duration {
 func (b *backoff) reset() { b.failures = 0 }
 
 // wait says why elect campaigns again (why, on w) and after how long, then
-// waits the next pause, or returns exit 130 if SIGINT, SIGTERM or SIGHUP
+// waits the next pause, or returns exit 130 if SIGINT, SIGTERM, SIGHUP or SIGQUIT
 // (ctx) comes first.
 func (b *backoff) wait(ctx context.Context, w io.Writer, why string) error {
 	d := b.next()

@@ -22,7 +22,7 @@ const (
 	exitLeaseLost   = 76  // the lease was lost while the command ran
 	exitStale       = 77  // the fence refused our token
 	exitCannotRun   = 127 // the command could not be started (as sh says "not found")
-	exitInterrupted = 130 // SIGINT, SIGTERM or SIGHUP while waiting for the lock (128+SIGINT, as sh)
+	exitInterrupted = 130 // SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting for the lock (128+SIGINT, as sh)
 	exitFailure     = 1   // anything else
 )
 

@@ -115,7 +115,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 	s.storeAt = "fence store " + baton.Printable(baton.Redact(c.fence))
 	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
 		_ = locker.Close()
-		return nil, err
+		return nil, interrupted(cmd.Context(), err, "while opening the "+s.storeAt)
 	}
 	return s, nil
 }
@@ -185,11 +185,8 @@ func (s *leaseSession) take(ctx context.Context, name string,
 // before the command could start (ctx is cancelled then) starts nothing:
 // exit 130, and the caller releases the lease.
 func (s *leaseSession) supervise(ctx context.Context, name string, lease *baton.Lease, token baton.Token, argv []string) (supervised, error) {
-	if ctx.Err() != nil {
-		return supervised{}, &exitError{code: exitInterrupted, msg: "interrupted before the command started"}
-	}
 	env := commandEnv(s.backend, name, lease, token, s.fenced != nil)
-	return supervise(lease, argv, env, s.grace, s.stdin, s.stdout, s.stderr, s.log)
+	return supervise(ctx, lease, argv, env, s.grace, s.stdin, s.stdout, s.stderr, s.log)
 }
 
 // storeTimeout bounds each request baton run and elect make to the fence
@@ -200,7 +197,7 @@ const storeTimeout = 10 * time.Second
 // fenceCall makes call, a request to the fence store described by what
 // ("raise the fence ..."), on ctx bounded by storeTimeout. A store that does
 // not answer within it fails the call as unavailable (exit 69); SIGINT,
-// SIGTERM or SIGHUP (ctx cancelled) interrupt it (exit 130). Pass a
+// SIGTERM, SIGHUP or SIGQUIT (ctx cancelled) interrupt it (exit 130). Pass a
 // detached ctx for a request no signal may interrupt.
 func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(context.Context) error) error {
 	late := &baton.UnavailableError{Where: s.storeAt, Err: fmt.Errorf("no answer within %v to %s; check that it runs and is reachable (a PostgreSQL raise also waits for the fenced transactions of an older holder to end: one held open, or frozen, keeps it waiting)", storeTimeout, what)}
@@ -218,10 +215,12 @@ func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(con
 	return err
 }
 
-// interrupted turns a wait cut short by SIGINT, SIGTERM or SIGHUP into exit 130.
-func interrupted(ctx context.Context, err error) error {
+// interrupted turns a wait cut short by one of passedOn (ctx cancelled)
+// into exit 130, saying what was interrupted ("while waiting for the
+// lock").
+func interrupted(ctx context.Context, err error, while string) error {
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the lock"}
+		return &exitError{code: exitInterrupted, msg: "interrupted " + while}
 	}
 	return err
 }

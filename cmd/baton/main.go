@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -21,12 +22,20 @@ func mainCode() int {
 	// go-redis logs dial failures through a process-wide logger; baton
 	// reports them as errors on one line instead.
 	goredis.SetLogger(quietRedis{})
+	// A write to a closed stdout or stderr (a log pipe that went away)
+	// would kill baton with SIGPIPE and leave the command's group running
+	// without a lease; caught, the signal only fails the write. The
+	// command gets the default back (a caught signal is reset on exec; an
+	// ignored one would be inherited).
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	ctx, stop := signalContext()
 	defer stop()
 	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }
 
-// signalContext is cancelled by SIGINT, SIGTERM or SIGHUP (those not
+// signalContext is cancelled by SIGINT, SIGTERM, SIGHUP or SIGQUIT (those not
 // ignored at start: see handled), which ends a wait for a lock (exit 130)
 // and leaves its queue. While baton run or elect runs a command, supervise
 // passes the same signals on to the command's process group instead.

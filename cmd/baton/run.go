@@ -44,7 +44,7 @@ SIGKILL after --grace. The lock is released only once no process of the
 group is left: if COMMAND exits while processes it started still run, they
 get SIGTERM and SIGKILL after --grace, and baton then exits with COMMAND's
 code. Processes that leave the group (setsid, daemons) are neither waited
-for nor stopped. SIGINT, SIGTERM and SIGHUP sent to baton while COMMAND runs
+for nor stopped. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton while COMMAND runs
 are passed on to its process group, each SIGTERM or passed-on signal
 followed by SIGCONT so that a stopped process acts on it, and baton then
 exits with COMMAND's code; any of them while baton still waits for the lock
@@ -65,14 +65,17 @@ COMMAND starts: from then on no older holder can write through it. With
 a run whose COMMAND exits 0 is marked done (fenced: a stale holder cannot),
 before the lock is released and unless the lease was seen lost. Each request
 to the fence store is given 10s: one that gets no answer in time makes baton
-exit 69, and SIGINT, SIGTERM or SIGHUP while baton waits for one before
+exit 69, and SIGINT, SIGTERM, SIGHUP or SIGQUIT while baton waits for one before
 COMMAND starts, 130; marking a run done, after COMMAND, is not cut short
 (the lock is released either way). A run cut off before its mark (a lost
 lease, a failed command) runs again on the next try: COMMAND's writes must
 be fenced or idempotent for that.
 
 --wait defaults to 0, one attempt: replicas started by cron at the same time
-should not queue up and run the job again after the winner.
+should not queue up and run the job again after the winner. A longer wait
+goes on through a lock service that stops answering for a while (or loses
+the session the wait was made on); when it runs out, one last attempt names
+the holder (exit 75) or finds the lock service unreachable (exit 69).
 
 Exit codes:
   COMMAND's own  COMMAND ran to the end holding the lease (128+N if killed by signal N)
@@ -81,7 +84,7 @@ Exit codes:
   77             the fence refused the token (a newer holder exists)
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
-  130            interrupted (SIGINT, SIGTERM or SIGHUP) while waiting for the lock or the fence store
+  130            interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT) while waiting for the lock or the fence store
   2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
@@ -236,22 +239,50 @@ func (s *leaseSession) runDone(ctx context.Context, name, id string) (bool, erro
 // errWaited is the cause of an acquisition that ran out of --wait.
 var errWaited = errors.New("not acquired within --wait")
 
-// acquire takes the lock, once when wait is 0.
+// acquire takes the lock, once when wait is 0. A wait goes on through a
+// lock service that stops answering, or loses the session the wait was
+// made on (a pause longer than the TTL): nothing was held, and --wait
+// still runs. When --wait runs out, one last attempt says why the lock was
+// not acquired: another holder has it (exit 75, naming it), or the lock
+// service does not answer (exit 69), which a wait blocked on a silent
+// service cannot tell apart from a long queue.
 func acquire(ctx context.Context, s *leaseSession, name string, wait time.Duration) (*baton.Lease, baton.Token, error) {
 	if wait == 0 {
-		lease, token, err := s.take(ctx, name, (*baton.Locker).TryAcquire, (*baton.FencedLocker).TryAcquire)
-		if err != nil && errors.Is(err, baton.ErrNotAcquired) {
-			return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (--wait 0 makes one attempt)", unwrapNotAcquired(err))}
-		}
-		return lease, token, interrupted(ctx, err)
+		return tryOnce(ctx, s, name, "--wait 0 makes one attempt")
 	}
 	wctx, cancel := context.WithTimeoutCause(ctx, wait, errWaited)
 	defer cancel()
-	lease, token, err := s.take(wctx, name, (*baton.Locker).Acquire, (*baton.FencedLocker).Acquire)
-	if err != nil && errors.Is(err, errWaited) {
-		return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("lock %q not acquired within --wait %v: another holder has it", name, wait)}
+	var pause backoff
+	for {
+		lease, token, err := s.take(wctx, name, (*baton.Locker).Acquire, (*baton.FencedLocker).Acquire)
+		switch {
+		case err == nil:
+			return lease, token, nil
+		case errors.Is(context.Cause(wctx), errWaited):
+			return tryOnce(ctx, s, name, fmt.Sprintf("waited --wait %v, then tried once more", wait))
+		case ctx.Err() == nil && transient(err):
+			d := pause.next()
+			fmt.Fprintf(s.stderr, "baton: %v; waiting on for the lock, again in %v\n", err, d.Round(time.Millisecond))
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-wctx.Done():
+				t.Stop()
+			}
+			continue
+		}
+		return nil, 0, interrupted(ctx, err, "while waiting for the lock")
 	}
-	return lease, token, interrupted(ctx, err)
+}
+
+// tryOnce makes one attempt at the lock; how says how baton came to it,
+// for the message when another holder has the lock (exit 75).
+func tryOnce(ctx context.Context, s *leaseSession, name, how string) (*baton.Lease, baton.Token, error) {
+	lease, token, err := s.take(ctx, name, (*baton.Locker).TryAcquire, (*baton.FencedLocker).TryAcquire)
+	if err != nil && errors.Is(err, baton.ErrNotAcquired) {
+		return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (%s)", unwrapNotAcquired(err), how)}
+	}
+	return lease, token, withHint(s.backend, interrupted(ctx, err, "while waiting for the lock"))
 }
 
 func unwrapNotAcquired(err error) error {

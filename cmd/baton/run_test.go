@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence"
 	"github.com/baton-go/baton/internal/testsvc"
 )
@@ -181,11 +183,11 @@ func TestRun_Fence(t *testing.T) {
 }
 
 // TestRun_SignalPassedOn: each signal baton passes on (SIGINT, SIGTERM,
-// SIGHUP) reaches the command, baton exits with the command's code and
-// frees the lock.
+// SIGHUP, SIGQUIT) reaches the command, baton exits with the command's code
+// and frees the lock.
 func TestRun_SignalPassedOn(t *testing.T) {
 	backend := etcdBackend(t)
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} { // as run --help says
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} { // as run --help says
 		name := unix.SignalName(sig)
 		t.Run(name, func(t *testing.T) {
 			started := filepath.Join(t.TempDir(), "started")
@@ -483,7 +485,7 @@ func TestRun_ZooKeeper(t *testing.T) {
 	}
 }
 
-// TestRun_InterruptedWhileWaiting: SIGINT, SIGTERM or SIGHUP sent to a baton
+// TestRun_InterruptedWhileWaiting: SIGINT, SIGTERM, SIGHUP or SIGQUIT sent to a baton
 // that still waits for the lock ends the wait with exit 130 and takes it off
 // the queue; the holder runs on undisturbed.
 func TestRun_InterruptedWhileWaiting(t *testing.T) {
@@ -491,7 +493,7 @@ func TestRun_InterruptedWhileWaiting(t *testing.T) {
 	started := filepath.Join(t.TempDir(), "started")
 	holder := startBaton(t, "run", "--backend", backend, "held", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
 	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} { // as run --help says
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} { // as run --help says
 		name := unix.SignalName(sig)
 		t.Run(name, func(t *testing.T) {
 			waiter := startBaton(t, "run", "--backend", backend, "--wait", "60s", "held", "--", "true")
@@ -668,4 +670,126 @@ func TestLook_ZooKeeperSessionTimeoutFromURL(t *testing.T) {
 		t.Errorf("release --force with session-timeout=8s in the URL: exit %d, %q", r.code, r.stderr)
 	}
 	t.Logf("release --force of a free lock: exit %d, %q", r.code, strings.TrimSpace(r.stderr))
+}
+
+// TestRun_LostWithStderrGone: a lease lost while baton's stderr is a pipe
+// nobody reads any more (a log pipe that went away) still stops the
+// command's whole group and exits 76: the message baton cannot write must
+// not kill it (SIGPIPE) and leave the group running without the lock.
+func TestRun_LostWithStderrGone(t *testing.T) {
+	backend := etcdBackend(t)
+	pgidFile := filepath.Join(t.TempDir(), "pgid")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := batonCmd("run", "--backend", backend, "--grace", "1s", "gone", "--", "sh", "-c", "sleep 60 & echo $$ > "+pgidFile+"; wait")
+	cmd.Stderr = w
+	p := &execResult{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stdout = p.stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	_ = r.Close() // from now on, a write to baton's stderr finds no reader
+	go func() { _ = cmd.Wait(); p.code = cmd.ProcessState.ExitCode(); close(p.done) }()
+	var pgid int
+	waitFor(t, 30*time.Second, func() bool {
+		b, err := os.ReadFile(pgidFile)
+		pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pgid > 0
+	}, func() string { return "the command never started" })
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL); _ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); <-p.done })
+	if rr := runInProcess("release", "--force", "--backend", backend, "gone"); rr.code != 0 {
+		t.Fatalf("release --force: %d %q", rr.code, rr.stderr)
+	}
+	p.wait(t)
+	if st := cmd.ProcessState; st.ExitCode() != exitLeaseLost {
+		t.Errorf("baton ended %v, want exit 76", st)
+	}
+	if n := liveInGroup(pgid); n != 0 {
+		t.Errorf("%d processes of the command's group alive after baton exited", n)
+	}
+}
+
+// TestRun_InterruptedWhileConnecting: a stop signal while baton still
+// connects to a lock service that does not answer is exit 130, as while it
+// waits for the lock.
+func TestRun_InterruptedWhileConnecting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			_ = (<-accepted).Close()
+		}
+	}()
+	p := startBaton(t, "run", "--backend", "redis://"+ln.Addr().String()+"?request-timeout=30s", "x", "--", "true")
+	select {
+	case c := <-accepted:
+		accepted <- c
+	case <-time.After(30 * time.Second):
+		t.Fatalf("baton never connected: %q", p.stderr.String())
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.wait(t); r.code != exitInterrupted || !strings.Contains(r.stderr, "interrupted while connecting to redis://") {
+		t.Fatalf("exit %d, stderr %q; want 130, interrupted while connecting", r.code, r.stderr)
+	}
+}
+
+// TestRun_WaitOutcome: when --wait runs out, baton says why: another holder
+// has the lock (exit 75, naming it), or the lock service stopped answering
+// during the wait (exit 69), which a wait blocked in a queue cannot tell
+// apart by itself.
+func TestRun_WaitOutcome(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	backend := srv.URL() + "?request-timeout=1s"
+	started := filepath.Join(t.TempDir(), "started")
+	holder := startBaton(t, "run", "--backend", backend, "--id", "holder-1", "w", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+
+	r := runInProcess("run", "--backend", backend, "--wait", "1s", "w", "--", "true")
+	if r.code != exitNotAcquired || !strings.Contains(r.stderr, "holder-1") {
+		t.Errorf("--wait ran out behind a holder: exit %d, stderr %q; want 75 naming holder-1", r.code, r.stderr)
+	}
+	oneLine(t, r)
+
+	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
+	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
+		func() string { return "the waiter never queued: " + waiter.stderr.String() })
+	srv.Pause()
+	defer srv.Resume()
+	if r := waiter.wait(t); r.code != exitUnavailable || !strings.Contains(r.stderr, "check that it runs") {
+		t.Errorf("--wait ran out with the server frozen: exit %d, stderr %q; want 69 saying what to check", r.code, r.stderr)
+	}
+}
+
+// TestRun_WaitGoesOnAfterSessionLost: a wait whose session the lock
+// service lost (a pause longer than the TTL), or that got no answer, held
+// nothing: baton waits on within --wait and runs the command, instead of
+// exiting 76 (a lease lost, though none was held) or 69 at the first
+// failure.
+func TestRun_WaitGoesOnAfterSessionLost(t *testing.T) {
+	backend := useFake(t, &fakeBackend{script: []error{
+		fmt.Errorf("%w: session ended while acquiring", baton.ErrLeaseLost),
+		&baton.UnavailableError{Where: "fake", Err: errors.New("no answer")},
+	}})
+	r := runInProcess("run", "--backend", backend, "--wait", "30s", "x", "--", "true")
+	if r.code != 0 || strings.Count(r.stderr, "waiting on for the lock") != 2 {
+		t.Fatalf("exit %d, stderr %q; want 0 after waiting on twice", r.code, r.stderr)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,14 +25,16 @@ import (
 type supervised struct {
 	code     int   // its exit code (128+N if killed by signal N)
 	lost     error // the lease's loss, if that is why it was stopped while its main process ran
-	signaled bool  // baton got SIGINT, SIGTERM or SIGHUP and passed it on
+	signaled bool  // baton got one of passedOn and passed it on
 	status   string
 }
 
 // passedOn are the signals baton handles: they end a wait for the lock
 // (exit 130), and while a command runs baton passes them on to its process
-// group; run's help lists them.
-var passedOn = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+// group; run's help lists them. SIGQUIT (Ctrl-\) is one of them: left to
+// Go's default, baton would dump its goroutines and exit 2, and the
+// command's group would run on without a lease.
+var passedOn = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 // handled returns passedOn without the signals ignored when baton started
 // (SIGHUP under nohup): those stay ignored, for baton and, as the kernel
@@ -73,8 +76,10 @@ const (
 // of the group is left alive: when the main process exits before the rest,
 // the rest get SIGTERM (unless they had it already) and SIGKILL after grace,
 // so that the caller never releases the lease while part of the command
-// runs. The result is the main process's exit status.
-func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) (supervised, error) {
+// runs. The result is the main process's exit status. A stop signal that
+// came (cancelling ctx) before the command could start starts nothing:
+// exit 130.
+func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) (supervised, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
@@ -103,6 +108,12 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	}
 	defer signal.Stop(jobs)
 
+	// Checked only now that sigs listens: a signal that came before
+	// reached ctx alone, and would be lost; one from now on reaches sigs
+	// too, and is passed on once the command runs.
+	if ctx.Err() != nil {
+		return supervised{}, &exitError{code: exitInterrupted, msg: "interrupted before the command started"}
+	}
 	// The fence raise and the --once check before may have taken long.
 	if err := leaseErr(lease); err != nil {
 		return supervised{}, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; %s not started", err, argv[0])}
@@ -140,8 +151,8 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 	// (lost): it must not run again, not even to act on SIGTERM.
 	killStopped := func(lost error, why string) {
 		res.lost, termed = lost, true
-		fmt.Fprintf(stderr, "baton: %v%s: sending SIGKILL to %s, still stopped\n", lost, why, argv[0])
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		fmt.Fprintf(stderr, "baton: %v%s: sent SIGKILL to %s, still stopped\n", lost, why, argv[0])
 		if stuck == nil {
 			stuck = time.After(killStuck)
 		}
@@ -156,9 +167,9 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 				return res, nil
 			}
 			if !termed {
-				fmt.Fprintf(stderr, "baton: %s of %s still running after it exited (%s); sending SIGTERM to its group (SIGKILL in %v)\n", processes(n), argv[0], res.status, grace)
 				termed = true
 				stop(pgid, syscall.SIGTERM)
+				fmt.Fprintf(stderr, "baton: %s of %s still running after it exited (%s); sent SIGTERM to its group (SIGKILL in %v)\n", processes(n), argv[0], res.status, grace)
 			}
 			killLater()
 			poll = time.NewTicker(groupPoll)
@@ -212,10 +223,10 @@ func supervise(lease *baton.Lease, argv, env []string, grace time.Duration, stdi
 				continue
 			}
 			res.lost = lease.Err()
-			fmt.Fprintf(stderr, "baton: %v: sending SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 			termed = true
 			stop(pgid, syscall.SIGTERM)
 			killLater()
+			fmt.Fprintf(stderr, "baton: %v: sent SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 		case <-kill:
 			kill = nil
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)

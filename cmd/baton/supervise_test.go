@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -306,5 +310,33 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 				t.Fatal("the continued command did not get the SIGTERM passed on")
 			}
 		})
+	}
+}
+
+// TestSupervise_SignalBeforeStart: a stop signal that came after the lease
+// was granted, before supervise listened for signals (it cancelled ctx
+// alone), starts nothing: exit 130. Checked once supervise listens, so
+// that no signal falls between the check and the command's start.
+func TestSupervise_SignalBeforeStart(t *testing.T) {
+	cfg, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := baton.NewLocker(&fakeBackend{}, cfg)
+	defer l.Close()
+	lease, err := l.Acquire(t.Context(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	ran := filepath.Join(t.TempDir(), "ran")
+	_, err = supervise(ctx, lease, []string{"touch", ran}, os.Environ(), time.Second, nil, io.Discard, io.Discard, slog.New(slog.DiscardHandler))
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitInterrupted {
+		t.Fatalf("supervise after a signal = %v, want exit %d", err, exitInterrupted)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the command ran after the signal")
 	}
 }
