@@ -699,7 +699,11 @@ func TestRun_LostWithStderrGone(t *testing.T) {
 		pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil && pgid > 0
 	}, func() string { return "the command never started" })
-	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL); _ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); <-p.done })
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
 	if rr := runInProcess("release", "--force", "--backend", backend, "gone"); rr.code != 0 {
 		t.Fatalf("release --force: %d %q", rr.code, rr.stderr)
 	}
