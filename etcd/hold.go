@@ -84,7 +84,7 @@ func (h *hold) watch(ctx context.Context) {
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
 					if ctx.Err() == nil {
-						h.lose(fmt.Errorf("%w: lock key %s was deleted by another client", baton.ErrLeaseLost, h.key))
+						h.lose(fmt.Errorf("%w: lock key %s was deleted: by another client (a forced release), or with its session's lease, which expired (this process stopped or cut off past the TTL)", baton.ErrLeaseLost, h.key))
 					}
 					return
 				}

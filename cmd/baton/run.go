@@ -180,7 +180,7 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 		return err
 	}
 	if res.lost != nil {
-		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; stopped %s (%s)", res.lost, argv[0], res.status)}
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (lock service %s); stopped %s (%s)", res.lost, baton.Printable(baton.Redact(s.backend)), argv[0], res.status)}
 	}
 	// A loss seen only as the command exited (both were ready at once, or
 	// the local deadline passed and the timer has not fired yet) still

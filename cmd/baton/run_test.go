@@ -285,8 +285,8 @@ func TestStatusAndForceRelease(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "server-1") {
 		t.Fatalf("release --force: %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	if got := holder.wait(t); got.code != exitLeaseLost {
-		t.Fatalf("holder after a forced release: exit %d, want 76; %q", got.code, got.stderr)
+	if got := holder.wait(t); got.code != exitLeaseLost || !strings.Contains(got.stderr, "(lock service "+backend+")") {
+		t.Fatalf("holder after a forced release: exit %d, want 76 naming the lock service; %q", got.code, got.stderr)
 	}
 }
 
