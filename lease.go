@@ -59,8 +59,14 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config, o
 	l.owner = owner
 	owner.track(l)
 	l.unfollow = l.follow()
-	if h.Context().Err() != nil {
+	switch d := h.Deadline(); {
+	case h.Context().Err() != nil:
 		l.lost() // ended already: not a moment later, from AfterFunc's goroutine
+	case !time.Now().Before(d):
+		// The local deadline passed since the backend's look (a pause):
+		// the lock service may free the lock any moment; no work may start.
+		l.markLost(fmt.Errorf("%w: the local deadline (%s) passed as the lease was granted", ErrLeaseLost, d.Format(time.StampMilli)), false)
+		owner.untrack(l)
 	}
 	return l
 }

@@ -142,7 +142,13 @@ func TestLease_LossNotYetRelayed(t *testing.T) {
 func TestLease_DeadlinePassedBeforeRelease(t *testing.T) {
 	released := false
 	h := newFakeHold(func(h *fakeHold) error { released = true; h.end(baton.ErrReleased); return nil })
-	h.deadline = time.Now().Add(-time.Millisecond)
+	start := time.Now()
+	h.deadlines = func(n int) time.Time {
+		if n == 0 { // the grant's look: still ahead (see TestLease_GrantedPastDeadline)
+			return start.Add(time.Hour)
+		}
+		return start.Add(-time.Millisecond) // passed while fn ran
+	}
 	var lease *baton.Lease
 	err := fakeLocker(t, h).Run(context.Background(), "job", func(_ context.Context, l *baton.Lease) error {
 		lease = l
@@ -269,3 +275,45 @@ func TestRun_FnKeepsCallerDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLease_GrantedPastDeadline: a hold whose local deadline passed by the
+// time the Lease is made (a pause after the backend's look) is a lost
+// lease from the start, and Run neither raises its fence nor calls fn on
+// it.
+func TestLease_GrantedPastDeadline(t *testing.T) {
+	hold := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+	hold.deadline = time.Now().Add(-time.Millisecond)
+	cfg, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := baton.NewLocker(&fakeBackend{hold: hold}, cfg)
+	defer l.Close()
+	lease, err := l.Acquire(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || lease.Context().Err() == nil {
+		t.Errorf("lease granted past its deadline: Err %v, work context %v; want lost and cancelled", lease.Err(), lease.Context().Err())
+	}
+
+	hold = newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+	hold.deadline = time.Now().Add(-time.Millisecond)
+	fl, ok := baton.NewLocker(&fencedFakeBackend{fakeBackend{hold: hold}}, cfg).Fenced()
+	if !ok {
+		t.Fatal("not fenced")
+	}
+	ran := false
+	err = fl.Run(t.Context(), "job", raiseFails{}, func(context.Context, *baton.FencedLease) error { ran = true; return nil })
+	if ran || !errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, errRaised) {
+		t.Errorf("Run on a lease lost as granted: fn ran %v, err %v; want neither the fence nor fn, and the loss", ran, err)
+	}
+}
+
+var errRaised = errors.New("fence raised")
+
+// raiseFails is a fence whose Raise fails with errRaised: a Run that
+// raises it reports that.
+type raiseFails struct{}
+
+func (raiseFails) Raise(context.Context, string, baton.Token) error { return errRaised }

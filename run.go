@@ -53,6 +53,12 @@ func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) 
 	defer cancel(nil)
 	lease.runUnder(cancel)
 
+	if lease.Err() != nil {
+		// Lost before fn could start (see newLease): neither the fence
+		// nor fn may run on it.
+		rerr := lease.Release(ctx)
+		return errors.Join(lease.Err(), rerr)
+	}
 	returned := false
 	defer func() {
 		if !returned {

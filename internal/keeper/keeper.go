@@ -79,6 +79,13 @@ func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Ke
 		lastSent: sent,
 		deadline: sent.Add(cfg.TTL - cfg.Drift),
 	}
+	if !time.Now().Before(k.deadline) {
+		// Answered at or after the local deadline (a pause between the
+		// backend's look and this call): lost from the start, not a tick
+		// later, on another goroutine.
+		k.lose(nil)
+		return k
+	}
 	k.mu.Lock()
 	k.arm()
 	k.mu.Unlock()
@@ -158,8 +165,15 @@ func (k *Keeper) wait() {
 	k.renewals.Wait()
 }
 
+// errStopped is the cause of a Stop given none: Err reports it, so that
+// Done and Err agree.
+var errStopped = errors.New("renewal stopped")
+
 // finish ends the Keeper with cause, unless it ended already.
 func (k *Keeper) finish(cause error) {
+	if cause == nil {
+		cause = errStopped
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.err != nil {

@@ -268,3 +268,34 @@ func TestKeeper_SlowRenewal_DeadlineFromSendTime(t *testing.T) {
 		}
 	})
 }
+
+// TestKeeper_StartPastDeadline: a lease whose answer came at or after its
+// local deadline is lost as Start returns, not a tick later on another
+// goroutine: a backend that paused between its look and Start must not
+// hand out a lease that reads as held.
+func TestKeeper_StartPastDeadline(t *testing.T) {
+	cfg := config(t)
+	k := Start(time.Now().Add(-cfg.TTL), cfg, (&recorder{}).renew)
+	defer k.Stop(baton.ErrReleased)
+	if err := k.Err(); !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, ErrDeadline) {
+		t.Fatalf("Err right after Start = %v, want a loss by the deadline", err)
+	}
+	select {
+	case <-k.Done():
+	default:
+		t.Fatal("Done not closed right after Start")
+	}
+}
+
+// TestKeeper_StopNil: Stop with no cause closes Done and reports a cause
+// all the same (Done and Err agree), and a second Stop is a no-op, not a
+// second close.
+func TestKeeper_StopNil(t *testing.T) {
+	k := Start(time.Now(), config(t), (&recorder{}).renew)
+	k.Stop(nil)
+	if k.Err() == nil {
+		t.Error("Err = nil after Stop(nil), with Done closed")
+	}
+	k.Stop(baton.ErrReleased) // closed Done twice before
+	k.Lose(errors.New("late"))
+}
