@@ -73,8 +73,11 @@ exist; 'baton fence init' creates them.`,
 				delete(want, e.Resource)
 				fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Resource, e.Token, e.UpdatedAt.Local().Format(time.DateTime))
 			}
-			for r := range want {
-				fmt.Fprintf(tw, "%s\t0\tnever\n", r)
+			for _, r := range resources { // in the order given, each once
+				if want[r] {
+					delete(want, r)
+					fmt.Fprintf(tw, "%s\t0\tnever\n", r)
+				}
 			}
 			return tw.Flush()
 		},

@@ -797,3 +797,22 @@ func TestRun_WaitGoesOnAfterSessionLost(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 0 after waiting on twice", r.code, r.stderr)
 	}
 }
+
+// TestFence_ShowOrder: resources without a fence row are shown in the
+// order given, every time: they came from a map before.
+func TestFence_ShowOrder(t *testing.T) {
+	store := "sqlite:" + filepath.Join(t.TempDir(), "f.db")
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatalf("fence init: %d %q", r.code, r.stderr)
+	}
+	for range 5 {
+		r := runInProcess("fence", "show", "--store", store, "c", "a", "b", "a")
+		var names []string
+		for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+			names = append(names, strings.Fields(line)[0])
+		}
+		if r.code != 0 || strings.Join(names, " ") != "c a b" {
+			t.Fatalf("fence show c a b a: %d, rows %q; want c a b, once each", r.code, names)
+		}
+	}
+}

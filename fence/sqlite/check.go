@@ -18,11 +18,16 @@ import (
 // database's write lock, so no other holder can raise the fence while these
 // writes are uncommitted. resource must be a valid lock name
 // (baton.ValidateName) and token positive. tx must be the transaction the
-// writes run in: a *sql.DB is refused with an error matching
-// baton.ErrInvalidOption, as the check would end with its own statement.
+// writes run in: a *sql.DB or a *sql.Conn is refused with an error
+// matching baton.ErrInvalidOption, as the check would end with its own
+// statement (database/sql cannot tell whether a *sql.Conn is in a
+// transaction begun with a BEGIN statement, so none is taken).
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
-	if _, ok := tx.(*sql.DB); ok {
+	switch tx.(type) {
+	case *sql.DB:
 		return &baton.OptionError{Option: "fence check querier", Value: "*sql.DB", Reason: "pass the *sql.Tx the writes run in: on a *sql.DB the check ends with its own statement, and the writes after it are not fenced (or use WithTx)"}
+	case *sql.Conn:
+		return &baton.OptionError{Option: "fence check querier", Value: "*sql.Conn", Reason: "pass the *sql.Tx the writes run in (conn.BeginTx): outside a transaction the check ends with its own statement, and the writes after it are not fenced (or use WithTx)"}
 	}
 	return s.check(ctx, tx, resource, token)
 }

@@ -39,10 +39,13 @@ func newStatements(fence, runs string) statements {
 ) WITHOUT ROWID`, quoteTable(runs), nowSQL),
 		existsFence: existsSQL(fence),
 		existsRuns:  existsSQL(runs),
+		// The comparisons cast: in a table not made by Init, whose
+		// last_token has TEXT affinity, tokens are stored as text and
+		// would compare as strings ('10' < '9').
 		raise: fmt.Sprintf(`INSERT INTO %s AS cur (resource, last_token, updated_at) VALUES (?1, ?2, %s)
 ON CONFLICT (resource) DO UPDATE SET last_token = excluded.last_token,
-	updated_at = CASE WHEN cur.last_token < excluded.last_token THEN excluded.updated_at ELSE cur.updated_at END
-WHERE cur.last_token <= excluded.last_token`, quoteTable(fence), nowSQL),
+	updated_at = CASE WHEN CAST(cur.last_token AS INTEGER) < CAST(excluded.last_token AS INTEGER) THEN excluded.updated_at ELSE cur.updated_at END
+WHERE CAST(cur.last_token AS INTEGER) <= CAST(excluded.last_token AS INTEGER)`, quoteTable(fence), nowSQL),
 		newest:   fmt.Sprintf(`SELECT last_token FROM %s WHERE resource = ?1`, quoteTable(fence)),
 		list:     fmt.Sprintf(`SELECT resource, last_token, updated_at FROM %s ORDER BY resource`, quoteTable(fence)),
 		done:     fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE resource = ?1 AND run_id = ?2)`, quoteTable(runs)),
@@ -50,11 +53,19 @@ WHERE cur.last_token <= excluded.last_token`, quoteTable(fence), nowSQL),
 	}
 }
 
+// columnsSQL lists a table's columns: ?1 the table's name, ?2 its schema.
+const columnsSQL = `SELECT name FROM pragma_table_info(?1, ?2)`
+
+// schemaAndName splits a possibly database-qualified table name.
+func schemaAndName(table string) (schema, name string) {
+	if i := strings.IndexByte(table, '.'); i >= 0 {
+		return table[:i], table[i+1:]
+	}
+	return "main", table
+}
+
 // existsSQL asks the schema of the table's database whether it exists.
 func existsSQL(table string) string {
-	schema, name := "main", table
-	if i := strings.IndexByte(table, '.'); i >= 0 {
-		schema, name = table[:i], table[i+1:]
-	}
+	schema, name := schemaAndName(table)
 	return fmt.Sprintf(`SELECT count(*) FROM %s.sqlite_master WHERE type = 'table' AND name = '%s' COLLATE NOCASE`, quoteIdent(schema), name)
 }

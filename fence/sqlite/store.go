@@ -17,7 +17,9 @@ import (
 )
 
 // Querier runs statements: *sql.Tx, *sql.DB and *sql.Conn satisfy it. Check
-// and InsertOnce take one so that they run inside the caller's transaction.
+// and InsertOnce take one so that they run inside the caller's transaction;
+// Check takes only a *sql.Tx (or another type of the caller's that runs in
+// one).
 type Querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -183,6 +185,43 @@ func (s *Store) Init(ctx context.Context) error {
 			return s.wrap(ctx, op, err, hintOpen)
 		}
 	}
+	return s.checkColumns(ctx) // tables of that name may have been there before
+}
+
+// checkColumns returns an error unless the tables have the columns the
+// store's statements use: a table of the same name made by something
+// else would fail every raise, or every run, with "no such column".
+func (s *Store) checkColumns(ctx context.Context) error {
+	for _, t := range []struct {
+		name string
+		want []string
+	}{
+		{s.cfg.table, []string{"resource", "last_token", "updated_at"}},
+		{s.cfg.runs, []string{"resource", "run_id", "token", "done_at"}},
+	} {
+		schema, name := schemaAndName(t.name)
+		rows, err := s.db.QueryContext(ctx, columnsSQL, name, schema)
+		if err != nil {
+			return s.wrap(ctx, fmt.Sprintf("read the columns of table %q", t.name), err, hintOpen)
+		}
+		have := map[string]bool{}
+		for rows.Next() {
+			var c string
+			if err := rows.Scan(&c); err != nil {
+				_ = rows.Close()
+				return s.wrap(ctx, fmt.Sprintf("read the columns of table %q", t.name), err, hintOpen)
+			}
+			have[strings.ToLower(c)] = true
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return s.wrap(ctx, fmt.Sprintf("read the columns of table %q", t.name), err, hintOpen)
+		}
+		for _, c := range t.want {
+			if !have[c] {
+				return fmt.Errorf("table %q in %s has no column %q: it was not made by baton; rename or drop it and run `baton fence init`, or have the Store use other tables (WithTable, WithRunsTable): %w", t.name, s.where, c, baton.ErrInvalidOption)
+			}
+		}
+	}
 	return nil
 }
 
@@ -200,5 +239,5 @@ func (s *Store) checkTables(ctx context.Context) error {
 			return &MissingTableError{Table: t.name, Where: s.where}
 		}
 	}
-	return nil
+	return s.checkColumns(ctx)
 }

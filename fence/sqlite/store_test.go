@@ -278,3 +278,63 @@ func TestStore_Check_NeedsTx(t *testing.T) {
 		t.Fatalf("after the refused check the fence holds %d (%v); want nothing raised", n, err)
 	}
 }
+
+// TestStore_Check_ConnRefused: a *sql.Conn outside a transaction ends the
+// check with its own statement, so the writes after it are not fenced: a
+// newer holder could raise the fence in between. Check refuses it, as
+// PostgreSQL's refuses a connection with no transaction open.
+func TestStore_Check_ConnRefused(t *testing.T) {
+	s, db, _ := newStore(t)
+	ctx := t.Context()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := s.Check(ctx, conn, "invoices", 3); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "BeginTx") {
+		t.Fatalf("Check on a *sql.Conn: %v; want an invalid option asking for the transaction", err)
+	}
+	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 0 {
+		t.Fatalf("after the refused check the fence holds %d (%v); want nothing raised", n, err)
+	}
+}
+
+// TestStore_TableNotOurs: tables of baton's names made by something else
+// are caught: one whose last_token is TEXT (tokens stored as text compare
+// as strings, '10' < '9') still refuses a stale token, and one without a
+// column the statements use is refused by Init and Open with one line
+// naming it, not by every raise with "no such column".
+func TestStore_TableNotOurs(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "text.db")
+	db := openDB(t, path)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE baton_fence (resource TEXT NOT NULL PRIMARY KEY, last_token TEXT NOT NULL, updated_at TEXT NOT NULL DEFAULT '')`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Raise(ctx, "invoices", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Raise(ctx, "invoices", 9); !errors.Is(err, baton.ErrStaleToken) {
+		t.Errorf("raise to 9 after 10 in a TEXT column: %v; want a stale token", err)
+	}
+	if n, _ := s.Newest(ctx, "invoices"); n != 10 {
+		t.Errorf("newest %d after the stale raise, want 10", n)
+	}
+
+	path = filepath.Join(t.TempDir(), "other.db")
+	db = openDB(t, path)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE baton_fence (resource TEXT PRIMARY KEY, token INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, create := range []bool{true, false} {
+		_, err := sqlite.Open(ctx, path, sqlite.WithCreate(create))
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), `no column "last_token"`) {
+			t.Errorf("Open(create %v) on a table not ours: %v; want an invalid option naming the column", create, err)
+		}
+	}
+}
