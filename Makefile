@@ -32,11 +32,13 @@ bench: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 $(PKGS)
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedisCycle|RedisContended' -benchtime 3000x -count 5 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisPaired -benchtime 400x -count 10 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisFloor -benchtime 400x -count 6 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedlockContended -benchtime 1000x -count 5 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedlockPaired -benchtime 100x -count 10 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
 
-## fuzz: a short fuzzing pass over every URL parser.
+## fuzz: a short fuzzing pass over every URL parser, and over Redact.
 FUZZ_PKGS = . ./etcd/ ./zk/ ./postgres/ ./redis/ ./redlock/
 fuzz:
 	for p in $(FUZZ_PKGS); do $(GO) test -run '^$$' -fuzz FuzzParseURL -fuzztime 30s $$p || exit 1; done
+	$(GO) test -run '^$$' -fuzz FuzzRedact -fuzztime 30s .

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/baton-go/baton/internal/benchcycle"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // redislockCycler is bsm/redislock with the linear back-off its README
@@ -78,4 +81,50 @@ func BenchmarkRedisContended(b *testing.B) {
 func BenchmarkRedisPaired(b *testing.B) {
 	srv := testsvc.StartRedis(b)
 	benchcycle.Paired(b, newRedisCyclers(b, srv.Addr, "baton", 1), newRedisCyclers(b, srv.Addr, "redislock", 1), 16, "baton", "redislock")
+}
+
+// guideRelease is the guide's compare-and-delete.
+var guideRelease = goredis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+
+// guideCycler is the guide's lock and nothing more: SET key value NX PX
+// ttl, with a random value, and the guide's compare-and-delete. It keeps
+// no lease: no renewal, no local deadline, no work context, no wait queue,
+// no observers. No program should use it; it is the floor of a cycle of
+// two round trips on this client and server, which both redislock and
+// baton are measured against in BenchmarkRedisFloor.
+type guideCycler struct {
+	c     *goredis.Client
+	value string
+}
+
+func (g *guideCycler) Lock(ctx context.Context) error {
+	g.value = rand.Text()
+	ok, err := g.c.SetNX(ctx, redis.DefaultPrefix+"guide", g.value, 10*time.Second).Result()
+	if err == nil && !ok {
+		err = errTaken
+	}
+	return err
+}
+
+func (g *guideCycler) Unlock(ctx context.Context) error {
+	return guideRelease.Run(ctx, g.c, []string{redis.DefaultPrefix + "guide"}, g.value).Err()
+}
+
+var errTaken = errors.New("guide lock: key taken (a benchmark's cycles never contend)")
+
+// BenchmarkRedisFloor measures the uncontended cycle's floor: the guide's
+// bare lock (guideCycler) against redislock (guide/redislock: above 1, the
+// bare lock is faster) and baton against the bare lock (baton/guide: what
+// a lease's renewal, local deadline, work context, fair queue and
+// observers cost over it), in alternating rounds as BenchmarkRedisPaired.
+// All three use the same client settings and two round trips per cycle.
+func BenchmarkRedisFloor(b *testing.B) {
+	srv := testsvc.StartRedis(b)
+	guide := []benchcycle.Cycler{&guideCycler{c: newClient(b, srv.Addr)}}
+	b.Run("guide-vs-redislock", func(b *testing.B) {
+		benchcycle.Paired(b, guide, newRedisCyclers(b, srv.Addr, "redislock", 1), 16, "guide", "redislock")
+	})
+	b.Run("baton-vs-guide", func(b *testing.B) {
+		benchcycle.Paired(b, newRedisCyclers(b, srv.Addr, "baton", 1), guide, 16, "baton", "guide")
+	})
 }
