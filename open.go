@@ -136,23 +136,36 @@ func Printable(s string) string {
 // a URL's query or among key=value pairs. A password holding '/', '?' or
 // '#' unescaped ends the authority early for url.Parse (a "port" that is
 // not one, or even a valid URL with the rest of the password in its path),
-// so Redact does not rely on it: whatever lies between the first ':' after
-// "://" and the last '@' is hidden. An '@' later in a URL (in a query, say)
-// hides more than the password, never less.
+// so where the parse fails, or leaves an '@' after what it took for the
+// authority without having found a user, or a password, before it, Redact
+// hides whatever lies between the first ':' after "://" and the last '@':
+// more than the password at times (etcd://h:2379/a@b), never less.
 func Redact(s string) string {
+	s = kvPassword.ReplaceAllString(s, "${1}xxxxx")
 	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
-		return kvPassword.ReplaceAllString(s, "${1}xxxxx")
+	if !ok || !validScheme(scheme) {
+		return s // key=value pairs, or an opaque URL (sqlite:PATH)
 	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
-			rest = user + ":xxxxx" + rest[at:]
+	rest = queryPassword.ReplaceAllString(rest, "${1}xxxxx")
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return scheme + "://" + rest // no user information
+	}
+	if u, err := url.Parse(scheme + "://" + rest); err == nil {
+		_, hasPassword := u.User.Password()
+		if !strings.Contains(u.Path+u.RawQuery+u.Fragment, "@") || (u.User != nil && !hasPassword) {
+			// The user information url.Parse found ends at the last '@',
+			// or holds no password: Redacted hides what there is.
+			return u.Redacted()
 		}
 	}
-	return scheme + "://" + queryPassword.ReplaceAllString(rest, "${1}xxxxx")
+	if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+		rest = user + ":xxxxx" + rest[at:]
+	}
+	return scheme + "://" + rest
 }
 
 var (
 	kvPassword    = regexp.MustCompile(`(?i)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
-	queryPassword = regexp.MustCompile(`(?i)([?&;](?:ssl)?password=)[^&#]*`)
+	queryPassword = regexp.MustCompile(`(?i)([?&;](?:ssl)?password=)[^&]*`)
 )

@@ -24,11 +24,18 @@ func TestRedact(t *testing.T) {
 		{"postgres://user:pa/ss@db:5432/app", "postgres://user:xxxxx@db:5432/app"},
 		{"redis://:se#cret@host:6379/0", "redis://:xxxxx@host:6379/0"},
 		{"redis://:12/34@host:6379/0", "redis://:xxxxx@host:6379/0"},
-		{"postgres://me@corp.com:pw@db/x", "postgres://me@corp.com:xxxxx@db/x"},
+		{"postgres://me@corp.com:pw@db/x", "postgres://me%40corp.com:xxxxx@db/x"},
 		{"postgres://app@db/x?sslmode=disable&password=s3cret", "postgres://app@db/x?sslmode=disable&password=xxxxx"},
 		{"host=db user=app password=s3cret dbname=app", "host=db user=app password=xxxxx dbname=app"},
 		{"host=db password='s3 cret' sslpassword=k3y", "host=db password=xxxxx sslpassword=xxxxx"},
 		{"postgres://app@db/x", "postgres://app@db/x"},
+		{"postgres://u:a@b/c@db/x", "postgres://u:xxxxx@db/x"}, // the password is a@b/c
+		{"host=db password=s3cret application_name=x://y", "host=db password=xxxxx application_name=x://y"},
+		{"host=db password=ab://cd dbname=x", "host=db password=xxxxx dbname=x"},
+		{"redis://h:6379/0?password=se#cret", "redis://h:6379/0?password=xxxxx"},
+		// An '@' later on, with a user and no password, or a password
+		// before it that url.Parse found: left as it is.
+		{"postgres://app@db:5432/x?application_name=job@host", "postgres://app@db:5432/x?application_name=job@host"},
 		{"sqlite:/var/lib/fence.db", "sqlite:/var/lib/fence.db"},
 	} {
 		if got := baton.Redact(tc.in); got != tc.want {
@@ -40,21 +47,24 @@ func TestRedact(t *testing.T) {
 // FuzzRedact builds URLs and key=value strings around a password and
 // checks that Redact hides it, whatever characters it holds.
 func FuzzRedact(f *testing.F) {
-	for _, pw := range []string{"s3cret", "pa/ss", "se#cret", "12/34", "a?b@c", "p@ss:word", "x y"} {
+	for _, pw := range []string{"s3cret", "pa/ss", "se#cret", "12/34", "a?x@c", "p@ss:word", "x y"} {
 		f.Add("app", pw, "db:5432/x")
 	}
 	f.Fuzz(func(t *testing.T, user, pw, rest string) {
-		if len(pw) < 4 || strings.ContainsAny(user, ":@") || strings.Contains(user+rest, pw) || strings.Contains("postgres://xxxxx@ password=", pw) {
-			return // no password to find, or one the rest of the string shows anyway
+		if len(pw) < 4 || strings.ContainsAny(user, ":@") || strings.Contains(user+rest, pw) || strings.Contains("postgres://xxxxx@ password=", pw) ||
+			!strings.ContainsAny(pw, "ghijklmnopqrstuvwyzGHIJKLMNOPQRSTUVWXYZ") {
+			return // no password to find, one the rest of the string shows anyway, or one escaping could make (%20000)
 		}
 		for _, s := range []string{
 			"postgres://" + user + ":" + pw + "@" + strings.ReplaceAll(rest, "@", ""),
+			"postgres://" + user + ":" + pw + "@" + rest,
+			"redis://" + strings.ReplaceAll(rest, "@", "") + "?password=" + strings.ReplaceAll(pw, "&", ""),
 		} {
 			if got := baton.Redact(s); strings.Contains(got, pw) {
 				t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
 			}
 		}
-		if !strings.ContainsAny(pw, " \t\n\v\f\r'") && !strings.ContainsAny(user+rest, "=") {
+		if !strings.ContainsAny(pw, " \t\n\v\f\r'") && !strings.ContainsAny(user+rest, "= \t\n\v\f\r") {
 			s := "host=" + user + " password=" + pw + " dbname=" + rest
 			if got := baton.Redact(s); strings.Contains(got, pw) {
 				t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
