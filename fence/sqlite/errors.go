@@ -26,6 +26,18 @@ func (e *MissingTableError) Error() string {
 	return fmt.Sprintf("table %q does not exist in %s; create baton's fence tables with `baton fence init --store URL` (or Store.Init, or WithCreate(true))", e.Table, e.Where)
 }
 
+// ForeignTableError says that a table of the store's name lacks a column
+// the store's statements use: something other than baton made it.
+type ForeignTableError struct {
+	Table  string // the table's name, as configured
+	Where  string // the database file
+	Column string // the first column missing
+}
+
+func (e *ForeignTableError) Error() string {
+	return fmt.Sprintf("table %q in %s has no column %q: it was not made by baton; rename or drop it, then create baton's with `baton fence init --store URL` (or Store.Init)", e.Table, e.Where, e.Column)
+}
+
 // Hints appended to an *baton.UnavailableError's cause.
 const (
 	hintOpen    = "check that the file's directory exists and is writable, and that the file is an SQLite database"

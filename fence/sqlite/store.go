@@ -218,7 +218,7 @@ func (s *Store) checkColumns(ctx context.Context) error {
 		}
 		for _, c := range t.want {
 			if !have[c] {
-				return fmt.Errorf("table %q in %s has no column %q: it was not made by baton; rename or drop it and run `baton fence init`, or have the Store use other tables (WithTable, WithRunsTable): %w", t.name, s.where, c, baton.ErrInvalidOption)
+				return &ForeignTableError{Table: t.name, Where: s.where, Column: c}
 			}
 		}
 	}

@@ -333,8 +333,9 @@ func TestStore_TableNotOurs(t *testing.T) {
 	}
 	for _, create := range []bool{true, false} {
 		_, err := sqlite.Open(ctx, path, sqlite.WithCreate(create))
-		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), `no column "last_token"`) {
-			t.Errorf("Open(create %v) on a table not ours: %v; want an invalid option naming the column", create, err)
+		var fe *sqlite.ForeignTableError
+		if !errors.As(err, &fe) || fe.Column != "last_token" || !strings.Contains(err.Error(), "baton fence init") {
+			t.Errorf("Open(create %v) on a table not ours: %v; want a *ForeignTableError naming the column", create, err)
 		}
 	}
 }
