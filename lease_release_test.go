@@ -297,7 +297,8 @@ func TestLease_GrantedPastDeadline(t *testing.T) {
 		t.Errorf("lease granted past its deadline: Err %v, work context %v; want lost and cancelled", lease.Err(), lease.Context().Err())
 	}
 
-	hold = newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+	released := false
+	hold = newFakeHold(func(h *fakeHold) error { released = true; h.end(baton.ErrReleased); return nil })
 	hold.deadline = time.Now().Add(-time.Millisecond)
 	fl, ok := baton.NewLocker(&fencedFakeBackend{fakeBackend{hold: hold}}, cfg).Fenced()
 	if !ok {
@@ -305,8 +306,8 @@ func TestLease_GrantedPastDeadline(t *testing.T) {
 	}
 	ran := false
 	err = fl.Run(t.Context(), "job", raiseFails{}, func(context.Context, *baton.FencedLease) error { ran = true; return nil })
-	if ran || !errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, errRaised) {
-		t.Errorf("Run on a lease lost as granted: fn ran %v, err %v; want neither the fence nor fn, and the loss", ran, err)
+	if ran || !errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, errRaised) || !released {
+		t.Errorf("Run on a lease lost as granted: fn ran %v, err %v, hold released %v; want neither the fence nor fn, the loss, and the hold released (a ZooKeeper node would stay for the session's life)", ran, err, released)
 	}
 }
 
