@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +24,7 @@ const (
 	exitStale       = 77  // the fence refused our token
 	exitCannotRun   = 127 // the command could not be started (as sh says "not found")
 	exitInterrupted = 130 // SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting for the lock (128+SIGINT, as sh)
+	exitBrokenPipe  = 141 // baton's output has no reader left (128+SIGPIPE, as sh)
 	exitFailure     = 1   // anything else
 )
 
@@ -76,6 +78,11 @@ func codeOf(code int) error {
 func exitCode(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
+	}
+	if errors.Is(err, syscall.EPIPE) {
+		// Whoever read baton's output has gone (baton status | head): end
+		// as SIGPIPE would have, without a line nobody reads.
+		return exitBrokenPipe
 	}
 	var ee *exitError
 	code := exitFailure

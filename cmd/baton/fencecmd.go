@@ -60,22 +60,27 @@ exist; 'baton fence init' creates them.`,
 			if err != nil {
 				return err
 			}
-			want := map[string]bool{}
-			for _, r := range resources {
-				want[r] = true
-			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "RESOURCE\tNEWEST TOKEN\tRAISED")
+			if len(resources) == 0 {
+				for _, e := range entries {
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Resource, e.Token, e.UpdatedAt.Local().Format(time.DateTime))
+				}
+				return tw.Flush()
+			}
+			byName := map[string]fence.Entry{}
 			for _, e := range entries {
-				if len(want) > 0 && !want[e.Resource] {
+				byName[e.Resource] = e
+			}
+			shown := map[string]bool{}
+			for _, r := range resources { // in the order given, each once
+				if shown[r] {
 					continue
 				}
-				delete(want, e.Resource)
-				fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Resource, e.Token, e.UpdatedAt.Local().Format(time.DateTime))
-			}
-			for _, r := range resources { // in the order given, each once
-				if want[r] {
-					delete(want, r)
+				shown[r] = true
+				if e, ok := byName[r]; ok {
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Resource, e.Token, e.UpdatedAt.Local().Format(time.DateTime))
+				} else {
 					fmt.Fprintf(tw, "%s\t0\tnever\n", r)
 				}
 			}

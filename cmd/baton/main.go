@@ -23,10 +23,12 @@ func mainCode() int {
 	// reports them as errors on one line instead.
 	goredis.SetLogger(quietRedis{})
 	// A write to a closed stdout or stderr (a log pipe that went away)
-	// would kill baton with SIGPIPE and leave the command's group running
-	// without a lease; caught, the signal only fails the write. The
-	// command gets the default back (a caught signal is reset on exec; an
-	// ignored one would be inherited).
+	// would kill baton with SIGPIPE: under baton run or elect, before it
+	// stopped the command's group or released the lock, and under baton
+	// demo before it stopped its runners. Caught, the signal only fails
+	// the write (EPIPE), and exitCode ends baton quietly with 141, as the
+	// signal would have. The command gets the default back (a caught
+	// signal is reset on exec; an ignored one would be inherited).
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)

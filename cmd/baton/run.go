@@ -74,8 +74,10 @@ be fenced or idempotent for that.
 --wait defaults to 0, one attempt: replicas started by cron at the same time
 should not queue up and run the job again after the winner. A longer wait
 goes on through a lock service that stops answering for a while (or loses
-the session the wait was made on); when it runs out, one last attempt names
-the holder (exit 75) or finds the lock service unreachable (exit 69).
+the session the wait was made on); when it runs out, one last attempt (given
+2s) names the holder (exit 75) or finds the lock service unreachable (exit
+69; leaving its queue on a service that stopped answering can then take up
+to the release timeout, 5s by default).
 
 Exit codes:
   COMMAND's own  COMMAND ran to the end holding the lease (128+N if killed by signal N)
@@ -85,6 +87,7 @@ Exit codes:
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
   130            interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT) while waiting for the lock or the fence store
+  141            baton's own output had no reader left (a closed pipe), as SIGPIPE would end it
   2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
@@ -259,7 +262,7 @@ func acquire(ctx context.Context, s *leaseSession, name string, wait time.Durati
 		case err == nil:
 			return lease, token, nil
 		case errors.Is(context.Cause(wctx), errWaited):
-			return tryOnce(ctx, s, name, fmt.Sprintf("waited --wait %v, then tried once more", wait))
+			return lastTry(ctx, s, name, wait)
 		case ctx.Err() == nil && transient(err):
 			d := pause.next()
 			fmt.Fprintf(s.stderr, "baton: %v; waiting on for the lock, again in %v\n", err, d.Round(time.Millisecond))
@@ -275,14 +278,41 @@ func acquire(ctx context.Context, s *leaseSession, name string, wait time.Durati
 	}
 }
 
+// lastTryTimeout bounds the attempt after --wait ran out: a lock service
+// that answers at all answers it at once, and the wait is over.
+const lastTryTimeout = 2 * time.Second
+
+// errLastTry is the cause of a last attempt that got no answer in time.
+var errLastTry = errors.New("no answer")
+
+// lastTry is the attempt after --wait ran out, bounded by lastTryTimeout:
+// it tells a held lock (75) from a lock service that stopped answering
+// (69).
+func lastTry(ctx context.Context, s *leaseSession, name string, wait time.Duration) (*baton.Lease, baton.Token, error) {
+	bound := min(lastTryTimeout, s.locker.Config().RequestTimeout)
+	lctx, cancel := context.WithTimeoutCause(ctx, bound, errLastTry)
+	defer cancel()
+	lease, token, err := tryOnce(lctx, s, name, fmt.Sprintf("waited --wait %v, then tried once more", wait))
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(lctx), errLastTry) {
+		err = withHint(s.backend, &baton.UnavailableError{Where: baton.Printable(baton.Redact(s.backend)), Err: fmt.Errorf("no answer within %v to one last attempt after --wait %v", bound, wait)})
+	}
+	return lease, token, err
+}
+
 // tryOnce makes one attempt at the lock; how says how baton came to it,
-// for the message when another holder has the lock (exit 75).
+// for the message when another holder has the lock (exit 75). A session
+// the lock service lost during the attempt held nothing: exit 69, not 76.
 func tryOnce(ctx context.Context, s *leaseSession, name, how string) (*baton.Lease, baton.Token, error) {
 	lease, token, err := s.take(ctx, name, (*baton.Locker).TryAcquire, (*baton.FencedLocker).TryAcquire)
-	if err != nil && errors.Is(err, baton.ErrNotAcquired) {
+	switch {
+	case err == nil:
+		return lease, token, nil
+	case errors.Is(err, baton.ErrNotAcquired):
 		return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (%s)", unwrapNotAcquired(err), how)}
+	case errors.Is(err, baton.ErrLeaseLost) && ctx.Err() == nil:
+		return nil, 0, withHint(s.backend, &baton.UnavailableError{Where: baton.Printable(baton.Redact(s.backend)), Err: fmt.Errorf("%v; nothing was held", err)}) // not %w: ErrLeaseLost would make it exit 76
 	}
-	return lease, token, withHint(s.backend, interrupted(ctx, err, "while waiting for the lock"))
+	return nil, 0, withHint(s.backend, interrupted(ctx, err, "while waiting for the lock"))
 }
 
 func unwrapNotAcquired(err error) error {

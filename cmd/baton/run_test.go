@@ -798,21 +798,74 @@ func TestRun_WaitGoesOnAfterSessionLost(t *testing.T) {
 	}
 }
 
-// TestFence_ShowOrder: resources without a fence row are shown in the
-// order given, every time: they came from a map before.
+// TestFence_ShowOrder: the resources named are shown in the order given,
+// once each, raised or not, and no others: those without a row came from
+// a map before, those with one came first, sorted, and once every name
+// had been found the rest of the table was shown too.
 func TestFence_ShowOrder(t *testing.T) {
-	store := "sqlite:" + filepath.Join(t.TempDir(), "f.db")
+	path := filepath.Join(t.TempDir(), "f.db")
+	store := "sqlite:" + path
 	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
 		t.Fatalf("fence init: %d %q", r.code, r.stderr)
 	}
-	for range 5 {
-		r := runInProcess("fence", "show", "--store", store, "c", "a", "b", "a")
-		var names []string
-		for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
-			names = append(names, strings.Fields(line)[0])
+	s, err := fence.Open(t.Context(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"b", "x"} {
+		if err := s.Raise(t.Context(), r, 3); err != nil {
+			t.Fatal(err)
 		}
-		if r.code != 0 || strings.Join(names, " ") != "c a b" {
-			t.Fatalf("fence show c a b a: %d, rows %q; want c a b, once each", r.code, names)
+	}
+	_ = s.Close()
+	for _, tc := range []struct{ args, want string }{
+		{"c a b a", "c a b"},
+		{"b", "b"},
+		{"x b", "x b"},
+		{"", "b x"},
+	} {
+		for range 3 {
+			r := runInProcess(append([]string{"fence", "show", "--store", store}, strings.Fields(tc.args)...)...)
+			var names []string
+			for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+				names = append(names, strings.Fields(line)[0])
+			}
+			if r.code != 0 || strings.Join(names, " ") != tc.want {
+				t.Fatalf("fence show %s: %d, rows %q; want %s", tc.args, r.code, names, tc.want)
+			}
 		}
+	}
+}
+
+// TestRun_TryOnce_SessionLost: one attempt (--wait 0) whose session the
+// lock service lost held nothing: exit 69, not 76 (a lease lost while the
+// command ran).
+func TestRun_TryOnce_SessionLost(t *testing.T) {
+	backend := useFake(t, &fakeBackend{script: []error{fmt.Errorf("%w: session ended while acquiring", baton.ErrLeaseLost)}})
+	r := runInProcess("run", "--backend", backend, "--wait", "0", "x", "--", "true")
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "nothing was held") {
+		t.Fatalf("exit %d, stderr %q; want 69 saying nothing was held", r.code, r.stderr)
+	}
+	oneLine(t, r)
+}
+
+// TestObserve_StdoutGone: baton catches SIGPIPE (so that run and elect
+// outlive a log pipe that went away), and a subcommand whose output has
+// no reader left (baton elect --observe | head -1) ends as the signal
+// would have: 141, without a line; not exit 1 with "broken pipe".
+func TestObserve_StdoutGone(t *testing.T) {
+	backend := etcdBackend(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	cmd := batonCmd("elect", "--observe", "--backend", backend, "mailer")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	err = cmd.Run()
+	_ = w.Close()
+	if code := cmd.ProcessState.ExitCode(); code != exitBrokenPipe || stderr.Len() != 0 {
+		t.Fatalf("elect --observe with its stdout gone: %v, exit %d, stderr %q; want 141 and nothing said", err, code, stderr.String())
 	}
 }

@@ -27,8 +27,8 @@ func newServe(g *globals) *cobra.Command {
 		Long: `serve runs an etcd server inside baton, for a machine that has none: a single
 node by default, or one member of a cluster. baton run's default backend,
 etcd://127.0.0.1:2379, is what it serves by default. It stops cleanly on
-SIGTERM, SIGINT or SIGHUP (SIGHUP only when it was not ignored at start, as
-under nohup).`,
+SIGTERM, SIGINT, SIGQUIT or SIGHUP (SIGHUP only when it was not ignored at
+start, as under nohup).`,
 		Example: `  # a single node, data in ./baton-data
   baton serve
 

@@ -110,7 +110,9 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 
 	// Checked only now that sigs listens: a signal that came before
 	// reached ctx alone, and would be lost; one from now on reaches sigs
-	// too, and is passed on once the command runs.
+	// too, and is passed on once the command runs. One that came just
+	// before, whose cancellation of ctx is still on its way, is passed
+	// on below (stopped).
 	if ctx.Err() != nil {
 		return supervised{}, &exitError{code: exitInterrupted, msg: "interrupted before the command started"}
 	}
@@ -126,15 +128,16 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	go func() { _ = cmd.Wait(); close(exited) }()
 
 	var (
-		res    supervised
-		termed bool             // the group got SIGTERM, from baton or passed on
-		paused bool             // baton stopped the group on a job-control stop
-		kill   <-chan time.Time // SIGKILL is due
-		stuck  <-chan time.Time // SIGKILL was sent: stop waiting then
-		poll   *time.Ticker     // the main process exited: look at its group
-		pollC  <-chan time.Time
-		leader = exited       // nil once the main process exited
-		done   = lease.Done() // nil once handled: a closed channel would spin
+		res     supervised
+		termed  bool             // the group got SIGTERM, from baton or passed on
+		paused  bool             // baton stopped the group on a job-control stop
+		kill    <-chan time.Time // SIGKILL is due
+		stuck   <-chan time.Time // SIGKILL was sent: stop waiting then
+		poll    *time.Ticker     // the main process exited: look at its group
+		pollC   <-chan time.Time
+		leader  = exited       // nil once the main process exited
+		done    = lease.Done() // nil once handled: a closed channel would spin
+		stopped = ctx.Done()   // nil once handled
 	)
 	defer func() {
 		if poll != nil {
@@ -156,6 +159,20 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		if stuck == nil {
 			stuck = time.After(killStuck)
 		}
+	}
+	// passOn hands a signal baton got on to the group, or ends the group
+	// that baton stopped and whose lease ended meanwhile.
+	passOn := func(s os.Signal) {
+		res.signaled = true
+		if err := leaseErr(lease); paused && err != nil {
+			// kill %1 sends SIGTERM then SIGCONT to a stopped job.
+			killStopped(err, fmt.Sprintf("; got %v", s))
+			return
+		}
+		paused = false
+		log.Info("passing signal on to the command", "signal", s)
+		termed = termed || s == syscall.SIGTERM
+		stop(pgid, s.(syscall.Signal))
 	}
 	for {
 		select {
@@ -179,16 +196,22 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 				return res, nil
 			}
 		case s := <-sigs:
-			res.signaled = true
-			if err := leaseErr(lease); paused && err != nil {
-				// kill %1 sends SIGTERM then SIGCONT to a stopped job.
-				killStopped(err, fmt.Sprintf("; got %v", s))
-				continue
+			passOn(s)
+		case <-stopped:
+			stopped = nil
+			// ctx is cancelled by the same signals as reach sigs, which
+			// the signal package hands to every listener at once: one
+			// that is not in sigs by now came before sigs listened, and
+			// is passed on as SIGTERM. (A term after a stale wake-up
+			// would be no worse: SIGTERM is what a stop signal asks.)
+			select {
+			case s := <-sigs:
+				passOn(s)
+			default:
+				if !res.signaled {
+					passOn(syscall.SIGTERM)
+				}
 			}
-			paused = false
-			log.Info("passing signal on to the command", "signal", s)
-			termed = termed || s == syscall.SIGTERM
-			stop(pgid, s.(syscall.Signal))
 		case s := <-jobs:
 			if s != syscall.SIGCONT {
 				log.Info("stopping the command, then baton", "signal", s)

@@ -340,3 +340,38 @@ func TestSupervise_SignalBeforeStart(t *testing.T) {
 		t.Fatal("the command ran after the signal")
 	}
 }
+
+// TestSupervise_SignalCancelsLate: a stop signal that reached only the
+// signal context, just before supervise listened, cancels ctx a moment
+// later, on the signal package's goroutine, after the check before the
+// start: supervise passes it on as SIGTERM when ctx ends with no signal
+// of its own. Before, the command ran on to its end.
+func TestSupervise_SignalCancelsLate(t *testing.T) {
+	cfg, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := baton.NewLocker(&fakeBackend{}, cfg)
+	defer l.Close()
+	lease, err := l.Acquire(t.Context(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	started := filepath.Join(t.TempDir(), "started")
+	go func() {
+		for ctx.Err() == nil { // the command started: cancel, as a signal would
+			if _, err := os.Stat(started); err == nil {
+				cancel()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	res, err := supervise(ctx, lease, []string{"sh", "-c", "touch " + started + "; exec sleep 30"}, os.Environ(), time.Second, nil, io.Discard, io.Discard, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.signaled || res.code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("supervise after a late cancellation = %+v; want the command ended by SIGTERM", res)
+	}
+}
