@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -73,16 +76,7 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 	if !keep {
 		defer os.RemoveAll(dir)
 	}
-	cp, err1 := etcdserver.FreePort()
-	pp, err2 := etcdserver.FreePort()
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("find free ports: %v %v", err1, err2)
-	}
-	srv, err := etcdserver.Start(ctx, etcdserver.Config{
-		Dir:       filepath.Join(dir, "etcd"),
-		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
-	})
+	srv, err := startDemoEtcd(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -121,8 +115,31 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 		results = append(results, res)
 		fmt.Fprintf(out, "  => %s\n", verdict(res))
 	}
-	printSummary(out, results[0], results[1])
-	return nil
+	return printSummary(out, results[0], results[1])
+}
+
+// startDemoEtcd starts the demo's embedded etcd on free ports, in a data
+// dir under dir. A port found free can be taken by another process before
+// etcd binds it: then it tries again, on other ports, three times in all.
+func startDemoEtcd(ctx context.Context, dir string) (*etcdserver.Server, error) {
+	var err error
+	for try := range 3 {
+		cp, err1 := etcdserver.FreePort()
+		pp, err2 := etcdserver.FreePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("find free ports for the demo's etcd: %w", err)
+		}
+		var srv *etcdserver.Server
+		srv, err = etcdserver.Start(ctx, etcdserver.Config{
+			Dir:       filepath.Join(dir, "etcd"+strconv.Itoa(try)),
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp),
+			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
+		})
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return srv, err
+		}
+	}
+	return nil, err
 }
 
 func printEvent(out io.Writer, start time.Time, e warehouse.Event) {
@@ -179,7 +196,10 @@ func verdict(r *demo.Result) string {
 	return fmt.Sprintf("the woken runner wrote nothing after the takeover; %s", dup)
 }
 
-func printSummary(out io.Writer, unfenced, fenced *demo.Result) {
+// printSummary prints the two nights side by side and what they showed,
+// from what was measured: an error when the fence let a stale write
+// through, which is a bug.
+func printSummary(out io.Writer, unfenced, fenced *demo.Result) error {
 	fmt.Fprintf(out, "\nWhat happened\n")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  \tno fence\twith the fence\n")
@@ -189,6 +209,20 @@ func printSummary(out io.Writer, unfenced, fenced *demo.Result) {
 	fmt.Fprintf(tw, "  first write after waking\t%s\t%s\n", firstWake(unfenced), firstWake(fenced))
 	fmt.Fprintf(tw, "  second invoices turned away by the primary key\t%d\t%d\n", len(unfenced.Duplicates), len(fenced.Duplicates))
 	_ = tw.Flush()
-	fmt.Fprintf(out, "\nThe primary key on (client, month) turns away every second invoice, so nobody is billed twice either way;\n")
-	fmt.Fprintf(out, "the fence stops the woken runner writing anything at all.\n")
+	if len(fenced.StaleWrites) > 0 {
+		return fmt.Errorf("the fence let the woken runner bill clients %v after the takeover: a bug in baton; please report it with this output", fenced.StaleWrites)
+	}
+	fmt.Fprintf(out, "\n")
+	if len(unfenced.Duplicates)+len(fenced.Duplicates) > 0 {
+		fmt.Fprintf(out, "The primary key on (client, month) turned away every second invoice, so nobody was billed twice either way;\n")
+	}
+	switch {
+	case len(unfenced.StaleWrites) == 0:
+		fmt.Fprintf(out, "this time the woken runner wrote nothing unfenced either (it noticed the loss first): run it again to see the failure.\n")
+	case fenced.Rejected != nil:
+		fmt.Fprintf(out, "without the fence the woken runner billed %d clients it no longer held the lock for; with it, its next write was refused.\n", len(unfenced.StaleWrites))
+	default:
+		fmt.Fprintf(out, "without the fence the woken runner billed %d clients it no longer held the lock for; with it, it wrote nothing after the takeover.\n", len(unfenced.StaleWrites))
+	}
+	return nil
 }

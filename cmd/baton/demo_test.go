@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-go/baton/examples/warehouse"
+	"github.com/baton-go/baton/internal/demo"
 )
 
 // TestDemo_Interrupted: Ctrl-C during the demo exits 130, as for the other
@@ -39,5 +42,25 @@ func TestDemo_Interrupted(t *testing.T) {
 		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), tmp) {
 			t.Errorf("left running: %s (%s)", f, strings.ReplaceAll(string(b), "\x00", " "))
 		}
+	}
+}
+
+// TestDemo_SummaryFromResults: the demo's conclusion comes from what the
+// nights measured: a stale write through the fence fails the demo (it
+// printed "the fence stops the woken runner writing anything at all"
+// whatever happened), and an unfenced night that showed no failure says so.
+func TestDemo_SummaryFromResults(t *testing.T) {
+	rejected := &warehouse.Event{Kind: "rejected", Client: 4, Token: 6, Newest: 7}
+	var out strings.Builder
+	if err := printSummary(&out, &demo.Result{StaleWrites: []int{4, 5}}, &demo.Result{StaleWrites: []int{4}}); err == nil || !strings.Contains(err.Error(), "bug") {
+		t.Errorf("a stale write through the fence: err %v, want the demo to fail", err)
+	}
+	out.Reset()
+	if err := printSummary(&out, &demo.Result{StaleWrites: []int{4, 5}}, &demo.Result{Rejected: rejected}); err != nil || !strings.Contains(out.String(), "billed 2 clients") || !strings.Contains(out.String(), "refused") {
+		t.Errorf("the guide's night: err %v, output %q", err, out.String())
+	}
+	out.Reset()
+	if err := printSummary(&out, &demo.Result{}, &demo.Result{Rejected: rejected}); err != nil || !strings.Contains(out.String(), "run it again") {
+		t.Errorf("an unfenced night without a stale write: err %v, output %q", err, out.String())
 	}
 }

@@ -1,7 +1,11 @@
 package etcdserver
 
 import (
+	"errors"
+	"fmt"
+	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"go.uber.org/zap"
@@ -18,5 +22,31 @@ func TestMuteCore(t *testing.T) {
 	lg.With(zap.Int("n", 1)).Warn("after, derived")
 	if got := logs.AllUntimed(); len(got) != 1 || got[0].Message != "before" || got[0].ContextMap()["member"] != "m1" {
 		t.Fatalf("logged %v; want only the entry before the mute, with its fields", got)
+	}
+}
+
+// TestStart_PortTaken: a port taken between FreePort and Start fails with
+// an error matching syscall.EADDRINUSE, which baton demo retries on.
+func TestStart_PortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pp, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := Start(t.Context(), Config{
+		Dir:       t.TempDir(),
+		ClientURL: "http://" + ln.Addr().String(),
+		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
+	})
+	if err == nil {
+		srv.Close()
+		t.Fatal("started on a port that was taken")
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("Start on a taken port = %v; want an error matching EADDRINUSE", err)
 	}
 }
