@@ -55,7 +55,7 @@ away.`,
 		Short:              "One runner of the demo (started by baton demo)",
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if code := demo.RunnerMain(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+			if code := demo.RunnerMain(cmd.Context(), args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
 				return &exitError{code: code}
 			}
 			return nil

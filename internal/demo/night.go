@@ -89,14 +89,21 @@ type runner struct {
 	stderr lockedBuffer
 	stop   chan struct{} // closed by kill: no one reads events any more
 	once   sync.Once
+	// goAhead is the runner's stdin: the line it waits for at PauseAt.
+	goAhead io.WriteCloser
 }
 
-func start(ctx context.Context, cfg *Config, name string) (*runner, error) {
+func start(ctx context.Context, cfg *Config, name string, pauseAt int) (*runner, error) {
 	args := RunnerArgs{Etcd: cfg.Etcd, Ledger: cfg.Ledger, Name: name, Fenced: cfg.Fenced, TTL: cfg.TTL,
-		Clients: cfg.Clients, Interval: cfg.Interval, Month: cfg.Month}.Args()
+		Clients: cfg.Clients, Interval: cfg.Interval, Month: cfg.Month, PauseAt: pauseAt}.Args()
 	r := &runner{cmd: cfg.Command(args), events: make(chan warehouse.Event, 64), exited: make(chan struct{}), stop: make(chan struct{})}
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	r.cmd.Stderr = &r.stderr
+	in, err := r.cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	r.goAhead = in
 	out, err := r.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -153,7 +160,7 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
-	r1, err := start(ctx, &cfg, "runner-1")
+	r1, err := start(ctx, &cfg, "runner-1", cfg.FreezeAfter+1)
 	if err != nil {
 		return nil, err
 	}
@@ -177,9 +184,14 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	frozen := time.Now()
 	record(warehouse.Event{At: frozen, Runner: "runner-1", Kind: "frozen"})
+	// Runner 1 waits for this line after its check (PauseAt): it reads it
+	// only once woken, so it cannot have written since the check.
+	if _, err := io.WriteString(r1.goAhead, "go\n"); err != nil {
+		return nil, fmt.Errorf("tell runner 1 to go on once woken: %w", err)
+	}
 
 	// 2. Runner 2 starts, waits for the lock, and takes over.
-	r2, err := start(ctx, &cfg, "runner-2")
+	r2, err := start(ctx, &cfg, "runner-2", 0)
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		os.Exit(demo.RunnerMain(context.Background(), a, os.Stdout, os.Stderr))
+		os.Exit(demo.RunnerMain(context.Background(), a, os.Stdin, os.Stdout, os.Stderr))
 	}
 	code := m.Run()
 	pg.Stop()
@@ -60,6 +60,13 @@ func ledgers(t *testing.T) map[string]func(t *testing.T) string {
 
 func night(t *testing.T, ledger string, fenced bool) *demo.Result {
 	t.Helper()
+	return nightLagging(t, ledger, fenced, 0)
+}
+
+// nightLagging is night with a reader that takes lag over runner 1's check
+// of the client it is frozen on, as a loaded machine may.
+func nightLagging(t *testing.T, ledger string, fenced bool, lag time.Duration) *demo.Result {
+	t.Helper()
 	srv := testsvc.StartEtcd(t)
 	res, err := demo.Night(context.Background(), demo.Config{
 		Etcd:     strings.TrimPrefix(srv.Endpoint, "http://"),
@@ -71,6 +78,9 @@ func night(t *testing.T, ledger string, fenced bool) *demo.Result {
 		Command:  runnerCommand,
 		Log: func(e warehouse.Event) {
 			t.Logf("%s %-9s %-8s client %2d token %d %s", e.At.Format("15:04:05.000"), e.Runner, e.Kind, e.Client, e.Token, e.Err)
+			if e.Runner == "runner-1" && e.Kind == "checked" && e.Client == 4 { // FreezeAfter (3) + 1
+				time.Sleep(lag)
+			}
 		},
 	})
 	if err != nil {
@@ -155,5 +165,18 @@ func TestNight_Unfenced(t *testing.T) {
 	// lease, even though nothing stopped its writes.
 	if res.Runner1Exit == 0 || res.Runner2Exit != 0 {
 		t.Errorf("exit codes: runner 1 %d (want non-zero: its lease was lost), runner 2 %d (want 0)", res.Runner1Exit, res.Runner2Exit)
+	}
+}
+
+// TestNight_LaggingReader: the night freezes runner 1 when it reads its
+// check of client 4; a reader that lags (here 4 intervals) must not let
+// runner 1 write client 4 before the freeze, which the night would then
+// count as written after the wake: the fenced night reported a stale
+// write through the fence. Runner 1 now waits, after that check, for the
+// night's line, which it can read only once woken.
+func TestNight_LaggingReader(t *testing.T) {
+	res := nightLagging(t, "sqlite:"+filepath.Join(t.TempDir(), "ledger.db"), true, 400*time.Millisecond)
+	if len(res.StaleWrites) != 0 || res.Rejected == nil || res.Rejected.Client != 4 {
+		t.Fatalf("with a lagging reader: stale writes %v, rejected %+v; want none, and client 4 refused", res.StaleWrites, res.Rejected)
 	}
 }

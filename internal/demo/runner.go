@@ -9,6 +9,7 @@
 package demo
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -32,6 +33,12 @@ type RunnerArgs struct {
 	Clients  int
 	Interval time.Duration
 	Month    string
+	// PauseAt is the client whose "checked" event the runner follows by
+	// waiting for a line on its stdin, before the work on that client: the
+	// night freezes runner 1 there, then sends the line, so that the
+	// runner cannot write before the freeze however late the night reads
+	// the event. 0: it never waits.
+	PauseAt int
 }
 
 // Args renders a as command-line arguments for RunnerMain.
@@ -40,12 +47,14 @@ func (a RunnerArgs) Args() []string {
 		"-etcd", a.Etcd, "-ledger", a.Ledger, "-name", a.Name,
 		fmt.Sprintf("-fenced=%t", a.Fenced), "-ttl", a.TTL.String(),
 		"-clients", fmt.Sprint(a.Clients), "-interval", a.Interval.String(), "-month", a.Month,
+		"-pause-at", fmt.Sprint(a.PauseAt),
 	}
 }
 
 // RunnerMain runs one runner: the invoice job, its events written to stdout
-// as JSON lines. It returns the process's exit code.
-func RunnerMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// as JSON lines, reading stdin only at PauseAt. It returns the process's
+// exit code.
+func RunnerMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var a RunnerArgs
 	var def Config // the night's defaults are the runner's
 	def.defaults()
@@ -59,11 +68,18 @@ func RunnerMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&a.Clients, "clients", def.Clients, "clients to bill")
 	fs.DurationVar(&a.Interval, "interval", def.Interval, "time per client")
 	fs.StringVar(&a.Month, "month", def.Month, "month to bill")
+	fs.IntVar(&a.PauseAt, "pause-at", 0, "client whose check waits for a line on stdin")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	enc := json.NewEncoder(stdout)
-	emit := func(e warehouse.Event) { _ = enc.Encode(e) }
+	in := bufio.NewReader(stdin)
+	emit := func(e warehouse.Event) {
+		_ = enc.Encode(e)
+		if e.Kind == "checked" && e.Client == a.PauseAt {
+			_, _ = in.ReadString('\n') // the night's go-ahead, sent once it froze us
+		}
+	}
 	fail := func(err error) int {
 		emit(warehouse.Event{At: time.Now(), Runner: a.Name, Kind: "error", Err: err.Error()})
 		return 1
