@@ -28,7 +28,11 @@ func newServe(g *globals) *cobra.Command {
 node by default, or one member of a cluster. baton run's default backend,
 etcd://127.0.0.1:2379, is what it serves by default. It stops cleanly on
 SIGTERM, SIGINT, SIGQUIT or SIGHUP (SIGHUP only when it was not ignored at
-start, as under nohup).`,
+start, as under nohup); stopped before it serves, it exits 130.
+
+A cluster member waits for a quorum of the members --initial-cluster names
+for as long as they take to start (it says so), as etcd does;
+--initial-cluster must name it (--name) at its --peer-listen URL.`,
 		Example: `  # a single node, data in ./baton-data
   baton serve
 
@@ -58,9 +62,22 @@ start, as under nohup).`,
 			if c.ClusterState != "new" && c.ClusterState != "existing" {
 				return usageError("--initial-cluster-state %q: use new or existing", c.ClusterState)
 			}
+			peers, err := checkCluster(c)
+			if err != nil {
+				return err
+			}
 			log := g.logger(cmd.ErrOrStderr())
 			c.Logger = zapslog.New(log.Handler())
+			if len(peers) > 0 {
+				// Its peers may be started by hand on other machines: wait
+				// for them as long as they take, as etcd does.
+				c.StartTimeout = -1
+				fmt.Fprintf(cmd.OutOrStdout(), "baton serve: member %q waits for a quorum of the cluster (its peers: %s); stop with Ctrl-C\n", c.Name, strings.Join(peers, ", "))
+			}
 			srv, err := etcdserver.Start(cmd.Context(), c)
+			if err := interrupted(cmd.Context(), err, "while starting the etcd server"); err != nil && cmd.Context().Err() != nil {
+				return err
+			}
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return fmt.Errorf("%w: another process (another baton serve, an etcd) listens there; stop it, or pick free ports with --listen and --peer-listen", err)
 			}
@@ -95,6 +112,40 @@ start, as under nohup).`,
 	f.StringVar(&c.InitialCluster, "initial-cluster", "", "all members as name=peer-URL,... (default: this member alone)")
 	f.StringVar(&c.ClusterState, "initial-cluster-state", "new", "new, or existing to join a running cluster")
 	return cmd
+}
+
+// checkCluster checks --initial-cluster against --name, --listen and
+// --peer-listen before etcd does, whose words name flags baton does not
+// have, and returns the names of this member's peers (none when it serves
+// alone).
+func checkCluster(c etcdserver.Config) ([]string, error) {
+	if c.ClientURL == c.PeerURL {
+		return nil, usageError("--listen and --peer-listen are both %s: clients and peers need a port each", c.ClientURL)
+	}
+	if c.InitialCluster == "" {
+		return nil, nil
+	}
+	var peers []string
+	mine := ""
+	for _, m := range strings.Split(c.InitialCluster, ",") {
+		name, u, ok := strings.Cut(m, "=")
+		peerURL, err := listenURL("--initial-cluster member "+strconv.Quote(name), u)
+		if !ok || name == "" || err != nil {
+			return nil, usageError("--initial-cluster %q: want name=http://host:port,... for every member, this one (%s) included", c.InitialCluster, c.Name)
+		}
+		if name == c.Name {
+			mine = peerURL
+		} else {
+			peers = append(peers, name)
+		}
+	}
+	switch {
+	case mine == "":
+		return nil, usageError("--initial-cluster names no member %q (--name): list every member, this one included", c.Name)
+	case mine != c.PeerURL:
+		return nil, usageError("--initial-cluster gives member %q the peer URL %s, and --peer-listen is %s: they must be the same", c.Name, mine, c.PeerURL)
+	}
+	return peers, nil
 }
 
 // defaultDataDir is where member name keeps its data without --data-dir:

@@ -133,6 +133,12 @@ func TestServe_StopsWhileWaitingForPeers(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("serve waiting for its peers did not stop within 15s of SIGTERM; stderr %q", p.stderr.String())
 	}
+	// Interrupted while starting: 130, as every wait baton makes; and it
+	// said what it waited for (with no bound of its own: it waits for its
+	// peers as long as they take, as etcd does).
+	if r := p.wait(t); r.code != exitInterrupted || !strings.Contains(r.stdout, "waits for a quorum") || !strings.Contains(r.stderr, "interrupted while starting") {
+		t.Fatalf("serve stopped while waiting for its peers: exit %d, stdout %q, stderr %q; want 130, having said it waits for a quorum", r.code, r.stdout, r.stderr)
+	}
 }
 
 // serveAddrs returns two free loopback addresses, for --listen and
@@ -252,6 +258,12 @@ func TestServe_BadFlags(t *testing.T) {
 		{"--listen", "127.0.0.1:0"},
 		{"--peer-listen", "http://127.0.0.1:0"},
 		{"--listen", "127.0.0.1:70000"},
+		// --initial-cluster, checked before etcd, whose words name flags
+		// baton does not have (and exit 1).
+		{"--initial-cluster", "garbage"},
+		{"--initial-cluster", "m2=http://127.0.0.1:2391"},
+		{"--peer-listen", "127.0.0.1:2390", "--initial-cluster", "default=http://127.0.0.1:2391"},
+		{"--listen", "127.0.0.1:2390", "--peer-listen", "127.0.0.1:2390"},
 	} {
 		r := runBaton(t, append([]string{"serve", "--data-dir", t.TempDir()}, args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, args[0]) {

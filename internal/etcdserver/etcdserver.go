@@ -41,7 +41,9 @@ type Config struct {
 	// Logger receives etcd's own logs, up to a stop: a stopping server logs
 	// every closed listener as an error. Default: none.
 	Logger *zap.Logger
-	// StartTimeout bounds the wait for the server to be ready. Default 30s.
+	// StartTimeout bounds the wait for the server to be ready. Default
+	// 30s; negative: no bound but ctx (a cluster member started by hand
+	// waits for its peers for as long as they take).
 	StartTimeout time.Duration
 }
 
@@ -143,8 +145,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	var late <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		late = t.C
+	}
 	select {
 	case <-e.Server.ReadyNotify():
 		return &Server{e: e, clientURL: cu.String(), dir: dir, muted: muted}, nil
@@ -154,7 +160,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	case <-ctx.Done():
 		stop()
 		return nil, fmt.Errorf("etcd server start: %w", context.Cause(ctx))
-	case <-t.C:
+	case <-late:
 		stop()
 		return nil, fmt.Errorf("etcd server not ready after %v (a cluster member waits for a quorum of its peers)", timeout)
 	}
