@@ -199,19 +199,23 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			passOn(s)
 		case <-stopped:
 			stopped = nil
-			// ctx is cancelled by the same signals as reach sigs, which
-			// the signal package hands to every listener at once: one
-			// that is not in sigs by now came before sigs listened, and
-			// is passed on as SIGTERM. (A term after a stale wake-up
-			// would be no worse: SIGTERM is what a stop signal asks.)
+			if res.signaled {
+				break // the signal came through sigs as well
+			}
+			// ctx is cancelled by the same signals as reach sigs. The
+			// signal package hands a signal to its listeners one after
+			// the other, and the signal context's goroutine may cancel
+			// ctx before sigs has its copy: give it signalGrace. One that
+			// does not come came before sigs listened: pass it on, as
+			// ctx's cause names it.
+			t := time.NewTimer(signalGrace)
 			select {
 			case s := <-sigs:
 				passOn(s)
-			default:
-				if !res.signaled {
-					passOn(syscall.SIGTERM)
-				}
+			case <-t.C:
+				passOn(causeSignal(ctx))
 			}
+			t.Stop()
 		case s := <-jobs:
 			if s != syscall.SIGCONT {
 				log.Info("stopping the command, then baton", "signal", s)
@@ -262,6 +266,24 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			return res, nil
 		}
 	}
+}
+
+// signalGrace is how long supervise waits, once its context was
+// cancelled by a stop signal, for the same signal to reach its own
+// channel: the signal package sends it to each listener in turn.
+const signalGrace = 100 * time.Millisecond
+
+// causeSignal is the signal that cancelled ctx, from the cause that
+// signal.NotifyContext gives ("interrupt signal received"); SIGTERM when
+// ctx ended otherwise.
+func causeSignal(ctx context.Context) syscall.Signal {
+	cause := context.Cause(ctx)
+	for _, s := range passedOn {
+		if cause != nil && cause.Error() == s.String()+" signal received" {
+			return s.(syscall.Signal)
+		}
+	}
+	return syscall.SIGTERM
 }
 
 // leaseErr is lease's loss, counting a local deadline passed that the

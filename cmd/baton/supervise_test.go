@@ -344,8 +344,9 @@ func TestSupervise_SignalBeforeStart(t *testing.T) {
 // TestSupervise_SignalCancelsLate: a stop signal that reached only the
 // signal context, just before supervise listened, cancels ctx a moment
 // later, on the signal package's goroutine, after the check before the
-// start: supervise passes it on as SIGTERM when ctx ends with no signal
-// of its own. Before, the command ran on to its end.
+// start: supervise passes on the signal ctx's cause names (here SIGINT,
+// in signal.NotifyContext's words) when none comes through its own
+// channel. Before, the command ran on to its end; then it got SIGTERM.
 func TestSupervise_SignalCancelsLate(t *testing.T) {
 	cfg, err := baton.NewConfig()
 	if err != nil {
@@ -357,21 +358,22 @@ func TestSupervise_SignalCancelsLate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancelCause(t.Context())
 	started := filepath.Join(t.TempDir(), "started")
 	go func() {
 		for ctx.Err() == nil { // the command started: cancel, as a signal would
 			if _, err := os.Stat(started); err == nil {
-				cancel()
+				cancel(errors.New(syscall.SIGINT.String() + " signal received"))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
-	res, err := supervise(ctx, lease, []string{"sh", "-c", "touch " + started + "; exec sleep 30"}, os.Environ(), time.Second, nil, io.Discard, io.Discard, slog.New(slog.DiscardHandler))
+	script := "sleep 30 & trap 'kill $!; exit 42' INT; touch " + started + "; wait"
+	res, err := supervise(ctx, lease, []string{"sh", "-c", script}, os.Environ(), time.Second, nil, io.Discard, io.Discard, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.signaled || res.code != 128+int(syscall.SIGTERM) {
-		t.Fatalf("supervise after a late cancellation = %+v; want the command ended by SIGTERM", res)
+	if !res.signaled || res.code != 42 {
+		t.Fatalf("supervise after a late cancellation by SIGINT = %+v; want the command's trap of SIGINT (exit 42)", res)
 	}
 }
