@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -70,11 +72,17 @@ for as long as they take to start (it says so), as etcd does;
 			c.Logger = zapslog.New(log.Handler())
 			if len(peers) > 0 {
 				// Its peers may be started by hand on other machines: wait
-				// for them as long as they take, as etcd does.
+				// for them as long as they take, as etcd does, and say
+				// what to check when that is long.
 				c.StartTimeout = -1
 				fmt.Fprintf(cmd.OutOrStdout(), "baton serve: member %q waits for a quorum of the cluster (its peers: %s); stop with Ctrl-C\n", c.Name, strings.Join(peers, ", "))
 			}
+			stopHint := func() {}
+			if len(peers) > 0 {
+				stopHint = sayLater(cmd.ErrOrStderr(), slowStart, fmt.Sprintf("baton serve: still waiting for a quorum after %v: if the other members run, check that each has the same --initial-cluster; a data dir from an earlier start keeps the cluster it began with (remove %s to start this member afresh)", slowStart, c.Dir))
+			}
 			srv, err := etcdserver.Start(cmd.Context(), c)
+			stopHint()
 			if err := interrupted(cmd.Context(), err, "while starting the etcd server"); err != nil && cmd.Context().Err() != nil {
 				return err
 			}
@@ -112,6 +120,27 @@ for as long as they take to start (it says so), as etcd does;
 	f.StringVar(&c.InitialCluster, "initial-cluster", "", "all members as name=peer-URL,... (default: this member alone)")
 	f.StringVar(&c.ClusterState, "initial-cluster-state", "new", "new, or existing to join a running cluster")
 	return cmd
+}
+
+// slowStart is how long a cluster member waits for a quorum before it
+// says what to check.
+const slowStart = 30 * time.Second
+
+// sayLater prints line on w after d, unless the returned stop is called
+// first; stop returns once nothing more will be printed.
+func sayLater(w io.Writer, d time.Duration, line string) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			fmt.Fprintln(w, line)
+		case <-done:
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // checkCluster checks --initial-cluster against --name, --listen and

@@ -279,3 +279,17 @@ func TestServe_BadFlags(t *testing.T) {
 		t.Errorf("serve --name ../m1 without --data-dir: exit %d, stderr %q; want 2, and to pass --data-dir", r.code, r.stderr)
 	}
 }
+
+// TestSayLater: the hint a cluster member prints when its quorum is slow
+// comes after the delay, and never once stopped: a member that started
+// (or failed) in time says nothing more.
+func TestSayLater(t *testing.T) {
+	var b lockedBuffer
+	sayLater(&b, time.Hour, "late")()
+	if b.String() != "" {
+		t.Fatalf("printed %q after stop", b.String())
+	}
+	stop := sayLater(&b, 0, "now")
+	waitFor(t, 10*time.Second, func() bool { return b.String() == "now\n" }, func() string { return b.String() })
+	stop()
+}
