@@ -24,7 +24,7 @@ const (
 	exitStale       = 77  // the fence refused our token
 	exitCannotRun   = 127 // the command could not be started (as sh says "not found")
 	exitInterrupted = 130 // SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting for the lock (128+SIGINT, as sh)
-	exitBrokenPipe  = 141 // baton's output has no reader left (128+SIGPIPE, as sh)
+	exitBrokenPipe  = 141 // baton's own output has no reader left (128+SIGPIPE, as sh)
 	exitFailure     = 1   // anything else
 )
 
@@ -66,6 +66,22 @@ func executed(cmd *cobra.Command, err error) error {
 	return err
 }
 
+// errOutputGone marks a write to baton's own standard output that failed
+// because its reader is gone (EPIPE).
+var errOutputGone = errors.New("standard output has no reader")
+
+// outputWriter is baton's standard output: a write that fails with EPIPE
+// fails with errOutputGone too, which exitCode maps to 141.
+type outputWriter struct{ w io.Writer }
+
+func (o outputWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		err = fmt.Errorf("%w: %w", errOutputGone, err)
+	}
+	return n, err
+}
+
 // codeOf is the error that makes baton exit with a command's code.
 func codeOf(code int) error {
 	if code == 0 {
@@ -79,9 +95,11 @@ func exitCode(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	if errors.Is(err, syscall.EPIPE) {
-		// Whoever read baton's output has gone (baton status | head): end
-		// as SIGPIPE would have, without a line nobody reads.
+	if errors.Is(err, errOutputGone) {
+		// Whoever read baton's output has gone (baton elect --observe |
+		// head -1): end as SIGPIPE would have, without a line nobody
+		// reads. A broken pipe to a server is not this: it fails as the
+		// server's error.
 		return exitBrokenPipe
 	}
 	var ee *exitError

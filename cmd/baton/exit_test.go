@@ -1,8 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/baton-go/baton"
 )
 
 // TestExitCode_CobraErrors: every kind of error cobra returns itself is a
@@ -34,4 +40,27 @@ func TestExitCode_CobraErrors(t *testing.T) {
 			oneLine(t, r)
 		})
 	}
+}
+
+// TestExitCode_BrokenPipe: only a failed write to baton's own output ends
+// quietly with 141; a broken pipe to a server (EPIPE deep in a network
+// error) is the server's failure, with its line and its code.
+func TestExitCode_BrokenPipe(t *testing.T) {
+	netErr := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
+	var stderr strings.Builder
+	if code := exitCode(&stderr, &baton.UnavailableError{Where: "redis://h:6379", Err: netErr}); code != exitUnavailable || stderr.Len() == 0 {
+		t.Errorf("a broken pipe to the lock service: exit %d, stderr %q; want 69 with a line", code, stderr.String())
+	}
+	stderr.Reset()
+	_, err := outputWriter{w: brokenPipe{}}.Write([]byte("x\n"))
+	if code := exitCode(&stderr, fmt.Errorf("print the leader: %w", err)); code != exitBrokenPipe || stderr.Len() != 0 {
+		t.Errorf("a write to baton's own output with no reader: exit %d, stderr %q; want 141 and nothing said", code, stderr.String())
+	}
+}
+
+// brokenPipe is a writer whose reader is gone.
+type brokenPipe struct{}
+
+func (brokenPipe) Write([]byte) (int, error) {
+	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
 }

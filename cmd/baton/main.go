@@ -25,9 +25,11 @@ func mainCode() int {
 	// A write to a closed stdout or stderr (a log pipe that went away)
 	// would kill baton with SIGPIPE: under baton run or elect, before it
 	// stopped the command's group or released the lock, and under baton
-	// demo before it stopped its runners. Caught, the signal only fails
-	// the write (EPIPE), and exitCode ends baton quietly with 141, as the
-	// signal would have. The command gets the default back (a caught
+	// demo before it stopped its runners (the demo, which ignores its
+	// failed writes, then runs to its end). Caught, the signal only fails
+	// the write (EPIPE); a subcommand that fails on a write to its own
+	// output (outputWriter) ends quietly with 141, as the signal would
+	// have. The command gets the default back (a caught
 	// signal is reset on exec; an ignored one would be inherited).
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
@@ -57,7 +59,7 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 // run is the whole command, testable: it parses args, runs the subcommand
 // and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(stdout, stderr)
+	root := newRoot(outputWriter{stdout}, stderr)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	return exitCode(stderr, executed(cmd, err))

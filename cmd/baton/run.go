@@ -87,7 +87,7 @@ Exit codes:
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
   130            interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT) while waiting for the lock or the fence store
-  141            baton's own output had no reader left (a closed pipe), as SIGPIPE would end it
+  141            not from run, which writes no output of its own: a subcommand's output (elect --observe) had no reader left, as SIGPIPE would end it
   2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
@@ -293,7 +293,7 @@ func lastTry(ctx context.Context, s *leaseSession, name string, wait time.Durati
 	lctx, cancel := context.WithTimeoutCause(ctx, bound, errLastTry)
 	defer cancel()
 	lease, token, err := tryOnce(lctx, s, name, fmt.Sprintf("waited --wait %v, then tried once more", wait))
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(lctx), errLastTry) {
+	if err != nil && ctx.Err() == nil && errors.Is(err, errLastTry) {
 		err = withHint(s.backend, &baton.UnavailableError{Where: baton.Printable(baton.Redact(s.backend)), Err: fmt.Errorf("no answer within %v to one last attempt after --wait %v", bound, wait)})
 	}
 	return lease, token, err
