@@ -64,8 +64,8 @@ for as long as they take to start (it says so), as etcd does;
 			if c.ClusterState != "new" && c.ClusterState != "existing" {
 				return usageError("--initial-cluster-state %q: use new or existing", c.ClusterState)
 			}
-			peers, err := checkCluster(c)
-			if err != nil {
+			var peers []string
+			if c.InitialCluster, peers, err = checkCluster(c); err != nil {
 				return err
 			}
 			log := g.logger(cmd.ErrOrStderr())
@@ -74,7 +74,7 @@ for as long as they take to start (it says so), as etcd does;
 				// Its peers may be started by hand on other machines: wait
 				// for them as long as they take, as etcd does, and say
 				// what to check when that is long.
-				c.StartTimeout = -1
+				c.WaitForQuorum = true
 				fmt.Fprintf(cmd.OutOrStdout(), "baton serve: member %q waits for a quorum of the cluster (its peers: %s); stop with Ctrl-C\n", c.Name, strings.Join(peers, ", "))
 			}
 			stopHint := func() {}
@@ -145,23 +145,26 @@ func sayLater(w io.Writer, d time.Duration, line string) (stop func()) {
 
 // checkCluster checks --initial-cluster against --name, --listen and
 // --peer-listen before etcd does, whose words name flags baton does not
-// have, and returns the names of this member's peers (none when it serves
-// alone).
-func checkCluster(c etcdserver.Config) ([]string, error) {
+// have. It returns the cluster with each URL written as etcd takes it
+// (host:port and http://host:port/ become http://host:port, as for
+// --peer-listen), and the names of this member's peers (none when it
+// serves alone).
+func checkCluster(c etcdserver.Config) (cluster string, peers []string, err error) {
 	if c.ClientURL == c.PeerURL {
-		return nil, usageError("--listen and --peer-listen are both %s: clients and peers need a port each", c.ClientURL)
+		return "", nil, usageError("--listen and --peer-listen are both %s: clients and peers need a port each", c.ClientURL)
 	}
 	if c.InitialCluster == "" {
-		return nil, nil
+		return "", nil, nil
 	}
-	var peers []string
+	var members []string
 	mine := ""
 	for _, m := range strings.Split(c.InitialCluster, ",") {
 		name, u, ok := strings.Cut(m, "=")
 		peerURL, err := listenURL("--initial-cluster member "+strconv.Quote(name), u)
 		if !ok || name == "" || err != nil {
-			return nil, usageError("--initial-cluster %q: want name=http://host:port,... for every member, this one (%s) included", c.InitialCluster, c.Name)
+			return "", nil, usageError("--initial-cluster %q: want name=http://host:port,... for every member, this one (%s) included", c.InitialCluster, c.Name)
 		}
+		members = append(members, name+"="+peerURL)
 		if name == c.Name {
 			mine = peerURL
 		} else {
@@ -170,11 +173,11 @@ func checkCluster(c etcdserver.Config) ([]string, error) {
 	}
 	switch {
 	case mine == "":
-		return nil, usageError("--initial-cluster names no member %q (--name): list every member, this one included", c.Name)
+		return "", nil, usageError("--initial-cluster names no member %q (--name): list every member, this one included", c.Name)
 	case mine != c.PeerURL:
-		return nil, usageError("--initial-cluster gives member %q the peer URL %s, and --peer-listen is %s: they must be the same", c.Name, mine, c.PeerURL)
+		return "", nil, usageError("--initial-cluster gives member %q the peer URL %s, and --peer-listen is %s: they must be the same", c.Name, mine, c.PeerURL)
 	}
-	return peers, nil
+	return strings.Join(members, ","), peers, nil
 }
 
 // defaultDataDir is where member name keeps its data without --data-dir:

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton/internal/etcdserver"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -292,4 +293,24 @@ func TestSayLater(t *testing.T) {
 	stop := sayLater(&b, 0, "now")
 	waitFor(t, 10*time.Second, func() bool { return b.String() == "now\n" }, func() string { return b.String() })
 	stop()
+}
+
+// TestCheckCluster_Normalizes: --initial-cluster is handed to etcd as it
+// was checked, each URL written as for --peer-listen: etcd refused
+// host:port ("first path segment in URL cannot contain colon") and a
+// trailing slash ("URL must not contain a path") after the check had let
+// them through.
+func TestCheckCluster_Normalizes(t *testing.T) {
+	c := etcdserver.Config{Name: "m1", ClientURL: "http://127.0.0.1:2379", PeerURL: "http://127.0.0.1:2380",
+		InitialCluster: "m1=127.0.0.1:2380,m2=http://10.0.0.2:2380/,m3=http://[::1]:2380"}
+	cluster, peers, err := checkCluster(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "m1=http://127.0.0.1:2380,m2=http://10.0.0.2:2380,m3=http://[::1]:2380"; cluster != want {
+		t.Errorf("cluster %q, want %q", cluster, want)
+	}
+	if strings.Join(peers, " ") != "m2 m3" {
+		t.Errorf("peers %q, want m2 m3", peers)
+	}
 }

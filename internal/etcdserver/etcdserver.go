@@ -42,9 +42,12 @@ type Config struct {
 	// every closed listener as an error. Default: none.
 	Logger *zap.Logger
 	// StartTimeout bounds the wait for the server to be ready. Default
-	// 30s; negative: no bound but ctx (a cluster member started by hand
-	// waits for its peers for as long as they take).
+	// 30s.
 	StartTimeout time.Duration
+	// WaitForQuorum lifts StartTimeout: only ctx bounds the wait (a
+	// cluster member started by hand waits for its peers as long as they
+	// take, as etcd does).
+	WaitForQuorum bool
 }
 
 // ErrDirInUse says that another process holds the data directory: another
@@ -146,7 +149,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		timeout = 30 * time.Second
 	}
 	var late <-chan time.Time
-	if timeout > 0 {
+	if !c.WaitForQuorum {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		late = t.C
