@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -375,5 +376,23 @@ func TestSupervise_SignalCancelsLate(t *testing.T) {
 	}
 	if !res.signaled || res.code != 42 {
 		t.Fatalf("supervise after a late cancellation by SIGINT = %+v; want the command's trap of SIGINT (exit 42)", res)
+	}
+}
+
+// TestCauseSignal: causeSignal reads the signal from the cause that
+// signal.NotifyContext itself gives, for a real signal (not a string the
+// test makes up): a change in Go's wording would show here.
+func TestCauseSignal(t *testing.T) {
+	ctx, stop := signal.NotifyContext(t.Context(), syscall.SIGHUP)
+	defer stop()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	<-ctx.Done()
+	if got := causeSignal(ctx); got != syscall.SIGHUP {
+		t.Fatalf("causeSignal = %v for a context SIGHUP cancelled (cause %q), want SIGHUP", got, context.Cause(ctx))
+	}
+	if got := causeSignal(t.Context()); got != syscall.SIGTERM {
+		t.Fatalf("causeSignal of a live context = %v, want SIGTERM", got)
 	}
 }
