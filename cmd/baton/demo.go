@@ -218,7 +218,7 @@ func printSummary(out io.Writer, unfenced, fenced *demo.Result) error {
 	}
 	switch {
 	case len(unfenced.StaleWrites) == 0:
-		fmt.Fprintf(out, "this time the woken runner wrote nothing unfenced either (it noticed the loss first): run it again to see the failure.\n")
+		fmt.Fprintf(out, "this time the woken runner got no write in after the takeover even without the fence: run it again to see the failure.\n")
 	case fenced.Rejected != nil:
 		fmt.Fprintf(out, "without the fence the woken runner billed %d clients it no longer held the lock for; with it, its next write was refused.\n", len(unfenced.StaleWrites))
 	default:

@@ -167,15 +167,11 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	defer r1.kill()
 	// 1. Runner 1 bills FreezeAfter clients; freeze it as it starts on the
 	// next (fenced, after its lease check), before the write.
-	billed := 0
 	if _, err := next(ctx, r1, record, func(e warehouse.Event) bool {
-		switch e.Kind {
-		case "acquired":
+		if e.Kind == "acquired" {
 			res.Token1 = e.Token
-		case "billed":
-			billed++
 		}
-		return e.Kind == "checked" && billed == cfg.FreezeAfter
+		return e.Kind == "checked" && e.Client == cfg.FreezeAfter+1 // where it waits (PauseAt)
 	}); err != nil {
 		return nil, fmt.Errorf("runner 1 before the freeze: %w", err)
 	}
