@@ -314,25 +314,33 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 	}
 }
 
-// TestSupervise_SignalBeforeStart: a stop signal that came after the lease
-// was granted, before supervise listened for signals (it cancelled ctx
-// alone), starts nothing: exit 130. Checked once supervise listens, so
-// that no signal falls between the check and the command's start.
-func TestSupervise_SignalBeforeStart(t *testing.T) {
+// fakeLease is a lease from a Locker on the fake backend, for supervise's
+// own tests: it holds for an hour.
+func fakeLease(t *testing.T) *baton.Lease {
+	t.Helper()
 	cfg, err := baton.NewConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := baton.NewLocker(&fakeBackend{}, cfg)
-	defer l.Close()
+	t.Cleanup(func() { _ = l.Close() })
 	lease, err := l.Acquire(t.Context(), "x")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lease
+}
+
+// TestSupervise_SignalBeforeStart: a stop signal that came after the lease
+// was granted, before supervise listened for signals (it cancelled ctx
+// alone), starts nothing: exit 130. Checked once supervise listens, so
+// that no signal falls between the check and the command's start.
+func TestSupervise_SignalBeforeStart(t *testing.T) {
+	lease := fakeLease(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	ran := filepath.Join(t.TempDir(), "ran")
-	_, err = supervise(ctx, lease, []string{"touch", ran}, os.Environ(), time.Second, nil, io.Discard, io.Discard, slog.New(slog.DiscardHandler))
+	_, err := supervise(ctx, lease, []string{"touch", ran}, os.Environ(), time.Second, nil, io.Discard, io.Discard, slog.New(slog.DiscardHandler))
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != exitInterrupted {
 		t.Fatalf("supervise after a signal = %v, want exit %d", err, exitInterrupted)
@@ -349,16 +357,7 @@ func TestSupervise_SignalBeforeStart(t *testing.T) {
 // in signal.NotifyContext's words) when none comes through its own
 // channel. Before, the command ran on to its end; then it got SIGTERM.
 func TestSupervise_SignalCancelsLate(t *testing.T) {
-	cfg, err := baton.NewConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := baton.NewLocker(&fakeBackend{}, cfg)
-	defer l.Close()
-	lease, err := l.Acquire(t.Context(), "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := fakeLease(t)
 	ctx, cancel := context.WithCancelCause(t.Context())
 	started := filepath.Join(t.TempDir(), "started")
 	go func() {
