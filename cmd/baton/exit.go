@@ -82,6 +82,17 @@ func (o outputWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// commandOutput is w as a supervised command's standard output: the file
+// under an outputWriter. Handed a wrapper, exec would copy the command's
+// output through a pipe, and Wait would wait for every process that holds
+// that pipe, the command's leftover group included.
+func commandOutput(w io.Writer) io.Writer {
+	if o, ok := w.(outputWriter); ok {
+		return o.w
+	}
+	return w
+}
+
 // codeOf is the error that makes baton exit with a command's code.
 func codeOf(code int) error {
 	if code == 0 {

@@ -101,7 +101,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		grace:   c.grace,
 		log:     g.logger(cmd.ErrOrStderr()),
 		stdin:   cmd.InOrStdin(),
-		stdout:  cmd.OutOrStdout(),
+		stdout:  commandOutput(cmd.OutOrStdout()),
 		stderr:  cmd.ErrOrStderr(),
 	}
 	s.fenced, _ = locker.Fenced()
