@@ -105,13 +105,17 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 	}
 	defer s.Close()
 	var (
-		led   bool    // a term began: failures to campaign since are retried
+		led   bool    // a term began: failures to campaign since are retried (a lost session always is)
 		pause backoff // between a failed campaign or a stale term and the next
 	)
 	for {
 		lease, token, err := s.take(ctx, name, (*baton.Locker).Campaign, (*baton.FencedLocker).Campaign)
 		if err != nil {
-			if err := interrupted(ctx, err, "while campaigning"); !led || !transient(err) {
+			// A session lost while campaigning held nothing: a standby
+			// that waited through an outage longer than the TTL
+			// campaigns again, as the leader does, instead of exiting 76
+			// and leaving fewer replicas to take over.
+			if err := interrupted(ctx, err, "while campaigning"); !transient(err) || !led && !errors.Is(err, baton.ErrLeaseLost) {
 				return err
 			}
 			if err := pause.wait(ctx, s.stderr, fmt.Sprintf("campaign for %s failed: %v", name, err)); err != nil {
@@ -146,7 +150,9 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		if errors.Is(lease.Err(), baton.ErrLeaseLost) {
 			when = "when it exited"
 		}
-		_ = lease.Release(bg)
+		if rerr := lease.Release(bg); rerr != nil {
+			fmt.Fprintf(s.stderr, "baton: could not resign %s at %s: %v; the next leader takes over within the TTL\n", name, baton.Printable(baton.Redact(s.backend)), rerr)
+		}
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitLeaseLost && ctx.Err() == nil {
 			// Lost before the command could start: the term ends, as a

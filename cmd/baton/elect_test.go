@@ -313,3 +313,25 @@ func TestElect_Retry(t *testing.T) {
 		t.Fatalf("after reset: %v, want at most %v", d, backoffMin)
 	}
 }
+
+// TestElect_StandbySessionLost: a replica that never led, whose campaign
+// lost its session (an outage longer than the TTL), held nothing: it
+// campaigns again, as a former leader does, and leads. Before, it exited
+// 76, and an outage left only the former leader to take over.
+func TestElect_StandbySessionLost(t *testing.T) {
+	backend := useFake(t, &fakeBackend{script: []error{fmt.Errorf("%w: session ended while acquiring", baton.ErrLeaseLost)}})
+	r := runInProcess("elect", "--backend", backend, "mailer", "--", "true")
+	if r.code != 0 || !strings.Contains(r.stderr, "session ended while acquiring; campaigning again in") || !strings.Contains(r.stderr, "leading mailer") {
+		t.Fatalf("exit %d, stderr %q; want 0 after campaigning again", r.code, r.stderr)
+	}
+}
+
+// TestElect_ResignFailed: a resignation the lock service refuses is said
+// on one line at any log level: the election may stay held for a TTL.
+func TestElect_ResignFailed(t *testing.T) {
+	backend := useFake(t, &fakeBackend{releaseErr: &baton.UnavailableError{Where: "fake", Err: errors.New("no answer")}})
+	r := runInProcess("elect", "--backend", backend, "mailer", "--", "true")
+	if r.code != 0 || !strings.Contains(r.stderr, "could not resign mailer at fake://test") {
+		t.Fatalf("exit %d, stderr %q; want 0 saying the resignation failed", r.code, r.stderr)
+	}
+}
