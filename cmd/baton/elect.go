@@ -220,15 +220,25 @@ func (b *backoff) reset() { b.failures = 0 }
 // waits the next pause, or returns exit 130 if SIGINT, SIGTERM, SIGHUP or SIGQUIT
 // (ctx) comes first.
 func (b *backoff) wait(ctx context.Context, w io.Writer, why string) error {
+	if !b.sleep(ctx, w, why, "campaigning again") {
+		return &exitError{code: exitInterrupted, msg: "interrupted while waiting to campaign again"}
+	}
+	return nil
+}
+
+// sleep says why baton tries again (why), what it will do (what) and
+// after how long, on w, then waits the next pause; false if ctx ended
+// first.
+func (b *backoff) sleep(ctx context.Context, w io.Writer, why, what string) bool {
 	d := b.next()
-	fmt.Fprintf(w, "baton: %s; campaigning again in %v\n", why, d.Round(time.Millisecond))
+	fmt.Fprintf(w, "baton: %s; %s in %v\n", why, what, d.Round(time.Millisecond))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
+		return true
 	case <-ctx.Done():
-		return &exitError{code: exitInterrupted, msg: "interrupted while waiting to campaign again"}
+		return false
 	}
 }
 

@@ -264,14 +264,7 @@ func acquire(ctx context.Context, s *leaseSession, name string, wait time.Durati
 		case errors.Is(context.Cause(wctx), errWaited):
 			return lastTry(ctx, s, name, wait)
 		case ctx.Err() == nil && transient(err):
-			d := pause.next()
-			fmt.Fprintf(s.stderr, "baton: %v; waiting on for the lock, again in %v\n", err, d.Round(time.Millisecond))
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-wctx.Done():
-				t.Stop()
-			}
+			pause.sleep(wctx, s.stderr, err.Error(), "waiting on for the lock, again") // the loop looks at wctx
 			continue
 		}
 		return nil, 0, interrupted(ctx, err, "while waiting for the lock")
