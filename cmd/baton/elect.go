@@ -151,7 +151,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			when = "when it exited"
 		}
 		if rerr := lease.Release(bg); rerr != nil {
-			fmt.Fprintf(s.stderr, "baton: could not resign %s at %s: %v; the next leader takes over within the TTL\n", name, baton.Printable(baton.Redact(s.backend)), rerr)
+			fmt.Fprintf(s.stderr, "baton: could not resign %s at %s: %v; the next leader takes over within the TTL\n", name, s.backendAt, rerr)
 		}
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitLeaseLost && ctx.Err() == nil {

@@ -96,13 +96,14 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		return nil, err
 	}
 	s := &leaseSession{
-		locker:  locker,
-		backend: c.backend,
-		grace:   c.grace,
-		log:     g.logger(cmd.ErrOrStderr()),
-		stdin:   cmd.InOrStdin(),
-		stdout:  commandOutput(cmd.OutOrStdout()),
-		stderr:  cmd.ErrOrStderr(),
+		locker:    locker,
+		backend:   c.backend,
+		backendAt: baton.Printable(baton.Redact(c.backend)),
+		grace:     c.grace,
+		log:       g.logger(cmd.ErrOrStderr()),
+		stdin:     cmd.InOrStdin(),
+		stdout:    commandOutput(cmd.OutOrStdout()),
+		stderr:    cmd.ErrOrStderr(),
 	}
 	s.fenced, _ = locker.Fenced()
 	if c.fence == "" {
@@ -133,11 +134,20 @@ type leaseSession struct {
 	store   fence.Store         // nil without --fence
 	storeAt string              // the store, for messages: its URL without the password
 	backend string
-	grace   time.Duration
-	log     *slog.Logger
-	stdin   io.Reader
-	stdout  io.Writer
-	stderr  io.Writer
+	// backendAt is the lock service, for messages: its URL without the
+	// password.
+	backendAt string
+	grace     time.Duration
+	log       *slog.Logger
+	stdin     io.Reader
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// unavailable is err as the lock service's failure to answer (exit 69),
+// with what to do.
+func (s *leaseSession) unavailable(err error) error {
+	return withHint(s.backend, &baton.UnavailableError{Where: s.backendAt, Err: err})
 }
 
 // storeCloseTimeout bounds the wait for the fence store to close: a

@@ -183,7 +183,7 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 		return err
 	}
 	if res.lost != nil {
-		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (lock service %s); stopped %s (%s)", res.lost, baton.Printable(baton.Redact(s.backend)), argv[0], res.status)}
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (lock service %s); stopped %s (%s)", res.lost, s.backendAt, argv[0], res.status)}
 	}
 	// A loss seen only as the command exited (both were ready at once, or
 	// the local deadline passed and the timer has not fired yet) still
@@ -287,7 +287,7 @@ func lastTry(ctx context.Context, s *leaseSession, name string, wait time.Durati
 	defer cancel()
 	lease, token, err := tryOnce(lctx, s, name, fmt.Sprintf("waited --wait %v, then tried once more", wait))
 	if err != nil && ctx.Err() == nil && errors.Is(err, errLastTry) {
-		err = withHint(s.backend, &baton.UnavailableError{Where: baton.Printable(baton.Redact(s.backend)), Err: fmt.Errorf("no answer within %v to one last attempt after --wait %v", bound, wait)})
+		err = s.unavailable(fmt.Errorf("no answer within %v to one last attempt after --wait %v", bound, wait))
 	}
 	return lease, token, err
 }
@@ -303,7 +303,7 @@ func tryOnce(ctx context.Context, s *leaseSession, name, how string) (*baton.Lea
 	case errors.Is(err, baton.ErrNotAcquired):
 		return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (%s)", unwrapNotAcquired(err), how)}
 	case errors.Is(err, baton.ErrLeaseLost) && ctx.Err() == nil:
-		return nil, 0, withHint(s.backend, &baton.UnavailableError{Where: baton.Printable(baton.Redact(s.backend)), Err: fmt.Errorf("%v; nothing was held", err)}) // not %w: ErrLeaseLost would make it exit 76
+		return nil, 0, s.unavailable(fmt.Errorf("%v; nothing was held", err)) // not %w: ErrLeaseLost would make it exit 76
 	}
 	return nil, 0, withHint(s.backend, interrupted(ctx, err, "while waiting for the lock"))
 }
