@@ -29,8 +29,8 @@ func mainCode() int {
 	// failed writes, then runs to its end). Caught, the signal only fails
 	// the write (EPIPE); a subcommand that fails on a write to its own
 	// output (outputWriter) ends quietly with 141, as the signal would
-	// have. The command gets the default back (a caught
-	// signal is reset on exec; an ignored one would be inherited).
+	// have. The command gets the default back (a caught signal is reset
+	// on exec; an ignored one would be inherited).
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)

@@ -70,21 +70,19 @@ for as long as they take to start (it says so), as etcd does;
 			}
 			log := g.logger(cmd.ErrOrStderr())
 			c.Logger = zapslog.New(log.Handler())
+			stopHint := func() {}
 			if len(peers) > 0 {
 				// Its peers may be started by hand on other machines: wait
 				// for them as long as they take, as etcd does, and say
 				// what to check when that is long.
 				c.WaitForQuorum = true
 				fmt.Fprintf(cmd.OutOrStdout(), "baton serve: member %q waits for a quorum of the cluster (its peers: %s); stop with Ctrl-C\n", c.Name, strings.Join(peers, ", "))
-			}
-			stopHint := func() {}
-			if len(peers) > 0 {
 				stopHint = sayLater(cmd.ErrOrStderr(), slowStart, fmt.Sprintf("baton serve: still waiting for a quorum after %v: if the other members run, check that each has the same --initial-cluster; a data dir from an earlier start keeps the cluster it began with (remove %s to start this member afresh)", slowStart, c.Dir))
 			}
 			srv, err := etcdserver.Start(cmd.Context(), c)
 			stopHint()
-			if err := interrupted(cmd.Context(), err, "while starting the etcd server"); err != nil && cmd.Context().Err() != nil {
-				return err
+			if err != nil && cmd.Context().Err() != nil {
+				return interrupted(cmd.Context(), err, "while starting the etcd server")
 			}
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return fmt.Errorf("%w: another process (another baton serve, an etcd) listens there; stop it, or pick free ports with --listen and --peer-listen", err)
