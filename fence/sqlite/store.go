@@ -199,22 +199,22 @@ func (s *Store) checkColumns(ctx context.Context) error {
 		{s.cfg.table, []string{"resource", "last_token", "updated_at"}},
 		{s.cfg.runs, []string{"resource", "run_id", "token", "done_at"}},
 	} {
+		op := fmt.Sprintf("read the columns of table %q", t.name)
 		schema, name := schemaAndName(t.name)
 		rows, err := s.db.QueryContext(ctx, columnsSQL, name, schema)
 		if err != nil {
-			return s.wrap(ctx, fmt.Sprintf("read the columns of table %q", t.name), err, hintOpen)
+			return s.wrap(ctx, op, err, hintOpen)
 		}
 		have := map[string]bool{}
 		for rows.Next() {
 			var c string
-			if err := rows.Scan(&c); err != nil {
-				_ = rows.Close()
-				return s.wrap(ctx, fmt.Sprintf("read the columns of table %q", t.name), err, hintOpen)
+			if err = rows.Scan(&c); err != nil {
+				break
 			}
 			have[strings.ToLower(c)] = true
 		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return s.wrap(ctx, fmt.Sprintf("read the columns of table %q", t.name), err, hintOpen)
+		if err := errors.Join(err, rows.Err(), rows.Close()); err != nil {
+			return s.wrap(ctx, op, err, hintOpen)
 		}
 		for _, c := range t.want {
 			if !have[c] {
