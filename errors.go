@@ -96,14 +96,26 @@ func (e *LostError) Is(target error) bool { return target == ErrLeaseLost }
 func (e *LostError) Unwrap() error { return e.Cause }
 
 // StaleTokenError is returned by a fence that refused a token because it has
-// already seen a newer one: another holder took the lock since.
+// already seen a newer one: another holder took the lock since, or, when
+// Ahead is set, the fence's token came from somewhere else.
 type StaleTokenError struct {
 	Resource string
 	Got      Token // the token that was refused
 	Newest   Token // the newest token the fence has seen
+	// Ahead is set by FencedLease.Raise when the lock service, asked after
+	// the refusal, still named the refused lease the holder. No later
+	// holder can then have raised the fence (each gets a newer token than
+	// ours, and none holds while we do): its token came from another lock
+	// service, or from this one before it was rebuilt or restored, and
+	// this service's tokens may take long to catch up. Acquiring again
+	// does not help.
+	Ahead bool
 }
 
 func (e *StaleTokenError) Error() string {
+	if e.Ahead {
+		return fmt.Sprintf("fence %q refused token %d: it has seen token %d, though the lock service still names this lease the holder, so no later holder raised it: the fence's token came from another lock service, or from this one before it was rebuilt; use the fence with the lock service it belongs to, or, after a rebuild, delete the fence's row from its table once no holder of the old service can write", e.Resource, e.Got, e.Newest)
+	}
 	return fmt.Sprintf("fence %q refused token %d: it has seen token %d; another holder took the lock since", e.Resource, e.Got, e.Newest)
 }
 

@@ -260,3 +260,23 @@ func (f *FencedLease) Deadline() time.Time { return f.l.Deadline() }
 
 // Release frees the lock if it is still ours; see Lease.Release.
 func (f *FencedLease) Release(ctx context.Context) error { return f.l.Release(ctx) }
+
+// Raise raises fence for the lease's name to its token, as Run does before
+// fn; see Fence.Raise. When the fence refuses the token as stale, Raise
+// asks the lock service who holds the lock: if it still names this lease,
+// the fence's newer token cannot have come from a later holder of this
+// service, and the *StaleTokenError has Ahead set, which its message
+// explains. If the lock service cannot say, the error is left as the fence
+// returned it.
+func (f *FencedLease) Raise(ctx context.Context, fence Fence) error {
+	err := fence.Raise(ctx, f.Name(), f.Token())
+	var stale *StaleTokenError
+	if !errors.As(err, &stale) || stale.Newest <= f.Token() || f.l.owner == nil {
+		return err
+	}
+	term, lerr := f.l.owner.Leader(ctx, f.Name())
+	if lerr == nil && term.Key == f.Key() && term.Token == f.Token() && f.Err() == nil {
+		stale.Ahead = true
+	}
+	return err
+}

@@ -25,7 +25,8 @@ func (l *Locker) Run(ctx context.Context, name string, fn func(ctx context.Conte
 // runs fn and releases the lease. Raising the fence before fn runs closes
 // the guide's first gap: from that moment no older holder can write through
 // the fence, even before fn's first write. A stale token (a newer holder has
-// already raised the fence) returns a *StaleTokenError without running fn.
+// already raised the fence) returns a *StaleTokenError without running fn;
+// see FencedLease.Raise.
 // A nil fence skips that step. The fence is raised on the context fn gets:
 // it ends when ctx is cancelled or the lease ends, and the lease is then
 // released. See Locker.Run for the rest.
@@ -38,7 +39,7 @@ func (f *FencedLocker) Run(ctx context.Context, name string, fence Fence, fn fun
 		// On fn's context: a Raise held up (PostgreSQL waiting on a frozen
 		// old holder's transaction) ends when the caller gives up.
 		if fence != nil {
-			if err := fence.Raise(ctx, name, lease.Token()); err != nil {
+			if err := lease.Raise(ctx, fence); err != nil {
 				return err // the fence's error names it and the token
 			}
 		}

@@ -77,6 +77,7 @@ func Run(t *testing.T, f Factory) {
 		{"Lease_Lost", s.loss},
 		{"Lease_CrashedHolder_TakenOver", s.crash},
 		{"Token_Increases", s.tokenOrder},
+		{"FencedLease_Raise_FenceAhead", s.fenceAhead},
 		{"Locker_Close", s.close},
 		{"Options_Invalid", s.badOptions},
 		{"Election_CrashedLeaders_Observed", s.election},

@@ -52,7 +52,10 @@ before each term's COMMAND starts; the fence store is given 10s to answer
 (after that the term ends, and elect campaigns again after a pause, as after
 a stale token), and SIGINT, SIGTERM, SIGHUP or SIGQUIT while elect waits for it make
 it exit 130. A term whose lease ran out before COMMAND could start ends the
-same way.
+same way. A fence that refuses the token while the lock service still names
+this replica the leader is ahead of every token the service has given (it
+was raised with another lock service's tokens, or before this one was
+rebuilt): elect exits 77, saying so, since no later term would fare better.
 
 With --observe, elect does not campaign: it prints the current leader and
 then every change of leader, including "no leader", one line each.`,
@@ -109,7 +112,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		pause backoff // between a failed campaign or a stale term and the next
 	)
 	for {
-		lease, token, err := s.take(ctx, name, (*baton.Locker).Campaign, (*baton.FencedLocker).Campaign)
+		h, err := s.take(ctx, name, (*baton.Locker).Campaign, (*baton.FencedLocker).Campaign)
 		if err != nil {
 			// A session lost while campaigning held nothing: a standby
 			// that waited through an outage longer than the TTL
@@ -124,19 +127,20 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			continue
 		}
 		led = true
+		lease, token := h.lease, h.token()
 		bg := context.WithoutCancel(ctx)
 		fmt.Fprintf(s.stderr, "baton: leading %s (token %d)\n", name, token)
 		if s.store != nil {
-			if err := s.fenceCall(ctx, fmt.Sprintf("raise the fence of %s to %d", name, token), func(ctx context.Context) error {
-				return s.store.Raise(ctx, name, token)
-			}); err != nil {
+			if err := s.raise(ctx, name, h); err != nil {
 				_ = lease.Release(bg)
 				// A newer leader has written already (stale), or the store
 				// did not answer (it may be down, or the raise waited on an
 				// older holder's transaction): this term is over, and
 				// another replica may lead meanwhile. Any other failure (no
-				// tables, refused) would only come back.
-				if !errors.Is(err, baton.ErrStaleToken) && !errors.Is(err, baton.ErrUnavailable) {
+				// tables, refused, a fence ahead of the lock service's
+				// tokens) would only come back.
+				var stale *baton.StaleTokenError
+				if errors.As(err, &stale) && stale.Ahead || !errors.Is(err, baton.ErrStaleToken) && !errors.Is(err, baton.ErrUnavailable) {
 					return err
 				}
 				if err := pause.wait(ctx, s.stderr, err.Error()); err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/fence"
 	"github.com/baton-go/baton/fence/sqlite"
 )
 
@@ -333,5 +334,33 @@ func TestElect_ResignFailed(t *testing.T) {
 	r := runInProcess("elect", "--backend", backend, "mailer", "--", "true")
 	if r.code != 0 || !strings.Contains(r.stderr, "could not resign mailer at fake://test") {
 		t.Fatalf("exit %d, stderr %q; want 0 saying the resignation failed", r.code, r.stderr)
+	}
+}
+
+// TestElect_FenceAhead: a fence raised past every token the lock service
+// has given (raised with another service's tokens, or before this one was
+// rebuilt) refuses every term's token. elect exits 77 at the first term,
+// saying so, instead of campaigning again for ever as after a newer
+// leader's raise.
+func TestElect_FenceAhead(t *testing.T) {
+	backend := etcdBackend(t)
+	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	s, err := fence.Open(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Raise(context.Background(), "mailer", 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	r := runBaton(t, "elect", "--backend", backend, "--fence", store, "mailer", "--", "sh", "-c", "echo ran")
+	if r.code != exitStale || !strings.Contains(r.stderr, "still names this lease the holder") || strings.Contains(r.stderr, "campaigning again") {
+		t.Fatalf("exit %d, stderr %q; want 77 at the first term, saying the fence is ahead of the lock service", r.code, r.stderr)
+	}
+	if strings.Contains(r.stdout, "ran") {
+		t.Fatal("the command ran under a refused token")
 	}
 }

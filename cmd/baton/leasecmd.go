@@ -173,20 +173,44 @@ func (s *leaseSession) Close() {
 
 // take takes a lease on name with a Locker method (TryAcquire, Acquire or
 // Campaign), through the fenced view's method of the same name when the
-// backend has one, to get the token; without one the token is 0.
+// backend has one, to keep the fenced view.
 func (s *leaseSession) take(ctx context.Context, name string,
 	plain func(*baton.Locker, context.Context, string) (*baton.Lease, error),
 	fenced func(*baton.FencedLocker, context.Context, string) (*baton.FencedLease, error),
-) (*baton.Lease, baton.Token, error) {
+) (held, error) {
 	if s.fenced == nil {
 		lease, err := plain(s.locker, ctx, name)
-		return lease, 0, err
+		return held{lease: lease}, err
 	}
 	fe, err := fenced(s.fenced, ctx, name)
 	if err != nil {
-		return nil, 0, err
+		return held{}, err
 	}
-	return fe.Lease(), fe.Token(), nil
+	return held{lease: fe.Lease(), fenced: fe}, nil
+}
+
+// held is a lease baton run or elect took, with its fenced view on a
+// backend that gives tokens.
+type held struct {
+	lease  *baton.Lease
+	fenced *baton.FencedLease // nil without tokens
+}
+
+// token is the lease's fencing token, 0 without one.
+func (h held) token() baton.Token {
+	if h.fenced == nil {
+		return 0
+	}
+	return h.fenced.Token()
+}
+
+// raise raises the fence of --fence for name to h's token, as
+// FencedLease.Raise does (a refusal tells a later holder from a fence
+// ahead of the lock service), bounded and interrupted as fenceCall says.
+func (s *leaseSession) raise(ctx context.Context, name string, h held) error {
+	return s.fenceCall(ctx, fmt.Sprintf("raise the fence of %s to %d", name, h.token()), func(ctx context.Context) error {
+		return h.fenced.Raise(ctx, s.store)
+	})
 }
 
 // supervise runs argv under lease (see supervise) with the environment of a

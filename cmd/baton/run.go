@@ -83,7 +83,7 @@ Exit codes:
   COMMAND's own  COMMAND ran to the end holding the lease (128+N if killed by signal N)
   75             not acquired within --wait (another holder has it)
   76             the lease was lost while COMMAND ran (also if found only as it exited, or by the release), or before it could start
-  77             the fence refused the token (a newer holder exists)
+  77             the fence refused the token (a newer holder exists, or the fence is ahead of the lock service's tokens: the message says which)
   69             the lock service or fence store is unreachable
   127            COMMAND could not be started (not found, not executable)
   130            interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT) while waiting for the lock or the fence store
@@ -156,18 +156,17 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 		}
 	}
 
-	lease, token, err := acquire(ctx, s, name, f.wait)
+	h, err := acquire(ctx, s, name, f.wait)
 	if err != nil {
 		return err
 	}
+	lease, token := h.lease, h.token()
 	bg := context.WithoutCancel(ctx)
 	defer lease.Release(bg)
 	if s.store != nil {
 		// On ctx: a signal stops a store that does not answer; the
 		// deferred release then frees the lock.
-		if err := s.fenceCall(ctx, fmt.Sprintf("raise the fence of %s to %d", name, token), func(ctx context.Context) error {
-			return s.store.Raise(ctx, name, token)
-		}); err != nil {
+		if err := s.raise(ctx, name, h); err != nil {
 			return err
 		}
 		if f.once != "" {
@@ -249,7 +248,7 @@ var errWaited = errors.New("not acquired within --wait")
 // not acquired: another holder has it (exit 75, naming it), or the lock
 // service does not answer (exit 69), which a wait blocked on a silent
 // service cannot tell apart from a long queue.
-func acquire(ctx context.Context, s *leaseSession, name string, wait time.Duration) (*baton.Lease, baton.Token, error) {
+func acquire(ctx context.Context, s *leaseSession, name string, wait time.Duration) (held, error) {
 	if wait == 0 {
 		return tryOnce(ctx, s, name, "--wait 0 makes one attempt")
 	}
@@ -257,17 +256,17 @@ func acquire(ctx context.Context, s *leaseSession, name string, wait time.Durati
 	defer cancel()
 	var pause backoff
 	for {
-		lease, token, err := s.take(wctx, name, (*baton.Locker).Acquire, (*baton.FencedLocker).Acquire)
+		h, err := s.take(wctx, name, (*baton.Locker).Acquire, (*baton.FencedLocker).Acquire)
 		switch {
 		case err == nil:
-			return lease, token, nil
+			return h, nil
 		case errors.Is(context.Cause(wctx), errWaited):
 			return lastTry(ctx, s, name, wait)
 		case ctx.Err() == nil && transient(err):
 			pause.sleep(wctx, s.stderr, err.Error(), "waiting on for the lock, again") // the loop looks at wctx
 			continue
 		}
-		return nil, 0, interrupted(ctx, err, "while waiting for the lock")
+		return held{}, interrupted(ctx, err, "while waiting for the lock")
 	}
 }
 
@@ -281,31 +280,31 @@ var errLastTry = errors.New("no answer")
 // lastTry is the attempt after --wait ran out, bounded by lastTryTimeout:
 // it tells a held lock (75) from a lock service that stopped answering
 // (69).
-func lastTry(ctx context.Context, s *leaseSession, name string, wait time.Duration) (*baton.Lease, baton.Token, error) {
+func lastTry(ctx context.Context, s *leaseSession, name string, wait time.Duration) (held, error) {
 	bound := min(lastTryTimeout, s.locker.Config().RequestTimeout)
 	lctx, cancel := context.WithTimeoutCause(ctx, bound, errLastTry)
 	defer cancel()
-	lease, token, err := tryOnce(lctx, s, name, fmt.Sprintf("waited --wait %v, then tried once more", wait))
+	h, err := tryOnce(lctx, s, name, fmt.Sprintf("waited --wait %v, then tried once more", wait))
 	if err != nil && ctx.Err() == nil && errors.Is(err, errLastTry) {
 		err = s.unavailable(fmt.Errorf("no answer within %v to one last attempt after --wait %v", bound, wait))
 	}
-	return lease, token, err
+	return h, err
 }
 
 // tryOnce makes one attempt at the lock; how says how baton came to it,
 // for the message when another holder has the lock (exit 75). A session
 // the lock service lost during the attempt held nothing: exit 69, not 76.
-func tryOnce(ctx context.Context, s *leaseSession, name, how string) (*baton.Lease, baton.Token, error) {
-	lease, token, err := s.take(ctx, name, (*baton.Locker).TryAcquire, (*baton.FencedLocker).TryAcquire)
+func tryOnce(ctx context.Context, s *leaseSession, name, how string) (held, error) {
+	h, err := s.take(ctx, name, (*baton.Locker).TryAcquire, (*baton.FencedLocker).TryAcquire)
 	switch {
 	case err == nil:
-		return lease, token, nil
+		return h, nil
 	case errors.Is(err, baton.ErrNotAcquired):
-		return nil, 0, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (%s)", unwrapNotAcquired(err), how)}
+		return held{}, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (%s)", unwrapNotAcquired(err), how)}
 	case errors.Is(err, baton.ErrLeaseLost) && ctx.Err() == nil:
-		return nil, 0, s.unavailable(fmt.Errorf("%v; nothing was held", err)) // not %w: ErrLeaseLost would make it exit 76
+		return held{}, s.unavailable(fmt.Errorf("%v; nothing was held", err)) // not %w: ErrLeaseLost would make it exit 76
 	}
-	return nil, 0, withHint(s.backend, interrupted(ctx, err, "while waiting for the lock"))
+	return held{}, withHint(s.backend, interrupted(ctx, err, "while waiting for the lock"))
 }
 
 func unwrapNotAcquired(err error) error {

@@ -163,7 +163,10 @@ func TestRun_Fence(t *testing.T) {
 		t.Fatalf("command ran %d times, want once", strings.Count(string(b), "ran"))
 	}
 
-	// A newer holder raised the fence far ahead: our token is stale.
+	// The fence is far ahead of etcd's revisions (it was raised with
+	// another lock service's tokens): our token is refused, and since etcd
+	// still names us the holder, the message says no later holder raised
+	// it.
 	s, err := fence.Open(context.Background(), store)
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +176,8 @@ func TestRun_Fence(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runBaton(t, append([]string{"run", "--backend", backend, "--fence", store, "invoices", "--"}, touch...)...)
-	if r.code != exitStale {
-		t.Fatalf("stale token: exit %d, want 77; stderr %q", r.code, r.stderr)
+	if r.code != exitStale || !strings.Contains(r.stderr, "still names this lease the holder") {
+		t.Fatalf("token behind the fence: exit %d, stderr %q; want 77, saying the fence is ahead of the lock service", r.code, r.stderr)
 	}
 	oneLine(t, r)
 	if b, _ := os.ReadFile(marker); strings.Count(string(b), "ran") != 1 {

@@ -1,0 +1,70 @@
+package batontest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// fenceAhead: a fence that refuses a lease's token while the lock service
+// still names that lease the holder got its token from somewhere else,
+// and FencedLease.Raise says so (Ahead); a fence that refuses it because a
+// later holder raised it does not (the forced-out holder's Raise).
+func (s *suite) fenceAhead(t *testing.T) {
+	if !s.f.Fenced {
+		t.Skip("backend gives no tokens")
+	}
+	name := lockName(t)
+	fa, _ := s.locker(t).Fenced()
+	a, err := fa.Acquire(ctxFor(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fence raised by another lock service, whose tokens run ahead.
+	elsewhere := &memFence{newest: map[string]baton.Token{name: a.Token() + 1000}}
+	var stale *baton.StaleTokenError
+	if err := a.Raise(ctxFor(t, 10*time.Second), elsewhere); !errors.As(err, &stale) || !stale.Ahead {
+		t.Fatalf("Raise on a fence ahead of the lock service: %v; want a *StaleTokenError with Ahead", err)
+	}
+
+	// A later holder of this lock service raised the fence.
+	if s.f.Expire == nil {
+		t.Skip("backend has no Expire hook: the later holder's case is not checked")
+	}
+	s.f.Expire(t, a.Lease())
+	fb, _ := s.locker(t).Fenced()
+	b, err := fb.Acquire(ctxFor(t, 10*s.f.TTL), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(context.Background())
+	ours := &memFence{newest: map[string]baton.Token{}}
+	if err := b.Raise(ctxFor(t, 10*time.Second), ours); err != nil {
+		t.Fatalf("the later holder's Raise: %v", err)
+	}
+	stale = nil
+	if err := a.Raise(ctxFor(t, 10*time.Second), ours); !errors.As(err, &stale) || stale.Ahead {
+		t.Fatalf("the expired holder's Raise after a later holder's: %v; want a *StaleTokenError without Ahead", err)
+	}
+}
+
+// memFence is the fence's rule in memory, for the cases that test what a
+// lease does with its answer, not the fence.
+type memFence struct {
+	mu     sync.Mutex
+	newest map[string]baton.Token
+}
+
+func (f *memFence) Raise(_ context.Context, resource string, token baton.Token) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := f.newest[resource]; token < n {
+		return &baton.StaleTokenError{Resource: resource, Got: token, Newest: n}
+	}
+	f.newest[resource] = token
+	return nil
+}
