@@ -58,7 +58,9 @@ was raised with another lock service's tokens, or before this one was
 rebuilt): elect exits 77, saying so, since no later term would fare better.
 
 With --observe, elect does not campaign: it prints the current leader and
-then every change of leader, including "no leader", one line each.`,
+then every change of leader, including "no leader", one line each (with the
+leader's token on fenced backends), until interrupted (exit 0) or until the
+lock service stops answering or the observation's session ends (exit 69).`,
 		Example: `  # on every server: one runs the mailer at a time
   baton elect --backend etcd://10.0.0.1:2379 mailer -- ./mailer
 
@@ -279,7 +281,10 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	if ctx.Err() != nil {
 		return nil // interrupted: the normal way to stop observing
 	}
-	return fmt.Errorf("observation of %s ended: %w", name, errors.New("the lock service stopped answering"))
+	// The backend gave up: the service stopped answering, or the session
+	// the observation was made on ended (exit 69, as a service that is
+	// unreachable at the start).
+	return &baton.UnavailableError{Where: "lock service " + baton.Printable(baton.Redact(f.backend)), Err: fmt.Errorf("observation of %s ended: the lock service stopped answering, or the session the observation was made on ended", name)}
 }
 
 func printTerm(w io.Writer, asJSON bool, t baton.Term) error {
@@ -293,6 +298,10 @@ func printTerm(w io.Writer, asJSON bool, t baton.Term) error {
 	}
 	if t.NoLeader() {
 		_, err := fmt.Fprintf(w, "%s  %s  no leader\n", now.Format(time.RFC3339), t.Election)
+		return err
+	}
+	if t.Token == 0 { // a backend without tokens (Redis, Redlock): no token to show
+		_, err := fmt.Fprintf(w, "%s  %s  leader %s\n", now.Format(time.RFC3339), t.Election, t.Leader)
 		return err
 	}
 	_, err := fmt.Fprintf(w, "%s  %s  leader %s  token %d\n", now.Format(time.RFC3339), t.Election, t.Leader, t.Token)

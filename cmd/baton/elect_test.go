@@ -17,6 +17,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence"
 	"github.com/baton-go/baton/fence/sqlite"
+	"github.com/baton-go/baton/internal/testsvc"
 )
 
 // writerEnv names the SQLite file a fenced writer writes to.
@@ -363,4 +364,29 @@ func TestElect_FenceAhead(t *testing.T) {
 	if strings.Contains(r.stdout, "ran") {
 		t.Fatal("the command ran under a refused token")
 	}
+}
+
+// TestElect_ObserveOnRedis: on a backend without tokens the leader's line
+// shows none (not "token 0"), and an observation the backend gives up on
+// (the server killed) ends with exit 69 and one line, as a service that is
+// unreachable from the start does.
+func TestElect_ObserveOnRedis(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	obs := startBaton(t, "elect", "--observe", "--backend", srv.URL(), "mailer")
+	waitFor(t, 30*time.Second, func() bool { return strings.Contains(obs.stdout.String(), "no leader") }, func() string { return obs.stderr.String() })
+	if r := runBaton(t, "elect", "--backend", srv.URL(), "--id", "one-shot", "mailer", "--", "true"); r.code != 0 {
+		t.Fatalf("elect with a command that ends: exit %d %s", r.code, r.stderr)
+	}
+	waitFor(t, 30*time.Second, func() bool { return strings.Count(obs.stdout.String(), "no leader") == 2 }, func() string { return obs.stdout.String() })
+	lines := strings.Split(strings.TrimSpace(obs.stdout.String()), "\n")
+	if len(lines) != 3 || !strings.HasSuffix(lines[1], "leader one-shot") {
+		t.Fatalf("observed %q; want no leader, one-shot (no token), no leader", lines)
+	}
+
+	srv.Kill()
+	r := obs.wait(t)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "observation of mailer ended") {
+		t.Fatalf("observer exit %d, stderr %q, after the server was killed; want 69", r.code, r.stderr)
+	}
+	oneLine(t, r)
 }
