@@ -203,8 +203,8 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 			return err // the store's errors say which run
 		}
 	}
-	if err := lease.Release(bg); err != nil {
-		s.log.Warn("release failed; the lock ends with its TTL", "err", err)
+	if err := lease.Release(bg); err != nil && !errors.Is(err, baton.ErrLeaseLost) { // a loss is lostLate's
+		fmt.Fprintf(s.stderr, "baton: could not release %s at %s: %v; it frees itself when the TTL runs out\n", name, s.backendAt, err)
 	}
 	if err := lostLate(lease, argv, res, "by the release"); err != nil {
 		return err

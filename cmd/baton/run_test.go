@@ -872,3 +872,16 @@ func TestObserve_StdoutGone(t *testing.T) {
 		t.Fatalf("elect --observe with its stdout gone: %v, exit %d, stderr %q; want 141 and nothing said", err, code, stderr.String())
 	}
 }
+
+// TestRun_ReleaseFailed: a release the lock service does not answer is
+// said on one line at any log level (the lock stays taken for up to a
+// TTL: the next run may find it held), and baton still exits with the
+// command's code.
+func TestRun_ReleaseFailed(t *testing.T) {
+	backend := useFake(t, &fakeBackend{releaseErr: &baton.UnavailableError{Where: "fake", Err: errors.New("no answer")}})
+	r := runInProcess("run", "--backend", backend, "invoices", "--", "sh", "-c", "exit 3")
+	if r.code != 3 || !strings.Contains(r.stderr, "could not release invoices at fake://test") {
+		t.Fatalf("exit %d, stderr %q; want 3, saying the release failed", r.code, r.stderr)
+	}
+	oneLine(t, r)
+}
