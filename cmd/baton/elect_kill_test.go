@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -115,4 +117,62 @@ func leadersOf(terms []termJSON) []string {
 		}
 	}
 	return out
+}
+
+// TestElect_ServerFrozen freezes the etcd server (Debian's binary) past the
+// TTL while one replica leads and another stands by, so that both sessions
+// run out: the leader stops its command and campaigns again, and so does
+// the standby, whose campaign lost its session (it exited 76 before, and
+// an outage quietly left fewer replicas to take over). Once the server is
+// thawed, one of the two leads a new term, and neither has exited.
+func TestElect_ServerFrozen(t *testing.T) {
+	srv := testsvc.StartEtcdBinary(t)
+	backend := "etcd://" + strings.TrimPrefix(srv.Endpoint, "http://")
+	terms := filepath.Join(t.TempDir(), "terms")
+	script := fmt.Sprintf(`echo "$BATON_HOLDER" >> %s; trap 'exit 0' TERM; sleep 600 & wait`, terms)
+	elector := func(id string) *execResult {
+		return startBaton(t, "elect", "--backend", backend, "--ttl", "2s", "--grace", "2s", "--id", id, "mailer", "--", "sh", "-c", script)
+	}
+	termsSoFar := func() []string {
+		b, _ := os.ReadFile(terms)
+		return strings.Fields(string(b))
+	}
+	a := elector("a")
+	waitFor(t, 30*time.Second, func() bool { return slices.Equal(termsSoFar(), []string{"a"}) }, func() string { return a.stderr.String() })
+	b := elector("b")
+	waitFor(t, 30*time.Second, func() bool {
+		var locks []statusJSON
+		r := runInProcess("status", "--json", "--backend", backend, "mailer")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &locks) == nil && len(locks) == 1 && locks[0].Waiters == 1
+	}, func() string { return "b does not stand by: " + b.stderr.String() })
+
+	srv.Pause(t)
+	waitFor(t, 30*time.Second, func() bool {
+		return strings.Contains(a.stderr.String(), "leadership of mailer lost") && strings.Contains(b.stderr.String(), "campaign for mailer failed") || exited(a) || exited(b)
+	}, func() string { return "a: " + a.stderr.String() + "\nb: " + b.stderr.String() })
+	srv.Resume()
+	for id, p := range map[string]*execResult{"a": a, "b": b} {
+		if exited(p) {
+			t.Fatalf("%s exited %d while the server was frozen; stderr %q", id, p.code, p.stderr.String())
+		}
+	}
+	waitFor(t, 30*time.Second, func() bool { return len(termsSoFar()) == 2 }, func() string { return "no new term: a: " + a.stderr.String() + "\nb: " + b.stderr.String() })
+	for id, p := range map[string]*execResult{"a": a, "b": b} {
+		if exited(p) {
+			t.Fatalf("%s exited %d after the server was thawed; stderr %q", id, p.code, p.stderr.String())
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		p.wait(t)
+	}
+	t.Logf("terms: %v", termsSoFar())
+}
+
+// exited reports whether p has exited.
+func exited(p *execResult) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }

@@ -35,6 +35,7 @@ type Etcd struct {
 	Version string
 
 	stop func()
+	proc *process // the binary's; nil when embedded
 }
 
 // StartEtcd starts an embedded etcd server (the version in go.mod) on free
@@ -199,7 +200,26 @@ func startEtcdBinary(bin, dir string, port int) (*Etcd, error) {
 		stop()
 		return nil, err
 	}
-	return &Etcd{Endpoint: client, Version: version, stop: stop}, nil
+	return &Etcd{Endpoint: client, Version: version, stop: stop, proc: proc}, nil
+}
+
+// Pause freezes the etcd binary with SIGSTOP, as a server stalled past its
+// clients' TTLs: they get no answer, and once it is resumed it revokes the
+// leases that ran out meanwhile. Only a server from StartEtcdBinary can be
+// paused (tb fails otherwise); Stop resumes it first.
+func (e *Etcd) Pause(tb testing.TB) {
+	tb.Helper()
+	if e.proc == nil {
+		tb.Fatal("testsvc: an embedded etcd server cannot be paused: start it with StartEtcdBinary")
+	}
+	e.proc.pause()
+}
+
+// Resume thaws a paused server with SIGCONT.
+func (e *Etcd) Resume() {
+	if e.proc != nil {
+		e.proc.resume()
+	}
 }
 
 // Stop stops the server; it is safe to call more than once.
