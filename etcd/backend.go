@@ -126,14 +126,21 @@ func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, b.cfg.RequestTimeout)
 }
 
-// fail classifies err from a request made with a context derived from ctx:
-// the caller's cancellation, or the lock service failing.
+// fail classifies err from a request made with a context derived from ctx
+// and bounded by the request timeout: the caller's cancellation, or the
+// lock service failing.
 func (b *backend) fail(ctx context.Context, what string, err error) error {
+	return b.failWithin(ctx, what, err, b.cfg.RequestTimeout)
+}
+
+// failWithin is fail for a request bounded by bound (a release's, by the
+// release timeout), which a message about a missing answer names.
+func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
-		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
+		err = fmt.Errorf("no answer within %v: %w", bound, err)
 	}
 	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
 }

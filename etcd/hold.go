@@ -152,7 +152,7 @@ func (h *hold) Release(ctx context.Context) error {
 	if err != nil {
 		h.b.retire(h.s)
 		h.b.retryDelete(h.s, h.key, h.rev)
-		return h.b.fail(context.Background(), "delete lock key", fmt.Errorf("%w; it is deleted again in the background, and goes with the session's lease at the latest", err))
+		return h.b.failWithin(context.Background(), "delete lock key", fmt.Errorf("%w; it is deleted again in the background, and goes with the session's lease at the latest", err), h.b.cfg.ReleaseTimeout)
 	}
 	if !resp.Succeeded {
 		if errors.Is(h.s.k.Err(), baton.ErrClosed) {

@@ -531,3 +531,22 @@ func TestRelease_StaleUnnoticed_ComparesCreateRevision(t *testing.T) {
 	}
 	t.Fatal("in 5 rounds, A always heard of its loss before it released")
 }
+
+// TestRelease_Unanswered_NamesReleaseTimeout: a release the server does not
+// answer gives up after the release timeout, and its message names that
+// bound, not the request timeout.
+func TestRelease_Unanswered_NamesReleaseTimeout(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+	l := newLocker(t, "http://"+proxy.Addr(), baton.WithTTL(15*time.Second), baton.WithReleaseTimeout(time.Second), baton.WithRequestTimeout(4*time.Second))
+	lease, err := l.Acquire(timeout(t, 10*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	defer proxy.Unblock()
+	err = lease.Release(context.Background())
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "no answer within 1s") {
+		t.Fatalf("Release through a silent server: %v; want ErrUnavailable naming the release timeout (1s)", err)
+	}
+}

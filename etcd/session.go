@@ -184,7 +184,7 @@ func (s *session) revoke(ctx context.Context, b *backend, cause error) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReleaseTimeout)
 	defer cancel()
 	if _, err := b.client.Revoke(ctx, s.id); err != nil && !isLeaseGone(err) {
-		return b.fail(context.Background(), "revoke lease", err)
+		return b.failWithin(context.Background(), "revoke lease", err, b.cfg.ReleaseTimeout)
 	}
 	return nil
 }
