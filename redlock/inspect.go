@@ -182,12 +182,18 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	// Report the holder whose keys were deleted, on most nodes: Inspect
 	// read the lock before.
 	best, n := mostCommon(vals)
+	if info.Key == "" && n < b.quorum {
+		// Held by no majority, before the deletes or by them: a key they
+		// found on a minority (a claim that landed after Inspect read its
+		// node, while the acquisition that sent it had gone on with a
+		// majority elsewhere, or given up) was no lock.
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+	}
 	if n == 0 {
-		if info.Key == "" {
-			return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
-		}
 		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
-	info.Holder = rediskit.HolderOf(best)
+	// The deletes may have freed a majority that Inspect had not seen (a
+	// holder that came in between): name its key too.
+	info.Holder, info.Key = rediskit.HolderOf(best), k.lock
 	return info, nil
 }

@@ -1017,3 +1017,62 @@ func TestOpen_InfoRefused(t *testing.T) {
 	}
 	_ = lease.Release(timeout(t, 5*time.Second))
 }
+
+// gateClaims holds back, until open is closed, every pipeline that starts
+// with SET (an acquisition's claim) on the client it is added to.
+type gateClaims struct{ open chan struct{} }
+
+func (gateClaims) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (gateClaims) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (g gateClaims) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "set" {
+			<-g.open
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestForceRelease_LateClaimOnAMinority: an acquisition goes on once a
+// majority took its claim, so a claim to the third node may land after a
+// forced release read that node. That stray key, on one node of three,
+// is no lock: Inspect calls the lock free, and a second forced release
+// says no one holds it (ErrNotAcquired), where it reported the old holder
+// as released (TestOpen_InspectForceRelease failed so under load).
+func TestForceRelease_LateClaimOnAMinority(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	gate := gateClaims{open: make(chan struct{})}
+	cs[2].AddHook(gate)
+	l := lockerOn(t, cs, baton.WithHolder("cron-1"), baton.WithTTL(2*time.Second))
+	lease, err := l.Acquire(timeout(t, 5*time.Second), "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := l.Backend().(baton.ForceReleaser)
+	if info, err := fr.ForceRelease(timeout(t, 5*time.Second), "nightly"); err != nil || info.Holder != "cron-1" {
+		t.Fatalf("ForceRelease of the held lock = %+v, %v", info, err)
+	}
+	close(gate.open) // the third node's claim lands now
+	key := redlock.DefaultPrefix + "nightly"
+	check := client(t, nodes[2].Addr)
+	deadline := time.Now().Add(5 * time.Second)
+	for check.Exists(timeout(t, time.Second), key).Val() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the held-back claim never landed on the third node")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("holder not told within a renewal of the forced release")
+	}
+	infos, err := l.Backend().(baton.Inspector).Inspect(timeout(t, 5*time.Second), "nightly")
+	if err != nil || len(infos) != 1 || infos[0].Holder != "" {
+		t.Fatalf("Inspect with a key on one node of three = %+v, %v; want the lock free", infos, err)
+	}
+	if info, err := fr.ForceRelease(timeout(t, 5*time.Second), "nightly"); !errors.Is(err, baton.ErrNotAcquired) {
+		t.Errorf("ForceRelease of a lock no majority holds = %+v, %v; want ErrNotAcquired", info, err)
+	}
+}
