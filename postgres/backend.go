@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -98,6 +100,9 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 		return nil, err
 	}
 	if err := cfg.Validate(MinTTL); err != nil {
+		return nil, err
+	}
+	if err := checkHolder(cfg.Holder); err != nil {
 		return nil, err
 	}
 	n, err := newNames(cfg.Prefix)
@@ -202,11 +207,17 @@ func (b *backend) detached(ctx context.Context) (context.Context, context.Cancel
 // fail classifies err from a request made for a caller whose context is
 // ctx: the caller's cancellation, or the lock service failing.
 func (b *backend) fail(ctx context.Context, what string, err error) error {
+	return b.failWithin(ctx, what, err, b.cfg.RequestTimeout)
+}
+
+// failWithin is fail for a request bounded by bound (a release's, by the
+// release timeout), which a message about a missing answer names.
+func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
+		err = fmt.Errorf("no answer within %v: %w", bound, err)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
@@ -243,10 +254,12 @@ func (b *backend) Close() error {
 	b.lis = nil
 	b.lisMu.Unlock()
 
-	var errs []error
-	for _, h := range holds {
-		errs = append(errs, h.end(context.Background(), baton.ErrClosed, false))
+	errs := make([]error, len(holds))
+	var ended sync.WaitGroup
+	for i, h := range holds { // at once: one release timeout at most
+		ended.Go(func() { errs[i] = h.end(context.Background(), baton.ErrClosed, false) })
 	}
+	ended.Wait()
 	if lis != nil {
 		lis.stop()
 		// This Locker waited: its rows in the waiters table go with it,
@@ -361,4 +374,13 @@ func (k *keptRows) ended(name string) (evict string, ok bool) {
 	}
 	delete(k.last, evict)
 	return evict, true
+}
+
+// checkHolder refuses a holder PostgreSQL cannot store in text (or send as
+// application_name): invalid UTF-8 or a NUL byte.
+func checkHolder(h string) error {
+	if !utf8.ValidString(h) || strings.IndexByte(h, 0) >= 0 {
+		return &baton.OptionError{Option: "holder", Value: strconv.Quote(h), Reason: "must be UTF-8 without NUL bytes to be stored in PostgreSQL"}
+	}
+	return nil
 }

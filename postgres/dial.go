@@ -41,6 +41,9 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	if err != nil {
 		return nil, err
 	}
+	if err := checkHolder(cfg.Holder); err != nil {
+		return nil, err
+	}
 	cc := pcfg.ConnConfig
 	if cc.RuntimeParams["application_name"] == "" {
 		cc.RuntimeParams["application_name"] = appName(cfg.Holder)

@@ -326,7 +326,12 @@
 //   - Tokens strictly increase across holders of one lock: they are drawn
 //     from the token sequence under the row's lock, and a sequence never
 //     hands out a smaller value on one primary, crashes included (it skips
-//     values instead).
+//     values instead); and never below the lock's last token plus one, so
+//     that a sequence made again (a table restored alone, a logical
+//     replication cutover, which copies no sequence) cannot send a lock's
+//     tokens backwards. A lock's tokens stay above its fence's only while
+//     its row lives: drop the table, and a fence reports the new tokens
+//     as behind it (baton.StaleTokenError with Ahead).
 //   - Expiry is the database's business alone: the client never sends a
 //     time the database compares, so a client whose clock is wrong can
 //     neither extend a lease nor take one early. holder_clock records what

@@ -118,7 +118,7 @@ func (b *backend) free(ctx context.Context, name string, token baton.Token) (our
 	})
 	batch.Queue(b.sql.handOff, name)
 	if err := b.pool.SendBatch(ctx, &batch).Close(); err != nil {
-		return false, b.fail(context.Background(), fmt.Sprintf("release %q", name), fmt.Errorf("%w; the lock stays taken until its TTL runs out", err))
+		return false, b.failWithin(context.Background(), fmt.Sprintf("release %q", name), fmt.Errorf("%w; the lock stays taken until its TTL runs out", err), b.cfg.ReleaseTimeout)
 	}
 	return ours, nil
 }

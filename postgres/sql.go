@@ -226,7 +226,7 @@ const attemptSQL = `WITH ahead AS (
 	FROM ahead
 	ON CONFLICT (name) DO UPDATE SET
 		holder = EXCLUDED.holder,
-		token = CASE WHEN {claim} THEN l.token ELSE nextval({token_seq}) END,
+		token = CASE WHEN {claim} THEN l.token ELSE greatest(nextval({token_seq}), l.token + 1) END,
 		ticket = CASE WHEN {claim} THEN l.ticket ELSE EXCLUDED.ticket END,
 		acquired_at = CASE WHEN {claim} THEN l.acquired_at ELSE clock_timestamp() END,
 		expires_at = clock_timestamp() + $3::interval,
@@ -280,7 +280,7 @@ const handOffSQL = `WITH head AS (
 	WHERE name = $1 AND expires_at > clock_timestamp()
 	ORDER BY ticket LIMIT 1
 ), handed AS (
-	UPDATE {lease} l SET holder = head.holder, token = nextval({token_seq}), ticket = head.ticket,
+	UPDATE {lease} l SET holder = head.holder, token = greatest(nextval({token_seq}), l.token + 1), ticket = head.ticket,
 		acquired_at = clock_timestamp(), expires_at = clock_timestamp() + head.ttl, holder_clock = head.holder_clock
 	FROM head WHERE l.name = $1 AND l.expires_at <= clock_timestamp()
 	RETURNING l.token, head.channel, head.slot, head.waiter
@@ -303,14 +303,14 @@ const freeOurSQL = `UPDATE {lease} SET expires_at = '-infinity' WHERE name = $1 
 const inspectSQL = `SELECT t.name, t.holder, t.token, t.acquired_at,
 	extract(epoch FROM t.expires_at - now())::float8,
 	(SELECT count(*) FROM {waiters} w WHERE w.name = t.name AND w.expires_at > now())
-FROM {lease} t WHERE t.expires_at > now() ORDER BY t.name`
+FROM {lease} t WHERE t.expires_at > now() ORDER BY t.name COLLATE "C"`
 
 const inspectNamesSQL = `SELECT n.name, t.holder, t.token, t.acquired_at,
 	extract(epoch FROM t.expires_at - now())::float8,
 	(SELECT count(*) FROM {waiters} w WHERE w.name = n.name AND w.expires_at > now())
 FROM unnest($1::text[]) AS n(name)
 LEFT JOIN {lease} t ON t.name = n.name AND t.expires_at > now()
-ORDER BY n.name`
+ORDER BY n.name COLLATE "C"`
 
 const liveTokenSQL = `SELECT token, holder, acquired_at FROM {lease} WHERE name = $1 AND expires_at > clock_timestamp()`
 

@@ -1,0 +1,137 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/postgres"
+)
+
+// TestHolder_NotStorable: a holder PostgreSQL cannot store as text (invalid
+// UTF-8, a NUL byte) is a bad option (exit 2 under the CLI), refused by
+// New and Dial, not an unavailable service that elections retry for ever.
+func TestHolder_NotStorable(t *testing.T) {
+	dsn := pg.Database(t)
+	for _, h := range []string{"bad\xff", "nul\x00x"} {
+		if fl, err := postgres.Dial(timeout(t, 10*time.Second), dsn, baton.WithHolder(h)); !errors.Is(err, baton.ErrInvalidOption) {
+			if err == nil {
+				_ = fl.Close()
+			}
+			t.Errorf("Dial with holder %q: %v; want ErrInvalidOption", h, err)
+		}
+		if _, err := postgres.New(timeout(t, 10*time.Second), newPool(t, dsn), baton.WithHolder(h)); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("New with holder %q: %v; want ErrInvalidOption", h, err)
+		}
+	}
+}
+
+// TestRelease_Unanswered_NamesReleaseTimeout: a release the server does not
+// answer gives up after the release timeout, and says that bound, not the
+// request timeout.
+func TestRelease_Unanswered_NamesReleaseTimeout(t *testing.T) {
+	p, pdsn := proxied(t, pg.Database(t))
+	fl := dial(t, pdsn, baton.WithTTL(30*time.Second), baton.WithReleaseTimeout(time.Second), baton.WithRequestTimeout(4*time.Second))
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Block()
+	defer p.Unblock()
+	if err := lease.Release(context.Background()); !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "no answer within 1s") {
+		t.Fatalf("Release through a silent server: %v; want ErrUnavailable naming the release timeout (1s)", err)
+	}
+}
+
+// TestClose_Unreachable_OneReleaseTimeout: Close ends its holds all at
+// once, so a server that stopped answering holds it up one release
+// timeout, not one per hold.
+func TestClose_Unreachable_OneReleaseTimeout(t *testing.T) {
+	p, pdsn := proxied(t, pg.Database(t))
+	fl, err := postgres.New(timeout(t, 10*time.Second), newPool(t, pdsn), baton.WithReleaseTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := fl.TryAcquire(timeout(t, 10*time.Second), fmt.Sprintf("close-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Block()
+	defer p.Unblock()
+	start := time.Now()
+	_ = fl.Close()
+	if took := time.Since(start); took >= 3*time.Second {
+		t.Errorf("Close of 4 holds on a silent server took %v; want about one release timeout (1s), not one per hold", took.Round(10*time.Millisecond))
+	}
+}
+
+// TestTokens_SequenceRecreated: a token sequence dropped and made again
+// (a table restored alone with pg_dump -t, a logical-replication
+// cutover, which copies no sequences) restarts at 1; a lock's next
+// holder still gets a token above its last one.
+func TestTokens_SequenceRecreated(t *testing.T) {
+	dsn := pg.Database(t)
+	a := dial(t, dsn, baton.WithHolder("a"))
+	ctx := timeout(t, 30*time.Second)
+	var last baton.Token
+	for range 3 {
+		l, err := a.Acquire(ctx, "seq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		_ = l.Release(ctx)
+	}
+	_ = a.Close()
+	execSQL(t, newPool(t, dsn), `DROP SEQUENCE baton_lock_token`)
+	b := dial(t, dsn, baton.WithHolder("b")) // Dial makes the sequence again
+	l, err := b.Acquire(ctx, "seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Token() <= last {
+		t.Fatalf("token %d after the lock's last holder had %d: tokens of one lock went backwards", l.Token(), last)
+	}
+}
+
+// TestInspect_ByteOrder: Inspect lists locks in byte order, as the other
+// backends do, whatever the collation of the name column (a database
+// made with an en_US locale sorts "a" before "B").
+func TestInspect_ByteOrder(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	var icu int
+	queryRow(t, admin, `SELECT count(*) FROM pg_collation WHERE collname = 'en-x-icu'`, nil, &icu)
+	if icu == 0 {
+		t.Skip("this PostgreSQL has no ICU collation en-x-icu to sort names by locale")
+	}
+	fl := dial(t, dsn)
+	execSQL(t, admin, `ALTER TABLE baton_lock ALTER COLUMN name TYPE text COLLATE "en-x-icu"`)
+	ctx := timeout(t, 30*time.Second)
+	for _, n := range []string{"b", "B", "a", "_z"} {
+		l, err := fl.Acquire(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+	}
+	for _, names := range [][]string{nil, {"b", "a", "_z", "B"}} {
+		infos, err := fl.Locker().Backend().(baton.Inspector).Inspect(ctx, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, i := range infos {
+			got = append(got, i.Name)
+		}
+		if strings.Join(got, " ") != "B _z a b" {
+			t.Errorf("Inspect(%q) order: %q; want byte order [B _z a b]", names, got)
+		}
+	}
+}
