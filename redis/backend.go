@@ -161,8 +161,8 @@ func isTimeout(err error) bool {
 }
 
 // Close ends every hold, freeing its key on the server (and handing it to
-// the next waiter), stops waking waiters, and closes the client if Open
-// made it.
+// the next waiter), all at once, each within the release timeout; stops
+// waking waiters, and closes the client if Open made it.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -176,12 +176,16 @@ func (b *backend) Close() error {
 	}
 	b.mu.Unlock()
 
-	var errs []error
-	for _, h := range holds {
-		ctx, cancel := b.cleanup(context.Background())
-		errs = append(errs, h.end(ctx, baton.ErrClosed))
-		cancel()
+	errs := make([]error, len(holds))
+	var ended sync.WaitGroup
+	for i, h := range holds { // at once: a silent server holds Close up one release timeout, not one per hold
+		ended.Go(func() {
+			ctx, cancel := b.cleanup(context.Background())
+			defer cancel()
+			errs[i] = h.end(ctx, baton.ErrClosed)
+		})
 	}
+	ended.Wait()
 	b.undos.Wait()
 	b.wake.Close()
 	if b.owned {

@@ -1518,3 +1518,23 @@ func TestCycle_TwoRoundTrips(t *testing.T) {
 		t.Errorf("%d cycles made %d round trips, want %d", cycles, n, 2*cycles)
 	}
 }
+
+// TestClose_FrozenServer_OneReleaseTimeout: Close ends its holds all at
+// once, so a server that stopped answering holds it up one release
+// timeout, not one per hold.
+func TestClose_FrozenServer_OneReleaseTimeout(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	l := newLocker(t, srv.Addr, baton.WithReleaseTimeout(time.Second))
+	for i := range 4 {
+		if _, err := l.TryAcquire(timeout(t, 5*time.Second), fmt.Sprintf("close-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	_ = l.Close()
+	if took := time.Since(start); took >= 3*time.Second {
+		t.Errorf("Close of 4 holds on a frozen server took %v; want about one release timeout (1s), not one per hold", took.Round(10*time.Millisecond))
+	}
+}

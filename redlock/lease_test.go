@@ -1076,3 +1076,25 @@ func TestForceRelease_LateClaimOnAMinority(t *testing.T) {
 		t.Errorf("ForceRelease of a lock no majority holds = %+v, %v; want ErrNotAcquired", info, err)
 	}
 }
+
+// TestClose_FrozenNodes_OneReleaseTimeout: Close ends its holds all at
+// once, so nodes that stopped answering hold it up one release timeout,
+// not one per hold.
+func TestClose_FrozenNodes_OneReleaseTimeout(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	l := newLocker(t, nodes, baton.WithReleaseTimeout(time.Second))
+	for i := range 4 {
+		if _, err := l.TryAcquire(timeout(t, 5*time.Second), fmt.Sprintf("close-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes {
+		n.Pause()
+		defer n.Resume()
+	}
+	start := time.Now()
+	_ = l.Close()
+	if took := time.Since(start); took >= 3*time.Second {
+		t.Errorf("Close of 4 holds on frozen nodes took %v; want about one release timeout (1s), not one per hold", took.Round(10*time.Millisecond))
+	}
+}
