@@ -46,6 +46,12 @@ func (l *Locker) Config() Config { return l.cfg }
 // service fails. When ctx ends first it returns an error wrapping
 // context.Cause(ctx); when the service cannot be reached or answers
 // nothing within the request timeout, an error wrapping ErrUnavailable.
+//
+// A waiter that gives up takes its place out of the lock's queue before
+// it returns, so that it does not stand ahead of later waiters: against a
+// service that answers, that is one more round trip; against one that
+// does not, Acquire returns up to the release timeout after ctx ended
+// (the place then goes with the waiter's session, key or entry TTL).
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	return l.acquire(ctx, name, true)
 }
