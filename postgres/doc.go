@@ -145,7 +145,7 @@
 //		FROM ahead
 //		ON CONFLICT (name) DO UPDATE SET
 //			holder = EXCLUDED.holder,
-//			token = CASE WHEN claim THEN l.token ELSE nextval('baton_lock_token') END,
+//			token = CASE WHEN claim THEN l.token ELSE greatest(nextval('baton_lock_token'), l.token + 1) END,
 //			ticket = CASE WHEN claim THEN l.ticket ELSE EXCLUDED.ticket END,
 //			acquired_at = CASE WHEN claim THEN l.acquired_at ELSE clock_timestamp() END,
 //			expires_at = clock_timestamp() + $3,
@@ -190,7 +190,7 @@
 //		SELECT ticket, channel, slot, waiter, holder, ttl, holder_clock FROM baton_lock_waiters
 //		WHERE name = $1 AND expires_at > clock_timestamp() ORDER BY ticket LIMIT 1
 //	), handed AS (
-//		UPDATE baton_lock l SET holder = head.holder, token = nextval('baton_lock_token'), ticket = head.ticket,
+//		UPDATE baton_lock l SET holder = head.holder, token = greatest(nextval('baton_lock_token'), l.token + 1), ticket = head.ticket,
 //			acquired_at = clock_timestamp(), expires_at = clock_timestamp() + head.ttl, holder_clock = head.holder_clock
 //		FROM head WHERE l.name = $1 AND l.expires_at <= clock_timestamp()
 //		RETURNING l.token, head.channel, head.slot, head.waiter
@@ -327,11 +327,17 @@
 //     from the token sequence under the row's lock, and a sequence never
 //     hands out a smaller value on one primary, crashes included (it skips
 //     values instead); and never below the lock's last token plus one, so
-//     that a sequence made again (a table restored alone, a logical
-//     replication cutover, which copies no sequence) cannot send a lock's
-//     tokens backwards. A lock's tokens stay above its fence's only while
-//     its row lives: drop the table, and a fence reports the new tokens
-//     as behind it (baton.StaleTokenError with Ahead).
+//     that a sequence set back (restored, or left behind by a logical
+//     replication cutover, which copies no sequence values) cannot send a
+//     lock's tokens backwards. A sequence that New or Dial has to make
+//     again (dropped, or a table restored alone) starts above every token
+//     and ticket in the tables. A ticket sequence set back while waiters'
+//     tickets above it live is not caught: a new waiter could then claim
+//     a lease handed to another; set it forward (setval) before Lockers
+//     use it. A lock service whose rows and sequences are both gone (a
+//     database rebuilt) starts its tokens over, and a fence that saw the
+//     old ones refuses the new: FencedLease.Raise reports that as a
+//     baton.StaleTokenError with Ahead.
 //   - Expiry is the database's business alone: the client never sends a
 //     time the database compares, so a client whose clock is wrong can
 //     neither extend a lease nor take one early. holder_clock records what

@@ -135,3 +135,55 @@ func TestInspect_ByteOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestTickets_SequenceRecreated: a ticket sequence dropped and made again
+// must not hand a new waiter the live row's ticket, which would let it
+// "claim" the live lease, token and all: Dial makes it start above every
+// ticket in the tables. Here a holds x, handed to it as a waiter (so the
+// row keeps a's ticket, 1); b, waiting on a sequence made again, whose
+// first ticket was 1, must not get x.
+func TestTickets_SequenceRecreated(t *testing.T) {
+	dsn := pg.Database(t)
+	h := dial(t, dsn, baton.WithHolder("h"), baton.WithTTL(3*time.Second))
+	a := dial(t, dsn, baton.WithHolder("a"), baton.WithTTL(3*time.Second))
+	ctx := timeout(t, 30*time.Second)
+	lh, err := h.Acquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *baton.FencedLease, 1)
+	go func() {
+		la, err := a.Acquire(ctx, "x")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- la
+	}()
+	admin := newPool(t, dsn)
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; n != 1; {
+		queryRow(t, admin, `SELECT count(*) FROM baton_lock_waiters WHERE name = 'x' AND expires_at > clock_timestamp()`, nil, &n)
+		if time.Now().After(deadline) {
+			t.Fatal("a never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	la := <-got
+	if la == nil {
+		t.FailNow()
+	}
+	defer la.Release(ctx)
+	execSQL(t, admin, `DROP SEQUENCE baton_lock_ticket`)
+	b := dial(t, dsn, baton.WithHolder("b"), baton.WithTTL(3*time.Second)) // makes the sequence again
+	// b queues (drawing a ticket), and must still be waiting when its
+	// ctx ends: a renews throughout.
+	if lb, err := b.Acquire(timeout(t, 2*time.Second), "x"); !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil {
+			t.Fatalf("b acquired x (token %d) while a holds it (token %d, lease err %v)", lb.Token(), la.Token(), la.Err())
+		}
+		t.Fatalf("b's Acquire: %v; want it still waiting when its ctx ends", err)
+	}
+}

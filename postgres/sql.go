@@ -112,6 +112,12 @@ func (n names) replacer() *strings.Replacer {
 // IF NOT EXISTS can otherwise both find the name free and one fails on the
 // catalog's unique index.
 //
+// A sequence made here while the tables already hold rows (dropped by
+// hand, or a table restored alone with pg_dump -t) starts above every
+// token and ticket in them: a ticket equal to the live row's would let a
+// new waiter "claim" the live lease, token and all. No one can draw from
+// it before this transaction commits, so setval races with no nextval.
+//
 // A waiters row is a slot of one Locker (channel, slot), reused by that
 // Locker's later waits on the same lock: queueing, a hand-off and leaving
 // update the row, and an ended place keeps its row with expires_at in the
@@ -128,8 +134,6 @@ func (n names) replacer() *strings.Replacer {
 // in queues, so it is replaced; that baton's Lockers then fail on it (no
 // constraint matches their ON CONFLICT) and must be stopped first.
 const createSQL = `SELECT pg_advisory_xact_lock(hashtext('baton lock schema'), hashtext({lock_key}));
-CREATE SEQUENCE IF NOT EXISTS {token_seq_name} AS bigint;
-CREATE SEQUENCE IF NOT EXISTS {ticket_seq_name} AS bigint;
 CREATE TABLE IF NOT EXISTS {lease} (
 	name         text        PRIMARY KEY,
 	holder       text        NOT NULL,
@@ -156,7 +160,17 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {waiters} (
 	holder_clock timestamptz,
 	expires_at   timestamptz NOT NULL,
 	PRIMARY KEY (name, channel, slot)
-) WITH (fillfactor = 50)`
+) WITH (fillfactor = 50);
+DO $$ BEGIN
+	IF to_regclass({token_seq}) IS NULL THEN
+		CREATE SEQUENCE {token_seq_name} AS bigint;
+		PERFORM setval({token_seq}, m) FROM (SELECT max(token) AS m FROM {lease}) x WHERE m > 0;
+	END IF;
+	IF to_regclass({ticket_seq}) IS NULL THEN
+		CREATE SEQUENCE {ticket_seq_name} AS bigint;
+		PERFORM setval({ticket_seq}, m) FROM (SELECT max(t) AS m FROM (SELECT ticket AS t FROM {lease} UNION ALL SELECT ticket FROM {waiters}) u) x WHERE m > 0;
+	END IF;
+END $$`
 
 // observersSQL adds the observers' function and triggers to the lease
 // table. CREATE TRIGGER waits for the table's writers and holds up the new
