@@ -241,6 +241,10 @@ func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(con
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, baton.ErrStaleToken):
+		// The store answered: a refusal stands, whatever became of the
+		// look at the lock service a raise makes after it (see raise).
+		return err
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the fence store to " + what}
 	case cctx.Err() != nil && !errors.Is(err, baton.ErrUnavailable):

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -884,4 +885,45 @@ func TestRun_ReleaseFailed(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 3, saying the release failed", r.code, r.stderr)
 	}
 	oneLine(t, r)
+}
+
+// blockedInspect is the fake backend with an Inspect, which a stale raise
+// asks who holds the lock (FencedLease.Raise), that answers only when its
+// ctx ends.
+type blockedInspect struct{ *fakeBackend }
+
+func (blockedInspect) Inspect(ctx context.Context, _ ...string) ([]baton.LockInfo, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestRun_StaleWhileServiceSilent: the fence refuses the token at once;
+// the look at the lock service that follows gets no answer within the
+// fence store's 10s. The refusal stands (77), where run blamed the fence
+// store for not answering (69). Takes the store's 10s.
+func TestRun_StaleWhileServiceSilent(t *testing.T) {
+	openers["fakeblocked"] = func(_ context.Context, _ *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+		cfg, err := baton.NewConfig(opts...)
+		if err != nil {
+			return nil, err
+		}
+		return baton.NewLocker(blockedInspect{&fakeBackend{}}, cfg), nil
+	}
+	t.Cleanup(func() { delete(openers, "fakeblocked") })
+	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	s, err := fence.Open(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Raise(context.Background(), "invoices", 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	r := runInProcess("run", "--backend", "fakeblocked://test", "--fence", store, "invoices", "--", "true")
+	if r.code != exitStale || !strings.Contains(r.stderr, "refused token") {
+		t.Fatalf("exit %d, stderr %q; want 77, the fence's refusal", r.code, r.stderr)
+	}
 }
