@@ -267,15 +267,18 @@ func (f *FencedLease) Release(ctx context.Context) error { return f.l.Release(ct
 // the fence's newer token cannot have come from a later holder of this
 // service, and the *StaleTokenError has Ahead set, which its message
 // explains. If the lock service cannot say, the error is left as the fence
-// returned it.
+// returned it. The look must see the service's latest state, and does:
+// etcd's reads are linearizable, the ZooKeeper backend syncs before it
+// lists, PostgreSQL answers from the primary; and Ahead is set only while
+// the lease's local deadline has not passed.
 func (f *FencedLease) Raise(ctx context.Context, fence Fence) error {
 	err := fence.Raise(ctx, f.Name(), f.Token())
 	var stale *StaleTokenError
-	if !errors.As(err, &stale) || stale.Newest <= f.Token() || f.l.owner == nil {
+	if !errors.As(err, &stale) || stale.Newest <= f.Token() {
 		return err
 	}
 	term, lerr := f.l.owner.Leader(ctx, f.Name())
-	if lerr == nil && term.Key == f.Key() && term.Token == f.Token() && f.Err() == nil {
+	if lerr == nil && term.Key == f.Key() && term.Token == f.Token() && f.Err() == nil && time.Now().Before(f.Deadline()) {
 		stale.Ahead = true
 	}
 	return err

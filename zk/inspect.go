@@ -57,9 +57,15 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 }
 
 // inspect describes one lock: its first candidate holds it, the others
-// wait.
+// wait. It syncs first, as findGUID does: the server this connection uses
+// may be a follower that has not applied the leader's latest changes, and
+// would show a holder already gone (FencedLease.Raise takes the holder it
+// names for the current one; a forced release acts on it).
 func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, error) {
 	dir := b.lockDir(name)
+	if _, err := retryRead(b, ctx, func() (string, error) { return b.conn.Sync(dir) }); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
+		return baton.LockInfo{}, b.fail(ctx, "sync "+dir, err)
+	}
 	for range 5 {
 		cands, err := b.listCandidates(ctx, dir)
 		if err != nil {
