@@ -31,9 +31,13 @@ func (s *suite) fenceAhead(t *testing.T) {
 		t.Fatalf("Raise on a fence ahead of the lock service: %v; want a *StaleTokenError with Ahead", err)
 	}
 
-	// A later holder of this lock service raised the fence.
+	// A later holder of this lock service raised the fence. On a backend
+	// whose holder hears of its lease's end at once, a's Err already says
+	// so; on the others (PostgreSQL), the lock service's answer naming b
+	// is what keeps Ahead unset.
 	if s.f.Expire == nil {
-		t.Skip("backend has no Expire hook: the later holder's case is not checked")
+		t.Log("backend has no Expire hook: the later holder's case is not checked")
+		return
 	}
 	s.f.Expire(t, a.Lease())
 	fb, _ := s.locker(t).Fenced()

@@ -182,7 +182,12 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	// Report the holder whose keys were deleted, on most nodes: Inspect
 	// read the lock before.
 	best, n := mostCommon(vals)
-	if info.Key == "" && n < b.quorum {
+	if _, failed := count(errs); info.Key == "" && n < b.quorum {
+		if n+failed >= b.quorum {
+			// The nodes that failed may have held the rest of a
+			// majority: whether a holder was there is not known.
+			return baton.LockInfo{}, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("delete %s: deleted a key of %s on %d of %d nodes, and %d did not answer: whether it held the lock is not known; look again with Inspect, or force again once they answer", k.lock, rediskit.HolderOf(best), n, len(b.nodes), failed)}
+		}
 		// Held by no majority, before the deletes or by them: a key they
 		// found on a minority (a claim that landed after Inspect read its
 		// node, while the acquisition that sent it had gone on with a

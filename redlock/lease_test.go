@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1072,6 +1073,9 @@ func TestForceRelease_LateClaimOnAMinority(t *testing.T) {
 	if err != nil || len(infos) != 1 || infos[0].Holder != "" {
 		t.Fatalf("Inspect with a key on one node of three = %+v, %v; want the lock free", infos, err)
 	}
+	if check.Exists(timeout(t, time.Second), key).Val() != 1 {
+		t.Fatal("the stray key ran out before the second forced release: the case is not tested")
+	}
 	if info, err := fr.ForceRelease(timeout(t, 5*time.Second), "nightly"); !errors.Is(err, baton.ErrNotAcquired) {
 		t.Errorf("ForceRelease of a lock no majority holds = %+v, %v; want ErrNotAcquired", info, err)
 	}
@@ -1096,5 +1100,55 @@ func TestClose_FrozenNodes_OneReleaseTimeout(t *testing.T) {
 	_ = l.Close()
 	if took := time.Since(start); took >= 3*time.Second {
 		t.Errorf("Close of 4 holds on frozen nodes took %v; want about one release timeout (1s), not one per hold", took.Round(10*time.Millisecond))
+	}
+}
+
+// failAll fails every request on its client while on is set.
+type failAll struct{ on *atomic.Bool }
+
+var errNodeDown = errors.New("node down (test hook)")
+
+func (failAll) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (f failAll) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if f.on.Load() {
+			return errNodeDown
+		}
+		return next(ctx, cmd)
+	}
+}
+func (f failAll) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if f.on.Load() {
+			return errNodeDown
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestForceRelease_MinorityFound_OthersFailed: a holder on nodes 0 and 1
+// (its claim to node 2 held back), node 1 then failing. A forced release
+// finds and deletes the holder's key on node 0 only: with node 1 silent,
+// it cannot tell a minority's stray key from a majority's lock, and says
+// so (ErrUnavailable), instead of "no one holds it".
+func TestForceRelease_MinorityFound_OthersFailed(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	gate := gateClaims{open: make(chan struct{})}
+	cs[2].AddHook(gate)
+	defer close(gate.open)
+	var down atomic.Bool
+	cs[1].AddHook(failAll{&down})
+	l := lockerOn(t, cs, baton.WithHolder("cron-1"), baton.WithTTL(5*time.Second))
+	if _, err := l.Acquire(timeout(t, 5*time.Second), "nightly"); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	_, err := l.Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 10*time.Second), "nightly")
+	if n := client(t, nodes[0].Addr).Exists(timeout(t, time.Second), redlock.DefaultPrefix+"nightly").Val(); n != 0 {
+		t.Fatalf("the holder's key on node 0 is still there (err %v)", err)
+	}
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "is not known") {
+		t.Fatalf("ForceRelease that deleted cron-1's key on one node while another failed: %v; want ErrUnavailable saying the outcome is not known", err)
 	}
 }

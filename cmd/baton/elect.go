@@ -157,7 +157,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			when = "when it exited"
 		}
 		if rerr := lease.Release(bg); rerr != nil {
-			fmt.Fprintf(s.stderr, "baton: could not resign %s at %s: %v; the next leader takes over within the TTL\n", name, s.backendAt, rerr)
+			fmt.Fprintf(s.stderr, "baton: could not resign (the next leader takes over within the TTL at the latest): %v\n", rerr) // rerr names the election and the service
 		}
 		var ee *exitError
 		if errors.As(err, &ee) && ee.code == exitLeaseLost && ctx.Err() == nil {

@@ -333,7 +333,7 @@ func TestElect_StandbySessionLost(t *testing.T) {
 func TestElect_ResignFailed(t *testing.T) {
 	backend := useFake(t, &fakeBackend{releaseErr: &baton.UnavailableError{Where: "fake", Err: errors.New("no answer")}})
 	r := runInProcess("elect", "--backend", backend, "mailer", "--", "true")
-	if r.code != 0 || !strings.Contains(r.stderr, "could not resign mailer at fake://test") {
+	if r.code != 0 || !strings.Contains(r.stderr, `could not resign (the next leader takes over within the TTL at the latest): release "mailer": fake: no answer`) {
 		t.Fatalf("exit %d, stderr %q; want 0 saying the resignation failed", r.code, r.stderr)
 	}
 }

@@ -203,8 +203,8 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 			return err // the store's errors say which run
 		}
 	}
-	if err := lease.Release(bg); err != nil && !errors.Is(err, baton.ErrLeaseLost) { // a loss is lostLate's
-		fmt.Fprintf(s.stderr, "baton: could not release %s at %s: %v; it frees itself when the TTL runs out\n", name, s.backendAt, err)
+	if err := lease.Release(bg); err != nil { // a loss it finds is not an error: lostLate's
+		fmt.Fprintf(s.stderr, "baton: could not release the lock, which stays taken until its TTL runs out at the latest: %v\n", err) // err names the lock and the service
 	}
 	if err := lostLate(lease, argv, res, "by the release"); err != nil {
 		return err

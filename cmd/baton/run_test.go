@@ -881,7 +881,7 @@ func TestObserve_StdoutGone(t *testing.T) {
 func TestRun_ReleaseFailed(t *testing.T) {
 	backend := useFake(t, &fakeBackend{releaseErr: &baton.UnavailableError{Where: "fake", Err: errors.New("no answer")}})
 	r := runInProcess("run", "--backend", backend, "invoices", "--", "sh", "-c", "exit 3")
-	if r.code != 3 || !strings.Contains(r.stderr, "could not release invoices at fake://test") {
+	if r.code != 3 || !strings.Contains(r.stderr, `could not release the lock, which stays taken until its TTL runs out at the latest: release "invoices": fake: no answer`) {
 		t.Fatalf("exit %d, stderr %q; want 3, saying the release failed", r.code, r.stderr)
 	}
 	oneLine(t, r)
