@@ -876,3 +876,33 @@ func TestClose_Borrowed_SilentServer(t *testing.T) {
 		t.Errorf("Close took %v; bound %v", took.Round(time.Millisecond), bound)
 	}
 }
+
+// TestClose_Owned_ReleaseUnderWay: on a connection Dial made, a Release
+// that ended its hold just before Close, whose delete Close then refuses
+// as closing, reports no failure: Close ends the session, and the node
+// goes with it. Before, it returned ErrUnavailable and logged that the
+// lock stays until its TTL runs out.
+func TestClose_Owned_ReleaseUnderWay(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	fl, err := zk.Settings{}.Dial(timeout(t, 20*time.Second), []string{addr}, baton.WithTTL(suiteTTL), baton.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zk.OnReleaseDelete(fl.Locker(), func() {
+		if err := fl.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	if err := lease.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release that ended its hold before Close: %v; want nil", err)
+	}
+	admin := adminConn(t, addr)
+	if kids, _, err := admin.Children(lockDir(name)); err == nil && len(kids) != 0 {
+		t.Fatalf("nodes left after Close: %v", kids)
+	}
+}
