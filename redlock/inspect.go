@@ -184,9 +184,12 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	best, n := mostCommon(vals)
 	if _, failed := count(errs); info.Key == "" && n < b.quorum {
 		if n+failed >= b.quorum {
+			if ctx.Err() != nil {
+				return baton.LockInfo{}, context.Cause(ctx) // the caller's, as b.unavailable says it
+			}
 			// The nodes that failed may have held the rest of a
 			// majority: whether a holder was there is not known.
-			return baton.LockInfo{}, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("delete %s: deleted a key of %s on %d of %d nodes, and %d did not answer: whether it held the lock is not known; look again with Inspect, or force again once they answer", k.lock, rediskit.HolderOf(best), n, len(b.nodes), failed)}
+			return baton.LockInfo{}, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("delete %s: deleted a key of %s on %d of %d nodes, and %d failed: whether it held the lock is not known; look again with Inspect, or force again once they answer: %w", k.lock, rediskit.HolderOf(best), n, len(b.nodes), failed, errors.Join(errs...))}
 		}
 		// Held by no majority, before the deletes or by them: a key they
 		// found on a minority (a claim that landed after Inspect read its
