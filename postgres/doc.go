@@ -17,8 +17,6 @@
 // schema-qualified). New and Dial create the schema when it is missing; Init
 // creates it on its own, for a user who may; this is it:
 //
-//	CREATE SEQUENCE IF NOT EXISTS baton_lock_token AS bigint;  -- fencing tokens
-//	CREATE SEQUENCE IF NOT EXISTS baton_lock_ticket AS bigint; -- places in the queue
 //	CREATE TABLE IF NOT EXISTS baton_lock (
 //		name         text        PRIMARY KEY,
 //		holder       text        NOT NULL,
@@ -41,6 +39,19 @@
 //		expires_at   timestamptz NOT NULL,  -- its place lapses unless it looks again
 //		PRIMARY KEY (name, channel, slot)
 //	) WITH (fillfactor = 50);
+//	-- the sequences: fencing tokens, and places in the queue; one made
+//	-- here while the tables hold rows starts above every value in them
+//	DO $$ BEGIN
+//		IF to_regclass('baton_lock_token') IS NULL THEN
+//			CREATE SEQUENCE baton_lock_token AS bigint;
+//			PERFORM setval('baton_lock_token', m) FROM (SELECT max(token) AS m FROM baton_lock) x WHERE m > 0;
+//		END IF;
+//		IF to_regclass('baton_lock_ticket') IS NULL THEN
+//			CREATE SEQUENCE baton_lock_ticket AS bigint;
+//			PERFORM setval('baton_lock_ticket', m) FROM (SELECT max(t) AS m FROM
+//				(SELECT ticket AS t FROM baton_lock UNION ALL SELECT ticket FROM baton_lock_waiters) u) x WHERE m > 0;
+//		END IF;
+//	END $$;
 //	-- for observers of elections, added by Init or the first Observe:
 //	-- a NOTIFY when a change of holder commits
 //	CREATE OR REPLACE FUNCTION baton_lock_observe() RETURNS trigger LANGUAGE plpgsql
@@ -329,8 +340,8 @@
 //     values instead); and never below the lock's last token plus one, so
 //     that a sequence set back (restored, or left behind by a logical
 //     replication cutover, which copies no sequence values) cannot send a
-//     lock's tokens backwards. A sequence that New or Dial has to make
-//     again (dropped, or a table restored alone) starts above every token
+//     lock's tokens backwards. A sequence that New, Dial or Init has to
+//     make again (dropped, or a table restored alone) starts above every token
 //     and ticket in the tables. A ticket sequence set back while waiters'
 //     tickets above it live is not caught: a new waiter could then claim
 //     a lease handed to another; set it forward (setval) before Lockers
