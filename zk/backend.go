@@ -42,6 +42,11 @@ type backend struct {
 
 	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
 
+	// closedConnected says the connection was up when Close began: Close
+	// of a connection Dial made then tells the server to end the session,
+	// and our nodes go with it (see deleteNode).
+	closedConnected atomic.Bool
+
 	mu     sync.Mutex
 	sess   *session
 	holds  map[*hold]struct{}
@@ -208,12 +213,14 @@ func (b *backend) lockDir(name string) string { return b.root + "/" + name }
 // them, for at most one TTL (the session timeout) of the connection being
 // down, after which the server has ended the session and the nodes.
 func (b *backend) Close() error {
+	connected := b.observe().connected()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil
 	}
 	b.closed = true
+	b.closedConnected.Store(connected)
 	b.calls.drain()
 	s := b.sess
 	b.sess = nil

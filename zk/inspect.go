@@ -23,6 +23,9 @@ var (
 // Inspect implements baton.Inspector. TTLLeft is -1: ZooKeeper does not
 // tell anyone but the server how long a session has left.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
+	if err := b.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	heldOnly := len(names) == 0
 	if heldOnly {
 		kids, err := retryRead(b, ctx, func() ([]string, error) {
@@ -56,16 +59,23 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	return out, nil
 }
 
+// catchUp syncs, as findGUID does, before Inspect and ForceRelease read:
+// the server this connection uses may be a follower that has not applied
+// the leader's latest changes, and would show a holder already gone, or
+// miss one just come (FencedLease.Raise takes the holder Inspect names for
+// the current one; a forced release acts on it). A sync brings the server
+// up to the leader for every path, not only the one it names.
+func (b *backend) catchUp(ctx context.Context) error {
+	if _, err := retryRead(b, ctx, func() (string, error) { return b.conn.Sync(b.root) }); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
+		return b.fail(ctx, "sync "+b.root, err)
+	}
+	return nil
+}
+
 // inspect describes one lock: its first candidate holds it, the others
-// wait. It syncs first, as findGUID does: the server this connection uses
-// may be a follower that has not applied the leader's latest changes, and
-// would show a holder already gone (FencedLease.Raise takes the holder it
-// names for the current one; a forced release acts on it).
+// wait. The caller has synced (catchUp).
 func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, error) {
 	dir := b.lockDir(name)
-	if _, err := retryRead(b, ctx, func() (string, error) { return b.conn.Sync(dir) }); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
-		return baton.LockInfo{}, b.fail(ctx, "sync "+dir, err)
-	}
 	for range 5 {
 		cands, err := b.listCandidates(ctx, dir)
 		if err != nil {
@@ -101,6 +111,9 @@ func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, err
 // deleting that path twice is harmless.
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	if err := baton.ValidateName(name); err != nil {
+		return baton.LockInfo{}, err
+	}
+	if err := b.catchUp(ctx); err != nil {
 		return baton.LockInfo{}, err
 	}
 	info, err := b.inspect(ctx, name)

@@ -429,8 +429,11 @@ func (b *backend) deleteNode(ctx context.Context, path string) (found bool, err 
 		return false, nil
 	case errors.Is(err, zkgo.ErrSessionExpired):
 		return false, nil // the node went with the session
-	case b.owned && errors.Is(err, zkgo.ErrClosing):
-		return true, nil // Close is closing our session, and the node goes with it
+	case b.owned && errors.Is(err, zkgo.ErrClosing) && b.closedConnected.Load():
+		// Close is closing our session, on a connection that was up to
+		// tell the server so: the node goes with it. On one that was
+		// down, the node lasts until the session times out, as below.
+		return true, nil
 	}
 	// Even when the connection has a new session, the node may live: a
 	// create queued across the expiry runs on the new session. The

@@ -902,7 +902,15 @@ func TestClose_Owned_ReleaseUnderWay(t *testing.T) {
 		t.Fatalf("Release that ended its hold before Close: %v; want nil", err)
 	}
 	admin := adminConn(t, addr)
-	if kids, _, err := admin.Children(lockDir(name)); err == nil && len(kids) != 0 {
-		t.Fatalf("nodes left after Close: %v", kids)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kids, _, err := admin.Children(lockDir(name))
+		if err != nil || len(kids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes left 10s after Close: %v", kids)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
