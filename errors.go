@@ -54,9 +54,15 @@ type NotAcquiredError struct {
 	Name   string
 	Holder string
 	Token  Token
+	// Free says that no one holds the lock: the answer of a ForceRelease
+	// that found nothing to free.
+	Free bool
 }
 
 func (e *NotAcquiredError) Error() string {
+	if e.Free {
+		return fmt.Sprintf("lock %q is not held: there is nothing to release", e.Name)
+	}
 	if e.Holder == "" {
 		return fmt.Sprintf("lock %q is held by another holder", e.Name)
 	}

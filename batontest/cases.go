@@ -376,6 +376,11 @@ func (s *suite) releaseAfterForce(t *testing.T) {
 	if err := la.Err(); !errors.As(err, &lost) || !errors.Is(err, baton.ErrLeaseLost) {
 		t.Fatalf("the forced holder's Err after its Release: %v; want a *LostError", err)
 	}
+	// Forced again, the free lock: ErrNotAcquired, saying no one holds it.
+	var nae *baton.NotAcquiredError
+	if _, err := fr.ForceRelease(ctxFor(t, 10*time.Second), name); !errors.As(err, &nae) || !nae.Free || !strings.Contains(err.Error(), "not held") {
+		t.Fatalf("ForceRelease of a free lock: %v; want a *NotAcquiredError with Free, saying the lock is not held", err)
+	}
 }
 
 func waitDone(t testing.TB, l *baton.Lease, d time.Duration) {

@@ -100,7 +100,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, err
 	}
 	if len(infos) != 1 || infos[0].Key == "" {
-		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name, Free: true}
 	}
 	info := infos[0]
 	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {

@@ -92,7 +92,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	var since time.Time
 	err := b.pool.QueryRow(octx, b.sql.liveToken, name).Scan(&token, &holder, &since)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name, Free: true}
 	}
 	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)

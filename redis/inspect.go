@@ -131,7 +131,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	}
 	v, err := get.Result()
 	if errors.Is(err, goredis.Nil) {
-		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name, Free: true}
 	}
 	info := baton.LockInfo{Name: name, Holder: rediskit.HolderOf(v), Key: k.lock, TTLLeft: max(ttl.Val(), time.Duration(-1))}
 	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {

@@ -195,7 +195,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		// found on a minority (a claim that landed after Inspect read its
 		// node, while the acquisition that sent it had gone on with a
 		// majority elsewhere, or given up) was no lock.
-		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name}
+		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name, Free: true}
 	}
 	if n == 0 {
 		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)

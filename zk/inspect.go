@@ -121,7 +121,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return baton.LockInfo{}, err
 	}
 	if info.Key == "" {
-		return info, &baton.NotAcquiredError{Name: name}
+		return info, &baton.NotAcquiredError{Name: name, Free: true}
 	}
 	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		_, err := call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(info.Key, -1) })
