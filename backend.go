@@ -101,7 +101,8 @@ type Inspector interface {
 // holder has raised it.
 type ForceReleaser interface {
 	// ForceRelease frees the lock name and returns what it was.
-	// A lock no one holds returns an error matching ErrNotAcquired; a lock
+	// A lock no one holds returns a *NotAcquiredError with Free set
+	// (matching ErrNotAcquired); a lock
 	// that changed hands between the read of its holder and the release,
 	// one matching ErrChangedHands, having freed nothing. The backends
 	// send a delete whose answer was lost again, within the request

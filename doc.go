@@ -62,7 +62,8 @@
 // # Errors
 //
 // Errors match the sentinels with errors.Is: ErrNotAcquired (held by someone
-// else), ErrLeaseLost, ErrStaleToken, ErrUnavailable (the lock service
+// else; from a forced release, a *NotAcquiredError with Free: no one held
+// it), ErrLeaseLost, ErrStaleToken, ErrUnavailable (the lock service
 // failed), ErrInvalidOption, ErrClosed, ErrReleased, and ErrChangedHands
 // (a forced release found the lock changed hands). A caller's cancellation is returned
 // as context.Cause(ctx), so the three outcomes of a failed acquisition,

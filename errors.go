@@ -16,7 +16,8 @@ import (
 //   - the lock service failed: the error wraps ErrUnavailable.
 var (
 	// ErrNotAcquired means another holder has the lock: TryAcquire found it
-	// held, or a wait ended without getting it.
+	// held, or a wait ended without getting it. A ForceRelease that found
+	// no holder returns it too, as a *NotAcquiredError with Free set.
 	ErrNotAcquired = errors.New("lock is held by another holder")
 
 	// ErrLeaseLost means a lease ended without being released: a renewal was
@@ -49,7 +50,8 @@ var (
 )
 
 // NotAcquiredError says who holds the lock that could not be taken. Holder
-// and Token are empty when the backend could not tell.
+// and Token are empty when the backend could not tell. With Free set, it is
+// a ForceRelease's answer that no one holds the lock.
 type NotAcquiredError struct {
 	Name   string
 	Holder string

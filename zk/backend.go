@@ -42,9 +42,12 @@ type backend struct {
 
 	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
 
-	// closedConnected says the connection was up when Close began: Close
-	// of a connection Dial made then tells the server to end the session,
-	// and our nodes go with it (see deleteNode).
+	// closedConnected says the connection was up, as its last event said,
+	// when Close began: Close of a connection Dial made then tells the
+	// server to end the session, and our nodes go with it (see
+	// deleteNode). A best guess: against a server gone silent the state
+	// says connected until the client gives up on it, and the nodes then
+	// last until the session times out.
 	closedConnected atomic.Bool
 
 	mu     sync.Mutex
@@ -213,7 +216,7 @@ func (b *backend) lockDir(name string) string { return b.root + "/" + name }
 // them, for at most one TTL (the session timeout) of the connection being
 // down, after which the server has ended the session and the nodes.
 func (b *backend) Close() error {
-	connected := b.observe().connected()
+	connected := b.owned && b.observe().connected()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

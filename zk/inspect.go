@@ -23,6 +23,11 @@ var (
 // Inspect implements baton.Inspector. TTLLeft is -1: ZooKeeper does not
 // tell anyone but the server how long a session has left.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
+	for _, n := range names {
+		if err := baton.ValidateName(n); err != nil {
+			return nil, err // before any request: a bad name is the caller's
+		}
+	}
 	if err := b.catchUp(ctx); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	zkgo "github.com/go-zookeeper/zk"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/zk"
 )
@@ -149,4 +151,25 @@ func TestForceRelease_LostAnswer(t *testing.T) {
 		t.Errorf("next holder's token %d <= %d", l.Token(), lease.Token())
 	}
 	_ = l.Release(ctx)
+}
+
+// TestInspect_BadName_NoRequest: a bad lock name is refused at once, before
+// any request: a server that does not answer does not hold it up, nor
+// turn it into ErrUnavailable.
+func TestInspect_BadName_NoRequest(t *testing.T) {
+	conn, _, err := zkgo.Connect([]string{"127.0.0.1:1"}, 10*time.Second, zkgo.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	fl, err := zk.New(conn, baton.WithRequestTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fl.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // far below the request timeout
+	defer cancel()
+	if _, err := fl.Locker().Backend().(baton.Inspector).Inspect(ctx, "ok", "bad/name"); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("Inspect with a bad name, server unreachable: %v; want ErrInvalidOption at once", err)
+	}
 }

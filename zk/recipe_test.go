@@ -893,7 +893,9 @@ func TestClose_Owned_ReleaseUnderWay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closed := false
 	zk.OnReleaseDelete(fl.Locker(), func() {
+		closed = true
 		if err := fl.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
@@ -901,12 +903,18 @@ func TestClose_Owned_ReleaseUnderWay(t *testing.T) {
 	if err := lease.Release(timeout(t, 10*time.Second)); err != nil {
 		t.Fatalf("Release that ended its hold before Close: %v; want nil", err)
 	}
+	if !closed {
+		t.Fatal("the Release never reached its delete: Close did not run between")
+	}
 	admin := adminConn(t, addr)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		kids, _, err := admin.Children(lockDir(name))
-		if err != nil || len(kids) == 0 {
+		if errors.Is(err, zkgo.ErrNoNode) || err == nil && len(kids) == 0 {
 			break
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nodes left 10s after Close: %v", kids)
