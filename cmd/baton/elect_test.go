@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/fence"
 	"github.com/baton-go/baton/fence/sqlite"
 	"github.com/baton-go/baton/internal/testsvc"
 )
@@ -345,18 +344,7 @@ func TestElect_ResignFailed(t *testing.T) {
 // leader's raise.
 func TestElect_FenceAhead(t *testing.T) {
 	backend := etcdBackend(t)
-	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
-	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
-		t.Fatal(r.stderr)
-	}
-	s, err := fence.Open(context.Background(), store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Raise(context.Background(), "mailer", 1<<40); err != nil {
-		t.Fatal(err)
-	}
+	store := storeAhead(t, "mailer")
 	r := runBaton(t, "elect", "--backend", backend, "--fence", store, "mailer", "--", "sh", "-c", "echo ran")
 	if r.code != exitStale || !strings.Contains(r.stderr, "still names this lease the holder") || strings.Contains(r.stderr, "campaigning again") {
 		t.Fatalf("exit %d, stderr %q; want 77 at the first term, saying the fence is ahead of the lock service", r.code, r.stderr)

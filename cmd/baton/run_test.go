@@ -910,6 +910,18 @@ func TestRun_StaleWhileServiceSilent(t *testing.T) {
 		return baton.NewLocker(blockedInspect{&fakeBackend{}}, cfg), nil
 	}
 	t.Cleanup(func() { delete(openers, "fakeblocked") })
+	store := storeAhead(t, "invoices")
+	r := runInProcess("run", "--backend", "fakeblocked://test", "--fence", store, "invoices", "--", "true")
+	if r.code != exitStale || !strings.Contains(r.stderr, "refused token") {
+		t.Fatalf("exit %d, stderr %q; want 77, the fence's refusal", r.code, r.stderr)
+	}
+}
+
+// storeAhead returns the URL of a SQLite fence store, made for t, whose
+// fence for resource is at 1<<40: ahead of any token a test's lock service
+// gives, as if raised with another service's tokens.
+func storeAhead(t *testing.T, resource string) string {
+	t.Helper()
 	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
 	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
 		t.Fatal(r.stderr)
@@ -919,11 +931,8 @@ func TestRun_StaleWhileServiceSilent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Raise(context.Background(), "invoices", 1<<40); err != nil {
+	if err := s.Raise(context.Background(), resource, 1<<40); err != nil {
 		t.Fatal(err)
 	}
-	r := runInProcess("run", "--backend", "fakeblocked://test", "--fence", store, "invoices", "--", "true")
-	if r.code != exitStale || !strings.Contains(r.stderr, "refused token") {
-		t.Fatalf("exit %d, stderr %q; want 77, the fence's refusal", r.code, r.stderr)
-	}
+	return store
 }
