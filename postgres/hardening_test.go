@@ -150,14 +150,7 @@ func TestTickets_SequenceRecreated(t *testing.T) {
 		got <- la
 	}()
 	admin := newPool(t, dsn)
-	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; n != 1; {
-		queryRow(t, admin, `SELECT count(*) FROM baton_lock_waiters WHERE name = 'x' AND expires_at > clock_timestamp()`, nil, &n)
-		if time.Now().After(deadline) {
-			t.Fatal("a never queued")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "a queues", func() bool { return queued(t, admin, "x") == 1 })
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
