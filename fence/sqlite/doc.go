@@ -26,8 +26,12 @@
 //
 //	INSERT INTO baton_fence AS cur (resource, last_token, updated_at) VALUES (?1, ?2, strftime(...))
 //	ON CONFLICT (resource) DO UPDATE SET last_token = excluded.last_token,
-//		updated_at = CASE WHEN cur.last_token < excluded.last_token THEN excluded.updated_at ELSE cur.updated_at END
-//	WHERE cur.last_token <= excluded.last_token
+//		updated_at = CASE WHEN CAST(cur.last_token AS INTEGER) < CAST(excluded.last_token AS INTEGER)
+//			THEN excluded.updated_at ELSE cur.updated_at END
+//	WHERE CAST(cur.last_token AS INTEGER) <= CAST(excluded.last_token AS INTEGER)
+//
+// (the casts keep a table not made by Init, whose last_token holds text,
+// comparing numbers, not strings)
 //
 // One changed row means the token was accepted; none means it is stale,
 // and the Store reads the newest token to return a *baton.StaleTokenError.

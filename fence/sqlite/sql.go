@@ -15,7 +15,6 @@ const timeLayout = "2006-01-02T15:04:05.000Z"
 // statements is the SQL a Store runs, built once from its table names.
 type statements struct {
 	createFence, createRuns string
-	existsFence, existsRuns string // one row, 0 or 1
 	raise                   string // ?1 resource, ?2 token; one change when accepted
 	newest                  string // ?1 resource
 	list                    string
@@ -37,8 +36,6 @@ func newStatements(fence, runs string) statements {
 	done_at  TEXT    NOT NULL DEFAULT (%s),
 	PRIMARY KEY (resource, run_id)
 ) WITHOUT ROWID`, quoteTable(runs), nowSQL),
-		existsFence: existsSQL(fence),
-		existsRuns:  existsSQL(runs),
 		// The comparisons cast: in a table not made by Init, whose
 		// last_token has TEXT affinity, tokens are stored as text and
 		// would compare as strings ('10' < '9').
@@ -62,10 +59,4 @@ func schemaAndName(table string) (schema, name string) {
 		return table[:i], table[i+1:]
 	}
 	return "main", table
-}
-
-// existsSQL asks the schema of the table's database whether it exists.
-func existsSQL(table string) string {
-	schema, name := schemaAndName(table)
-	return fmt.Sprintf(`SELECT count(*) FROM %s.sqlite_master WHERE type = 'table' AND name = '%s' COLLATE NOCASE`, quoteIdent(schema), name)
 }

@@ -185,13 +185,15 @@ func (s *Store) Init(ctx context.Context) error {
 			return s.wrap(ctx, op, err, hintOpen)
 		}
 	}
-	return s.checkColumns(ctx) // tables of that name may have been there before
+	return s.checkTables(ctx) // tables of that name may have been there before
 }
 
-// checkColumns returns an error unless the tables have the columns the
-// store's statements use: a table of the same name made by something
-// else would fail every raise, or every run, with "no such column".
-func (s *Store) checkColumns(ctx context.Context) error {
+// checkTables returns a *MissingTableError unless both tables exist, and a
+// *ForeignTableError unless they have the columns the store's statements
+// use: a table of the same name made by something else would fail every
+// raise, or every run, with "no such column". A table's columns tell both:
+// a missing table has none.
+func (s *Store) checkTables(ctx context.Context) error {
 	for _, t := range []struct {
 		name string
 		want []string
@@ -216,6 +218,9 @@ func (s *Store) checkColumns(ctx context.Context) error {
 		if err := errors.Join(err, rows.Err(), rows.Close()); err != nil {
 			return s.wrap(ctx, op, err, hintOpen)
 		}
+		if len(have) == 0 {
+			return &MissingTableError{Table: t.name, Where: s.where}
+		}
 		for _, c := range t.want {
 			if !have[c] {
 				return &ForeignTableError{Table: t.name, Where: s.where, Column: c}
@@ -223,21 +228,4 @@ func (s *Store) checkColumns(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// checkTables returns a *MissingTableError unless both tables exist.
-func (s *Store) checkTables(ctx context.Context) error {
-	for _, t := range []struct{ name, query string }{
-		{s.cfg.table, s.sql.existsFence},
-		{s.cfg.runs, s.sql.existsRuns},
-	} {
-		var n int
-		if err := s.db.QueryRowContext(ctx, t.query).Scan(&n); err != nil {
-			return s.wrap(ctx, "check the fence tables exist", err, hintOpen)
-		}
-		if n == 0 {
-			return &MissingTableError{Table: t.name, Where: s.where}
-		}
-	}
-	return s.checkColumns(ctx)
 }
