@@ -65,10 +65,16 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config, o
 	case !time.Now().Before(d):
 		// The local deadline passed since the backend's look (a pause):
 		// the lock service may free the lock any moment; no work may start.
-		l.markLost(fmt.Errorf("%w: the local deadline (%s) passed as the lease was granted", ErrLeaseLost, d.Format(time.StampMilli)), false)
+		l.markLost(deadlinePassed(d, "as the lease was granted"), false)
 		owner.untrack(l)
 	}
 	return l
+}
+
+// deadlinePassed is the loss of a lease whose local deadline d passed
+// when (as it was granted, before the release) its timer had not yet said so.
+func deadlinePassed(d time.Time, when string) error {
+	return fmt.Errorf("%w: the local deadline (%s) passed %s", ErrLeaseLost, d.Format(time.StampMilli), when)
 }
 
 // follow turns the hold's loss into the lease's, with context.AfterFunc,
@@ -189,7 +195,7 @@ func (l *Lease) release(ctx context.Context) error {
 		// The local deadline passed and the hold's timer has not fired
 		// yet: the work may have run past it, so this is a loss all the
 		// same, not a release.
-		l.markLost(fmt.Errorf("%w: the local deadline (%s) passed before the release", ErrLeaseLost, d.Format(time.StampMilli)), false)
+		l.markLost(deadlinePassed(d, "before the release"), false)
 	}
 	l.mu.Lock()
 	released := l.err == nil
@@ -200,7 +206,7 @@ func (l *Lease) release(ctx context.Context) error {
 	l.mu.Unlock()
 	if d := l.hold.Deadline(); released && !time.Now().Before(d) {
 		// The deadline passed between the look above and the work's stop.
-		l.markLost(fmt.Errorf("%w: the local deadline (%s) passed before the release", ErrLeaseLost, d.Format(time.StampMilli)), true)
+		l.markLost(deadlinePassed(d, "before the release"), true)
 	}
 	l.unfollow()
 	l.owner.untrack(l)

@@ -283,11 +283,7 @@ func TestRun_FnKeepsCallerDeadline(t *testing.T) {
 func TestLease_GrantedPastDeadline(t *testing.T) {
 	hold := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
 	hold.deadline = time.Now().Add(-time.Millisecond)
-	cfg, err := baton.NewConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := baton.NewLocker(&fakeBackend{hold: hold}, cfg)
+	l := fakeLocker(t, hold)
 	defer l.Close()
 	lease, err := l.Acquire(t.Context(), "job")
 	if err != nil {
@@ -300,6 +296,10 @@ func TestLease_GrantedPastDeadline(t *testing.T) {
 	released := false
 	hold = newFakeHold(func(h *fakeHold) error { released = true; h.end(baton.ErrReleased); return nil })
 	hold.deadline = time.Now().Add(-time.Millisecond)
+	cfg, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
 	fl, ok := baton.NewLocker(&fencedFakeBackend{fakeBackend{hold: hold}}, cfg).Fenced()
 	if !ok {
 		t.Fatal("not fenced")

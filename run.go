@@ -54,12 +54,6 @@ func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) 
 	defer cancel(nil)
 	lease.runUnder(cancel)
 
-	if lease.Err() != nil {
-		// Lost before fn could start (see newLease): neither the fence
-		// nor fn may run on it.
-		rerr := lease.Release(ctx)
-		return errors.Join(lease.Err(), rerr)
-	}
 	returned := false
 	defer func() {
 		if !returned {
@@ -70,7 +64,10 @@ func runHeld(ctx context.Context, lease *Lease, fn func(context.Context) error) 
 			_ = lease.Release(ctx)
 		}
 	}()
-	ferr := fn(wctx)
+	var ferr error
+	if lease.Err() == nil { // else lost as granted (see newLease): neither the fence nor fn may run on it
+		ferr = fn(wctx)
+	}
 	returned = true
 	rerr := lease.Release(ctx) // first: it also finds a loss not yet reported
 	var lost *LostError
