@@ -160,7 +160,8 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
-	r1, err := start(ctx, &cfg, "runner-1", cfg.FreezeAfter+1)
+	pauseAt := cfg.FreezeAfter + 1 // the client runner 1 is frozen on, after its check
+	r1, err := start(ctx, &cfg, "runner-1", pauseAt)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,7 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 		if e.Kind == "acquired" {
 			res.Token1 = e.Token
 		}
-		return e.Kind == "checked" && e.Client == cfg.FreezeAfter+1 // where it waits (PauseAt)
+		return e.Kind == "checked" && e.Client == pauseAt // where it waits
 	}); err != nil {
 		return nil, fmt.Errorf("runner 1 before the freeze: %w", err)
 	}

@@ -58,6 +58,10 @@ func ledgers(t *testing.T) map[string]func(t *testing.T) string {
 	}
 }
 
+// frozenClient is the client runner 1 is frozen on: nightLagging sets the
+// night's FreezeAfter to it - 1.
+const frozenClient = 4
+
 func night(t *testing.T, ledger string, fenced bool) *demo.Result {
 	t.Helper()
 	return nightLagging(t, ledger, fenced, 0)
@@ -69,16 +73,17 @@ func nightLagging(t *testing.T, ledger string, fenced bool, lag time.Duration) *
 	t.Helper()
 	srv := testsvc.StartEtcd(t)
 	res, err := demo.Night(context.Background(), demo.Config{
-		Etcd:     strings.TrimPrefix(srv.Endpoint, "http://"),
-		Ledger:   ledger,
-		Fenced:   fenced,
-		TTL:      2 * time.Second,
-		Clients:  10,
-		Interval: 100 * time.Millisecond,
-		Command:  runnerCommand,
+		Etcd:        strings.TrimPrefix(srv.Endpoint, "http://"),
+		Ledger:      ledger,
+		Fenced:      fenced,
+		TTL:         2 * time.Second,
+		Clients:     10,
+		Interval:    100 * time.Millisecond,
+		FreezeAfter: frozenClient - 1,
+		Command:     runnerCommand,
 		Log: func(e warehouse.Event) {
 			t.Logf("%s %-9s %-8s client %2d token %d %s", e.At.Format("15:04:05.000"), e.Runner, e.Kind, e.Client, e.Token, e.Err)
-			if e.Runner == "runner-1" && e.Kind == "checked" && e.Client == 4 { // FreezeAfter (3) + 1
+			if e.Runner == "runner-1" && e.Kind == "checked" && e.Client == frozenClient {
 				time.Sleep(lag)
 			}
 		},
@@ -107,7 +112,7 @@ func TestNight_Fenced(t *testing.T) {
 			if res.Rejected == nil {
 				t.Fatalf("runner 1's write after waking was not rejected (stale writes accepted: %v)", res.StaleWrites)
 			}
-			if res.Rejected.Client != 4 || res.Rejected.Newest != res.Token2 || res.Rejected.Token != res.Token1 {
+			if res.Rejected.Client != frozenClient || res.Rejected.Newest != res.Token2 || res.Rejected.Token != res.Token1 {
 				t.Errorf("rejected %+v; want client 4, token %d refused for newest %d", *res.Rejected, res.Token1, res.Token2)
 			}
 			if len(res.StaleWrites) != 0 {
@@ -176,7 +181,7 @@ func TestNight_Unfenced(t *testing.T) {
 // night's line, which it can read only once woken.
 func TestNight_LaggingReader(t *testing.T) {
 	res := nightLagging(t, "sqlite:"+filepath.Join(t.TempDir(), "ledger.db"), true, 400*time.Millisecond)
-	if len(res.StaleWrites) != 0 || res.Rejected == nil || res.Rejected.Client != 4 {
+	if len(res.StaleWrites) != 0 || res.Rejected == nil || res.Rejected.Client != frozenClient {
 		t.Fatalf("with a lagging reader: stale writes %v, rejected %+v; want none, and client 4 refused", res.StaleWrites, res.Rejected)
 	}
 }
