@@ -46,6 +46,8 @@ func newRedisCyclers(b *testing.B, addr, kind string, n int) []benchcycle.Cycler
 			out[i] = benchcycle.Baton(l.Acquire)
 		case "redislock":
 			out[i] = &redislockCycler{c: redislock.New(c)}
+		case "guide":
+			out[i] = &guideCycler{c: c}
 		}
 	}
 	return out
@@ -99,7 +101,7 @@ type guideCycler struct {
 
 func (g *guideCycler) Lock(ctx context.Context) error {
 	g.value = rand.Text()
-	ok, err := g.c.SetNX(ctx, redis.DefaultPrefix+"guide", g.value, 10*time.Second).Result()
+	ok, err := g.c.SetNX(ctx, guideKey, g.value, 10*time.Second).Result()
 	if err == nil && !ok {
 		err = errTaken
 	}
@@ -107,8 +109,11 @@ func (g *guideCycler) Lock(ctx context.Context) error {
 }
 
 func (g *guideCycler) Unlock(ctx context.Context) error {
-	return guideRelease.Run(ctx, g.c, []string{redis.DefaultPrefix + "guide"}, g.value).Err()
+	return guideRelease.Run(ctx, g.c, []string{guideKey}, g.value).Err()
 }
+
+// guideKey is the bare lock's key.
+const guideKey = redis.DefaultPrefix + "guide"
 
 var errTaken = errors.New("guide lock: key taken (a benchmark's cycles never contend)")
 
@@ -120,7 +125,7 @@ var errTaken = errors.New("guide lock: key taken (a benchmark's cycles never con
 // All three use the same client settings and two round trips per cycle.
 func BenchmarkRedisFloor(b *testing.B) {
 	srv := testsvc.StartRedis(b)
-	guide := []benchcycle.Cycler{&guideCycler{c: newClient(b, srv.Addr)}}
+	guide := newRedisCyclers(b, srv.Addr, "guide", 1)
 	b.Run("guide-vs-redislock", func(b *testing.B) {
 		benchcycle.Paired(b, guide, newRedisCyclers(b, srv.Addr, "redislock", 1), 16, "guide", "redislock")
 	})
