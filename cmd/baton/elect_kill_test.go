@@ -140,39 +140,27 @@ func TestElect_ServerFrozen(t *testing.T) {
 	a := elector("a")
 	waitFor(t, 30*time.Second, func() bool { return slices.Equal(termsSoFar(), []string{"a"}) }, func() string { return a.stderr.String() })
 	b := elector("b")
-	waitFor(t, 30*time.Second, func() bool {
-		var locks []statusJSON
-		r := runInProcess("status", "--json", "--backend", backend, "mailer")
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &locks) == nil && len(locks) == 1 && locks[0].Waiters == 1
-	}, func() string { return "b does not stand by: " + b.stderr.String() })
+	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "mailer") == 1 }, func() string { return "b does not stand by: " + b.stderr.String() })
 
 	srv.Pause(t)
 	waitFor(t, 30*time.Second, func() bool {
-		return strings.Contains(a.stderr.String(), "leadership of mailer lost") && strings.Contains(b.stderr.String(), "campaign for mailer failed") || exited(a) || exited(b)
+		_, aDone := a.exited()
+		_, bDone := b.exited()
+		return strings.Contains(a.stderr.String(), "leadership of mailer lost") && strings.Contains(b.stderr.String(), "campaign for mailer failed") || aDone || bDone
 	}, func() string { return "a: " + a.stderr.String() + "\nb: " + b.stderr.String() })
 	srv.Resume()
 	for id, p := range map[string]*execResult{"a": a, "b": b} {
-		if exited(p) {
-			t.Fatalf("%s exited %d while the server was frozen; stderr %q", id, p.code, p.stderr.String())
+		if code, done := p.exited(); done {
+			t.Fatalf("%s exited %d while the server was frozen; stderr %q", id, code, p.stderr.String())
 		}
 	}
 	waitFor(t, 30*time.Second, func() bool { return len(termsSoFar()) == 2 }, func() string { return "no new term: a: " + a.stderr.String() + "\nb: " + b.stderr.String() })
 	for id, p := range map[string]*execResult{"a": a, "b": b} {
-		if exited(p) {
-			t.Fatalf("%s exited %d after the server was thawed; stderr %q", id, p.code, p.stderr.String())
+		if code, done := p.exited(); done {
+			t.Fatalf("%s exited %d after the server was thawed; stderr %q", id, code, p.stderr.String())
 		}
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		p.wait(t)
 	}
 	t.Logf("terms: %v", termsSoFar())
-}
-
-// exited reports whether p has exited.
-func exited(p *execResult) bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }

@@ -62,15 +62,13 @@ exist; 'baton fence init' creates them.`,
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "RESOURCE\tNEWEST TOKEN\tRAISED")
-			if len(resources) == 0 {
-				for _, e := range entries {
-					fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Resource, e.Token, e.UpdatedAt.Local().Format(time.DateTime))
-				}
-				return tw.Flush()
-			}
+			all := len(resources) == 0
 			byName := map[string]fence.Entry{}
 			for _, e := range entries {
 				byName[e.Resource] = e
+				if all {
+					resources = append(resources, e.Resource) // every fence, in the store's order
+				}
 			}
 			shown := map[string]bool{}
 			for _, r := range resources { // in the order given, each once

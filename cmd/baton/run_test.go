@@ -321,7 +321,12 @@ func startBaton(t *testing.T, args ...string) *execResult {
 func startCmd(t *testing.T, cmd *exec.Cmd) *execResult {
 	t.Helper()
 	p := &execResult{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if p.cmd.Stdout == nil { // else the test's own (a pipe it closes, say)
+		p.cmd.Stdout = p.stdout
+	}
+	if p.cmd.Stderr == nil {
+		p.cmd.Stderr = p.stderr
+	}
 	// A command baton started in its own process group may outlive a
 	// killed baton for a moment and hold the output pipes open.
 	p.cmd.WaitDelay = 5 * time.Second
@@ -689,25 +694,16 @@ func TestRun_LostWithStderrGone(t *testing.T) {
 	}
 	cmd := batonCmd("run", "--backend", backend, "--grace", "1s", "gone", "--", "sh", "-c", "sleep 60 & echo $$ > "+pgidFile+"; wait")
 	cmd.Stderr = w
-	p := &execResult{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stdout = p.stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := startCmd(t, cmd)
 	_ = w.Close()
 	_ = r.Close() // from now on, a write to baton's stderr finds no reader
-	go func() { _ = cmd.Wait(); p.code = cmd.ProcessState.ExitCode(); close(p.done) }()
 	var pgid int
 	waitFor(t, 30*time.Second, func() bool {
 		b, err := os.ReadFile(pgidFile)
 		pgid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil && pgid > 0
 	}, func() string { return "the command never started" })
-	t.Cleanup(func() {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	})
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }) // the command's group; startCmd's cleanup ends baton
 	if rr := runInProcess("release", "--force", "--backend", backend, "gone"); rr.code != 0 {
 		t.Fatalf("release --force: %d %q", rr.code, rr.stderr)
 	}

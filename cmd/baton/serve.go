@@ -81,9 +81,7 @@ for as long as they take to start (it says so), as etcd does;
 			}
 			srv, err := etcdserver.Start(cmd.Context(), c)
 			stopHint()
-			if err != nil && cmd.Context().Err() != nil {
-				return interrupted(cmd.Context(), err, "while starting the etcd server")
-			}
+			err = interrupted(cmd.Context(), err, "while starting the etcd server")
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return fmt.Errorf("%w: another process (another baton serve, an etcd) listens there; stop it, or pick free ports with --listen and --peer-listen", err)
 			}
