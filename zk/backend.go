@@ -42,10 +42,9 @@ type backend struct {
 
 	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
 
-	// closedConnected says the connection was up, as its last event said,
-	// when Close began: Close of a connection Dial made then tells the
-	// server to end the session, and our nodes go with it (see
-	// deleteNode). A best guess: against a server gone silent the state
+	// closedConnected says the connection was one Dial made, and up (as
+	// its last event said) when Close began: Close then tells the server
+	// to end the session, and our nodes go with it (see deleteNode). A best guess: against a server gone silent the state
 	// says connected until the client gives up on it, and the nodes then
 	// last until the session times out.
 	closedConnected atomic.Bool

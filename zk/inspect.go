@@ -48,9 +48,6 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	}
 	out := make([]baton.LockInfo, 0, len(names))
 	for _, n := range names {
-		if err := baton.ValidateName(n); err != nil {
-			return nil, err
-		}
 		info, err := b.inspect(ctx, n)
 		if err != nil {
 			return nil, err
@@ -71,8 +68,8 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 // the current one; a forced release acts on it). A sync brings the server
 // up to the leader for every path, not only the one it names.
 func (b *backend) catchUp(ctx context.Context) error {
-	if _, err := retryRead(b, ctx, func() (string, error) { return b.conn.Sync(b.root) }); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
-		return b.fail(ctx, "sync "+b.root, err)
+	if _, err := retryRead(b, ctx, func() (string, error) { return b.conn.Sync("/") }); err != nil {
+		return b.fail(ctx, "sync", err)
 	}
 	return nil
 }

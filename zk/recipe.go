@@ -429,7 +429,7 @@ func (b *backend) deleteNode(ctx context.Context, path string) (found bool, err 
 		return false, nil
 	case errors.Is(err, zkgo.ErrSessionExpired):
 		return false, nil // the node went with the session
-	case b.owned && b.closedConnected.Load() && (errors.Is(err, zkgo.ErrClosing) || errors.Is(err, zkgo.ErrConnectionClosed)):
+	case b.closedConnected.Load() && (errors.Is(err, zkgo.ErrClosing) || errors.Is(err, zkgo.ErrConnectionClosed)):
 		// Our Close (only ours closes a connection Dial made) is closing
 		// the session, on a connection that was up to tell the server
 		// so: the node goes with it (a best guess: see closedConnected).
