@@ -283,10 +283,15 @@ func (n *node) err(what string, err error) error {
 
 // unavailable reports that no majority could answer.
 func (b *backend) unavailable(ctx context.Context, what string, errs []error) error {
+	return b.unavailableWhy(ctx, what, fmt.Sprintf("a majority (%d of %d) of nodes did not answer", b.quorum, len(b.nodes)), errs)
+}
+
+// unavailableWhy is unavailable saying why, the nodes' errors after it.
+func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []error) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: a majority (%d of %d) of nodes did not answer: %w", what, b.quorum, len(b.nodes), errors.Join(errs...))}
+	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %s: %w", what, why, errors.Join(errs...))}
 }
 
 // Close ends every hold (freeing its keys on every node), all at once, each

@@ -182,22 +182,19 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	// Report the holder whose keys were deleted, on most nodes: Inspect
 	// read the lock before.
 	best, n := mostCommon(vals)
-	if _, failed := count(errs); info.Key == "" && n < b.quorum {
-		if n+failed >= b.quorum {
-			if ctx.Err() != nil {
-				return baton.LockInfo{}, context.Cause(ctx) // the caller's, as b.unavailable says it
-			}
-			// The nodes that failed may have held the rest of a
-			// majority: whether a holder was there is not known.
-			return baton.LockInfo{}, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("delete %s: deleted a key of %s on %d of %d nodes, and %d failed: whether it held the lock is not known; look again with Inspect, or force again once they answer: %w", k.lock, rediskit.HolderOf(best), n, len(b.nodes), failed, errors.Join(errs...))}
-		}
+	_, failed := count(errs)
+	switch {
+	case info.Key == "" && n < b.quorum && n+failed >= b.quorum:
+		// The nodes that failed may have held the rest of a majority:
+		// whether a holder was there is not known.
+		return baton.LockInfo{}, b.unavailableWhy(ctx, "delete "+k.lock, fmt.Sprintf("deleted a key of %s on %d of %d nodes, and %d failed: whether it held the lock is not known; look again with Inspect, or force again once they answer", rediskit.HolderOf(best), n, len(b.nodes), failed), errs)
+	case info.Key == "" && n < b.quorum:
 		// Held by no majority, before the deletes or by them: a key they
 		// found on a minority (a claim that landed after Inspect read its
 		// node, while the acquisition that sent it had gone on with a
 		// majority elsewhere, or given up) was no lock.
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name, Free: true}
-	}
-	if n == 0 {
+	case n == 0:
 		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)
 	}
 	// The deletes may have freed a majority that Inspect had not seen (a
