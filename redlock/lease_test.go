@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1019,21 +1018,6 @@ func TestOpen_InfoRefused(t *testing.T) {
 	_ = lease.Release(timeout(t, 5*time.Second))
 }
 
-// gateClaims holds back, until open is closed, every pipeline that starts
-// with SET (an acquisition's claim) on the client it is added to.
-type gateClaims struct{ open chan struct{} }
-
-func (gateClaims) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
-func (gateClaims) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
-func (g gateClaims) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "set" {
-			<-g.open
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestForceRelease_LateClaimOnAMinority: an acquisition goes on once a
 // majority took its claim, so a claim to the third node may land after a
 // forced release read that node. That stray key, on one node of three,
@@ -1043,8 +1027,8 @@ func (g gateClaims) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredi
 func TestForceRelease_LateClaimOnAMinority(t *testing.T) {
 	nodes := testsvc.StartRedisNodes(t, 3)
 	cs := clients(t, nodes)
-	gate := gateClaims{open: make(chan struct{})}
-	cs[2].AddHook(gate)
+	hold := redistest.NewHoldClaims()
+	cs[2].AddHook(hold)
 	l := lockerOn(t, cs, baton.WithHolder("cron-1"), baton.WithTTL(2*time.Second))
 	lease, err := l.Acquire(timeout(t, 5*time.Second), "nightly")
 	if err != nil {
@@ -1054,16 +1038,14 @@ func TestForceRelease_LateClaimOnAMinority(t *testing.T) {
 	if info, err := fr.ForceRelease(timeout(t, 5*time.Second), "nightly"); err != nil || info.Holder != "cron-1" {
 		t.Fatalf("ForceRelease of the held lock = %+v, %v", info, err)
 	}
-	close(gate.open) // the third node's claim lands now
+	hold.Let() // the third node's claim lands now
+	select {
+	case <-hold.Landed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held-back claim never landed on the third node")
+	}
 	key := redlock.DefaultPrefix + "nightly"
 	check := client(t, nodes[2].Addr)
-	deadline := time.Now().Add(5 * time.Second)
-	for check.Exists(timeout(t, time.Second), key).Val() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the held-back claim never landed on the third node")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 	select {
 	case <-lease.Done():
 	case <-time.After(3 * time.Second):
@@ -1098,29 +1080,6 @@ func TestClose_FrozenNodes_OneReleaseTimeout(t *testing.T) {
 	})
 }
 
-// failAll fails every request on its client while on is set.
-type failAll struct{ on *atomic.Bool }
-
-var errNodeDown = errors.New("node down (test hook)")
-
-func (failAll) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (f failAll) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if f.on.Load() {
-			return errNodeDown
-		}
-		return next(ctx, cmd)
-	}
-}
-func (f failAll) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		if f.on.Load() {
-			return errNodeDown
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestForceRelease_MinorityFound_OthersFailed: a holder on nodes 0 and 1
 // (its claim to node 2 held back), node 1 then failing. A forced release
 // finds and deletes the holder's key on node 0 only: with node 1 silent,
@@ -1129,16 +1088,16 @@ func (f failAll) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.P
 func TestForceRelease_MinorityFound_OthersFailed(t *testing.T) {
 	nodes := testsvc.StartRedisNodes(t, 3)
 	cs := clients(t, nodes)
-	gate := gateClaims{open: make(chan struct{})}
-	cs[2].AddHook(gate)
-	defer close(gate.open)
-	var down atomic.Bool
-	cs[1].AddHook(failAll{&down})
+	hold := redistest.NewHoldClaims()
+	cs[2].AddHook(hold)
+	defer hold.Let()
+	down := new(redistest.FailAll)
+	cs[1].AddHook(down)
 	l := lockerOn(t, cs, baton.WithHolder("cron-1"), baton.WithTTL(5*time.Second))
 	if _, err := l.Acquire(timeout(t, 5*time.Second), "nightly"); err != nil {
 		t.Fatal(err)
 	}
-	down.Store(true)
+	down.On.Store(true)
 	_, err := l.Backend().(baton.ForceReleaser).ForceRelease(timeout(t, 10*time.Second), "nightly")
 	if n := client(t, nodes[0].Addr).Exists(timeout(t, time.Second), redlock.DefaultPrefix+"nightly").Val(); n != 0 {
 		t.Fatalf("the holder's key on node 0 is still there (err %v)", err)

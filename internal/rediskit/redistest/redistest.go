@@ -259,6 +259,75 @@ func (h *DropClaimAnswer) ProcessPipelineHook(next goredis.ProcessPipelineHook) 
 	}
 }
 
+// HoldClaims is a go-redis hook that holds every claim (a pipeline that
+// starts with SET ... NX) until Let is called: an acquisition that goes on
+// with a majority of Redlock's nodes leaves its claim to this one on its
+// way. Landed is closed once a held claim has been answered.
+type HoldClaims struct {
+	gate, landed chan struct{}
+	let, land    sync.Once
+}
+
+// NewHoldClaims returns a HoldClaims that holds claims.
+func NewHoldClaims() *HoldClaims {
+	return &HoldClaims{gate: make(chan struct{}), landed: make(chan struct{})}
+}
+
+// Let lets the held claims, and those to come, go on.
+func (h *HoldClaims) Let() { h.let.Do(func() { close(h.gate) }) }
+
+// Landed is closed once a held claim has been answered.
+func (h *HoldClaims) Landed() <-chan struct{} { return h.landed }
+
+// DialHook implements goredis.Hook.
+func (*HoldClaims) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+// ProcessHook implements goredis.Hook.
+func (*HoldClaims) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+// ProcessPipelineHook implements goredis.Hook.
+func (h *HoldClaims) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if len(cmds) == 0 || !isClaim(cmds[0].Args()) {
+			return next(ctx, cmds)
+		}
+		<-h.gate
+		err := next(ctx, cmds)
+		h.land.Do(func() { close(h.landed) })
+		return err
+	}
+}
+
+// FailAll is a go-redis hook that fails every request with ErrNodeDown
+// while On is set, as a node that is down answers nothing useful.
+type FailAll struct{ On atomic.Bool }
+
+// ErrNodeDown is what FailAll fails requests with.
+var ErrNodeDown = errors.New("node down (test hook)")
+
+// DialHook implements goredis.Hook.
+func (*FailAll) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+// ProcessHook implements goredis.Hook.
+func (f *FailAll) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if f.On.Load() {
+			return ErrNodeDown
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements goredis.Hook.
+func (f *FailAll) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		if f.On.Load() {
+			return ErrNodeDown
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // isClaim reports whether args are a SET with NX.
 func isClaim(args []any) bool {
 	if len(args) == 0 || !strings.EqualFold(fmt.Sprint(args[0]), "set") {
