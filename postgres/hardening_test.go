@@ -53,33 +53,41 @@ func TestClose_Unreachable_OneReleaseTimeout(t *testing.T) {
 	batontest.CloseSilent(t, fl.Locker(), p.Block)
 }
 
-// TestTokens_SequenceRecreated: a token sequence dropped and made again
-// (a table restored alone with pg_dump -t, a logical-replication
-// cutover, which copies no sequences) restarts at 1; a lock's next
-// holder still gets a token above its last one.
+// TestTokens_SequenceRecreated: a token sequence dropped and made again (a
+// table restored alone with pg_dump -t), or set back (a logical
+// replication cutover, which copies no sequence values): a lock's next
+// holder still gets a token above its last one. The first case is the
+// schema's setval on a sequence it makes; the second, greatest() alone.
 func TestTokens_SequenceRecreated(t *testing.T) {
-	dsn := pg.Database(t)
-	a := dial(t, dsn, baton.WithHolder("a"))
-	ctx := timeout(t, 30*time.Second)
-	var last baton.Token
-	for range 3 {
-		l, err := a.Acquire(ctx, "seq")
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = l.Token()
-		_ = l.Release(ctx)
-	}
-	_ = a.Close()
-	execSQL(t, newPool(t, dsn), `DROP SEQUENCE baton_lock_token`)
-	b := dial(t, dsn, baton.WithHolder("b")) // Dial makes the sequence again
-	l, err := b.Acquire(ctx, "seq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	if l.Token() <= last {
-		t.Fatalf("token %d after the lock's last holder had %d: tokens of one lock went backwards", l.Token(), last)
+	for name, setBack := range map[string]string{
+		"dropped":  `DROP SEQUENCE baton_lock_token`,       // Dial makes it again, above the tokens
+		"set back": `SELECT setval('baton_lock_token', 1)`, // greatest(nextval, last + 1) alone holds
+	} {
+		t.Run(name, func(t *testing.T) {
+			dsn := pg.Database(t)
+			a := dial(t, dsn, baton.WithHolder("a"))
+			ctx := timeout(t, 30*time.Second)
+			var last baton.Token
+			for range 3 {
+				l, err := a.Acquire(ctx, "seq")
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = l.Token()
+				_ = l.Release(ctx)
+			}
+			_ = a.Close()
+			execSQL(t, newPool(t, dsn), setBack)
+			b := dial(t, dsn, baton.WithHolder("b"))
+			l, err := b.Acquire(ctx, "seq")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			if l.Token() <= last {
+				t.Fatalf("token %d after the lock's last holder had %d: tokens of one lock went backwards", l.Token(), last)
+			}
+		})
 	}
 }
 
