@@ -19,6 +19,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/pgkit"
 )
 
@@ -254,12 +255,7 @@ func (b *backend) Close() error {
 	b.lis = nil
 	b.lisMu.Unlock()
 
-	errs := make([]error, len(holds))
-	var ended sync.WaitGroup
-	for i, h := range holds { // at once: one release timeout at most
-		ended.Go(func() { errs[i] = h.end(context.Background(), baton.ErrClosed, false) })
-	}
-	ended.Wait()
+	err := parallel.Join(holds, func(h *hold) error { return h.end(context.Background(), baton.ErrClosed, false) })
 	if lis != nil {
 		lis.stop()
 		// This Locker waited: its rows in the waiters table go with it,
@@ -275,7 +271,7 @@ func (b *backend) Close() error {
 	if b.owned {
 		b.pool.Close()
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 func (b *backend) track(h *hold) bool {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediswake"
 )
@@ -176,22 +177,17 @@ func (b *backend) Close() error {
 	}
 	b.mu.Unlock()
 
-	errs := make([]error, len(holds))
-	var ended sync.WaitGroup
-	for i, h := range holds { // at once: a silent server holds Close up one release timeout, not one per hold
-		ended.Go(func() {
-			ctx, cancel := b.cleanup(context.Background())
-			defer cancel()
-			errs[i] = h.end(ctx, baton.ErrClosed)
-		})
-	}
-	ended.Wait()
+	err := parallel.Join(holds, func(h *hold) error {
+		ctx, cancel := b.cleanup(context.Background())
+		defer cancel()
+		return h.end(ctx, baton.ErrClosed)
+	})
 	b.undos.Wait()
 	b.wake.Close()
 	if b.owned {
-		errs = append(errs, b.client.Close())
+		err = errors.Join(err, b.client.Close())
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 func (b *backend) track(h *hold) bool {

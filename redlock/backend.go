@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediswake"
 )
@@ -310,12 +311,7 @@ func (b *backend) Close() error {
 	}
 	b.mu.Unlock()
 
-	errs := make([]error, len(holds))
-	var ended sync.WaitGroup
-	for i, h := range holds { // at once: silent nodes hold Close up one release timeout, not one per hold
-		ended.Go(func() { errs[i] = h.end(context.Background(), baton.ErrClosed) })
-	}
-	ended.Wait()
+	errs := []error{parallel.Join(holds, func(h *hold) error { return h.end(context.Background(), baton.ErrClosed) })}
 	for _, n := range b.nodes {
 		n.wake.Close()
 	}
