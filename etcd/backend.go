@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/failkit"
 )
 
 // DefaultPrefix is where locks live unless baton.WithPrefix says otherwise.
@@ -136,13 +136,8 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 // failWithin is fail for a request bounded by bound (a release's, by the
 // release timeout), which a message about a missing answer names.
 func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
-		err = fmt.Errorf("no answer within %v: %w", bound, err)
-	}
-	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
+	timedOut := errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+	return failkit.Unavailable(ctx, b.where, what, err, timedOut, bound)
 }
 
 // Close ends every hold, revokes the session leases (freeing all their

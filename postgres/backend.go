@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/failkit"
 	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/pgkit"
@@ -214,17 +215,11 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 // failWithin is fail for a request bounded by bound (a release's, by the
 // release timeout), which a message about a missing answer names.
 func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("no answer within %v: %w", bound, err)
-	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 		err = fmt.Errorf("%w; the lock tables %s were dropped after this Locker was built: create them again with postgres.Init", err, b.n.table)
 	}
-	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
+	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded), bound)
 }
 
 // Close ends every hold (freeing its lease row, so the next waiter gets the

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/failkit"
 	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/rediskit"
@@ -147,13 +148,7 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 
 // failWithin is fail for a request bounded by bound.
 func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-		err = fmt.Errorf("no answer within %v: %w", bound, err)
-	}
-	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %w", what, err)}
+	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded) || isTimeout(err), bound)
 }
 
 func isTimeout(err error) bool {
