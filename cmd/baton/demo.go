@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -76,7 +73,7 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 	if !keep {
 		defer os.RemoveAll(dir)
 	}
-	srv, err := startDemoEtcd(ctx, dir)
+	srv, err := etcdserver.StartLocal(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -116,30 +113,6 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 		fmt.Fprintf(out, "  => %s\n", verdict(res))
 	}
 	return printSummary(out, results[0], results[1])
-}
-
-// startDemoEtcd starts the demo's embedded etcd on free ports, in a data
-// dir under dir. A port found free can be taken by another process before
-// etcd binds it: then it tries again, on other ports, three times in all.
-func startDemoEtcd(ctx context.Context, dir string) (*etcdserver.Server, error) {
-	var err error
-	for try := range 3 {
-		cp, err1 := etcdserver.FreePort()
-		pp, err2 := etcdserver.FreePort()
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("find free ports for the demo's etcd: %w", err)
-		}
-		var srv *etcdserver.Server
-		srv, err = etcdserver.Start(ctx, etcdserver.Config{
-			Dir:       filepath.Join(dir, "etcd"+strconv.Itoa(try)),
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp),
-			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
-		})
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			return srv, err
-		}
-	}
-	return nil, err
 }
 
 func printEvent(out io.Writer, start time.Time, e warehouse.Event) {

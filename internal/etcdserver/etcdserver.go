@@ -212,6 +212,31 @@ func FreePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// StartLocal starts a single member on free loopback ports, with its data
+// in a new directory under dir. A port found free can be taken by another
+// process before etcd binds it: then it tries again, on other ports, three
+// times in all.
+func StartLocal(ctx context.Context, dir string) (*Server, error) {
+	var err error
+	for try := range 3 {
+		cp, err1 := FreePort()
+		pp, err2 := FreePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("etcd server: find free ports: %w", err)
+		}
+		var srv *Server
+		srv, err = Start(ctx, Config{
+			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", try)),
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp),
+			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
+		})
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return srv, err
+		}
+	}
+	return nil, err
+}
+
 // Endpoint returns the client URL.
 func (s *Server) Endpoint() string { return s.clientURL }
 

@@ -53,25 +53,11 @@ func StartEtcd(tb testing.TB) *Etcd {
 // NewEtcd starts an embedded etcd server with its data in dir, for a
 // TestMain that shares one server among its tests; Stop it after m.Run.
 func NewEtcd(dir string) (*Etcd, error) {
-	var lastErr error
-	for try := range 3 {
-		cp, err1 := FreePort()
-		pp, err2 := FreePort()
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		srv, err := etcdserver.Start(context.Background(), etcdserver.Config{
-			Dir:       filepath.Join(dir, fmt.Sprintf("etcd-%d", try)),
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cp),
-			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
-		})
-		if err != nil {
-			lastErr = err
-			continue // most likely a port taken in the meantime
-		}
-		return &Etcd{Endpoint: srv.Endpoint(), Version: "embedded", stop: srv.Close}, nil
+	srv, err := etcdserver.StartLocal(context.Background(), dir)
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	return &Etcd{Endpoint: srv.Endpoint(), Version: "embedded", stop: srv.Close}, nil
 }
 
 // StartEtcdCluster starts a cluster of n embedded etcd members on free
