@@ -34,22 +34,48 @@ func mainCode() int {
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
-	ctx, stop := signalContext()
+	ctx, stop := signalContext(handled()...)
 	defer stop()
 	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }
 
-// signalContext is cancelled by SIGINT, SIGTERM, SIGHUP or SIGQUIT (those not
-// ignored at start: see handled), which ends a wait for a lock (exit 130)
+// signalContext is cancelled by sigs (main gives SIGINT, SIGTERM, SIGHUP
+// and SIGQUIT, those not ignored at start: see handled), with the signal
+// as its cause (a signalCause), which ends a wait for a lock (exit 130)
 // and leaves its queue. While baton run or elect runs a command, supervise
-// passes the same signals on to the command's process group instead.
-func signalContext() (context.Context, context.CancelFunc) {
-	sigs := handled()
-	if len(sigs) == 0 { // NotifyContext with none would catch every signal
-		return context.WithCancel(context.Background())
+// passes the same signals on to the command's process group instead. As
+// with signal.NotifyContext, the signals stay caught until stop.
+func signalContext(sigs ...os.Signal) (ctx context.Context, stop context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if len(sigs) == 0 { // Notify with none would catch every signal
+		return ctx, func() { cancel(nil) }
 	}
-	return signal.NotifyContext(context.Background(), sigs...)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	done := make(chan struct{})
+	go func() { // ends with stop
+		select {
+		case s := <-ch:
+			cancel(signalCause{s})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
 }
+
+// signalCause is the cause of signalContext's cancellation: the signal.
+type signalCause struct{ sig os.Signal }
+
+func (c signalCause) Error() string { return c.sig.String() + " signal received" }
+
+// Is reports whether target is context.Canceled, as for the cause that
+// signal.NotifyContext gives: code that asks whether its context was
+// cancelled (interrupted, the backends) reads a signal as that.
+func (c signalCause) Is(target error) bool { return target == context.Canceled }
 
 // quietRedis drops go-redis's own log lines.
 type quietRedis struct{}

@@ -273,14 +273,13 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 // channel: the signal package sends it to each listener in turn.
 const signalGrace = 100 * time.Millisecond
 
-// causeSignal is the signal that cancelled ctx, from the cause that
-// signal.NotifyContext gives ("interrupt signal received"); SIGTERM when
-// ctx ended otherwise.
+// causeSignal is the signal that cancelled ctx, as signalContext's cause
+// names it; SIGTERM when ctx ended otherwise.
 func causeSignal(ctx context.Context) syscall.Signal {
-	cause := context.Cause(ctx)
-	for _, s := range passedOn {
-		if cause != nil && cause.Error() == s.String()+" signal received" {
-			return s.(syscall.Signal)
+	var sc signalCause
+	if errors.As(context.Cause(ctx), &sc) {
+		if s, ok := sc.sig.(syscall.Signal); ok {
+			return s
 		}
 	}
 	return syscall.SIGTERM

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -353,8 +352,8 @@ func TestSupervise_SignalBeforeStart(t *testing.T) {
 // TestSupervise_SignalCancelsLate: a stop signal that reached only the
 // signal context, just before supervise listened, cancels ctx a moment
 // later, on the signal package's goroutine, after the check before the
-// start: supervise passes on the signal ctx's cause names (here SIGINT,
-// in signal.NotifyContext's words) when none comes through its own
+// start: supervise passes on the signal ctx's cause names (here SIGINT)
+// when none comes through its own
 // channel. Before, the command ran on to its end; then it got SIGTERM.
 func TestSupervise_SignalCancelsLate(t *testing.T) {
 	lease := fakeLease(t)
@@ -363,7 +362,7 @@ func TestSupervise_SignalCancelsLate(t *testing.T) {
 	go func() {
 		for ctx.Err() == nil { // the command started: cancel, as a signal would
 			if _, err := os.Stat(started); err == nil {
-				cancel(errors.New(syscall.SIGINT.String() + " signal received"))
+				cancel(signalCause{syscall.SIGINT})
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -379,10 +378,9 @@ func TestSupervise_SignalCancelsLate(t *testing.T) {
 }
 
 // TestCauseSignal: causeSignal reads the signal from the cause that
-// signal.NotifyContext itself gives, for a real signal (not a string the
-// test makes up): a change in Go's wording would show here.
+// signalContext gives, for a real signal.
 func TestCauseSignal(t *testing.T) {
-	ctx, stop := signal.NotifyContext(t.Context(), syscall.SIGHUP)
+	ctx, stop := signalContext(syscall.SIGHUP)
 	defer stop()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
