@@ -30,7 +30,7 @@ func (o Openers) Open(ctx context.Context, rawURL string, opts ...Option) (*Lock
 	}
 	open, ok := o[u.Scheme]
 	if !ok {
-		return nil, &OptionError{"backend URL", Printable(Redact(rawURL)), fmt.Sprintf("unknown scheme %q; use one of %s", u.Scheme, o.schemes())}
+		return nil, &OptionError{"backend URL", Redact(rawURL), fmt.Sprintf("unknown scheme %q; use one of %s", u.Scheme, o.schemes())}
 	}
 	return open(ctx, u, opts...)
 }
@@ -47,7 +47,7 @@ func (o Openers) schemes() string {
 // ParseURL parses a backend or store URL and checks that it has a scheme.
 // Its errors are *OptionError, on one line, and never contain the password.
 func ParseURL(rawURL string) (*url.URL, error) {
-	shown := Printable(Redact(rawURL))
+	shown := Redact(rawURL)
 	if strings.TrimSpace(rawURL) == "" {
 		return nil, &OptionError{"URL", `""`, "is empty; pass one such as etcd://127.0.0.1:2379"}
 	}
@@ -139,8 +139,12 @@ func Printable(s string) string {
 // so where the parse fails, or leaves an '@' after what it took for the
 // authority without having found a user, or a password, before it, Redact
 // hides whatever lies between the first ':' after "://" and the last '@':
-// more than the password at times (etcd://h:2379/a@b), never less.
-func Redact(s string) string {
+// more than the password at times (etcd://h:2379/a@b), never less. The
+// result is printable on one line, quoted otherwise (see Printable).
+func Redact(s string) string { return Printable(redact(s)) }
+
+// redact is Redact before Printable.
+func redact(s string) string {
 	s = kvPassword.ReplaceAllString(s, "${1}xxxxx")
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || !validScheme(scheme) {

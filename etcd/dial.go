@@ -95,7 +95,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 	var cc clientv3.Config
 	bad := func(reason string) error {
-		return &baton.OptionError{Option: "etcd URL", Value: baton.Printable(baton.Redact(u.String())), Reason: reason}
+		return &baton.OptionError{Option: "etcd URL", Value: baton.Redact(u.String()), Reason: reason}
 	}
 	if u.Scheme != "etcd" {
 		return cc, nil, bad(`scheme must be "etcd"`)

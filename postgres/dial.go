@@ -35,7 +35,7 @@ import (
 func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedLocker, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: pgkit.RedactDSN(dsn), Reason: pgkit.ParseReason(err)}
+		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: pgkit.ParseReason(err)}
 	}
 	cfg, err := baton.NewConfig(opts...)
 	if err != nil {
@@ -84,7 +84,7 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 			return nil, context.Cause(ctx)
 		}
 		if pgkit.Refused(err) {
-			return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: pgkit.RedactDSN(dsn), Reason: fmt.Sprintf("the server refused it (%v): check the user, the password and the database name", err)}
+			return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: fmt.Sprintf("the server refused it (%v): check the user, the password and the database name", err)}
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)
@@ -156,7 +156,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 // Its errors are *baton.OptionError and never show the password.
 func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 	bad := func(reason string) error {
-		return &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Printable(baton.Redact(u.String())), Reason: reason}
+		return &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(u.String()), Reason: reason}
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return "", nil, bad(`scheme must be "postgres" or "postgresql"`)

@@ -89,7 +89,7 @@ func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) er
 // ParseURL turns a redis:// URL into client options and baton options.
 func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
 	bad := func(reason string) error {
-		return &baton.OptionError{Option: "redis URL", Value: baton.Printable(baton.Redact(u.String())), Reason: reason}
+		return &baton.OptionError{Option: "redis URL", Value: baton.Redact(u.String()), Reason: reason}
 	}
 	if u.Scheme != "redis" {
 		return nil, nil, bad(`scheme must be "redis"`)

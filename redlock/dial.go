@@ -132,7 +132,7 @@ func sameServer(ids []string, errs []error) (i, j int, ok bool) {
 // and baton options.
 func ParseURL(u *url.URL) ([]*goredis.Options, []baton.Option, error) {
 	bad := func(reason string) error {
-		return &baton.OptionError{Option: "redlock URL", Value: baton.Printable(baton.Redact(u.String())), Reason: reason}
+		return &baton.OptionError{Option: "redlock URL", Value: baton.Redact(u.String()), Reason: reason}
 	}
 	if u.Scheme != "redlock" {
 		return nil, nil, bad(`scheme must be "redlock"`)

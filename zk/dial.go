@@ -182,7 +182,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 // never contain the password.
 func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, err error) {
 	bad := func(reason string) error {
-		return &baton.OptionError{Option: "ZooKeeper URL", Value: baton.Printable(baton.Redact(u.String())), Reason: reason}
+		return &baton.OptionError{Option: "ZooKeeper URL", Value: baton.Redact(u.String()), Reason: reason}
 	}
 	if u.Scheme != "zk" {
 		return nil, set, nil, bad(`scheme must be "zk"`)

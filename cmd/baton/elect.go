@@ -284,7 +284,7 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	// The backend gave up: the service stopped answering, or the session
 	// the observation was made on ended (exit 69, as a service that is
 	// unreachable at the start).
-	return &baton.UnavailableError{Where: "lock service " + baton.Printable(baton.Redact(f.backend)), Err: fmt.Errorf("observation of %s ended: the lock service stopped answering, or the session the observation was made on ended", name)}
+	return &baton.UnavailableError{Where: "lock service " + baton.Redact(f.backend), Err: fmt.Errorf("observation of %s ended: the lock service stopped answering, or the session the observation was made on ended", name)}
 }
 
 func printTerm(w io.Writer, asJSON bool, t baton.Term) error {

@@ -98,7 +98,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 	s := &leaseSession{
 		locker:    locker,
 		backend:   c.backend,
-		backendAt: baton.Printable(baton.Redact(c.backend)),
+		backendAt: baton.Redact(c.backend),
 		grace:     c.grace,
 		log:       g.logger(cmd.ErrOrStderr()),
 		stdin:     cmd.InOrStdin(),
@@ -113,7 +113,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		_ = locker.Close()
 		return nil, c.noFence()
 	}
-	s.storeAt = "fence store " + baton.Printable(baton.Redact(c.fence))
+	s.storeAt = "fence store " + baton.Redact(c.fence)
 	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
 		_ = locker.Close()
 		return nil, interrupted(cmd.Context(), err, "while opening the "+s.storeAt)

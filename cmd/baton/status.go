@@ -90,7 +90,7 @@ var openers = backends.All()
 func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.Option) (*baton.Locker, error) {
 	opts = append(opts, baton.WithLogger(g.logger(cmd.ErrOrStderr())))
 	locker, err := openers.Open(cmd.Context(), backend, opts...)
-	return locker, withHint(backend, interrupted(cmd.Context(), err, "while connecting to "+baton.Printable(baton.Redact(backend))))
+	return locker, withHint(backend, interrupted(cmd.Context(), err, "while connecting to "+baton.Redact(backend)))
 }
 
 // withHint adds what to do to an unreachable lock service's error.

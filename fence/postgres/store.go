@@ -96,7 +96,7 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: pgkit.RedactDSN(dsn), Reason: pgkit.ParseReason(err)}
+		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: pgkit.ParseReason(err)}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

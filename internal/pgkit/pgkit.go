@@ -57,15 +57,11 @@ func ParseReason(err error) string {
 			msg = inner.Error()
 		}
 		if pce.ConnString != "" {
-			msg = strings.ReplaceAll(msg, pce.ConnString, RedactDSN(pce.ConnString))
+			msg = strings.ReplaceAll(msg, pce.ConnString, baton.Redact(pce.ConnString))
 		}
 	}
 	return baton.Printable(msg) + "; write it as postgres://user@host:port/database"
 }
-
-// RedactDSN shows a URL or key=value connection string without passwords,
-// printable (baton.Redact).
-func RedactDSN(dsn string) string { return baton.Printable(baton.Redact(dsn)) }
 
 // Refused reports whether err is the server's refusal of the connection's
 // own settings, which trying again cannot mend: an unknown role, a wrong

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/baton-go/baton"
 )
 
 func TestWhere(t *testing.T) {
@@ -30,8 +32,8 @@ func TestRedactDSN(t *testing.T) {
 		"host=db user=app password=s3cret dbname=x",
 		"host=db password='s3 cret' dbname=x",
 	} {
-		if got := RedactDSN(dsn); strings.Contains(got, "s3") {
-			t.Errorf("RedactDSN(%q) = %q: the password shows", dsn, got)
+		if got := baton.Redact(dsn); strings.Contains(got, "s3") {
+			t.Errorf("Redact(%q) = %q: the password shows", dsn, got)
 		}
 	}
 }
