@@ -66,7 +66,7 @@ func ParseURL(rawURL string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			msg = ue.Err.Error() // url.Error repeats the URL, password and all
 		}
-		return nil, &OptionError{"URL", shown, Printable(msg)}
+		return nil, &OptionError{"URL", shown, Printable(hideQuoted(msg, redact(rawURL)))}
 	}
 	if u.Scheme == "" {
 		return nil, noScheme
@@ -74,6 +74,30 @@ func ParseURL(rawURL string) (*url.URL, error) {
 	u.Scheme = strings.ToLower(u.Scheme)
 	return u, nil
 }
+
+// hideQuoted replaces each part of rawURL that msg, an error of
+// url.Parse, quotes (a port, an escape, a host) with "xxxxx" unless
+// shown, the redacted URL, shows it: a password holding an unescaped '/',
+// '?' or '#' ends the authority early, and url.Parse then quotes part of
+// it as a port. It says how to write such a password.
+func hideQuoted(msg, shown string) string {
+	hidden := false
+	msg = goQuoted.ReplaceAllStringFunc(msg, func(q string) string {
+		if part, err := strconv.Unquote(q); err == nil && strings.Contains(shown, part) {
+			return q
+		}
+		hidden = true
+		return `"xxxxx"`
+	})
+	if hidden {
+		msg += " (a password must have its '/', '?', '#' and '@' percent-encoded: %2F, %3F, %23, %40)"
+	}
+	return msg
+}
+
+// goQuoted matches a string quoted by strconv.Quote, as net/url quotes
+// the parts of a URL it refuses.
+var goQuoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // hostList finds a list of hosts (h1:p1,h2,[::1]:p3) in rawURL's
 // authority, which url.Parse would check as one host:port and refuse
@@ -170,6 +194,10 @@ func redact(s string) string {
 }
 
 var (
-	kvPassword    = regexp.MustCompile(`(?i)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)`)
+	// kvPassword matches a password among key=value pairs as pgx reads
+	// them: quoted, with backslash escapes ('s3 cr\'et'), or unquoted up to
+	// the first space not escaped by a backslash (s3\ cret). A quote never
+	// closed runs to the end: more than the password, never less.
+	kvPassword    = regexp.MustCompile(`(?i)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*(?:'|\\?$)|(?:[^\s\\]|\\.|\\$)*)`)
 	queryPassword = regexp.MustCompile(`(?i)([?&;](?:ssl)?password=)[^&]*`)
 )

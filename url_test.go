@@ -29,6 +29,12 @@ func TestRedact(t *testing.T) {
 		{"postgres://app@db/x?sslmode=disable&password=s3cret", "postgres://app@db/x?sslmode=disable&password=xxxxx"},
 		{"host=db user=app password=s3cret dbname=app", "host=db user=app password=xxxxx dbname=app"},
 		{"host=db password='s3 cret' sslpassword=k3y", "host=db password=xxxxx sslpassword=xxxxx"},
+		// pgx reads a backslash as escaping the next character, a space
+		// too; a quote never closed runs to the end.
+		{`host=db password=top\ secret sslmode=bogus`, "host=db password=xxxxx sslmode=bogus"},
+		{`host=db password='top\' secret' sslmode=bogus`, "host=db password=xxxxx sslmode=bogus"},
+		{"host=db password='top secret sslmode=disable", "host=db password=xxxxx"},
+		{`host=db password=top\`, "host=db password=xxxxx"},
 		{"postgres://app@db/x", "postgres://app@db/x"},
 		{"postgres://u:a@b/c@db/x", "postgres://u:xxxxx@db/x"}, // the password is a@b/c
 		{"host=db password=s3cret application_name=x://y", "host=db password=xxxxx application_name=x://y"},
@@ -64,14 +70,63 @@ func FuzzRedact(f *testing.F) {
 			if got := unquoted(baton.Redact(s)); strings.Contains(got, pw) {
 				t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
 			}
+			checkParseURL(t, s, pw)
 		}
-		if !strings.ContainsAny(pw, " \t\n\v\f\r'") && !strings.ContainsAny(user+rest, "= \t\n\v\f\r") {
-			s := "host=" + user + " password=" + pw + " dbname=" + rest
-			if got := unquoted(baton.Redact(s)); strings.Contains(got, pw) {
-				t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
+		if !strings.ContainsAny(user+rest, "= \t\n\v\f\r") {
+			// pgx's quoting: a backslash before every space, quote and
+			// backslash, or quotes around it all.
+			escaped := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
+			for _, v := range []string{strings.NewReplacer(" ", `\ `, "\t", "\\\t", "\n", "\\\n").Replace(escaped), "'" + escaped + "'"} {
+				s := "host=" + user + " password=" + v + " dbname=" + rest
+				if got := unquoted(baton.Redact(s)); strings.Contains(got, pw) {
+					t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
+				}
 			}
 		}
 	})
+}
+
+// checkParseURL checks that ParseURL's error about s, if any, does not
+// show pw: net/url quotes part of a URL it refuses, which may be part of
+// the password (one holding '/' looks like a bad port).
+func checkParseURL(t *testing.T, s, pw string) {
+	t.Helper()
+	_, err := baton.ParseURL(s)
+	var oe *baton.OptionError
+	if err == nil || !errors.As(err, &oe) {
+		return
+	}
+	if strings.Contains(unquoted(oe.Value), pw) || strings.Contains(unquoted(oe.Reason), pw) {
+		t.Fatalf("ParseURL(%q) = %q shows the password %q", s, err, pw)
+	}
+}
+
+// TestParseURL_ErrorHidesPassword: a password holding '/' makes url.Parse
+// refuse the rest of it as a port, which its error quotes.
+func TestParseURL_ErrorHidesPassword(t *testing.T) {
+	for _, s := range []string{
+		"postgres://user:MyS3cretPass/word@db.example:5432/app",
+		"etcd://root:Hunter2?x@h:2379",
+		"redis://:abc#Secret9@h:6379/0",
+	} {
+		_, err := baton.ParseURL(s)
+		if err == nil {
+			t.Errorf("ParseURL(%q) = nil error; want one", s)
+			continue
+		}
+		for _, pw := range []string{"MyS3cretPass", "Hunter2", "Secret9"} {
+			if strings.Contains(err.Error(), pw) {
+				t.Errorf("ParseURL(%q) = %q shows the password", s, err)
+			}
+		}
+		if !strings.Contains(err.Error(), "percent-encoded") {
+			t.Errorf("ParseURL(%q) = %q; want it to say how to write such a password", s, err)
+		}
+	}
+	// What the redacted URL shows stays quoted.
+	if _, err := baton.ParseURL("etcd://h:p%zz"); err == nil || !strings.Contains(err.Error(), `":p%zz"`) || strings.Contains(err.Error(), "percent-encoded") {
+		t.Errorf(`ParseURL("etcd://h:p%%zz") = %v; want it to quote the bad port, with no word of a password`, err)
+	}
 }
 
 // unquoted undoes the quoting Redact gives a string that is not printable
