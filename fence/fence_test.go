@@ -64,7 +64,7 @@ func TestOpen_SQLiteURLs(t *testing.T) {
 			t.Errorf("Open(%q) did not make %s: %v", tc.url, tc.file, err)
 		}
 	}
-	for _, u := range []string{"sqlite:", "sqlite:x.db?busy_timeout=soon", "sqlite:x.db?mode=ro"} {
+	for _, u := range []string{"sqlite:", "sqlite:x.db?busy_timeout=soon", "sqlite:x.db?busy_timeout=0s", "sqlite:x.db?mode=ro"} {
 		if _, err := fence.Open(ctx, u, fence.WithCreate(true)); !errors.Is(err, baton.ErrInvalidOption) {
 			t.Errorf("Open(%q): %v, want ErrInvalidOption", u, err)
 		}

@@ -53,7 +53,11 @@ func TestDSN_Bad(t *testing.T) {
 			t.Errorf("DSN(%q): %v, want ErrInvalidOption", path, err)
 		}
 	}
-	if _, err := sqlite.DSN("x.db", sqlite.WithBusyTimeout(-time.Second)); !errors.Is(err, baton.ErrInvalidOption) {
-		t.Errorf("DSN with a negative busy timeout: %v, want ErrInvalidOption", err)
+	// Zero given is refused too, not taken for the default: it would mean
+	// "never wait" to SQLite.
+	for _, d := range []time.Duration{-time.Second, 0} {
+		if _, err := sqlite.DSN("x.db", sqlite.WithBusyTimeout(d)); !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("DSN with busy timeout %v: %v, want ErrInvalidOption", d, err)
+		}
 	}
 }

@@ -30,6 +30,7 @@ type config struct {
 	runs        string
 	create      bool
 	busyTimeout time.Duration
+	busyGiven   bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -37,14 +38,14 @@ func newConfig(opts []Option) (config, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.busyTimeout == 0 {
+	if !c.busyGiven {
 		c.busyTimeout = DefaultBusyTimeout
 	}
 	if err := fencesql.ValidateTables(c.table, c.runs, qualifier); err != nil {
 		return config{}, err
 	}
 	if c.busyTimeout < time.Millisecond {
-		return config{}, &baton.OptionError{Option: "busy timeout", Value: c.busyTimeout.String(), Reason: "must be at least 1ms; the default is 5s"}
+		return config{}, &baton.OptionError{Option: "busy timeout", Value: c.busyTimeout.String(), Reason: "must be at least 1ms; leave it out for the default, 5s"}
 	}
 	return c, nil
 }
@@ -68,7 +69,11 @@ func WithCreate(create bool) Option { return func(c *config) { c.create = create
 // write lock, held by another transaction or process, before failing with
 // an error wrapping baton.ErrUnavailable. Default 5s. New ignores it: set
 // busy_timeout on the *sql.DB you pass, or open it with DSN and this option.
-func WithBusyTimeout(d time.Duration) Option { return func(c *config) { c.busyTimeout = d } }
+// d must be at least 1ms: SQLite's 0, never wait, would fail a fence raise
+// whenever another process writes.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) { c.busyTimeout, c.busyGiven = d, true }
+}
 
 // quoteIdent quotes one validated identifier.
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
