@@ -163,8 +163,10 @@ func Printable(s string) string {
 // so where the parse fails, or leaves an '@' after what it took for the
 // authority without having found a user, or a password, before it, Redact
 // hides whatever lies between the first ':' after "://" and the last '@':
-// more than the password at times (etcd://h:2379/a@b), never less. The
-// result is printable on one line, quoted otherwise (see Printable).
+// more than the password at times (etcd://h:2379/a@b), never less. So it
+// does in a URL whose "://" was mistyped (etcd//u:pw@h), unless a '/'
+// follows the first ':' (sqlite:/path). The result is printable on one
+// line, quoted otherwise (see Printable).
 func Redact(s string) string { return Printable(redact(s)) }
 
 // redact is Redact before Printable.
@@ -172,7 +174,7 @@ func redact(s string) string {
 	s = kvPassword.ReplaceAllString(s, "${1}xxxxx")
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || !validScheme(scheme) {
-		return s // key=value pairs, or an opaque URL (sqlite:PATH)
+		return redactNoScheme(s)
 	}
 	rest = queryPassword.ReplaceAllString(rest, "${1}xxxxx")
 	at := strings.LastIndex(rest, "@")
@@ -191,6 +193,19 @@ func redact(s string) string {
 		rest = user + ":xxxxx" + rest[at:]
 	}
 	return scheme + "://" + rest
+}
+
+// redactNoScheme redacts s, which has no "://": key=value pairs (already
+// done), an opaque URL (sqlite:PATH, shown whole), or a URL whose scheme
+// was mistyped (etcd//u:pw@h, u:pw@h:2379), whose password, between the
+// first ':' and the last '@', it hides.
+func redactNoScheme(s string) string {
+	at := strings.LastIndex(s, "@")
+	colon := strings.Index(s, ":")
+	if at < 0 || colon < 0 || colon > at || strings.ContainsAny(s[:colon], "= \t\n\v\f\r") || strings.HasPrefix(s[colon+1:], "/") {
+		return s
+	}
+	return s[:colon+1] + "xxxxx" + s[at:]
 }
 
 var (

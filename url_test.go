@@ -44,6 +44,12 @@ func TestRedact(t *testing.T) {
 		// before it that url.Parse found: left as it is.
 		{"postgres://app@db:5432/x?application_name=job@host", "postgres://app@db:5432/x?application_name=job@host"},
 		{"sqlite:/var/lib/fence.db", "sqlite:/var/lib/fence.db"},
+		{"sqlite:/var/lib/a@b.db", "sqlite:/var/lib/a@b.db"},
+		// A scheme mistyped: what lies between the first ':' and the last
+		// '@' is hidden.
+		{"etcd//u:s3cret@h:2379", "etcd//u:xxxxx@h:2379"},
+		{"u:s3cret@h:2379", "u:xxxxx@h:2379"},
+		{"u@h:2379", "u@h:2379"},
 	} {
 		if got := baton.Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)

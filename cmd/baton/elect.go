@@ -100,7 +100,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
-	if err := f.validate(); err != nil {
+	if err := f.validate(cmd.Flags()); err != nil {
 		return err
 	}
 	ctx := cmd.Context()

@@ -102,7 +102,10 @@ func checkStoreURL(flag, rawURL string) error {
 		return usageError("%s is empty: pass sqlite:PATH or postgres://user@host:port/database", flag)
 	}
 	if u, err := url.Parse(rawURL); err == nil && u.Scheme == "" {
-		shown := baton.Printable(rawURL)
+		shown := baton.Redact(rawURL)
+		if shown != baton.Printable(rawURL) { // it holds a password: not a path
+			return usageError("%s %s has no scheme: write postgres://user:password@host:port/database, or sqlite:PATH for a SQLite file", flag, shown)
+		}
 		return usageError("%s %s has no scheme: write sqlite:%s for a SQLite file, or postgres://user@host:port/database", flag, shown, shown)
 	}
 	return nil

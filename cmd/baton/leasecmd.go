@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/backends"
@@ -37,7 +38,7 @@ type leaseHelp struct{ backend, ttl, grace, fence, id string }
 // define adds the shared flags to cmd, with their defaults.
 func (c *leaseCmd) define(cmd *cobra.Command, h leaseHelp) {
 	fl := cmd.Flags()
-	fl.StringVar(&c.backend, "backend", envOr("BATON_BACKEND", defaultBackend), h.backend)
+	backendFlag(fl, &c.backend, h.backend)
 	fl.DurationVar(&c.ttl, "ttl", 15*time.Second, h.ttl)
 	fl.DurationVar(&c.grace, "grace", 10*time.Second, h.grace)
 	fl.StringVar(&c.fence, "fence", "", h.fence)
@@ -65,12 +66,14 @@ func (c *leaseCmd) nameAndCommand(cmd *cobra.Command, args []string) (string, []
 	return args[0], args[1:], nil
 }
 
-// validate checks the shared flags that need no lock service.
-func (c *leaseCmd) validate() error {
+// validate checks the shared flags that need no lock service; fl says
+// which were given. A --fence given empty (--fence "$FENCE" with FENCE
+// unset) is refused, not taken for no fence.
+func (c *leaseCmd) validate(fl *pflag.FlagSet) error {
 	if c.grace < 0 {
 		return usageError("--grace %v: must not be negative", c.grace)
 	}
-	if c.fence != "" {
+	if fl.Changed("fence") {
 		return checkStoreURL("--fence", c.fence)
 	}
 	return nil

@@ -54,7 +54,7 @@ the next holder has raised it. A lock no one holds is left as it is (exit 0).`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&backend, "backend", envOr("BATON_BACKEND", defaultBackend), "lock service URL (env BATON_BACKEND)")
+	backendFlag(cmd.Flags(), &backend, "lock service URL (env BATON_BACKEND)")
 	cmd.Flags().BoolVar(&force, "force", false, "really free the lock")
 	return cmd
 }

@@ -8,6 +8,9 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/baton-go/baton"
 )
 
 // defaultBackend is used when neither --backend nor BATON_BACKEND is set;
@@ -20,6 +23,16 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// backendFlag defines --backend on fl into p, defaulting to BATON_BACKEND
+// or defaultBackend. The help shows that default with its password
+// redacted: it comes from the environment, and --help goes to terminals
+// and bug reports.
+func backendFlag(fl *pflag.FlagSet, p *string, usage string) {
+	def := envOr("BATON_BACKEND", defaultBackend)
+	fl.StringVar(p, "backend", def, usage)
+	fl.Lookup("backend").DefValue = baton.Redact(def)
 }
 
 // globals are the flags every command takes.

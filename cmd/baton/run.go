@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/baton-go/baton"
 )
@@ -123,15 +125,20 @@ Exit codes:
 
 // validate checks NAME and the flags that need no lock service, in the
 // order their messages have always come.
-func (f *runFlags) validate(name string) error {
+func (f *runFlags) validate(fl *pflag.FlagSet, name string) error {
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
 	if f.wait < 0 {
 		return usageError("--wait %v: must not be negative; 0 makes one attempt", f.wait)
 	}
-	if err := f.leaseCmd.validate(); err != nil {
+	if err := f.leaseCmd.validate(fl); err != nil {
 		return err
+	}
+	if fl.Changed("once") && strings.TrimSpace(f.once) == "" {
+		// --once "$RUN_ID" with RUN_ID unset would run the job again on
+		// every retry.
+		return usageError(`--once is empty: give the run's id, such as --once "$(date +%%F)"`)
 	}
 	if f.once != "" && f.fence == "" {
 		return usageError("--once needs --fence: the fence store records which runs are done")
@@ -141,7 +148,7 @@ func (f *runFlags) validate(name string) error {
 
 // runLocked is baton run after its arguments are split.
 func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []string) error {
-	if err := f.validate(name); err != nil {
+	if err := f.validate(cmd.Flags(), name); err != nil {
 		return err
 	}
 	ctx := cmd.Context()

@@ -242,6 +242,15 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"elect", "--backend", backend, "--fence", "f.db", "n", "--", "true"}, exitUsage, "write sqlite:f.db"},
 		{[]string{"fence", "init", "--store", "/tmp/f.db"}, exitUsage, "write sqlite:/tmp/f.db"},
 		{[]string{"fence", "show", "--store", ""}, exitUsage, "--store is empty: pass sqlite:PATH or postgres://"},
+		// Given empty (--fence "$FENCE", FENCE unset): refused, not run
+		// unfenced, nor run again on every retry.
+		{[]string{"run", "--backend", backend, "--fence", "", "n", "--", "true"}, exitUsage, "--fence is empty"},
+		{[]string{"elect", "--backend", backend, "--fence", "", "n", "--", "true"}, exitUsage, "--fence is empty"},
+		{[]string{"run", "--backend", backend, "--fence", store, "--once", "", "n", "--", "true"}, exitUsage, "--once is empty"},
+		// A store or backend URL without a scheme, password and all.
+		{[]string{"run", "--backend", backend, "--fence", "host=db password=" + secret, "n", "--", "true"}, exitUsage, "password=xxxxx has no scheme"},
+		{[]string{"fence", "show", "--store", "postgres//app:" + secret + "@db/x"}, exitUsage, "postgres//app:xxxxx@db/x has no scheme"},
+		{[]string{"run", "--backend", "etcd//app:" + secret + "@h:2379", "n", "--", "true"}, exitUsage, "no scheme"},
 		{[]string{"run", "--backend", backend, "--ttl", "1s", "n", "--", "true"}, exitUsage, "at least 2s"},
 		{[]string{"run", "--backend", backend, "--ttl", "1500ms", "n", "--", "true"}, exitUsage, "whole seconds"},
 		{[]string{"run", "--backend", backend, "n", "true"}, exitUsage, "put -- between"},
@@ -265,6 +274,18 @@ func TestRun_BadInput(t *testing.T) {
 				t.Errorf("password shown: stdout %q, stderr %q", r.stdout, r.stderr)
 			}
 		})
+	}
+}
+
+// TestHelp_BackendFromEnv: --help shows BATON_BACKEND as the default of
+// --backend, with its password hidden.
+func TestHelp_BackendFromEnv(t *testing.T) {
+	t.Setenv("BATON_BACKEND", "postgres://app:s3cret-pw@db/billing")
+	for _, cmd := range []string{"run", "elect", "status", "release"} {
+		r := runInProcess(cmd, "--help")
+		if r.code != 0 || !strings.Contains(r.stdout, `(default "postgres://app:xxxxx@db/billing")`) || strings.Contains(r.stdout+r.stderr, "s3cret") {
+			t.Errorf("baton %s --help: exit %d, stdout %q, stderr %q; want the default shown with its password hidden", cmd, r.code, r.stdout, r.stderr)
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&backend, "backend", envOr("BATON_BACKEND", defaultBackend), "lock service URL (env BATON_BACKEND)")
+	backendFlag(cmd.Flags(), &backend, "lock service URL (env BATON_BACKEND)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, one array of objects")
 	return cmd
 }
