@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -51,7 +52,7 @@ func handled() []os.Signal {
 	return out
 }
 
-// jobControl are the signals with which a terminal stops a job (Ctrl-Z, or
+// jobSignals are the signals with which a terminal stops a job (Ctrl-Z, or
 // a background job that read or wrote the terminal), and SIGCONT, with
 // which it continues it. The command runs in a process group of its own,
 // which the terminal does not stop along with baton: left to the default,
@@ -59,7 +60,7 @@ func handled() []os.Signal {
 // unsupervised while the lock passed to another holder. So baton stops
 // the command's group first, then itself; continued, it continues the
 // group only while the lease holds.
-var jobControl = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT}
+var jobSignals = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT}
 
 // groupPoll is how often supervise looks for processes left in the
 // command's group after its main process exited; killStuck is how long it
@@ -95,7 +96,7 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	defer signal.Stop(sigs)
 	jobs := make(chan os.Signal, 4)
 	var jc []os.Signal
-	for _, s := range jobControl {
+	for _, s := range jobSignals {
 		// Not as PID 1 (a container's init): the kernel drops the SIGSTOP
 		// it would send itself, and the command would stay stopped while
 		// baton renewed the lease on; PID 1 ignores these signals anyway.
@@ -126,11 +127,14 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	pgid := cmd.Process.Pid
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	group := &jobControl{pgid: pgid, lease: lease}
+	quit := make(chan struct{})
+	defer close(quit)
+	go group.run(jobs, quit) // ends with supervise
 
 	var (
 		res     supervised
 		termed  bool             // the group got SIGTERM, from baton or passed on
-		paused  bool             // baton stopped the group on a job-control stop
 		kill    <-chan time.Time // SIGKILL is due
 		stuck   <-chan time.Time // SIGKILL was sent: stop waiting then
 		poll    *time.Ticker     // the main process exited: look at its group
@@ -150,11 +154,11 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			kill = time.After(grace)
 		}
 	}
-	// killStopped ends the group baton stopped, whose lease ended since
-	// (lost): it must not run again, not even to act on SIGTERM.
-	killStopped := func(lost error, why string) {
+	// killedStopped notes that group killed the group it had stopped, whose
+	// lease ended since (lost): it must not run again, not even to act on
+	// SIGTERM.
+	killedStopped := func(lost error, why string) {
 		res.lost, termed = lost, true
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		fmt.Fprintf(stderr, "baton: %v%s: sent SIGKILL to %s, still stopped\n", lost, why, argv[0])
 		if stuck == nil {
 			stuck = time.After(killStuck)
@@ -164,15 +168,13 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	// that baton stopped and whose lease ended meanwhile.
 	passOn := func(s os.Signal) {
 		res.signaled = true
-		if err := leaseErr(lease); paused && err != nil {
+		if err := group.signal(s.(syscall.Signal)); err != nil {
 			// kill %1 sends SIGTERM then SIGCONT to a stopped job.
-			killStopped(err, fmt.Sprintf("; got %v", s))
+			killedStopped(err, fmt.Sprintf("; got %v", s))
 			return
 		}
-		paused = false
-		log.Info("passing signal on to the command", "signal", s)
 		termed = termed || s == syscall.SIGTERM
-		stop(pgid, s.(syscall.Signal))
+		log.Info("passed signal on to the command", "signal", s)
 	}
 	for {
 		select {
@@ -185,8 +187,12 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			}
 			if !termed {
 				termed = true
-				stop(pgid, syscall.SIGTERM)
-				fmt.Fprintf(stderr, "baton: %s of %s still running after it exited (%s); sent SIGTERM to its group (SIGKILL in %v)\n", processes(n), argv[0], res.status, grace)
+				if err := group.signal(syscall.SIGTERM); err != nil {
+					fmt.Fprintf(stderr, "baton: %s of %s left after it exited (%s); %v: sent SIGKILL to its group, still stopped\n", processes(n), argv[0], res.status, err)
+					stuck = time.After(killStuck)
+				} else {
+					fmt.Fprintf(stderr, "baton: %s of %s still running after it exited (%s); sent SIGTERM to its group (SIGKILL in %v)\n", processes(n), argv[0], res.status, grace)
+				}
 			}
 			killLater()
 			poll = time.NewTicker(groupPoll)
@@ -216,28 +222,13 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 				passOn(causeSignal(ctx))
 			}
 			t.Stop()
-		case s := <-jobs:
-			if s != syscall.SIGCONT {
-				log.Info("stopping the command, then baton", "signal", s)
-				paused = true
-				_ = syscall.Kill(-pgid, syscall.SIGSTOP)
-				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-				continue
-			}
-			// Continued: so is the command, unless its lease may have
-			// ended meanwhile; then the loss (the keeper's timer fires as
-			// soon as baton runs again) sends SIGTERM and SIGCONT.
-			if paused && leaseErr(lease) == nil {
-				paused = false
-				_ = syscall.Kill(-pgid, syscall.SIGCONT)
-			}
 		case <-done:
 			done = nil
 			if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 				continue
 			}
-			if paused {
-				killStopped(lease.Err(), "")
+			if group.killStopped() {
+				killedStopped(lease.Err(), "")
 				continue
 			}
 			if leader == nil {
@@ -251,7 +242,10 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			}
 			res.lost = lease.Err()
 			termed = true
-			stop(pgid, syscall.SIGTERM)
+			if err := group.signal(syscall.SIGTERM); err != nil {
+				killedStopped(err, "") // stopped since the loss
+				continue
+			}
 			killLater()
 			fmt.Fprintf(stderr, "baton: %v: sent SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 		case <-kill:
@@ -266,6 +260,76 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			return res, nil
 		}
 	}
+}
+
+// jobControl stops the command's group, then baton, on a job-control stop
+// signal, and continues the group with baton while the lease holds. It
+// runs in a goroutine of its own, which never writes: under `stty
+// tostop`, a write of baton's to the terminal while in the background
+// raises SIGTTOU, and the kernel restarts the write until baton stops; a
+// loop blocked in that write could not read the signal, and its SIGKILL
+// would never come while the command ran on without a lease. Every
+// signal to the group goes through its lock, so that a group it stopped
+// is not continued by a signal passed on meanwhile.
+type jobControl struct {
+	pgid  int
+	lease *baton.Lease
+
+	mu     sync.Mutex
+	paused bool // the group was stopped with baton
+}
+
+// run handles the signals of jobs until quit closes.
+func (j *jobControl) run(jobs <-chan os.Signal, quit <-chan struct{}) {
+	for {
+		select {
+		case <-quit:
+			return
+		case s := <-jobs:
+			j.mu.Lock()
+			if s != syscall.SIGCONT {
+				j.paused = true
+				_ = syscall.Kill(-j.pgid, syscall.SIGSTOP)
+				j.mu.Unlock()
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				continue
+			}
+			// Continued: so is the command, unless its lease may have
+			// ended meanwhile; then the loss (the keeper's timer fires as
+			// soon as baton runs again) kills it, still stopped.
+			if j.paused && leaseErr(j.lease) == nil {
+				j.paused = false
+				_ = syscall.Kill(-j.pgid, syscall.SIGCONT)
+			}
+			j.mu.Unlock()
+		}
+	}
+}
+
+// signal sends sig to the group, and SIGCONT so that a stopped group acts
+// on it, unless the group was stopped with baton and its lease has ended
+// since: then it kills the group, still stopped, and returns the loss.
+func (j *jobControl) signal(sig syscall.Signal) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := leaseErr(j.lease); j.paused && err != nil {
+		_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
+		return err
+	}
+	j.paused = false
+	stop(j.pgid, sig)
+	return nil
+}
+
+// killStopped kills the group if it was stopped with baton, and reports
+// whether it was.
+func (j *jobControl) killStopped() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.paused {
+		_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
+	}
+	return j.paused
 }
 
 // signalGrace is how long supervise waits, once its context was

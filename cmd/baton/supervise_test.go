@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/testsvc"
@@ -392,4 +395,91 @@ func TestCauseSignal(t *testing.T) {
 	if got := causeSignal(t.Context()); got != syscall.SIGTERM {
 		t.Fatalf("causeSignal of a live context = %v, want SIGTERM", got)
 	}
+}
+
+// TestRun_LostInBackground_Tostop: baton runs as a background job on a
+// terminal with `stty tostop`, and its lease is lost. Its message about
+// the loss, written to the terminal, raises SIGTTOU, and the kernel
+// restarts the write until baton stops: baton must stop the command's
+// group, then itself, rather than spin in the write while the command,
+// which ignores SIGTERM, runs on without a lease and its SIGKILL never
+// comes.
+func TestRun_LostInBackground_Tostop(t *testing.T) {
+	backend := etcdBackend(t)
+	master, tty := openPTY(t)
+	go func() { _, _ = io.Copy(io.Discard, master) }() // the terminal's screen; ends when master closes
+	tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio.Lflag |= unix.TOSTOP
+	if err := unix.IoctlSetTermios(int(tty.Fd()), unix.TCSETS, tio); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	pidFile, batonFile := filepath.Join(dir, "pid"), filepath.Join(dir, "baton")
+	b := batonCmd("run", "--backend", backend, "--grace", "1s", "tostop", "--", "sh", "-c",
+		fmt.Sprintf(`trap '' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60`, pidFile))
+	// A session on the terminal: a shell with job control in the
+	// foreground, and baton as its background job.
+	sh := exec.Command("sh", append([]string{"-c", `set -m; "$@" & echo $! > ` + batonFile + `.tmp; mv ` + batonFile + `.tmp ` + batonFile + `; wait`, "sh", b.Path}, b.Args[1:]...)...)
+	sh.Env = b.Env
+	sh.Stdin, sh.Stdout, sh.Stderr = tty, tty, tty
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	readPid := func(f string) int {
+		var pid int
+		waitFor(t, 30*time.Second, func() bool {
+			b, err := os.ReadFile(f)
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return err == nil && pid > 0
+		}, func() string { return f + " not written" })
+		return pid
+	}
+	baton, pid := readPid(batonFile), readPid(pidFile)
+	t.Cleanup(func() {
+		for _, p := range []int{-pid, -baton, sh.Process.Pid} {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		_ = sh.Wait()
+	})
+	if pg, _, _ := procStat(baton); pg != baton {
+		t.Fatalf("baton is in process group %d, want its own (%d): the shell did no job control", pg, baton)
+	}
+
+	if r := runBaton(t, "release", "--backend", backend, "--force", "tostop"); r.code != 0 {
+		t.Fatalf("release --force: exit %d: %s", r.code, r.stderr)
+	}
+	stopped := func(p int) bool { _, state, ok := procStat(p); return !ok || state == 'T' || state == 'Z' }
+	waitFor(t, 10*time.Second, func() bool { return stopped(pid) && stopped(baton) }, func() string {
+		_, cs, _ := procStat(pid)
+		_, bs, _ := procStat(baton)
+		return fmt.Sprintf("after the loss the command is in state %c and baton in %c; want the command stopped or gone (T, Z), and baton stopped (T)", cs, bs)
+	})
+}
+
+// openPTY opens a pseudo-terminal: its master side, and its terminal.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tty, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	return master, tty
 }
