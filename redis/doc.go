@@ -26,7 +26,10 @@
 //
 // behave as in the guide. An acquisition's first attempt is that SET
 // itself, pipelined with an EXISTS of the lock's wait queue and observers'
-// mark, with no script: a script costs the server about 5µs before its
+// mark, with no script (a TryAcquire's always; a waiting one's until the
+// Locker has waited once: from then on its subscription is up, and a
+// waiting acquisition's first attempt is the acquire script, which joins
+// the queue in the same round trip when the lock is held): a script costs the server about 5µs before its
 // first call and about 2µs per call. Only when the SET took the key and
 // the EXISTS found a queue (the last holder's key expired with waiters
 // queued) or an observer does a script follow: it keeps the key and tells
@@ -46,7 +49,8 @@
 // the lock in arrival order; a fresh acquisition does not barge past them.
 // A waiter also retries on a timer: the first in line just past the key's
 // remaining TTL (PTTL) plus jitter, so a crashed holder is taken over
-// right after its key expires; every waiter at least every RenewEvery,
+// right after its key expires (a first waiter that gives up tells the one
+// now first, which then looks at the key's expiry itself); every waiter at least every RenewEvery,
 // which keeps its place alive (a waiter that stops refreshing is dropped
 // once its entry has run out, one TTL on: by the next refresh of the live
 // waiter ahead of it, or when it comes first) and covers a lost message. A key removed early by someone
@@ -93,6 +97,11 @@
 //     second time (the guide's replica race). Use a single node, or accept
 //     it; WAIT does not close the gap.
 //   - A server restart without persistence forgets every lock.
+//   - Eviction: every lock key has a TTL, so a volatile-* maxmemory-policy
+//     evicts lock keys first, and an allkeys-* one may; another client then
+//     takes the lock while the holder works on until its next renewal. Run
+//     the locks on a server with maxmemory-policy noeviction, or with the
+//     memory never full.
 //
 // # Clock model
 //

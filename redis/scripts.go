@@ -52,9 +52,9 @@ end
 
 const luaHandoff = `
 -- handoff takes the first live waiter out of the queue (and the dead ones
--- before it), gives it the lock with its own TTL, overwriting the key
--- whatever it held (nothing, the releasing holder's value, or a
--- newcomer's claim), and tells it on its channel: "VALUE SEEN", SEEN the
+-- before it), gives it the lock with its own TTL, overwriting the key's
+-- value, which its callers checked (the releasing holder's, or the one a
+-- forced release read), and tells it on its channel: "VALUE SEEN", SEEN the
 -- time its entry's last attempt wrote, so that the waiter knows which of
 -- its attempts the handoff came after. It returns the new holder's value,
 -- or false when no waiter was live.
@@ -165,8 +165,11 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 `)
 
 // releaseScript frees the lock if it holds ARGV[1] and hands it to the
-// first live waiter, or else takes ARGV[1] out of the wait queue. It
-// returns 1 when the lock was ours. Release, a waiter giving up and Close
+// first live waiter, or else takes ARGV[1] out of the wait queue, and when
+// it was first there tells the live waiter now first (an untagged
+// message, which the waiter checks with an attempt: it then looks again
+// at the key's expiry, or takes the lock, free and reserved for the one
+// that left). It returns 1 when the lock was ours. Release, a waiter giving up and Close
 // all use it. A lock with neither a queue nor an observer, and a waiter
 // leaving, are done with before the helpers are defined (each definition
 // makes a closure, on every run). A holder is never in the queue (each
@@ -185,11 +188,17 @@ if marks == 0 then
   return 1
 end
 if cur ~= v then
+  local first = redis.call('zrange', q, 0, 0)[1] == v
   redis.call('zrem', q, v)
   redis.call('hdel', w, v)
-  return 0
+  if not first then return 0 end
 end
 ` + rediskit.LuaQueue + luaHelpers + `
+if cur ~= v then
+  local h, e = live_head(q, w, (clock()))
+  if h then redis.call('publish', select(3, entry(e)), h) end
+  return 0
+end
 local h = handoff(k, q, w)
 if not h then redis.call('del', k) end
 if marks == 2 or (marks == 1 and not h and redis.call('exists', n) == 1) then

@@ -154,7 +154,7 @@ func QueryOptions(q url.Values) ([]baton.Option, error) {
 // first waiter's, when the key is free but reserved for it), PTTL the
 // key's remaining TTL in ms, HEAD 1 when we are first in the queue. Only
 // a first waiter uses PTTL: the scripts' contended paths send 0 to the
-// others, and to attempts that do not wait.
+// waiters that are not first.
 type Reply struct {
 	Held   bool
 	Holder string
