@@ -72,7 +72,9 @@
 // waiters get the lock in arrival order, a fresh acquisition does not
 // barge past them, and they do not split the vote among themselves. Timed
 // retries (the first in line just past the holder's PTTL; every waiter at
-// least every RenewEvery) cover a crashed holder and lost messages.
+// least every RenewEvery) cover a crashed holder and lost messages; a
+// first waiter that gives up wakes the one now first, which then looks
+// at the holder's PTTL itself.
 //
 // # What is guaranteed
 //

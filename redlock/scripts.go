@@ -134,8 +134,10 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // unlockScript deletes K if it holds one of the values ARGV[3] and on (an
 // acquisition's, and those it gave up: see Acquire). With ARGV[1] = "1" it
 // also takes them all out of the queue, before it looks for a waiter to
-// tell; with ARGV[2] = "1" it tells the first live waiter that K is free.
-// It returns 1 when K was ours. A lock with no queue, and an unlock that
+// tell; with ARGV[2] = "1" it tells the first live waiter that K is free,
+// or, when K was not ours but one of the values was first in the queue,
+// that it is first now (it then looks at K's expiry itself: a waiter that
+// is not first sleeps up to RenewEvery). It returns 1 when K was ours. A lock with no queue, and an unlock that
 // tells no one, are done with before the helpers are defined (each
 // definition makes a closure, on every run).
 var unlockScript = goredis.NewScript(`
@@ -150,17 +152,24 @@ if redis.call('exists', q) == 0 then
   redis.call('del', k)
   return 1
 end
+local first = false
 if ARGV[1] == '1' then
+  local h = redis.call('zrange', q, 0, 0)[1]
   for i = 3, #ARGV do
+    if h == ARGV[i] then first = true end
     if redis.call('zrem', q, ARGV[i]) == 1 then redis.call('hdel', w, ARGV[i]) end
   end
 end
-if not ours then return 0 end
-redis.call('del', k)
-if ARGV[2] ~= '1' then return 1 end
+if ours then
+  redis.call('del', k)
+  if ARGV[2] ~= '1' then return 1 end
+elseif not (first and ARGV[2] == '1') then
+  return 0
+end
 ` + rediskit.LuaQueue + luaHelpers + `
 notify_head(q, w)
-return 1
+if ours then return 1 end
+return 0
 `)
 
 // renewScript is compare-and-PEXPIRE: 1 when renewed, 0 when K is gone or
