@@ -148,6 +148,9 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 
 // failWithin is fail for a request bounded by bound.
 func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
+	if ctx.Err() == nil && rediskit.NoPerm(err) {
+		return rediskit.PermissionError(b.where, what, b.prefix, err)
+	}
 	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded) || isTimeout(err), bound)
 }
 

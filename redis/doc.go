@@ -123,7 +123,15 @@
 //
 // # Limits
 //
-// MinTTL is 200ms. Redis Cluster works through redis.UniversalClient (the
+// MinTTL is 200ms. A Redis ACL user needs the lock keys, the keys in
+// their hash slot, the wake-up channels and the commands baton sends, no
+// more: with the default prefix,
+//
+//	ACL SETUSER app on >pw ~baton:lock:* ~{baton:lock:* &baton:wake:* +@read +@write +@scripting +@pubsub +@connection +time
+//
+// (Redis 7 gives a new user no channels). A request the server refuses
+// with NOPERM fails with a *baton.OptionError naming what to grant, not
+// with ErrUnavailable: trying again cannot mend it. Redis Cluster works through redis.UniversalClient (the
 // queue keys share the lock key's hash slot; the prefix must not contain
 // braces). For a client you build yourself, set ContextTimeoutEnabled so
 // that context deadlines reach the socket (go-redis interrupts a read at a

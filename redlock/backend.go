@@ -292,6 +292,11 @@ func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []e
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
+	for _, err := range errs {
+		if rediskit.NoPerm(err) {
+			return rediskit.PermissionError(b.where, what, b.prefix, err)
+		}
+	}
 	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %s: %w", what, why, errors.Join(errs...))}
 }
 

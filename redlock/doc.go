@@ -168,5 +168,10 @@
 //
 // MinTTL is 500ms. The first request on a new client also dials, which
 // the per-node timeout may not cover with a short TTL: Open pings every
-// node first; do the same with clients you pass to New.
+// node first; do the same with clients you pass to New. A Redis ACL user
+// needs on every node what the redis package lists (the lock keys, the
+// keys in their hash slot, the wake-up channels, the commands); a request
+// a node refuses with NOPERM fails with a *baton.OptionError naming what
+// to grant. A node that refuses only the wake-up channels is woken by its
+// timed retries instead.
 package redlock

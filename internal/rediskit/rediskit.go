@@ -269,6 +269,27 @@ func MayHaveRun(err error) bool {
 	return !errors.Is(err, goredis.ErrPoolTimeout)
 }
 
+// NoPerm reports whether err is the server's ACL refusing the
+// connection's user a command, a key or a channel (NOPERM).
+func NoPerm(err error) bool {
+	var rerr goredis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM")
+}
+
+// Grants is what a Redis ACL user needs for baton's locks under prefix:
+// their keys, the keys in their hash slot, the wake-up channels, and the
+// commands the requests and scripts send.
+func Grants(prefix string) string {
+	return fmt.Sprintf("~%s* ~{%s* &%s* +@read +@write +@scripting +@pubsub +@connection +time", prefix, prefix, WakeChannelPrefix)
+}
+
+// PermissionError is the error for a request (what) that the server at
+// where refused with NOPERM (err): a *baton.OptionError, since trying
+// again cannot mend it, naming the permissions to grant.
+func PermissionError(where, what, prefix string, err error) error {
+	return &baton.OptionError{Option: "Redis user at", Value: where, Reason: fmt.Sprintf("%s: %v; grant the user %s", what, err, Grants(prefix))}
+}
+
 // Refused reports whether err is a Redis server's refusal of the
 // connection's own settings, which trying again cannot mend: a database
 // number out of range, or credentials it does not accept. A server that

@@ -1,0 +1,111 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redis"
+)
+
+// aclUser makes the ACL user app (password pw) with the given rules on
+// srv, and returns a Locker factory logged in as it.
+func aclUser(t *testing.T, srv *testsvc.Redis, rules ...string) func(holder string) *baton.Locker {
+	t.Helper()
+	ctx := timeout(t, 10*time.Second)
+	args := []any{"ACL", "SETUSER", "app", "reset", "on", ">pw"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := client(t, srv.Addr).Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse("redis://app:pw@" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(holder string) *baton.Locker {
+		l, err := redis.Open(ctx, u, baton.WithTTL(2*time.Second), baton.WithHolder(holder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+}
+
+// TestACL_Grants: a user with exactly what the package doc lists
+// (rediskit.Grants) takes, waits for, is handed, observes and lists locks.
+func TestACL_Grants(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	open := aclUser(t, srv, strings.Fields(rediskit.Grants(redis.DefaultPrefix))...)
+	a, b := open("a"), open("b")
+	ctx := timeout(t, 20*time.Second)
+	la, err := a.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := b.Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if term := <-terms; term.Leader != "a" {
+		t.Fatalf("observed %+v, want a leading", term)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lb, err := b.Acquire(ctx, "job")
+		if err == nil {
+			err = lb.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, client(t, srv.Addr), redis.DefaultPrefix+"job", 1)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if _, err := b.Backend().(baton.Inspector).Inspect(ctx); err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+}
+
+// TestACL_Refused_SaysWhatToGrant: a user without the wake-up channels,
+// or with the prefix's keys but not those in their hash slot, is refused
+// by the server with NOPERM at the first request that needs them. That
+// is an error in the configuration, not the service failing: a
+// *baton.OptionError (exit 2) naming what to grant, not ErrUnavailable,
+// which elect would retry for ever.
+func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	for _, tc := range []struct {
+		name  string
+		rules []string
+	}{
+		{"no channels", []string{"~*", "resetchannels", "+@all"}},
+		{"prefix keys only", []string{"~" + redis.DefaultPrefix + "*", "&*", "+@all"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			open := aclUser(t, srv, tc.rules...)
+			ctx := timeout(t, 10*time.Second)
+			holder := newLocker(t, srv.Addr)
+			l, err := holder.Acquire(ctx, "acl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.Background())
+			_, err = open("b").Acquire(timeout(t, 5*time.Second), "acl")
+			if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), rediskit.Grants(redis.DefaultPrefix)) {
+				t.Fatalf("Acquire as a user refused %s: %v; want an invalid option naming NOPERM and what to grant", tc.name, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,90 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redlock"
+)
+
+// TestACL_Refused_SaysWhatToGrant: nodes whose user may touch the
+// prefix's keys but not those in their hash slot (the wait queue) refuse
+// a waiting acquisition with NOPERM: an error in the configuration, a
+// *baton.OptionError naming what to grant, not ErrUnavailable. A user
+// with the grants rediskit.Grants lists waits and is handed the lock.
+func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	ctx := timeout(t, 20*time.Second)
+	hosts := make([]string, len(nodes))
+	for i, n := range nodes {
+		hosts[i] = n.Addr
+	}
+	u, err := url.Parse("redlock://app:pw@" + strings.Join(hosts, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := newLocker(t, nodes)
+	for _, tc := range []struct {
+		rules   []string
+		refused bool
+	}{
+		{[]string{"~" + redlock.DefaultPrefix + "*", "&*", "+@all"}, true},
+		{strings.Fields(rediskit.Grants(redlock.DefaultPrefix)), false},
+	} {
+		for _, c := range clients(t, nodes) {
+			args := []any{"ACL", "SETUSER", "app", "reset", "on", ">pw"}
+			for _, r := range tc.rules {
+				args = append(args, r)
+			}
+			if err := c.Do(ctx, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l, err := redlock.Open(ctx, u, baton.WithHolder("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := holder.Acquire(ctx, "acl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		type got struct {
+			l   *baton.Lease
+			err error
+		}
+		done := make(chan got, 1)
+		go func() { lb, err := l.Acquire(timeout(t, 10*time.Second), "acl"); done <- got{lb, err} }()
+		if !tc.refused {
+			// Released once b waits in the queue of every node.
+			for _, c := range clients(t, nodes) {
+				for c.ZCard(ctx, "{"+held.Key()+"}:q").Val() < 1 {
+					if ctx.Err() != nil {
+						t.Fatal("b never queued")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			_ = held.Release(ctx)
+		}
+		g := <-done
+		lb, err := g.l, g.err
+		switch {
+		case tc.refused && (!errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), rediskit.Grants(redlock.DefaultPrefix))):
+			t.Errorf("user %v: %v; want an invalid option naming what to grant", tc.rules, err)
+		case !tc.refused && err != nil:
+			t.Errorf("user %v: %v", tc.rules, err)
+		case err == nil:
+			_ = lb.Release(ctx)
+		}
+		_ = l.Close()
+		_ = held.Release(context.Background())
+	}
+}
