@@ -278,6 +278,28 @@ func TestNewConfig(t *testing.T) {
 	}
 }
 
+// TestNewConfig_ShortTTL: a TTL so short that the renew interval and
+// drift derived from it do not fit is refused naming the TTL, the option
+// given, not the derived ones (baton run --ttl 1ns said "renew interval
+// 0s"); set explicitly, they are named.
+func TestNewConfig_ShortTTL(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Nanosecond, 2 * time.Nanosecond, 3 * time.Millisecond} {
+		_, err := baton.NewConfig(baton.WithTTL(ttl))
+		if want := "ttl " + ttl.String() + ": is too short"; !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewConfig(WithTTL(%v)) = %v; want %q", ttl, err, want)
+		}
+	}
+	if _, err := baton.NewConfig(baton.WithTTL(10 * time.Millisecond)); err != nil {
+		t.Errorf("NewConfig(WithTTL(10ms)) = %v; the message says 10ms will do", err)
+	}
+	if _, err := baton.NewConfig(baton.WithTTL(3*time.Millisecond), baton.WithDrift(time.Millisecond)); err != nil {
+		t.Errorf("NewConfig(WithTTL(3ms), WithDrift(1ms)) = %v; want it accepted", err)
+	}
+	if _, err := baton.NewConfig(baton.WithTTL(time.Second), baton.WithDrift(time.Second)); err == nil || !strings.Contains(err.Error(), "drift 1s") {
+		t.Errorf("NewConfig with a drift as long as the TTL = %v; want the drift named", err)
+	}
+}
+
 // TestNewConfig_ExplicitZero: a duration option given as zero is refused,
 // naming the option, the value and the rule; only an option left out takes
 // the default.
