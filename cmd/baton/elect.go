@@ -73,7 +73,15 @@ lock service stops answering or the observation's session ends (exit 69).`,
 				if len(args) != 1 || cmd.ArgsLenAtDash() >= 0 {
 					return usageError("elect --observe takes one election name and no command: baton elect --observe NAME")
 				}
+				for _, flag := range []string{"ttl", "grace", "fence", "id"} {
+					if cmd.Flags().Changed(flag) {
+						return usageError("--%s is for campaigning; elect --observe takes only --backend and --json", flag)
+					}
+				}
 				return observe(cmd, g, f, args[0])
+			}
+			if f.json {
+				return usageError("--json is for elect --observe, which prints JSON; campaigning prints none")
 			}
 			name, argv, err := f.nameAndCommand(cmd, args)
 			if err != nil {
@@ -131,7 +139,11 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		led = true
 		lease, token := h.lease, h.token()
 		bg := context.WithoutCancel(ctx)
-		fmt.Fprintf(s.stderr, "baton: leading %s (token %d)\n", name, token)
+		if s.fenced != nil {
+			fmt.Fprintf(s.stderr, "baton: leading %s (token %d)\n", name, token)
+		} else { // Redis, Redlock: no token to show
+			fmt.Fprintf(s.stderr, "baton: leading %s\n", name)
+		}
 		if s.store != nil {
 			if err := s.raise(ctx, name, h); err != nil {
 				_ = lease.Release(bg)

@@ -362,8 +362,8 @@ func TestElect_ObserveOnRedis(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	obs := startBaton(t, "elect", "--observe", "--backend", srv.URL(), "mailer")
 	waitFor(t, 30*time.Second, func() bool { return strings.Contains(obs.stdout.String(), "no leader") }, func() string { return obs.stderr.String() })
-	if r := runBaton(t, "elect", "--backend", srv.URL(), "--id", "one-shot", "mailer", "--", "true"); r.code != 0 {
-		t.Fatalf("elect with a command that ends: exit %d %s", r.code, r.stderr)
+	if r := runBaton(t, "elect", "--backend", srv.URL(), "--id", "one-shot", "mailer", "--", "true"); r.code != 0 || !strings.Contains(r.stderr, "baton: leading mailer\n") {
+		t.Fatalf("elect with a command that ends: exit %d %q; want it leading, with no token shown", r.code, r.stderr)
 	}
 	waitFor(t, 30*time.Second, func() bool { return strings.Count(obs.stdout.String(), "no leader") == 2 }, func() string { return obs.stdout.String() })
 	lines := strings.Split(strings.TrimSpace(obs.stdout.String()), "\n")

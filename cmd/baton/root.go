@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -90,8 +91,28 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 	// they are there: made now, their argument checks are marked too.
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
+	strictHelp(root)
 	markArgErrors(root)
 	return root
+}
+
+// strictHelp makes `baton help TOPIC` a usage error (exit 2) when TOPIC is
+// no command: cobra's help prints "Unknown help topic" and the usage, and
+// exits 0.
+func strictHelp(root *cobra.Command) {
+	help, _, err := root.Find([]string{"help"})
+	if err != nil || help == root || help.Run == nil {
+		return
+	}
+	show := help.Run
+	help.Run = nil
+	help.RunE = func(c *cobra.Command, args []string) error {
+		if cmd, _, err := c.Root().Find(args); cmd == nil || err != nil {
+			return usageError("no help topic %q: run baton help for the commands", strings.Join(args, " "))
+		}
+		show(c, args)
+		return nil
+	}
 }
 
 // markArgErrors makes the argument check (Args) of c and of every command

@@ -247,6 +247,10 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"run", "--backend", backend, "--fence", "", "n", "--", "true"}, exitUsage, "--fence is empty"},
 		{[]string{"elect", "--backend", backend, "--fence", "", "n", "--", "true"}, exitUsage, "--fence is empty"},
 		{[]string{"run", "--backend", backend, "--fence", store, "--once", "", "n", "--", "true"}, exitUsage, "--once is empty"},
+		// Flags that the other mode of elect takes.
+		{[]string{"elect", "--backend", backend, "--json", "n", "--", "true"}, exitUsage, "--json is for elect --observe"},
+		{[]string{"elect", "--backend", backend, "--observe", "--fence", store, "n"}, exitUsage, "--fence is for campaigning"},
+		{[]string{"elect", "--backend", backend, "--observe", "--grace", "-1s", "n"}, exitUsage, "--grace is for campaigning"},
 		// A store or backend URL without a scheme, password and all.
 		{[]string{"run", "--backend", backend, "--fence", "host=db password=" + secret, "n", "--", "true"}, exitUsage, "password=xxxxx has no scheme"},
 		{[]string{"fence", "show", "--store", "postgres//app:" + secret + "@db/x"}, exitUsage, "postgres//app:xxxxx@db/x has no scheme"},
@@ -261,6 +265,7 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"run", "--backend", backend, "--fence", store, "n", "--", "true"}, exitFailure, "baton fence init"},
 		{[]string{"run", "--backend", fmt.Sprintf("etcd://127.0.0.1:%d?request-timeout=1s", closed), "n", "--", "true"}, exitUnavailable, "baton serve"},
 		{[]string{"run", "--bogus"}, exitUsage, "unknown flag"},
+		{[]string{"help", "nosuch"}, exitUsage, `no help topic "nosuch"`},
 		{[]string{"release", "n"}, exitUsage, "--force"},
 		{[]string{"fence", "show"}, exitUsage, "required flag"},
 	} {
@@ -447,6 +452,17 @@ func TestRun_Redis(t *testing.T) {
 		r := runBaton(t, "run", "--backend", backend, "--ttl", "2s", "stock", "--", "sh", "-c", `echo "lock=$BATON_LOCK token=${BATON_TOKEN:-none}"`)
 		if r.code != 0 || strings.TrimSpace(r.stdout) != "lock=stock token=none" {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q", backend, r.code, r.stdout, r.stderr)
+		}
+		// A forced release says whose lock it freed, with no token.
+		held := startBaton(t, "run", "--backend", backend, "--id", "holder", "held", "--", "sleep", "30")
+		waitFor(t, 30*time.Second, func() bool {
+			return strings.Contains(runInProcess("status", "--backend", backend, "held").stdout, "holder")
+		}, func() string { return held.stderr.String() })
+		if r := runInProcess("release", "--backend", backend, "--force", "held"); r.code != 0 || !strings.HasPrefix(r.stdout, "released held: it was held by holder (key ") {
+			t.Errorf("%s release --force: exit %d, stdout %q, stderr %q; want who held it, with no token", backend, r.code, r.stdout, r.stderr)
+		}
+		if r := held.wait(t); r.code != exitLeaseLost {
+			t.Errorf("%s: the forced-out holder exited %d, want %d; stderr %q", backend, r.code, exitLeaseLost, r.stderr)
 		}
 		store := "sqlite:" + filepath.Join(t.TempDir(), "f.db")
 		r = runInProcess("run", "--backend", backend, "--fence", store, "stock", "--", "true")
