@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if db := os.Getenv(writerEnv); db != "" && os.Getenv("BATON_TOKEN") != "" {
 		os.Exit(fencedWriter(db))
 	}
+	if store := os.Getenv(raiseAheadEnv); store != "" && os.Getenv("BATON_LOCK") != "" {
+		os.Exit(raiseAhead(store, os.Getenv("BATON_LOCK")))
+	}
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(mainCode())
 	}

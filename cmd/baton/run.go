@@ -66,7 +66,8 @@ With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With
 --once RUN_ID, a run already marked done in the fence store is skipped, and
 a run whose COMMAND exits 0 is marked done (fenced: a stale holder cannot),
-before the lock is released and unless the lease was seen lost. Each request
+before the lock is released and unless the lease was seen lost; a fence
+that moved past the token meanwhile leaves it unmarked (exit 77). Each request
 to the fence store is given 10s: one that gets no answer in time makes baton
 exit 69, and SIGINT, SIGTERM, SIGHUP or SIGQUIT while baton waits for one before
 COMMAND starts, 130; marking a run done, after COMMAND, is not cut short
@@ -205,9 +206,19 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	if res.code == 0 && f.once != "" {
 		// Detached: the command has done the run, which must be recorded
 		// even when a signal came as it ended.
-		if err := s.fenceCall(bg, fmt.Sprintf("mark run %q of %s done", f.once, name), func(ctx context.Context) error {
+		err := s.fenceCall(bg, fmt.Sprintf("mark run %q of %s done", f.once, name), func(ctx context.Context) error {
 			return s.store.MarkDone(ctx, name, f.once, token)
-		}); err != nil {
+		})
+		if errors.Is(err, baton.ErrStaleToken) {
+			// The fence moved past our token while the command ran. A
+			// raise, refused alike, asks the lock service whether a
+			// later holder moved it, or it is ahead of the service.
+			if rerr := s.raise(bg, name, h); errors.Is(rerr, baton.ErrStaleToken) {
+				err = rerr
+			}
+			return fmt.Errorf("%s ran to its end (exit 0), but run %q of %s was not marked done: %w", argv[0], f.once, name, err)
+		}
+		if err != nil {
 			return err // the store's errors say which run
 		}
 	}

@@ -950,6 +950,55 @@ func TestRun_StaleWhileServiceSilent(t *testing.T) {
 	}
 }
 
+// raiseAheadEnv names the fence store that a command started by baton run
+// (this binary, with BATON_LOCK set) raises its lock's fence in, ahead of
+// the lock service: see raiseAhead.
+const raiseAheadEnv = "BATON_TEST_RAISE_AHEAD"
+
+// raiseAhead raises the fence of resource in store to 1<<40, as a writer
+// with another lock service's tokens would, and exits 0.
+func raiseAhead(store, resource string) int {
+	s, err := fence.Open(context.Background(), store)
+	if err == nil {
+		err = s.Raise(context.Background(), resource, 1<<40)
+		s.Close()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// TestRun_Once_FenceMovedWhileRunning: the fence moves past the token
+// while the command runs (here the command itself raises it, as a writer
+// with another lock service's tokens). The command ran to its end, but
+// the run is not marked done: exit 77, saying so, and why as a raise
+// finds it: the lock service still names this lease, so the fence is
+// ahead of it, not taken by a later holder.
+func TestRun_Once_FenceMovedWhileRunning(t *testing.T) {
+	backend := etcdBackend(t)
+	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	b := batonCmd("run", "--backend", backend, "--fence", store, "--once", "night-1", "moved", "--", os.Args[0])
+	b.Env = append(b.Env, raiseAheadEnv+"="+store)
+	r := startCmd(t, b).wait(t)
+	if r.code != exitStale || !strings.Contains(r.stderr, `ran to its end (exit 0), but run "night-1" of moved was not marked done`) || !strings.Contains(r.stderr, "still names this lease the holder") {
+		t.Fatalf("exit %d, stderr %q; want 77, saying the run was not marked done and that the fence is ahead of the lock service", r.code, r.stderr)
+	}
+	oneLine(t, r)
+	s, err := fence.Open(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if done, err := s.Done(context.Background(), "moved", "night-1"); err != nil || done {
+		t.Fatalf("run marked done: %v, %v", done, err)
+	}
+}
+
 // storeAhead returns the URL of a SQLite fence store, made for t, whose
 // fence for resource is at 1<<40: ahead of any token a test's lock service
 // gives, as if raised with another service's tokens.
