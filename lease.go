@@ -176,8 +176,11 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // with ErrReleased. It runs on a context detached from ctx (keeping its
 // values) and bounded by the release timeout, so it frees the lock at once
 // even when ctx is already cancelled. It is idempotent: later calls return
-// the first call's result. Releasing a lost lease returns nil; Err still
-// reports the loss, also one that only the release finds: the local
+// the first call's result. Releasing a lost lease returns nil, unless the
+// request that frees its key fails (a lease lost by its local deadline
+// still frees its key, which the service may not have freed yet): then
+// the release's error, as for a lease that holds. Err still reports the
+// loss, also one that only the release finds: the local
 // deadline passed before the release, or the lock key was deleted by
 // someone else, which the backend had not yet noticed. In the latter case
 // Err changes from ErrReleased to the *LostError when Release returns,
