@@ -316,51 +316,12 @@ func TestRelease_RenewedDuringSlowRelease_KeyGoneIsALoss(t *testing.T) {
 }
 
 // TestWake_HeadLeaves_NextTold: the first waiter gives up while a crashed
-// holder's key still runs; the second, asleep for RenewEvery as waiters
-// that are not first are, is told that it is first now, and takes the lock
-// right after the key expires, not at its next timed attempt.
+// holder's key still runs; the second is told that it is first now, and
+// takes the lock right after the key expires (see redistest.HeadLeaves).
 func TestWake_HeadLeaves_NextTold(t *testing.T) {
 	srv := testsvc.StartRedis(t)
-	c := client(t, srv.Addr)
-	ctx := timeout(t, 30*time.Second)
 	const ttl = 30 * time.Second // RenewEvery 10s
 	x := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("x"))
 	y := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("y"))
-	key := "baton:lock:job"
-	const left = 1500 * time.Millisecond
-	if err := c.Set(ctx, key, "crashed-holder", left).Err(); err != nil {
-		t.Fatal(err)
-	}
-	expiry := time.Now().Add(left)
-	xctx, xcancel := context.WithCancel(ctx)
-	xdone := make(chan error, 1)
-	go func() { _, err := x.Acquire(xctx, "job"); xdone <- err }()
-	waitQueued(t, c, key, 1)
-	type got struct {
-		at  time.Time
-		err error
-	}
-	ydone := make(chan got, 1)
-	go func() {
-		l, err := y.Acquire(ctx, "job")
-		ydone <- got{time.Now(), err}
-		if err == nil {
-			_ = l.Release(context.Background())
-		}
-	}()
-	waitQueued(t, c, key, 2)
-	xcancel()
-	if err := <-xdone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("x: %v, want context.Canceled", err)
-	}
-	g := <-ydone
-	if g.err != nil {
-		t.Fatal(g.err)
-	}
-	// Told, y retries just past the key's expiry (plus up to 5% of what
-	// was left, and 1ms); untold, at its next timed attempt, RenewEvery
-	// after it joined.
-	if late := g.at.Sub(expiry); late > ttl/3/2 {
-		t.Fatalf("y took the lock %v after the crashed holder's key expired; want it right after, not at its next timed attempt (RenewEvery %v)", late, ttl/3)
-	}
+	redistest.HeadLeaves(t, []goredis.UniversalClient{client(t, srv.Addr)}, x, y, redis.DefaultPrefix, "job", ttl)
 }

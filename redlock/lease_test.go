@@ -1108,63 +1108,14 @@ func TestForceRelease_MinorityFound_OthersFailed(t *testing.T) {
 }
 
 // TestWait_HeadLeaves_NextTold: the first waiter gives up while a crashed
-// holder's keys still run; the second, asleep for RenewEvery as waiters
-// that are not first are, is told on each node that it is first now, and
-// takes the lock right after the keys expire, not at its next timed
-// attempt.
+// holder's keys still run; the second is told on each node that it is
+// first now, and takes the lock right after the keys expire (see
+// redistest.HeadLeaves).
 func TestWait_HeadLeaves_NextTold(t *testing.T) {
 	t.Parallel()
 	nodes := testsvc.StartRedisNodes(t, 3)
-	cs := clients(t, nodes)
-	ctx := timeout(t, 30*time.Second)
 	const ttl = 30 * time.Second // RenewEvery 10s
 	x := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("x"))
 	y := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("y"))
-	key, q := "baton:lock:job", "{baton:lock:job}:q"
-	const left = 1500 * time.Millisecond
-	for _, c := range cs {
-		if err := c.Set(ctx, key, "crashed-holder", left).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	expiry := time.Now().Add(left)
-	waitQueued := func(n int64) {
-		t.Helper()
-		for _, c := range cs {
-			for c.ZCard(ctx, q).Val() < n {
-				if ctx.Err() != nil {
-					t.Fatalf("fewer than %d waiters queued on a node", n)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-	}
-	xctx, xcancel := context.WithCancel(ctx)
-	xdone := make(chan error, 1)
-	go func() { _, err := x.Acquire(xctx, "job"); xdone <- err }()
-	waitQueued(1)
-	type got struct {
-		at  time.Time
-		err error
-	}
-	ydone := make(chan got, 1)
-	go func() {
-		l, err := y.Acquire(ctx, "job")
-		ydone <- got{time.Now(), err}
-		if err == nil {
-			_ = l.Release(context.Background())
-		}
-	}()
-	waitQueued(2)
-	xcancel()
-	if err := <-xdone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("x: %v, want context.Canceled", err)
-	}
-	g := <-ydone
-	if g.err != nil {
-		t.Fatal(g.err)
-	}
-	if late := g.at.Sub(expiry); late > ttl/3/2 {
-		t.Fatalf("y took the lock %v after the crashed holder's keys expired; want it right after, not at its next timed attempt (RenewEvery %v)", late, ttl/3)
-	}
+	redistest.HeadLeaves(t, clients(t, nodes), x, y, redlock.DefaultPrefix, "job", ttl)
 }

@@ -21,6 +21,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 )
@@ -505,4 +506,66 @@ func ScriptSHA(cmd goredis.Cmder) string {
 		return hex.EncodeToString(sum[:])
 	}
 	return ""
+}
+
+// HeadLeaves is the case of a first waiter that gives up while a crashed
+// holder's key still runs. cs are the nodes' clients (one for the redis
+// backend); x and y Lockers on them with a TTL of ttl, whose RenewEvery
+// is ttl/3. It sets the lock key of name to a crashed holder's value on
+// every node, to expire in 1.5s; x waits, then y behind it, and x gives
+// up. y, asleep for RenewEvery as waiters that are not first are, must be
+// told that it is first now and take the lock right after the key
+// expires (within RenewEvery/2 of it), not at its next timed attempt.
+func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, prefix, name string, ttl time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key, q := prefix+name, "{"+prefix+name+"}:q"
+	const left = 1500 * time.Millisecond
+	for _, c := range cs {
+		if err := c.Set(ctx, key, "crashed-holder", left).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expiry := time.Now().Add(left)
+	queued := func(n int64) {
+		t.Helper()
+		for _, c := range cs {
+			for c.ZCard(ctx, q).Val() < n {
+				if ctx.Err() != nil {
+					t.Fatalf("fewer than %d waiters queued on a node", n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	xctx, xcancel := context.WithCancel(ctx)
+	defer xcancel()
+	xdone := make(chan error, 1)
+	go func() { _, err := x.Acquire(xctx, name); xdone <- err }()
+	queued(1)
+	type got struct {
+		at  time.Time
+		err error
+	}
+	ydone := make(chan got, 1)
+	go func() {
+		l, err := y.Acquire(ctx, name)
+		ydone <- got{time.Now(), err}
+		if err == nil {
+			_ = l.Release(context.Background())
+		}
+	}()
+	queued(2)
+	xcancel()
+	if err := <-xdone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("x: %v, want context.Canceled", err)
+	}
+	g := <-ydone
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	if late := g.at.Sub(expiry); late > ttl/3/2 {
+		t.Fatalf("y took the lock %v after the crashed holder's key expired; want it right after, not at its next timed attempt (RenewEvery %v)", late, ttl/3)
+	}
 }
