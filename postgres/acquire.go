@@ -248,7 +248,10 @@ func (b *backend) giveSlot(slot int32, unsure bool) {
 // leaveQueue takes us off the queue (ends our place in slot). If the lock was handed to us
 // meanwhile (or an acquisition we never heard back from took it), it frees
 // it and hands it on; all under the row's lock, so no hand-off can pick us
-// after we left. It reports whether the server confirmed it.
+// after we left. When we were first in line, the waiter now first is told
+// to look again: waiters behind the first sleep up to RenewEvery, and it
+// would find the holder's lease ended that late. It reports whether the
+// server confirmed it.
 func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticket int64) bool {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
@@ -257,6 +260,7 @@ func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticke
 	batch.Queue(b.sql.leave, name, b.channel, slot)
 	batch.Queue(b.sql.freeOur, name, ticket)
 	batch.Queue(b.sql.handOff, name)
+	batch.Queue(b.sql.tellHead, name, ticket)
 	if err := b.pool.SendBatch(fctx, &batch).Close(); err != nil {
 		b.cfg.Logger.Warn("could not leave the queue; the place expires within one TTL", "lock", name, "ticket", ticket, "err", err)
 		return false

@@ -238,7 +238,9 @@
 // ends by the database's clock (the interval the database last reported,
 // so the expiry of a crashed or frozen holder is noticed as it happens) or
 // when the place of the waiter ahead of it lapses, and at least every
-// RenewEvery, which keeps its own place alive. That look claims a lock
+// RenewEvery, which keeps its own place alive; a first waiter that gives
+// up notifies the one now first, which looks at once (and from then on
+// waits for the holder's lease to end). That look claims a lock
 // handed to it whose NOTIFY was lost (the listener reconnecting), and a
 // place whose waiter died lapses within one TTL, as does a lock handed to
 // it. PostgreSQL (up to 17 at least) signals every backend LISTENing in the

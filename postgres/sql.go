@@ -39,8 +39,12 @@ type statements struct {
 	// the queue and NOTIFYs it with the token: $1 name.
 	handOff string
 	leave   string // $1 name, $2 channel, $3 slot; leave the queue
-	freeOur string // $1 name, $2 ticket; free a lease handed to ticket
-	forget  string // $1 channel; delete a closing Locker's waiters rows, and swept ones
+	// tellHead, after a leave: when the waiter at ticket $2 was first in
+	// line for $1, NOTIFYs the live waiter now first to look again (token
+	// 0), which then waits for the holder's lease to end, not RenewEvery.
+	tellHead string
+	freeOur  string // $1 name, $2 ticket; free a lease handed to ticket
+	forget   string // $1 channel; delete a closing Locker's waiters rows, and swept ones
 	// forgetName deletes a Locker's ended rows for one lock ($1 name, $2
 	// channel); sweep deletes every row whose place ended an hour ago.
 	forgetName string
@@ -77,6 +81,7 @@ func newStatements(n names) statements {
 		release:      r.Replace(releaseSQL),
 		handOff:      r.Replace(handOffSQL),
 		leave:        r.Replace(leaveSQL),
+		tellHead:     r.Replace(tellHeadSQL),
 		freeOur:      r.Replace(freeOurSQL),
 		forget:       r.Replace(forgetSQL),
 		forgetName:   r.Replace(forgetNameSQL),
@@ -305,6 +310,11 @@ const handOffSQL = `WITH head AS (
 SELECT pg_notify(channel, waiter || ' ' || token) FROM handed`
 
 const leaveSQL = `UPDATE {waiters} SET expires_at = clock_timestamp() WHERE name = $1 AND channel = $2 AND slot = $3`
+
+const tellHeadSQL = `SELECT pg_notify(w.channel, w.waiter || ' 0') FROM {waiters} w
+WHERE w.name = $1 AND w.expires_at > clock_timestamp()
+	AND NOT EXISTS (SELECT FROM {waiters} a WHERE a.name = $1 AND a.ticket < $2 AND a.expires_at > clock_timestamp())
+ORDER BY w.ticket LIMIT 1`
 
 const forgetSQL = `DELETE FROM {waiters} WHERE channel = $1 OR expires_at < clock_timestamp() - interval '1 hour'`
 

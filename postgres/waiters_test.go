@@ -216,3 +216,51 @@ func TestWaiters_OldTableReplaced(t *testing.T) {
 	}
 	pingPong(t, a, b, "upgraded", 2)
 }
+
+// TestWaiters_HeadLeaves_NextTold: the first waiter gives up while a
+// frozen holder's lease still runs; the second, asleep for up to
+// RenewEvery as waiters behind the first are, is told that it is first
+// now, and takes the lock right after the frozen holder's lease ends by
+// the database's clock, not at its next timed look.
+func TestWaiters_HeadLeaves_NextTold(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	const holderTTL, ttl = 2 * time.Second, 30 * time.Second // the waiters' RenewEvery: 10s
+	h := startHolder(t, "hold-baton", dsn, "job", holderTTL)
+	x := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("x"))
+	y := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("y"))
+	ctx := timeout(t, 30*time.Second)
+	xctx, xcancel := context.WithCancel(ctx)
+	defer xcancel()
+	xdone := make(chan error, 1)
+	go func() { _, err := x.Acquire(xctx, "job"); xdone <- err }()
+	waitFor(t, 10*time.Second, "x queued", func() bool { return queued(t, admin, "job") == 1 })
+	type got struct {
+		at  time.Time
+		err error
+	}
+	ydone := make(chan got, 1)
+	go func() {
+		l, err := y.Acquire(ctx, "job")
+		ydone <- got{time.Now(), err}
+		if err == nil {
+			_ = l.Release(context.Background())
+		}
+	}()
+	waitFor(t, 10*time.Second, "y queued", func() bool { return queued(t, admin, "job") == 2 })
+	if err := h.freeze(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now() // its lease ends holderTTL after its last renewal, at the latest
+	xcancel()
+	if err := <-xdone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("x: %v, want context.Canceled", err)
+	}
+	g := <-ydone
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	if late := g.at.Sub(frozen.Add(holderTTL)); late > ttl/3/2 {
+		t.Fatalf("y took the lock %v after the frozen holder's lease ended; want it right after, not at its next timed look (RenewEvery %v)", late, ttl/3)
+	}
+}
