@@ -147,10 +147,19 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 }
 
 // failWithin is fail for a request bounded by bound.
+// A request the server's ACL refused is an error in the configuration, not
+// the service failing: a *baton.OptionError naming what to grant.
 func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
 	if ctx.Err() == nil && rediskit.NoPerm(err) {
-		return rediskit.PermissionError(b.where, what, b.prefix, err)
+		return rediskit.PermissionError(b.where, what, err, rediskit.Grants(b.prefix))
 	}
+	return b.unavailable(ctx, what, err, bound)
+}
+
+// unavailable classifies err as the service failing, whatever it says: for
+// a renewal, whose failure is the lease's loss (a *baton.LostError), never
+// an invalid option.
+func (b *backend) unavailable(ctx context.Context, what string, err error, bound time.Duration) error {
 	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded) || isTimeout(err), bound)
 }
 

@@ -129,9 +129,12 @@
 //
 //	ACL SETUSER app on >pw ~baton:lock:* ~{baton:lock:* &baton:wake:* +@read +@write +@scripting +@pubsub +@connection +time
 //
-// (Redis 7 gives a new user no channels). A request the server refuses
-// with NOPERM fails with a *baton.OptionError naming what to grant, not
-// with ErrUnavailable: trying again cannot mend it. Redis Cluster works through redis.UniversalClient (the
+// (Redis 7 gives a new user no channels). A request the server's ACL
+// refuses (NOPERM, or on Redis 7.0 "The user executing the script can't"
+// for a call inside a script, which has then run up to it) fails with a
+// *baton.OptionError naming what to grant, not with ErrUnavailable: trying
+// again cannot mend it. A renewal so refused is the lease's loss, as any
+// failed renewal. Redis Cluster works through redis.UniversalClient (the
 // queue keys share the lock key's hash slot; the prefix must not contain
 // braces). For a client you build yourself, set ContextTimeoutEnabled so
 // that context deadlines reach the socket (go-redis interrupts a read at a

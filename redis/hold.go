@@ -50,7 +50,7 @@ func (h *hold) renew(ctx context.Context) error {
 	n, err := renewScript.Run(octx, h.b.client, []string{h.k.lock}, h.value, h.b.ttlMS()).Int64()
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: renewal failed: %w", baton.ErrLeaseLost, h.b.fail(ctx, "renew "+h.k.lock, err))
+		return fmt.Errorf("%w: renewal failed: %w", baton.ErrLeaseLost, h.b.unavailable(ctx, "renew "+h.k.lock, err, h.b.cfg.RequestTimeout))
 	case n != 1:
 		err := fmt.Errorf("%w: key %s no longer holds this lease's value: it expired, or was deleted or taken by another client", baton.ErrLeaseLost, h.k.lock)
 		if d, bounded := ctx.Deadline(); !bounded || time.Now().Before(d) { // the keeper's: the local deadline; after it, the key may just have run out

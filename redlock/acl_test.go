@@ -18,7 +18,8 @@ import (
 // prefix's keys but not those in their hash slot (the wait queue) refuse
 // a waiting acquisition with NOPERM: an error in the configuration, a
 // *baton.OptionError naming what to grant, not ErrUnavailable. A user
-// with the grants rediskit.Grants lists waits and is handed the lock.
+// with the grants rediskit.Grants lists, and INFO, waits and is handed the
+// lock.
 func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 	t.Parallel()
 	nodes := testsvc.StartRedisNodes(t, 3)
@@ -37,7 +38,7 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		refused bool
 	}{
 		{[]string{"~" + redlock.DefaultPrefix + "*", "&*", "+@all"}, true},
-		{strings.Fields(rediskit.Grants(redlock.DefaultPrefix)), false},
+		{strings.Fields(rediskit.Grants(redlock.DefaultPrefix) + " +info"), false},
 	} {
 		for _, c := range clients(t, nodes) {
 			args := []any{"ACL", "SETUSER", "app", "reset", "on", ">pw"}
@@ -86,5 +87,22 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		}
 		_ = l.Close()
 		_ = held.Release(context.Background())
+	}
+
+	// One node refuses the user, and another is down: that the request
+	// failed on a majority is partly an outage, which may end; not an
+	// error in the configuration alone.
+	cs := clients(t, nodes)
+	if err := cs[0].Do(ctx, "ACL", "SETUSER", "app", "reset", "on", ">pw", "~"+redlock.DefaultPrefix+"*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := redlock.Open(ctx, u, baton.WithHolder("b"), baton.WithRequestTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	nodes[1].Kill()
+	if _, err := l.TryAcquire(ctx, "acl"); !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("one node refusing the user, one down: %v; want ErrUnavailable", err)
 	}
 }

@@ -287,15 +287,26 @@ func (b *backend) unavailable(ctx context.Context, what string, errs []error) er
 	return b.unavailableWhy(ctx, what, fmt.Sprintf("a majority (%d of %d) of nodes did not answer", b.quorum, len(b.nodes)), errs)
 }
 
+// grants is what a Redis ACL user needs on every node: rediskit.Grants,
+// and INFO, by which Open tells a server named twice (see Open).
+func grants(prefix string) string { return rediskit.Grants(prefix) + " +info" }
+
 // unavailableWhy is unavailable saying why, the nodes' errors after it.
 func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []error) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
+	// Nodes whose ACL refused the request are an error in the
+	// configuration, not the service failing, when they alone deny the
+	// quorum: no retry can mend that.
+	var refused []error
 	for _, err := range errs {
 		if rediskit.NoPerm(err) {
-			return rediskit.PermissionError(b.where, what, b.prefix, err)
+			refused = append(refused, err)
 		}
+	}
+	if len(refused) > 0 && len(b.nodes)-len(refused) < b.quorum {
+		return rediskit.PermissionError(b.where, what+": "+why, errors.Join(refused...), grants(b.prefix))
 	}
 	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %s: %w", what, why, errors.Join(errs...))}
 }

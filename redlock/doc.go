@@ -170,8 +170,14 @@
 // the per-node timeout may not cover with a short TTL: Open pings every
 // node first; do the same with clients you pass to New. A Redis ACL user
 // needs on every node what the redis package lists (the lock keys, the
-// keys in their hash slot, the wake-up channels, the commands); a request
-// a node refuses with NOPERM fails with a *baton.OptionError naming what
-// to grant. A node that refuses only the wake-up channels is woken by its
-// timed retries instead.
+// keys in their hash slot, the wake-up channels, the commands), and INFO:
+//
+//	ACL SETUSER app on >pw ~baton:lock:* ~{baton:lock:* &baton:wake:* +@read +@write +@scripting +@pubsub +@connection +time +info
+//
+// Without INFO, Open cannot tell a server named twice (it then counts as
+// two votes). A request that nodes refuse by their ACL fails with a
+// *baton.OptionError naming what to grant when those nodes alone deny a
+// majority, and as unavailable when an outage has its part. A node that
+// refuses the wake-up channels refuses its SUBSCRIBE (its waiters look on
+// their timed retries) and a release that hands the lock on there.
 package redlock

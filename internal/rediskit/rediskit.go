@@ -154,7 +154,7 @@ func QueryOptions(q url.Values) ([]baton.Option, error) {
 // first waiter's, when the key is free but reserved for it), PTTL the
 // key's remaining TTL in ms, HEAD 1 when we are first in the queue. Only
 // a first waiter uses PTTL: the scripts' contended paths send 0 to the
-// waiters that are not first.
+// waiters that are not first (and Redlock's to attempts that do not wait).
 type Reply struct {
 	Held   bool
 	Holder string
@@ -270,24 +270,32 @@ func MayHaveRun(err error) bool {
 }
 
 // NoPerm reports whether err is the server's ACL refusing the
-// connection's user a command, a key or a channel (NOPERM).
+// connection's user a command, a key or a channel: NOPERM, or, for a
+// call inside a script on Redis 7.0, "The user executing the script
+// can't ..." (the script has then run up to that call).
 func NoPerm(err error) bool {
 	var rerr goredis.Error
-	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM")
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "The user executing the script can't")
 }
 
 // Grants is what a Redis ACL user needs for baton's locks under prefix:
 // their keys, the keys in their hash slot, the wake-up channels, and the
-// commands the requests and scripts send.
+// commands the requests and scripts send. Redlock's Open also reads INFO
+// (see the redlock package).
 func Grants(prefix string) string {
-	return fmt.Sprintf("~%s* ~{%s* &%s* +@read +@write +@scripting +@pubsub +@connection +time", prefix, prefix, WakeChannelPrefix)
+	p := EscapeGlob(prefix)
+	return fmt.Sprintf("~%s* ~{%s* &%s* +@read +@write +@scripting +@pubsub +@connection +time", p, p, EscapeGlob(WakeChannelPrefix))
 }
 
 // PermissionError is the error for a request (what) that the server at
-// where refused with NOPERM (err): a *baton.OptionError, since trying
-// again cannot mend it, naming the permissions to grant.
-func PermissionError(where, what, prefix string, err error) error {
-	return &baton.OptionError{Option: "Redis user at", Value: where, Reason: fmt.Sprintf("%s: %v; grant the user %s", what, err, Grants(prefix))}
+// where refused by its ACL (err, see NoPerm): a *baton.OptionError, since
+// trying again cannot mend it, naming grants, the permissions to grant.
+func PermissionError(where, what string, err error, grants string) error {
+	return &baton.OptionError{Option: "Redis user at", Value: where, Reason: fmt.Sprintf("%s: %v; grant the user %s", what, err, grants)}
 }
 
 // Refused reports whether err is a Redis server's refusal of the

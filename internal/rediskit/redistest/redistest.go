@@ -512,7 +512,7 @@ func ScriptSHA(cmd goredis.Cmder) string {
 // holder's key still runs. cs are the nodes' clients (one for the redis
 // backend); x and y Lockers on them with a TTL of ttl, whose RenewEvery
 // is ttl/3. It sets the lock key of name to a crashed holder's value on
-// every node, to expire in 1.5s; x waits, then y behind it, and x gives
+// every node, to expire in 3s; x waits, then y behind it, and x gives
 // up. y, asleep for RenewEvery as waiters that are not first are, must be
 // told that it is first now and take the lock right after the key
 // expires (within RenewEvery/2 of it), not at its next timed attempt.
@@ -521,7 +521,7 @@ func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key, q := prefix+name, "{"+prefix+name+"}:q"
-	const left = 1500 * time.Millisecond
+	const left = 3 * time.Second // for x and y to queue, and x to give up, before it runs out
 	for _, c := range cs {
 		if err := c.Set(ctx, key, "crashed-holder", left).Err(); err != nil {
 			t.Fatal(err)
