@@ -164,8 +164,8 @@ func Printable(s string) string {
 // authority without having found a user, or a password, before it, Redact
 // hides whatever lies between the first ':' after "://" and the last '@':
 // more than the password at times (etcd://h:2379/a@b), never less. So it
-// does in a URL whose "://" was mistyped (etcd//u:pw@h), unless a '/'
-// follows the first ':' (sqlite:/path). The result is printable on one
+// does in a URL whose "://" was mistyped (etcd//u:pw@h, etcd:/u:pw@h), but
+// not in a sqlite:PATH. The result is printable on one
 // line, quoted otherwise (see Printable).
 func Redact(s string) string { return Printable(redact(s)) }
 
@@ -196,13 +196,13 @@ func redact(s string) string {
 }
 
 // redactNoScheme redacts s, which has no "://": key=value pairs (already
-// done), an opaque URL (sqlite:PATH, shown whole), or a URL whose scheme
-// was mistyped (etcd//u:pw@h, u:pw@h:2379), whose password, between the
+// done), a sqlite:PATH (shown whole), or a URL whose "://" was mistyped
+// (etcd//u:pw@h, etcd:/u:pw@h, u:pw@h:2379), whose password, between the
 // first ':' and the last '@', it hides.
 func redactNoScheme(s string) string {
 	at := strings.LastIndex(s, "@")
 	colon := strings.Index(s, ":")
-	if at < 0 || colon < 0 || colon > at || strings.ContainsAny(s[:colon], "= \t\n\v\f\r") || strings.HasPrefix(s[colon+1:], "/") {
+	if at < 0 || colon < 0 || colon > at || strings.ContainsAny(s[:colon], "= \t\n\v\f\r") || strings.EqualFold(s[:colon], "sqlite") {
 		return s
 	}
 	return s[:colon+1] + "xxxxx" + s[at:]
@@ -213,6 +213,6 @@ var (
 	// them: quoted, with backslash escapes ('s3 cr\'et'), or unquoted up to
 	// the first space not escaped by a backslash (s3\ cret). A quote never
 	// closed runs to the end: more than the password, never less.
-	kvPassword    = regexp.MustCompile(`(?i)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*(?:'|\\?$)|(?:[^\s\\]|\\.|\\$)*)`)
+	kvPassword    = regexp.MustCompile(`(?is)((?:^|\s)(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*(?:'|\\?$)|(?:[^\s\\]|\\.|\\$)*)`)
 	queryPassword = regexp.MustCompile(`(?i)([?&;](?:ssl)?password=)[^&]*`)
 )

@@ -50,6 +50,10 @@ func TestRedact(t *testing.T) {
 		{"etcd//u:s3cret@h:2379", "etcd//u:xxxxx@h:2379"},
 		{"u:s3cret@h:2379", "u:xxxxx@h:2379"},
 		{"u@h:2379", "u@h:2379"},
+		{"etcd:/root:s3cret@h:2379", "etcd:xxxxx@h:2379"},
+		{"sqlite:backup@2024.db", "sqlite:backup@2024.db"},
+		{"host=db password=top\\\nsecret dbname=x", "host=db password=xxxxx dbname=x"},
+		{"host=db password='top\\\nsecret' dbname=x", "host=db password=xxxxx dbname=x"},
 	} {
 		if got := baton.Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
@@ -60,7 +64,7 @@ func TestRedact(t *testing.T) {
 // FuzzRedact builds URLs and key=value strings around a password and
 // checks that Redact hides it, whatever characters it holds.
 func FuzzRedact(f *testing.F) {
-	for _, pw := range []string{"s3cret", "pa/ss", "se#cret", "12/34", "a?x@c", "p@ss:word", "x y"} {
+	for _, pw := range []string{"s3cret", "pa/ss", "se#cret", "12/34", "a?x@c", "p@ss:word", "x y", "top\nsecret"} {
 		f.Add("app", pw, "db:5432/x")
 	}
 	f.Fuzz(func(t *testing.T, user, pw, rest string) {
@@ -342,5 +346,15 @@ func TestConfig_Validate_NoDrift(t *testing.T) {
 	c.Drift = 10 * time.Millisecond
 	if err := c.Validate(0); err != nil {
 		t.Fatalf("Validate with drift 10ms = %v", err)
+	}
+	// Its fields are named as set, not taken for ones derived from the
+	// TTL (see TestNewConfig_ShortTTL).
+	c.RenewEvery = c.TTL
+	if err := c.Validate(0); err == nil || !strings.Contains(err.Error(), "renew interval 3s: must be below the TTL") {
+		t.Fatalf("Validate with a renew interval as long as the TTL = %v; want the renew interval named", err)
+	}
+	c.RenewEvery, c.Drift = time.Second, 2*time.Second
+	if err := c.Validate(0); err == nil || !strings.Contains(err.Error(), "drift 2s: must be below") {
+		t.Fatalf("Validate with a drift past TTL - renew interval = %v; want the drift named", err)
 	}
 }

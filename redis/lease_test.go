@@ -788,7 +788,7 @@ func TestObserve_RegistrationLapsed(t *testing.T) {
 			// blocks in its next one, then take the registration away.
 			waitBlockedXRead(t, c)
 			reg := "{" + la.Key() + "}:n"
-			if err := c.Del(timeout(t, time.Second), reg).Err(); err != nil {
+			if err := c.Del(timeout(t, 5*time.Second), reg).Err(); err != nil {
 				t.Fatal(err)
 			}
 			_ = la.Release(context.Background())
@@ -816,7 +816,7 @@ func waitBlockedXRead(t *testing.T, c *goredis.Client) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		list, err := c.ClientList(timeout(t, time.Second)).Result()
+		list, err := c.ClientList(timeout(t, 5*time.Second)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

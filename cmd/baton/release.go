@@ -16,7 +16,7 @@ func newRelease(g *globals) *cobra.Command {
 		Use:   "release --force NAME",
 		Short: "Free a lock held by someone else (an operator's last resort)",
 		Long: `release --force frees the lock NAME whoever holds it, and prints who held it
-and its token. The holder is told its lease is lost (baton run stops its
+and its token (on fenced backends). The holder is told its lease is lost (baton run stops its
 command), and the next waiter gets the lock. If the holder is frozen rather
 than dead, it may still write when it wakes: only a fence stops that, once
 the next holder has raised it. A lock no one holds is left as it is (exit 0).`,

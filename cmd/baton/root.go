@@ -107,7 +107,7 @@ func strictHelp(root *cobra.Command) {
 	show := help.Run
 	help.Run = nil
 	help.RunE = func(c *cobra.Command, args []string) error {
-		if cmd, _, err := c.Root().Find(args); cmd == nil || err != nil {
+		if cmd, rest, err := c.Root().Find(args); cmd == nil || err != nil || len(rest) > 0 {
 			return usageError("no help topic %q: run baton help for the commands", strings.Join(args, " "))
 		}
 		show(c, args)

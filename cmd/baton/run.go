@@ -55,8 +55,8 @@ stays ignored. Ctrl-Z (SIGTSTP, and SIGTTIN or SIGTTOU) stops COMMAND's group,
 then baton; continued, baton continues COMMAND only while the lease holds
 (a lease that ran out meanwhile is lost: COMMAND gets SIGKILL, still stopped,
 and baton exits 76; so does a signal sent to baton then, instead of being
-passed on). So does a background baton whose message to the terminal
-raises SIGTTOU under stty tostop.
+passed on). A background baton whose message to the terminal raises SIGTTOU
+(stty tostop) stops the same way, COMMAND's group first.
 
 The loss is seen at the lease's local deadline, just before the lock service
 may free the lock, so the --grace that follows runs past the lease: without

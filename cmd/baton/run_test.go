@@ -266,6 +266,7 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"run", "--backend", fmt.Sprintf("etcd://127.0.0.1:%d?request-timeout=1s", closed), "n", "--", "true"}, exitUnavailable, "baton serve"},
 		{[]string{"run", "--bogus"}, exitUsage, "unknown flag"},
 		{[]string{"help", "nosuch"}, exitUsage, `no help topic "nosuch"`},
+		{[]string{"help", "fence", "nosuch"}, exitUsage, `no help topic "fence nosuch"`},
 		{[]string{"release", "n"}, exitUsage, "--force"},
 		{[]string{"fence", "show"}, exitUsage, "required flag"},
 	} {

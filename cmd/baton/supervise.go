@@ -250,7 +250,7 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			fmt.Fprintf(stderr, "baton: %v: sent SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
 		case <-kill:
 			kill = nil
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			group.kill()
 			stuck = time.After(killStuck)
 		case <-stuck:
 			fmt.Fprintf(stderr, "baton: warning: %s of %s still alive %v after SIGKILL (stuck in the kernel?); not waiting for them any longer\n", processes(liveInGroup(pgid)), argv[0], killStuck)
@@ -290,8 +290,11 @@ func (j *jobControl) run(jobs <-chan os.Signal, quit <-chan struct{}) {
 			if s != syscall.SIGCONT {
 				j.paused = true
 				_ = syscall.Kill(-j.pgid, syscall.SIGSTOP)
-				j.mu.Unlock()
+				// Still locked: a signal passed on between the two stops
+				// would continue the group while baton stopped. The
+				// process stops whole; continued, it unlocks.
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				j.mu.Unlock()
 				continue
 			}
 			// Continued: so is the command, unless its lease may have
@@ -319,6 +322,13 @@ func (j *jobControl) signal(sig syscall.Signal) error {
 	j.paused = false
 	stop(j.pgid, sig)
 	return nil
+}
+
+// kill sends SIGKILL to the group.
+func (j *jobControl) kill() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
 }
 
 // killStopped kills the group if it was stopped with baton, and reports
