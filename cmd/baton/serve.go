@@ -77,7 +77,7 @@ for as long as they take to start (it says so), as etcd does;
 				// what to check when that is long.
 				c.WaitForQuorum = true
 				fmt.Fprintf(cmd.OutOrStdout(), "baton serve: member %q waits for a quorum of the cluster (its peers: %s); stop with Ctrl-C\n", c.Name, strings.Join(peers, ", "))
-				stopHint = sayLater(cmd.ErrOrStderr(), slowStart, fmt.Sprintf("baton serve: still waiting for a quorum after %v: if the other members run, check that each has the same --initial-cluster; a data dir from an earlier start keeps the cluster it began with (remove %s to start this member afresh)", slowStart, c.Dir))
+				stopHint = sayLater(cmd.ErrOrStderr(), slowStart, fmt.Sprintf("baton serve: still waiting for a quorum after %v: if the other members run, check that each has the same --initial-cluster; a data dir from an earlier start keeps the cluster it began with (a member started afresh, with %s moved aside, forgets its votes: remove it from the cluster with etcdctl member remove, then add it again)", slowStart, c.Dir))
 			}
 			srv, err := etcdserver.Start(cmd.Context(), c)
 			stopHint()
@@ -87,6 +87,14 @@ for as long as they take to start (it says so), as etcd does;
 			}
 			if errors.Is(err, etcdserver.ErrDirInUse) {
 				return fmt.Errorf("%w: another baton serve runs on it; stop it, or give this one its own --data-dir", err)
+			}
+			var damaged *etcdserver.DamagedError
+			if errors.As(err, &damaged) {
+				return fmt.Errorf("%w; restore it from a backup, or move it aside to start afresh (a member of a cluster then joins it again as a new member: etcdctl member remove, then member add)", err)
+			}
+			var member *etcdserver.MemberError
+			if errors.As(err, &member) {
+				return usageError("%v; start it with that member's --name, --peer-listen and --initial-cluster, or give this one its own --data-dir", err)
 			}
 			var alone *etcdserver.AloneError
 			if errors.As(err, &alone) {

@@ -24,8 +24,8 @@ func TestServe_Cluster(t *testing.T) {
 		t.Skip("short")
 	}
 	type member struct {
-		name, client, peer string
-		proc               *execResult
+		name, client, peer, dir string
+		proc                    *execResult
 	}
 	ms := make([]*member, 3)
 	var initial []string
@@ -39,7 +39,8 @@ func TestServe_Cluster(t *testing.T) {
 		initial = append(initial, ms[i].name+"="+ms[i].peer)
 	}
 	for _, m := range ms {
-		m.proc = startBaton(t, "serve", "--name", m.name, "--data-dir", t.TempDir(),
+		m.dir = t.TempDir()
+		m.proc = startBaton(t, "serve", "--name", m.name, "--data-dir", m.dir,
 			"--listen", m.client, "--peer-listen", m.peer, "--initial-cluster", strings.Join(initial, ","))
 	}
 	all := "etcd://" + ms[0].client + "," + ms[1].client + "," + ms[2].client
@@ -87,6 +88,17 @@ func TestServe_Cluster(t *testing.T) {
 	if after <= before {
 		t.Fatalf("token after the leader died %d <= %d before", after, before)
 	}
+
+	// The dead leader's data, started as a single node (no
+	// --initial-cluster), is refused at once: it would wait for its
+	// peers, under a single node's name, then time out.
+	m := ms[leader]
+	c2, _ := serveAddrs(t)
+	r := runBaton(t, "serve", "--name", m.name, "--data-dir", m.dir, "--listen", c2, "--peer-listen", strings.TrimPrefix(m.peer, "http://"))
+	if r.code != exitUsage || !strings.Contains(r.stderr, fmt.Sprintf("holds member %q of a 3-member cluster", m.name)) {
+		t.Fatalf("a member's data served alone: exit %d, stderr %q; want %d, whose data it is", r.code, r.stderr, exitUsage)
+	}
+	oneLine(t, r)
 }
 
 // TestServe_PortInUse: a port already taken gets one error that says
@@ -213,6 +225,37 @@ func TestServe_MemberOnSingleNodeData(t *testing.T) {
 	}
 	if strings.Contains(r.stdout, "serving clients") {
 		t.Fatalf("it served before it refused: %q", r.stdout)
+	}
+	oneLine(t, r)
+}
+
+// TestServe_DataDirNotThisMembers: a data directory of another member
+// (a name given that is not the one it holds) is refused, before etcd
+// renames that member; one whose write-ahead log is damaged is one line
+// saying so, where etcd panicked with a stack trace.
+func TestServe_DataDirNotThisMembers(t *testing.T) {
+	dir := t.TempDir()
+	c, p := serveAddrs(t)
+	stopServe(t, startServe(t, dir, "--data-dir", dir, "--listen", c, "--peer-listen", p))
+
+	r := runBaton(t, "serve", "--name", "other", "--data-dir", dir, "--listen", c, "--peer-listen", p)
+	if r.code != exitUsage || !strings.Contains(r.stderr, `holds member "default" of a 1-member cluster, not "other"`) {
+		t.Fatalf("another member's data: exit %d, stderr %q; want %d, whose data it is", r.code, r.stderr, exitUsage)
+	}
+	oneLine(t, r)
+
+	wals, err := filepath.Glob(filepath.Join(dir, "member", "wal", "*.wal"))
+	if err != nil || len(wals) == 0 {
+		t.Fatalf("no write-ahead log in %s: %v", dir, err)
+	}
+	for _, w := range wals {
+		if err := os.Truncate(w, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = runBaton(t, "serve", "--data-dir", dir, "--listen", c, "--peer-listen", p)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "is damaged") || strings.Contains(r.stderr, "goroutine") {
+		t.Fatalf("a damaged log: exit %d, stderr %q; want %d, one line saying so", r.code, r.stderr, exitFailure)
 	}
 	oneLine(t, r)
 }

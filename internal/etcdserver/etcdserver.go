@@ -68,6 +68,35 @@ func (e *AloneError) Error() string {
 	return fmt.Sprintf("data directory %s holds a one-member cluster (member %q), but the initial cluster names %d members: etcd would ignore them and this member would serve alone, beside its peers", e.Dir, e.Member, e.Named)
 }
 
+// DamagedError says that etcd could not read the data directory: it
+// panicked reading it (an empty or cut write-ahead log, a directory a
+// start killed at once left without a member).
+type DamagedError struct {
+	Dir   string
+	Cause any // what etcd panicked with
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("data directory %s is damaged: etcd failed reading it (%v)", e.Dir, e.Cause)
+}
+
+// MemberError says that the data directory holds another member's data
+// than Config names: started anyway, etcd would serve that member's
+// identity under the wrong name, or a member of a cluster alone.
+type MemberError struct {
+	Dir     string
+	Member  string // the member whose data the directory holds
+	Members int    // how many members its cluster has
+	Name    string // the name Config gives
+}
+
+func (e *MemberError) Error() string {
+	if e.Member != e.Name {
+		return fmt.Sprintf("data directory %s holds member %q of a %d-member cluster, not %q", e.Dir, e.Member, e.Members, e.Name)
+	}
+	return fmt.Sprintf("data directory %s holds member %q of a %d-member cluster, but no initial cluster was given: it would wait for its peers", e.Dir, e.Member, e.Members)
+}
+
 // Server is a running embedded etcd.
 type Server struct {
 	e         *embed.Etcd
@@ -124,7 +153,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	_, err = os.Stat(filepath.Join(c.Dir, "member", "wal"))
 	hadData := err == nil
-	e, err := embed.StartEtcd(cfg)
+	e, err := startEtcd(cfg)
 	if err != nil {
 		dir.Close()
 		return nil, fmt.Errorf("start etcd server: %w", err)
@@ -142,6 +171,13 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		if ms := e.Server.Cluster().Members(); len(ms) == 1 {
 			stop()
 			return nil, &AloneError{Dir: c.Dir, Member: ms[0].Name, Named: named}
+		}
+	}
+	if hadData {
+		ms := e.Server.Cluster().Members()
+		if m := e.Server.Cluster().Member(e.Server.MemberID()); m != nil && m.Name != "" && (m.Name != cfg.Name || (len(ms) > 1 && c.InitialCluster == "")) {
+			stop()
+			return nil, &MemberError{Dir: c.Dir, Member: m.Name, Members: len(ms), Name: cfg.Name}
 		}
 	}
 	timeout := c.StartTimeout
@@ -167,6 +203,18 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		stop()
 		return nil, fmt.Errorf("etcd server not ready after %v (a cluster member waits for a quorum of its peers)", timeout)
 	}
+}
+
+// startEtcd is embed.StartEtcd, with a panic of etcd's while it reads the
+// data directory (it dereferences what a damaged log left nil) turned into
+// a *DamagedError. What the failed start opened goes with the process.
+func startEtcd(cfg *embed.Config) (e *embed.Etcd, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, err = nil, &DamagedError{Dir: cfg.Dir, Cause: r}
+		}
+	}()
+	return embed.StartEtcd(cfg)
 }
 
 func parseURL(what, s string) (*url.URL, error) {
