@@ -2,13 +2,16 @@ package demo
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -135,6 +138,25 @@ func (r *runner) signal(sig syscall.Signal) error {
 	return syscall.Kill(-r.cmd.Process.Pid, sig) // the whole process group
 }
 
+// waitStopped waits until the runner's process is stopped (state T in
+// /proc), it exits, or ctx ends.
+func (r *runner) waitStopped(ctx context.Context) error {
+	stat := "/proc/" + strconv.Itoa(r.cmd.Process.Pid) + "/stat"
+	for {
+		b, err := os.ReadFile(stat)
+		if i := bytes.LastIndexByte(b, ')'); err == nil && i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return nil
+		}
+		select {
+		case <-r.exited:
+			return fmt.Errorf("it exited (%d) instead: %s", r.exit, strings.TrimSpace(r.stderr.String()))
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 func (r *runner) kill() {
 	r.once.Do(func() { close(r.stop) })
 	_ = r.signal(syscall.SIGCONT)
@@ -177,6 +199,11 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("runner 1 before the freeze: %w", err)
 	}
 	if err := r1.signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("freeze runner 1: %w", err)
+	}
+	// The kernel stops a process when it next comes to run, not at the
+	// kill: until it is seen stopped it may still read the go-ahead below.
+	if err := r1.waitStopped(ctx); err != nil {
 		return nil, fmt.Errorf("freeze runner 1: %w", err)
 	}
 	frozen := time.Now()

@@ -78,7 +78,7 @@ func nightLagging(t *testing.T, ledger string, fenced bool, lag time.Duration) *
 		Fenced:      fenced,
 		TTL:         2 * time.Second,
 		Clients:     10,
-		Interval:    100 * time.Millisecond,
+		Interval:    200 * time.Millisecond, // runner 1, woken, writes client 4 before runner 2 comes to it: a lead of one interval
 		FreezeAfter: frozenClient - 1,
 		Command:     runnerCommand,
 		Log: func(e warehouse.Event) {
