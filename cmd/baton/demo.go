@@ -80,11 +80,12 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 	defer srv.Close()
 
 	const ttl, interval, clients = 2 * time.Second, 300 * time.Millisecond, 10
+	const freezeAfter, wakeAfter = 3, 2 // clients runner 1 bills before its freeze; runner 2 handles before runner 1 wakes
 	fmt.Fprintf(out, "baton demo: the guide's month-end night, replayed with real processes\n\n")
 	fmt.Fprintf(out, "  lock service  embedded etcd at %s (data in %s)\n", strings.TrimPrefix(srv.Endpoint(), "http://"), dir)
 	fmt.Fprintf(out, "  the job       bill %d clients, %v each, under the lock %q with a %v lease\n", clients, interval, warehouse.Job, ttl)
-	fmt.Fprintf(out, "  the fault     runner 1 is frozen with SIGSTOP after 3 clients, before its next write\n")
-	fmt.Fprintf(out, "                (fenced, after its lease check), and woken with SIGCONT after runner 2 has handled 2 clients\n")
+	fmt.Fprintf(out, "  the fault     runner 1 is frozen with SIGSTOP after %d clients, before its next write\n", freezeAfter)
+	fmt.Fprintf(out, "                (fenced, after its lease check), and woken with SIGCONT after runner 2 has handled %d clients\n", wakeAfter)
 
 	var results []*demo.Result
 	for _, fenced := range []bool{false, true} {
@@ -95,12 +96,14 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 		fmt.Fprintf(out, "\n%s\n", title)
 		start := time.Now()
 		res, err := demo.Night(ctx, demo.Config{
-			Etcd:     strings.TrimPrefix(srv.Endpoint(), "http://"),
-			Ledger:   "sqlite:" + filepath.Join(dir, ledger),
-			Fenced:   fenced,
-			TTL:      ttl,
-			Clients:  clients,
-			Interval: interval,
+			Etcd:        strings.TrimPrefix(srv.Endpoint(), "http://"),
+			Ledger:      "sqlite:" + filepath.Join(dir, ledger),
+			Fenced:      fenced,
+			TTL:         ttl,
+			Clients:     clients,
+			Interval:    interval,
+			FreezeAfter: freezeAfter,
+			WakeAfter:   wakeAfter,
 			Command: func(args []string) *exec.Cmd {
 				return exec.CommandContext(ctx, self, append([]string{"demo", "runner"}, args...)...)
 			},
