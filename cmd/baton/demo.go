@@ -80,7 +80,7 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) error {
 	defer srv.Close()
 
 	const ttl, interval, clients = 2 * time.Second, 300 * time.Millisecond, 10
-	const freezeAfter, wakeAfter = 3, 2 // clients runner 1 bills before its freeze; runner 2 handles before runner 1 wakes
+	const freezeAfter, wakeAfter = 3, 2 // clients runner 1 bills before its freeze (the help says three); runner 2 handles before runner 1 wakes
 	fmt.Fprintf(out, "baton demo: the guide's month-end night, replayed with real processes\n\n")
 	fmt.Fprintf(out, "  lock service  embedded etcd at %s (data in %s)\n", strings.TrimPrefix(srv.Endpoint(), "http://"), dir)
 	fmt.Fprintf(out, "  the job       bill %d clients, %v each, under the lock %q with a %v lease\n", clients, interval, warehouse.Job, ttl)

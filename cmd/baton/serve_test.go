@@ -89,16 +89,17 @@ func TestServe_Cluster(t *testing.T) {
 		t.Fatalf("token after the leader died %d <= %d before", after, before)
 	}
 
-	// The dead leader's data, started as a single node (no
-	// --initial-cluster), is refused at once: it would wait for its
-	// peers, under a single node's name, then time out.
+	// The dead leader restarted on its own data rejoins from the members
+	// stored there, without --initial-cluster, as etcd's members do; under
+	// another name it is refused, before etcd renames it.
 	m := ms[leader]
-	c2, _ := serveAddrs(t)
-	r := runBaton(t, "serve", "--name", m.name, "--data-dir", m.dir, "--listen", c2, "--peer-listen", strings.TrimPrefix(m.peer, "http://"))
-	if r.code != exitUsage || !strings.Contains(r.stderr, fmt.Sprintf("holds member %q of a 3-member cluster", m.name)) {
-		t.Fatalf("a member's data served alone: exit %d, stderr %q; want %d, whose data it is", r.code, r.stderr, exitUsage)
+	peer := strings.TrimPrefix(m.peer, "http://")
+	r := runBaton(t, "serve", "--name", "other", "--data-dir", m.dir, "--listen", m.client, "--peer-listen", peer)
+	if r.code != exitUsage || !strings.Contains(r.stderr, fmt.Sprintf("holds member %q of a 3-member cluster, not \"other\"", m.name)) {
+		t.Fatalf("a member's data under another name: exit %d, stderr %q; want %d, whose data it is", r.code, r.stderr, exitUsage)
 	}
 	oneLine(t, r)
+	stopServe(t, startServe(t, m.dir, "--name", m.name, "--data-dir", m.dir, "--listen", m.client, "--peer-listen", peer))
 }
 
 // TestServe_PortInUse: a port already taken gets one error that says

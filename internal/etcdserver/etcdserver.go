@@ -81,8 +81,8 @@ func (e *DamagedError) Error() string {
 }
 
 // MemberError says that the data directory holds another member's data
-// than Config names: started anyway, etcd would serve that member's
-// identity under the wrong name, or a member of a cluster alone.
+// than Config names: started anyway, etcd would rename that member in its
+// cluster and serve its identity under the new name.
 type MemberError struct {
 	Dir     string
 	Member  string // the member whose data the directory holds
@@ -91,10 +91,7 @@ type MemberError struct {
 }
 
 func (e *MemberError) Error() string {
-	if e.Member != e.Name {
-		return fmt.Sprintf("data directory %s holds member %q of a %d-member cluster, not %q", e.Dir, e.Member, e.Members, e.Name)
-	}
-	return fmt.Sprintf("data directory %s holds member %q of a %d-member cluster, but no initial cluster was given: it would wait for its peers", e.Dir, e.Member, e.Members)
+	return fmt.Sprintf("data directory %s holds member %q of a %d-member cluster, not %q", e.Dir, e.Member, e.Members, e.Name)
 }
 
 // Server is a running embedded etcd.
@@ -153,9 +150,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	_, err = os.Stat(filepath.Join(c.Dir, "member", "wal"))
 	hadData := err == nil
-	e, err := startEtcd(cfg)
+	e, err := startEtcd(cfg, hadData)
 	if err != nil {
-		dir.Close()
+		var damaged *DamagedError
+		if !errors.As(err, &damaged) {
+			dir.Close()
+		} // else etcd's own database lock may still be held in this process: ours stays, so another Start says ErrDirInUse, not waits
 		return nil, fmt.Errorf("start etcd server: %w", err)
 	}
 	stop := func() {
@@ -173,11 +173,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 			return nil, &AloneError{Dir: c.Dir, Member: ms[0].Name, Named: named}
 		}
 	}
+	// (A member restarted on its own data rejoins from the members stored
+	// there, whatever InitialCluster says, as etcd does.)
 	if hadData {
-		ms := e.Server.Cluster().Members()
-		if m := e.Server.Cluster().Member(e.Server.MemberID()); m != nil && m.Name != "" && (m.Name != cfg.Name || (len(ms) > 1 && c.InitialCluster == "")) {
+		if m := e.Server.Cluster().Member(e.Server.MemberID()); m != nil && m.Name != "" && m.Name != cfg.Name {
 			stop()
-			return nil, &MemberError{Dir: c.Dir, Member: m.Name, Members: len(ms), Name: cfg.Name}
+			return nil, &MemberError{Dir: c.Dir, Member: m.Name, Members: len(e.Server.Cluster().Members()), Name: cfg.Name}
 		}
 	}
 	timeout := c.StartTimeout
@@ -205,13 +206,18 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 }
 
-// startEtcd is embed.StartEtcd, with a panic of etcd's while it reads the
-// data directory (it dereferences what a damaged log left nil) turned into
-// a *DamagedError. What the failed start opened goes with the process.
-func startEtcd(cfg *embed.Config) (e *embed.Etcd, err error) {
+// startEtcd is embed.StartEtcd, with a panic of etcd's turned into an
+// error: a *DamagedError when the data directory had data (etcd
+// dereferences what a damaged log left nil). What the failed start opened
+// goes with the process. (Some damage etcd reports with a fatal log,
+// which exits.)
+func startEtcd(cfg *embed.Config, hadData bool) (e *embed.Etcd, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			e, err = nil, &DamagedError{Dir: cfg.Dir, Cause: r}
+			e, err = nil, fmt.Errorf("etcd failed starting in %s: %v", cfg.Dir, r)
+			if hadData {
+				err = &DamagedError{Dir: cfg.Dir, Cause: r}
+			}
 		}
 	}()
 	return embed.StartEtcd(cfg)
