@@ -116,6 +116,13 @@ func TestServe_PortInUse(t *testing.T) {
 		t.Fatalf("serve on a port in use: exit %d, stderr %q; want 1 and what to do", r.code, r.stderr)
 	}
 	oneLine(t, r)
+	// The peer port: etcd logged its own ERROR line about it first.
+	cp, _ := testsvc.FreePort()
+	r = runInProcess("serve", "--data-dir", t.TempDir(), "--listen", fmt.Sprintf("127.0.0.1:%d", cp), "--peer-listen", ln.Addr().String())
+	if r.code != 1 || !strings.Contains(r.stderr, "address already in use") || !strings.Contains(r.stderr, "--peer-listen") {
+		t.Fatalf("serve on a peer port in use: exit %d, stderr %q; want 1 and what to do", r.code, r.stderr)
+	}
+	oneLine(t, r)
 }
 
 // TestServe_StopsWhileWaitingForPeers: a cluster member whose peers are

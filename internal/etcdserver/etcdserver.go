@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -138,7 +139,8 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		lg = zap.NewNop()
 	}
 	muted := &atomic.Bool{}
-	lg = lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return muteCore{c, muted} }))
+	hold := &held{holding: true}
+	lg = lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return muteCore{heldCore{c, hold}, muted} }))
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("etcd server config: %w", err)
@@ -151,6 +153,10 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	_, err = os.Stat(filepath.Join(c.Dir, "member", "wal"))
 	hadData := err == nil
 	e, err := startEtcd(cfg, hadData)
+	// A start that failed says why in its error, on one line: etcd's own
+	// lines about it (a port in use, ERROR) are dropped; after one that
+	// worked, they are written, and from then on every line as it comes.
+	hold.release(err == nil)
 	if err != nil {
 		var damaged *DamagedError
 		if !errors.As(err, &damaged) {
@@ -308,6 +314,65 @@ func (s *Server) Close() {
 	s.muted.Store(true)
 	s.e.Close()
 	s.dir.Close()
+}
+
+// heldCore holds the entries written to it while h holds them, to be
+// written or dropped together (see held.release); entries that end the
+// process (DPanic and up) it writes at once.
+type heldCore struct {
+	zapcore.Core
+	h *held
+}
+
+func (c heldCore) With(f []zapcore.Field) zapcore.Core { return heldCore{c.Core.With(f), c.h} }
+
+func (c heldCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c heldCore) Write(e zapcore.Entry, f []zapcore.Field) error {
+	if e.Level < zapcore.DPanicLevel && c.h.hold(c.Core, e, f) {
+		return nil
+	}
+	return c.Core.Write(e, f)
+}
+
+// held keeps log entries while holding is set.
+type held struct {
+	mu      sync.Mutex
+	holding bool
+	entries []heldEntry
+}
+
+type heldEntry struct {
+	core   zapcore.Core
+	entry  zapcore.Entry
+	fields []zapcore.Field
+}
+
+// hold keeps an entry for core, and reports whether it did.
+func (h *held) hold(core zapcore.Core, e zapcore.Entry, f []zapcore.Field) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.holding {
+		h.entries = append(h.entries, heldEntry{core, e, f})
+	}
+	return h.holding
+}
+
+// release writes the entries kept (write) or drops them, and keeps no more.
+func (h *held) release(write bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if write {
+		for _, x := range h.entries {
+			_ = x.core.Write(x.entry, x.fields)
+		}
+	}
+	h.entries, h.holding = nil, false
 }
 
 // muteCore drops every entry once muted is set.
