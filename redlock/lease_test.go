@@ -941,14 +941,27 @@ func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
 	if !errors.Is(la.Err(), baton.ErrLeaseLost) {
 		t.Errorf("A's Err = %v, want a refused renewal", la.Err())
 	}
+	held := 0
 	for i, c := range admin {
 		ctx := timeout(t, 5*time.Second)
-		if v, err := c.Get(ctx, lb.Key()).Result(); err != nil || !strings.HasSuffix(v, " new") {
-			t.Errorf("node %d: B's key = %q, %v; want B's value", i, v, err)
+		v, err := c.Get(ctx, lb.Key()).Result()
+		if errors.Is(err, goredis.Nil) {
+			// B's claim did not land here (A's key, set to run out in a
+			// millisecond, was still there): B holds a majority without
+			// this node, and A's renewal finds nothing of its own here.
+			continue
 		}
+		if err != nil || !strings.HasSuffix(v, " new") {
+			t.Errorf("node %d: B's key = %q, %v; want B's value", i, v, err)
+			continue
+		}
+		held++
 		if pttl := c.PTTL(ctx, lb.Key()).Val(); pttl <= ttlA {
 			t.Errorf("node %d: B's key PTTL %v, at most A's TTL %v: A's renewal reset it", i, pttl, ttlA)
 		}
+	}
+	if held < 2 {
+		t.Errorf("B's value on %d of 3 nodes, want a majority", held)
 	}
 	if lb.Err() != nil {
 		t.Errorf("B's lease ended: %v", lb.Err())
