@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -235,18 +236,7 @@ func TestWaiters_HeadLeaves_NextTold(t *testing.T) {
 	xdone := make(chan error, 1)
 	go func() { _, err := x.Acquire(xctx, "job"); xdone <- err }()
 	waitFor(t, 10*time.Second, "x queued", func() bool { return queued(t, admin, "job") == 1 })
-	type got struct {
-		at  time.Time
-		err error
-	}
-	ydone := make(chan got, 1)
-	go func() {
-		l, err := y.Acquire(ctx, "job")
-		ydone <- got{time.Now(), err}
-		if err == nil {
-			_ = l.Release(context.Background())
-		}
-	}()
+	ydone := batontest.AcquireLater(ctx, y.Acquire, "job")
 	waitFor(t, 10*time.Second, "y queued", func() bool { return queued(t, admin, "job") == 2 })
 	if err := h.freeze(); err != nil {
 		t.Fatal(err)
@@ -257,10 +247,10 @@ func TestWaiters_HeadLeaves_NextTold(t *testing.T) {
 		t.Fatalf("x: %v, want context.Canceled", err)
 	}
 	g := <-ydone
-	if g.err != nil {
-		t.Fatal(g.err)
+	if g.Err != nil {
+		t.Fatal(g.Err)
 	}
-	if late := g.at.Sub(frozen.Add(holderTTL)); late > ttl/3/2 {
+	if late := g.At.Sub(frozen.Add(holderTTL)); late > ttl/3/2 {
 		t.Fatalf("y took the lock %v after the frozen holder's lease ended; want it right after, not at its next timed look (RenewEvery %v)", late, ttl/3)
 	}
 }

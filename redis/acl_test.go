@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
@@ -58,20 +59,13 @@ func TestACL_Grants(t *testing.T) {
 	if term := <-terms; term.Leader != "a" {
 		t.Fatalf("observed %+v, want a leading", term)
 	}
-	got := make(chan error, 1)
-	go func() {
-		lb, err := b.Acquire(ctx, "job")
-		if err == nil {
-			err = lb.Release(ctx)
-		}
-		got <- err
-	}()
+	got := batontest.AcquireLater(ctx, b.Acquire, "job")
 	waitQueued(t, client(t, srv.Addr), redis.DefaultPrefix+"job", 1)
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
-		t.Fatalf("the waiter: %v", err)
+	if g := <-got; g.Err != nil || g.ReleaseErr != nil {
+		t.Fatalf("the waiter: %v, its release: %v", g.Err, g.ReleaseErr)
 	}
 	if _, err := b.Backend().(baton.Inspector).Inspect(ctx); err != nil {
 		t.Fatalf("Inspect: %v", err)
@@ -123,21 +117,14 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 			t.Fatal(err)
 		}
 		waiter := newLocker(t, srv.Addr)
-		got := make(chan error, 1)
-		go func() {
-			lw, err := waiter.Acquire(timeout(t, 10*time.Second), "acl-release")
-			if err == nil {
-				err = lw.Release(context.Background())
-			}
-			got <- err
-		}()
+		got := batontest.AcquireLater(timeout(t, 10*time.Second), waiter.Acquire, "acl-release")
 		waitQueued(t, client(t, srv.Addr), redis.DefaultPrefix+"acl-release", 1)
 		err = l.Release(ctx)
 		if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), rediskit.Grants(redis.DefaultPrefix)) {
 			t.Fatalf("Release as a user without channels, to a waiter: %v; want an invalid option naming what to grant", err)
 		}
-		if err := <-got; err != nil {
-			t.Fatalf("the waiter: %v", err)
+		if g := <-got; g.Err != nil || g.ReleaseErr != nil {
+			t.Fatalf("the waiter: %v, its release: %v", g.Err, g.ReleaseErr)
 		}
 	})
 }

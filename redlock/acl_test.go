@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redlock"
@@ -57,12 +58,7 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		type got struct {
-			l   *baton.Lease
-			err error
-		}
-		done := make(chan got, 1)
-		go func() { lb, err := l.Acquire(timeout(t, 10*time.Second), "acl"); done <- got{lb, err} }()
+		done := batontest.AcquireLater(timeout(t, 10*time.Second), l.Acquire, "acl")
 		if !tc.refused {
 			// Released once b waits in the queue of every node.
 			for _, c := range clients(t, nodes) {
@@ -75,15 +71,12 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 			}
 			_ = held.Release(ctx)
 		}
-		g := <-done
-		lb, err := g.l, g.err
+		err = (<-done).Err
 		switch {
 		case tc.refused && (!errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), rediskit.Grants(redlock.DefaultPrefix))):
 			t.Errorf("user %v: %v; want an invalid option naming what to grant", tc.rules, err)
 		case !tc.refused && err != nil:
 			t.Errorf("user %v: %v", tc.rules, err)
-		case err == nil:
-			_ = lb.Release(ctx)
 		}
 		_ = l.Close()
 		_ = held.Release(context.Background())

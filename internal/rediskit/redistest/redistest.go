@@ -22,6 +22,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 )
@@ -544,28 +545,17 @@ func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, 
 	xdone := make(chan error, 1)
 	go func() { _, err := x.Acquire(xctx, name); xdone <- err }()
 	queued(1)
-	type got struct {
-		at  time.Time
-		err error
-	}
-	ydone := make(chan got, 1)
-	go func() {
-		l, err := y.Acquire(ctx, name)
-		ydone <- got{time.Now(), err}
-		if err == nil {
-			_ = l.Release(context.Background())
-		}
-	}()
+	ydone := batontest.AcquireLater(ctx, y.Acquire, name)
 	queued(2)
 	xcancel()
 	if err := <-xdone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("x: %v, want context.Canceled", err)
 	}
 	g := <-ydone
-	if g.err != nil {
-		t.Fatal(g.err)
+	if g.Err != nil {
+		t.Fatal(g.Err)
 	}
-	if late := g.at.Sub(expiry); late > ttl/3/2 {
+	if late := g.At.Sub(expiry); late > ttl/3/2 {
 		t.Fatalf("y took the lock %v after the crashed holder's key expired; want it right after, not at its next timed attempt (RenewEvery %v)", late, ttl/3)
 	}
 }
