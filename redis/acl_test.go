@@ -1,6 +1,8 @@
 package redis_test
 
 import (
+	goredis "github.com/redis/go-redis/v9"
+
 	"context"
 	"errors"
 	"net/url"
@@ -11,6 +13,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
+	"github.com/baton-go/baton/internal/rediskit/redistest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
 )
@@ -20,13 +23,7 @@ import (
 func aclUser(t *testing.T, srv *testsvc.Redis, rules ...string) func(holder string) *baton.Locker {
 	t.Helper()
 	ctx := timeout(t, 10*time.Second)
-	args := []any{"ACL", "SETUSER", "app", "reset", "on", ">pw"}
-	for _, r := range rules {
-		args = append(args, r)
-	}
-	if err := client(t, srv.Addr).Do(ctx, args...).Err(); err != nil {
-		t.Fatal(err)
-	}
+	redistest.SetUser(t, []goredis.UniversalClient{client(t, srv.Addr)}, rules...)
 	u, err := url.Parse("redis://app:pw@" + srv.Addr)
 	if err != nil {
 		t.Fatal(err)

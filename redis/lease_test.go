@@ -161,13 +161,7 @@ func TestExpiredEarly_OldHolderStopsAndTouchesNothing(t *testing.T) {
 // waitQueued waits until at least n waiters are queued on the lock key.
 func waitQueued(t *testing.T, c *goredis.Client, key string, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.ZCard(timeout(t, time.Second), "{"+key+"}:q").Val() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d waiters queued on %s after 10s", n, key)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.WaitQueued(t, []goredis.UniversalClient{c}, key, n)
 }
 
 // TestRenewal_1sLeaseFor10s: renewal every TTL/3 keeps a 1s lease for 10s;

@@ -509,6 +509,39 @@ func ScriptSHA(cmd goredis.Cmder) string {
 	return ""
 }
 
+// WaitQueued waits, up to 10s, until at least n waiters are queued for
+// the lock key on every one of cs.
+func WaitQueued(tb testing.TB, cs []goredis.UniversalClient, key string, n int64) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range cs {
+		for c.ZCard(ctx, "{"+key+"}:q").Val() < n {
+			if ctx.Err() != nil {
+				tb.Fatalf("fewer than %d waiters queued on %s after 10s", n, key)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// SetUser makes (or makes again) the ACL user app, password pw, with
+// rules, on each of cs.
+func SetUser(tb testing.TB, cs []goredis.UniversalClient, rules ...string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	args := []any{"ACL", "SETUSER", "app", "reset", "on", ">pw"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	for _, c := range cs {
+		if err := c.Do(ctx, args...).Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // HeadLeaves is the case of a first waiter that gives up while a crashed
 // holder's key still runs. cs are the nodes' clients (one for the redis
 // backend); x and y Lockers on them with a TTL of ttl, whose RenewEvery
@@ -521,7 +554,7 @@ func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	key, q := prefix+name, "{"+prefix+name+"}:q"
+	key := prefix + name
 	const left = 3 * time.Second // for x and y to queue, and x to give up, before it runs out
 	for _, c := range cs {
 		if err := c.Set(ctx, key, "crashed-holder", left).Err(); err != nil {
@@ -529,17 +562,7 @@ func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, 
 		}
 	}
 	expiry := time.Now().Add(left)
-	queued := func(n int64) {
-		t.Helper()
-		for _, c := range cs {
-			for c.ZCard(ctx, q).Val() < n {
-				if ctx.Err() != nil {
-					t.Fatalf("fewer than %d waiters queued on a node", n)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-	}
+	queued := func(n int64) { t.Helper(); WaitQueued(t, cs, key, n) }
 	xctx, xcancel := context.WithCancel(ctx)
 	defer xcancel()
 	xdone := make(chan error, 1)
