@@ -145,10 +145,7 @@ func TestRun_LeaseLost(t *testing.T) {
 // command; --once skips a run already done and marks a successful one.
 func TestRun_Fence(t *testing.T) {
 	backend := etcdBackend(t)
-	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
-	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
-		t.Fatalf("fence init: %d %s", r.code, r.stderr)
-	}
+	store := initStore(t)
 	marker := filepath.Join(t.TempDir(), "ran")
 	touch := []string{"sh", "-c", "echo ran >> " + marker}
 
@@ -501,10 +498,7 @@ func TestRun_Postgres(t *testing.T) {
 // works with --fence, and baton status shows its holder and waiters.
 func TestRun_ZooKeeper(t *testing.T) {
 	backend := "zk://" + zkSrv.Addr(t) + "/baton-cli"
-	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
-	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
-		t.Fatal(r.stderr)
-	}
+	store := initStore(t)
 	started := filepath.Join(t.TempDir(), "started")
 	holder := startBaton(t, "run", "--backend", backend, "--fence", store, "--ttl", "4s", "--id", "zk-holder", "invoices", "--",
 		"sh", "-c", fmt.Sprintf(`echo "$BATON_TOKEN" > %s; trap 'exit 0' TERM; sleep 60 & wait`, started))
@@ -979,10 +973,7 @@ func raiseAhead(store, resource string) int {
 // ahead of it, not taken by a later holder.
 func TestRun_Once_FenceMovedWhileRunning(t *testing.T) {
 	backend := etcdBackend(t)
-	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
-	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
-		t.Fatal(r.stderr)
-	}
+	store := initStore(t)
 	b := batonCmd("run", "--backend", backend, "--fence", store, "--once", "night-1", "moved", "--", os.Args[0])
 	b.Env = append(b.Env, raiseAheadEnv+"="+store)
 	r := startCmd(t, b).wait(t)
@@ -1000,15 +991,23 @@ func TestRun_Once_FenceMovedWhileRunning(t *testing.T) {
 	}
 }
 
+// initStore returns the URL of a SQLite fence store made for t, its
+// tables created by baton fence init.
+func initStore(t *testing.T) string {
+	t.Helper()
+	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
+	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
+		t.Fatalf("fence init: %d %s", r.code, r.stderr)
+	}
+	return store
+}
+
 // storeAhead returns the URL of a SQLite fence store, made for t, whose
 // fence for resource is at 1<<40: ahead of any token a test's lock service
 // gives, as if raised with another service's tokens.
 func storeAhead(t *testing.T, resource string) string {
 	t.Helper()
-	store := "sqlite:" + filepath.Join(t.TempDir(), "fence.db")
-	if r := runInProcess("fence", "init", "--store", store); r.code != 0 {
-		t.Fatal(r.stderr)
-	}
+	store := initStore(t)
 	s, err := fence.Open(context.Background(), store)
 	if err != nil {
 		t.Fatal(err)
