@@ -154,7 +154,7 @@ if redis.call('exists', q) == 0 then
 end
 local first = false
 if ARGV[1] == '1' then
-  local h = redis.call('zrange', q, 0, 0)[1]
+  local h = not ours and redis.call('zrange', q, 0, 0)[1]
   for i = 3, #ARGV do
     if h == ARGV[i] then first = true end
     if redis.call('zrem', q, ARGV[i]) == 1 then redis.call('hdel', w, ARGV[i]) end

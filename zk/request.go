@@ -10,6 +10,7 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/failkit"
 )
 
 // result is the outcome of one request made in its own goroutine.
@@ -137,18 +138,14 @@ var errNoAnswer = errors.New("no answer within the request timeout")
 // fail classifies err from a request made under ctx: the caller's
 // cancellation, the session's end, or the lock service failing.
 func (b *backend) fail(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
 	switch {
-	case errors.Is(err, errNoAnswer):
-		err = fmt.Errorf("no answer within %v: %w", b.cfg.RequestTimeout, err)
+	case ctx.Err() != nil:
 	case errors.Is(err, zkgo.ErrSessionExpired):
 		return fmt.Errorf("%w: %s: %w", baton.ErrLeaseLost, what, ErrSessionExpired)
 	case errors.Is(err, zkgo.ErrNoAuth):
 		err = fmt.Errorf("%w (the nodes' ACL refuses this client: give the user:password that created them)", err)
 	}
-	return &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("%s: %w", what, err)}
+	return failkit.Unavailable(ctx, b.place(), what, err, errors.Is(err, errNoAnswer), b.cfg.RequestTimeout)
 }
 
 // isConnErr reports whether err says the request may not have reached the

@@ -317,6 +317,7 @@ func (j *jobControl) signal(sig syscall.Signal) error {
 	defer j.mu.Unlock()
 	if err := leaseErr(j.lease); j.paused && err != nil {
 		_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
+		j.paused = false // killed: reported once
 		return err
 	}
 	j.paused = false
@@ -336,10 +337,12 @@ func (j *jobControl) kill() {
 func (j *jobControl) killStopped() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.paused {
+	was := j.paused
+	if was {
 		_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
+		j.paused = false // killed: reported once
 	}
-	return j.paused
+	return was
 }
 
 // signalGrace is how long supervise waits, once its context was
