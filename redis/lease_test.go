@@ -875,7 +875,11 @@ func TestHandoff_SkipsDeadWaiter(t *testing.T) {
 	}()
 	waitQueued(t, cli, la.Key(), 1)
 
-	live := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("live"))
+	// The live waiter's TTL is long enough that it makes no attempt of its
+	// own while the test waits (it looks again every RenewEvery): such an
+	// attempt would drop the dead entry once it ran out, before the
+	// release this test is about.
+	live := newLocker(t, srv.Addr, baton.WithTTL(5*time.Minute), baton.WithHolder("live"))
 	type result struct {
 		l   *baton.Lease
 		err error

@@ -555,7 +555,11 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	}()
 	waitQueued(1)
 
-	live := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("live"))
+	// The live waiter's TTL is long enough that it makes no attempt of its
+	// own while the test waits (it looks again every RenewEvery): such an
+	// attempt would drop the dead entries once they ran out, before the
+	// release this test is about.
+	live := newLocker(t, nodes, baton.WithTTL(5*time.Minute), baton.WithHolder("live"))
 	got := make(chan error, 1)
 	go func() {
 		l, err := live.Acquire(timeout(t, 30*time.Second), "dead")
@@ -577,8 +581,11 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	if err := <-deadDone; err == nil {
 		t.Fatal("the partitioned waiter acquired")
 	}
-	for _, c := range cs {
+	for i, c := range cs {
 		redistest.WaitEntriesRunOut(t, c, "{"+la.Key()+"}:w", "dead", 10*time.Second)
+		if n := c.ZCard(timeout(t, time.Second), q).Val(); n != 2 {
+			t.Fatalf("node %d: %d entries queued before the release, want the dead and the live waiter's", i, n)
+		}
 	}
 
 	if err := la.Release(timeout(t, 5*time.Second)); err != nil {
