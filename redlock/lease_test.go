@@ -512,6 +512,12 @@ func TestRace_NoStallAtStart(t *testing.T) {
 // dead waiter taken for live, the free keys would stay reserved for it
 // and the live waiter would never get them (it refreshes the queues' TTL
 // itself).
+//
+// The dead waiter's entries are planted, as its last refresh left them (a
+// 1s TTL, written at each node's own time), not left by a real waiter cut
+// off by proxies: a real one with a 1s TTL has a node timeout of 100ms,
+// and one round slower than that on a loaded machine made it give up as
+// unavailable, taking its entries out before the test could cut it off.
 func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	t.Parallel()
 	nodes := testsvc.StartRedisNodes(t, 5)
@@ -521,39 +527,17 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := "{" + la.Key() + "}:q"
-	// waitQueued waits for n waiters in the queue of every node where a
-	// holds the key: a's Acquire returned once a majority answered, so a
-	// waiter's claim on a slower node may have come first, and it holds
-	// the key there.
-	waitQueued := func(n int64) {
-		t.Helper()
-		poll := timeout(t, 10*time.Second)
-		for _, c := range cs {
-			for rediskit.HolderOf(c.Get(poll, la.Key()).Val()) == "a" && c.ZCard(poll, q).Val() < n {
-				if poll.Err() != nil {
-					t.Fatalf("fewer than %d waiters queued on a node after 10s", n)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-	}
+	q, w := "{"+la.Key()+"}:q", "{"+la.Key()+"}:w"
 
+	// Score 1 puts the dead waiter before any live one (scores are start
+	// times in microseconds).
 	const deadTTL = time.Second
-	pxs := make([]*testsvc.Proxy, len(nodes))
-	via := make([]goredis.UniversalClient, len(nodes))
-	for i, n := range nodes {
-		pxs[i] = testsvc.NewProxy(t, n.Addr)
-		via[i] = client(t, pxs[i].Addr())
+	dead := rediskit.NewValue("dead")
+	ctx := timeout(t, 10*time.Second)
+	for _, c := range cs {
+		entry := fmt.Sprintf("0 %d %d %s", redistest.ServerMS(t, c), deadTTL.Milliseconds(), rediskit.NewWakeChannel())
+		redistest.Plant(t, ctx, c, q, w, dead, 1, entry)
 	}
-	dead := lockerOn(t, via, baton.WithTTL(deadTTL), baton.WithHolder("dead"), baton.WithReleaseTimeout(100*time.Millisecond))
-	deadCtx, cancelDead := context.WithCancel(context.Background())
-	deadDone := make(chan error, 1)
-	go func() {
-		_, err := dead.Acquire(deadCtx, "dead")
-		deadDone <- err
-	}()
-	waitQueued(1)
 
 	// The live waiter's TTL is long enough that it makes no attempt of its
 	// own while the test waits (it looks again every RenewEvery): such an
@@ -568,21 +552,22 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitQueued(2)
-
-	// Cut off, the dead waiter refreshes its entries no more: wait until
-	// they have run out on every node by that node's clock, as the scripts
-	// will judge them (a refresh a proxy let through just before Block
-	// moves that moment, and is read with the entry).
-	for _, px := range pxs {
-		px.Block()
-	}
-	cancelDead()
-	if err := <-deadDone; err == nil {
-		t.Fatal("the partitioned waiter acquired")
-	}
+	// The live waiter is queued where a holds the key: a's Acquire
+	// returned once a majority answered, and on a slower node the key may
+	// have been free when the live waiter came.
 	for i, c := range cs {
-		redistest.WaitEntriesRunOut(t, c, "{"+la.Key()+"}:w", "dead", 10*time.Second)
+		for rediskit.HolderOf(c.Get(ctx, la.Key()).Val()) == "a" && c.ZCard(ctx, q).Val() < 2 {
+			if ctx.Err() != nil {
+				t.Fatalf("node %d: the live waiter not queued after 10s", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// Wait until the dead entries have run out on every node by that
+	// node's clock, as the scripts will judge them.
+	for i, c := range cs {
+		redistest.WaitEntriesRunOut(t, c, w, "dead", 10*time.Second)
 		if n := c.ZCard(timeout(t, time.Second), q).Val(); n != 2 {
 			t.Fatalf("node %d: %d entries queued before the release, want the dead and the live waiter's", i, n)
 		}
