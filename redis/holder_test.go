@@ -105,7 +105,9 @@ func TestHolderProcess_SIGSTOP(t *testing.T) {
 	}
 
 	cli := client(t, srv.Addr)
-	waiter := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("waiter"))
+	// The waiter's own TTL is long: it looks again every 10s, so only its
+	// look at the key's expiry (as first waiter) can take over in time.
+	waiter := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("waiter"))
 	got := make(chan *baton.Lease, 1)
 	go func() {
 		lw, err := waiter.Acquire(timeout(t, 20*time.Second), "invoices")

@@ -83,7 +83,9 @@ func TestGuide_RedisCLICheck(t *testing.T) {
 // release leave the new holder's key alone.
 func TestExpiredEarly_OldHolderStopsAndTouchesNothing(t *testing.T) {
 	srv := testsvc.StartRedis(t)
-	const ttlA = time.Second
+	// 3s: a loss at A's next renewal (every 1s) and one at its local
+	// deadline are 2s apart, which a loaded machine cannot blur.
+	const ttlA = 3 * time.Second
 	a := newLocker(t, srv.Addr, baton.WithTTL(ttlA), baton.WithHolder("old"))
 	b := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("new"))
 	cli := client(t, srv.Addr)
@@ -106,9 +108,6 @@ func TestExpiredEarly_OldHolderStopsAndTouchesNothing(t *testing.T) {
 	}()
 	waitQueued(t, cli, la.Key(), 1)
 
-	cfg := a.Config()
-	lastRenewal := la.Deadline().Add(cfg.Drift - cfg.TTL)
-	nextRenewal := lastRenewal.Add(cfg.RenewEvery)
 	jump := time.Now()
 	if err := cli.PExpire(timeout(t, 5*time.Second), la.Key(), time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
@@ -129,11 +128,16 @@ func TestExpiredEarly_OldHolderStopsAndTouchesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("A's work context was not cancelled within 10s of its key's end")
 	}
+	// A's deadline now is that of its last confirmed renewal, which may
+	// have come after the PEXPIRE was sent; the renewal refused was due
+	// RenewEvery after it.
+	cfg := a.Config()
+	nextRenewal := la.Deadline().Add(cfg.Drift - cfg.TTL + cfg.RenewEvery)
 	t.Logf("key ended at 0; B acquired at +%v; A's work ctx cancelled at +%v; A's next renewal was due at +%v",
 		tookOver.Sub(jump).Round(time.Millisecond), lostAt.Sub(jump).Round(time.Millisecond), nextRenewal.Sub(jump).Round(time.Millisecond))
 	// A learns at its next renewal: allow that renewal's round trip on a
-	// loaded machine.
-	if late := lostAt.Sub(nextRenewal); late > 150*time.Millisecond {
+	// loaded machine, well short of the local deadline (2s later).
+	if late := lostAt.Sub(nextRenewal); late > cfg.RenewEvery/2 {
 		t.Errorf("A's work ctx was cancelled %v after its next renewal was due", late)
 	}
 	if !errors.Is(la.Err(), baton.ErrLeaseLost) || !strings.Contains(la.Err().Error(), "no longer holds") {
@@ -1348,10 +1352,13 @@ func TestUnansweredClaim_Undone(t *testing.T) {
 // is refused by any script, with or without the value's compare).
 func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
 	srv := testsvc.StartRedis(t)
-	const ttlA = time.Second
+	// A's TTL is long and its first renewal early: that renewal is held
+	// while B takes the lock, and with a 1s TTL A's local deadline came
+	// 650ms later, which a loaded machine could pass before B held.
+	const ttlA = 10 * time.Second
 	hold := redistest.NewHoldScript(redis.RenewScriptHash)
 	defer hold.Let()
-	a := hookedLocker(t, srv.Addr, hold, baton.WithTTL(ttlA), baton.WithHolder("old"))
+	a := hookedLocker(t, srv.Addr, hold, baton.WithTTL(ttlA), baton.WithRenewEvery(200*time.Millisecond), baton.WithHolder("old"))
 	b := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("new"))
 	cli := client(t, srv.Addr)
 

@@ -286,8 +286,12 @@ func TestRelease_RenewedDuringSlowRelease_KeyGoneIsALoss(t *testing.T) {
 	cli := client(t, srv.Addr)
 	ctx := timeout(t, 30*time.Second)
 	hook := &holdRelease{held: make(chan struct{}, 1), goOn: newGate(), renewed: make(chan struct{}, 1)}
+	// 3s: a renewal (every 1s) must be confirmed before the first
+	// deadline; at 1s a stall of 650ms let that deadline come first.
+	l := hookedLocker(t, srv.Addr, hook, baton.WithTTL(3*time.Second))
+	// Registered after the Locker's Close, so run before it: a test that
+	// fails with the release held lets it go, and Close does not wait on it.
 	t.Cleanup(hook.goOn.open)
-	l := hookedLocker(t, srv.Addr, hook, baton.WithTTL(time.Second))
 	lease, err := l.Acquire(ctx, "renewed")
 	if err != nil {
 		t.Fatal(err)
@@ -296,12 +300,23 @@ func TestRelease_RenewedDuringSlowRelease_KeyGoneIsALoss(t *testing.T) {
 	first := lease.Deadline()
 	released := make(chan error, 1)
 	go func() { released <- lease.Release(ctx) }()
-	<-hook.held
+	select {
+	case <-hook.held:
+	case <-ctx.Done():
+		t.Fatal("the release never reached the server's hook")
+	}
 	select { // a renewal confirmed after the release began
 	case <-hook.renewed:
 	default:
 	}
-	<-hook.renewed
+	select {
+	case <-hook.renewed:
+	case <-ctx.Done():
+		t.Fatal("no renewal confirmed during the release")
+	}
+	if time.Now().After(first) {
+		t.Fatal("the renewal came after the first deadline: the machine was too slow for this case to be tested")
+	}
 	if err := cli.Del(ctx, lease.Key()).Err(); err != nil {
 		t.Fatal(err)
 	}

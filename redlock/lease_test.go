@@ -31,6 +31,11 @@ func TestKilledNodes(t *testing.T) {
 	t.Parallel()
 	nodes := testsvc.StartRedisNodes(t, 5)
 	l := newLocker(t, nodes, baton.WithTTL(2*time.Second))
+	// With 2 nodes dead, every answer of the 3 alive counts: at the
+	// default node timeout for this TTL (200ms), a stall of the machine
+	// made one look gone too. The reports with 3 dead, below, are about
+	// that default, and use it.
+	redlock.SetNodeTimeout(l, time.Second)
 	nodes[0].Kill()
 	nodes[3].Kill()
 
@@ -49,6 +54,7 @@ func TestKilledNodes(t *testing.T) {
 	}
 
 	nodes[4].Kill()
+	l = newLocker(t, nodes, baton.WithTTL(2*time.Second))
 	for _, wait := range []bool{false, true} {
 		start := time.Now()
 		var err error
@@ -84,6 +90,10 @@ func TestNodeKilledMidHold(t *testing.T) {
 	// Its renewals' warnings show in the test's output.
 	l := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("mid"), baton.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 	other := newLocker(t, nodes, baton.WithTTL(ttl))
+	// other's TryAcquires below must each hear from the three nodes
+	// alive, as ErrNotAcquired; at the default node timeout (300ms) a
+	// stall of the machine made one of them ErrUnavailable.
+	redlock.SetNodeTimeout(other, time.Second)
 	lease, err := l.Acquire(timeout(t, 5*time.Second), "mid-hold")
 	if err != nil {
 		t.Fatal(err)
@@ -118,15 +128,16 @@ func TestNodeKilledMidHold(t *testing.T) {
 		}
 		time.Sleep(ttl / 5)
 	}
-	deadline := lease.Deadline()
 	victims[2].Kill() // 2 of 5 hold our key: no majority can renew
 	select {
 	case <-lease.Done():
 	case <-time.After(3 * ttl):
 		t.Fatal("lease not lost 3 TTLs after the majority was gone")
 	}
-	lostAfter := time.Since(deadline)
-	t.Logf("lost %v after the local deadline that stood when the majority went: %v", lostAfter.Round(time.Millisecond), lease.Err())
+	// The deadline read now is the last confirmed renewal's, which may
+	// have come while Kill waited for the node to exit.
+	lostAfter := time.Since(lease.Deadline())
+	t.Logf("lost %v after the local deadline of the last renewal confirmed: %v", lostAfter.Round(time.Millisecond), lease.Err())
 	// The frozen node's answer could still make a majority, so the
 	// renewal waits for it until the node timeout or the local deadline,
 	// whichever is first; the deadline ends the lease.
@@ -151,7 +162,6 @@ func TestRefusedByMajority(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := l.Config()
-	next := lease.Deadline().Add(cfg.Drift - cfg.TTL + cfg.RenewEvery)
 	// Acquire returned once a majority answered: wait for the third
 	// node's claim, which would otherwise set the key after the PEXPIRE
 	// below and keep a majority.
@@ -174,8 +184,14 @@ func TestRefusedByMajority(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("lease not lost after its key ended on 2 of 3 nodes")
 	}
+	// The renewal refused was due RenewEvery after the last one
+	// confirmed, whose deadline the lease keeps (one may have been
+	// confirmed while the test waited for the keys and sent the
+	// PEXPIREs). A loss at the local deadline would come TTL - RenewEvery
+	// - drift (1.3s) after that: half of RenewEvery tells them apart.
+	next := lease.Deadline().Add(cfg.Drift - cfg.TTL + cfg.RenewEvery)
 	t.Logf("lost %v after the next renewal was due: %v", time.Since(next).Round(time.Millisecond), lease.Err())
-	if late := time.Since(next); late > 150*time.Millisecond {
+	if late := time.Since(next); late > cfg.RenewEvery/2 {
 		t.Errorf("lost %v after the next renewal was due", late)
 	}
 	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !strings.Contains(lease.Err().Error(), "refused") {
@@ -883,7 +899,10 @@ func TestFailedFirstRound_Undone(t *testing.T) {
 // refused by any script, with or without the value's compare).
 func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
 	nodes := testsvc.StartRedisNodes(t, 3)
-	const ttlA = time.Second
+	// A's TTL is long and its first renewal early: that renewal is held
+	// while B takes the lock, and with a 1s TTL A's local deadline came
+	// 650ms later, which a loaded machine could pass before B held.
+	const ttlA = 10 * time.Second
 	cs := clients(t, nodes)
 	holds := make([]*redistest.HoldScript, len(cs))
 	for i, c := range cs {
@@ -891,7 +910,7 @@ func TestRenewal_RefusedOnAnothersKey(t *testing.T) {
 		defer holds[i].Let()
 		c.AddHook(holds[i])
 	}
-	a := lockerOn(t, cs, baton.WithTTL(ttlA), baton.WithHolder("old"))
+	a := lockerOn(t, cs, baton.WithTTL(ttlA), baton.WithRenewEvery(200*time.Millisecond), baton.WithHolder("old"))
 	b := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("new"))
 	admin := clients(t, nodes)
 
@@ -1034,7 +1053,10 @@ func TestForceRelease_LateClaimOnAMinority(t *testing.T) {
 	cs := clients(t, nodes)
 	hold := redistest.NewHoldClaims()
 	cs[2].AddHook(hold)
-	l := lockerOn(t, cs, baton.WithHolder("cron-1"), baton.WithTTL(2*time.Second))
+	// A long TTL, so that the stray key outlives the checks below on a
+	// slow machine (and the node timeout, TTL/10, is 1s), with renewals
+	// often enough that the holder hears of the forced release quickly.
+	l := lockerOn(t, cs, baton.WithHolder("cron-1"), baton.WithTTL(10*time.Second), baton.WithRenewEvery(500*time.Millisecond))
 	lease, err := l.Acquire(timeout(t, 5*time.Second), "nightly")
 	if err != nil {
 		t.Fatal(err)
