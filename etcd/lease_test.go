@@ -496,10 +496,12 @@ func TestRelease_StaleUnnoticed_ComparesCreateRevision(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	ctx := timeout(t, 60*time.Second)
 	// A round counts only when A's release went out before A heard of
-	// its loss some other way (its session's keepalive, every TTL/3).
+	// its loss some other way (its session's keepalive, every TTL/3): A's
+	// TTL is a minute, so that keepalive does not come within the round,
+	// however slow the machine.
 	for round := range 5 {
 		name := fmt.Sprintf("stale-release-%d", round)
-		a := newLocker(t, srv.Endpoint)
+		a := newLocker(t, srv.Endpoint, baton.WithTTL(time.Minute))
 		b := newLocker(t, srv.Endpoint)
 		etcd.OnWatchEvent(a.Locker(), func(ctx context.Context) { <-ctx.Done() }) // A hears of nothing until it releases
 		la, err := a.Acquire(ctx, name)

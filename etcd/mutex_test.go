@@ -22,7 +22,10 @@ import (
 func TestWait_PredecessorMadeAgain(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
-	w := newLocker(t, "http://"+proxy.Addr(), baton.WithHolder("w"))
+	// W's TTL is a minute: the held watch stalls W's one connection, its
+	// session's keepalives too, and at 2s the session could end before
+	// the test lets the watch go.
+	w := newLocker(t, "http://"+proxy.Addr(), baton.WithHolder("w"), baton.WithTTL(time.Minute))
 	ctx := timeout(t, 60*time.Second)
 	cli := testsvc.Client(t, srv.Endpoint)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
