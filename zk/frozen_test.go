@@ -261,10 +261,13 @@ func TestElection_FrozenLeader(t *testing.T) {
 		t.Errorf("new leader's token %d <= frozen leader's %d", first.lease.Token(), held.Token)
 	}
 	// The server cannot expire the session before one session timeout after
-	// the leader's last ping, which was at most a third of it before the
-	// freeze; it does so within a tick or so after.
+	// the leader's last ping or renewal, which go out every third of it,
+	// so it cannot before two thirds of it after the freeze; it does so
+	// within a tick or so after one session timeout. The lower bound
+	// allows half of it: on a loaded machine a ping due before the freeze
+	// may not have gone out, leaving the last one sent further back.
 	t.Logf("froze the leader at 0; the next in line took over at +%v (session timeout %v)", takeover.Round(time.Millisecond), sessionTimeout)
-	if takeover < sessionTimeout*2/3 || takeover > sessionTimeout+4*time.Second {
+	if takeover < sessionTimeout/2 || takeover > sessionTimeout+4*time.Second {
 		t.Errorf("takeover %v after the freeze, want about one session timeout (%v)", takeover, sessionTimeout)
 	}
 	// The new leader raises the fence first, then writes.

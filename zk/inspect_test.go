@@ -20,7 +20,9 @@ func TestInspect_HoldersAndWaiters(t *testing.T) {
 	addr := zkServer.Addr(t)
 	root := "/" + uniqueName(t)
 	ctx := timeout(t, 30*time.Second)
-	holder := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root), baton.WithHolder("web-1:42"))
+	// The holder learns of the forced release at its next renewal, every
+	// TTL/3: the suite's short TTL keeps that within the 5s below.
+	holder := dial(t, []string{addr}, zk.Settings{}, baton.WithTTL(suiteTTL), baton.WithPrefix(root), baton.WithHolder("web-1:42"))
 	lease, err := holder.Acquire(ctx, "invoices")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +124,7 @@ func TestForceRelease_LostAnswer(t *testing.T) {
 
 	d := &cutDialer{onDelete: true}
 	conn := d.connect(t, addr)
-	fl, err := zk.New(conn, baton.WithTTL(suiteTTL), baton.WithPrefix(root))
+	fl, err := zk.New(conn, baton.WithTTL(longTTL), baton.WithPrefix(root))
 	if err != nil {
 		t.Fatal(err)
 	}

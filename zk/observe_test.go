@@ -111,7 +111,8 @@ func TestObserve_SlowReader_EndsWithQueue(t *testing.T) {
 	proxy := testsvc.NewProxy(t, addr)
 	defer proxy.Unblock()
 	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
-	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithRequestTimeout(time.Second))
+	// The observation ends with its session: a short one.
+	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(suiteTTL), baton.WithRequestTimeout(time.Second))
 	// Closed while still cut off: go-zookeeper v1.0.4 races with itself
 	// (lastZxid, go-zookeeper/zk#35) when it reconnects with watches set.
 	defer obs.Close()

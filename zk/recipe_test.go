@@ -132,7 +132,9 @@ func TestRecipe_NoHerd(t *testing.T) {
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait) // after the Lockers close (cleanups run last-in first-out), ending waits
 	for i := range waiters {
-		fl := lockerOn(t, connect(t, addr, suiteTTL, sent[i].dial), suiteTTL)
+		// Eleven sessions wait in line for the whole test: long ones, so
+		// that a stalled JVM ends none of them (the holder's is dial's).
+		fl := lockerOn(t, connect(t, addr, longTTL, sent[i].dial), longTTL)
 		zk.OnPredecessorEvent(fl.Locker(), func(string, string) { events[i].Add(1) })
 		got[i] = make(chan *baton.FencedLease, 1)
 		wg.Add(1)
@@ -285,10 +287,11 @@ func (d *cutDialer) written() []int32 {
 }
 
 // connect makes a go-zookeeper connection to addr through d, closed when
-// t ends.
+// t ends. Its session is longTTL: the tests want it to outlive the cut,
+// and go-zookeeper dials again only a second after it.
 func (d *cutDialer) connect(t *testing.T, addr string) *zkgo.Conn {
 	t.Helper()
-	return connect(t, addr, suiteTTL, d.dial)
+	return connect(t, addr, longTTL, d.dial)
 }
 
 // connect makes a go-zookeeper connection to addr with session timeout
@@ -384,7 +387,7 @@ func TestRecipe_LostCreateReply(t *testing.T) {
 	admin := adminConn(t, addr)
 	d := &cutDialer{}
 	conn := d.connect(t, addr)
-	fl, err := zk.Settings{ContinueWhileSuspended: true}.New(conn, baton.WithTTL(suiteTTL))
+	fl, err := zk.Settings{ContinueWhileSuspended: true}.New(conn, baton.WithTTL(longTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,11 +425,14 @@ func TestRecipe_LostCreateReply(t *testing.T) {
 }
 
 // borrowed makes a go-zookeeper connection to addr, closed when t ends,
-// and a Locker on it (zk.New): a connection the caller keeps.
+// and a Locker on it (zk.New): a connection the caller keeps. Its session
+// is longTTL: the tests want the connection, and with it the session, to
+// last until Close, also through a proxy that holds requests back (and
+// with them the pings go-zookeeper's read deadline counts on).
 func borrowed(t *testing.T, addr string) (*zkgo.Conn, *baton.FencedLocker) {
 	t.Helper()
-	conn := connect(t, addr, suiteTTL, nil)
-	return conn, lockerOn(t, conn, suiteTTL)
+	conn := connect(t, addr, longTTL, nil)
+	return conn, lockerOn(t, conn, longTTL)
 }
 
 // lockerOn makes a Locker with the TTL ttl and opts on conn (zk.New),
@@ -776,15 +782,24 @@ wait:
 }
 
 // TestClose_Borrowed_DuringOutage: Close of a Locker on a caller's
-// connection while the server is down (the hold was lost to the
-// disconnection) cannot delete the node then. The session survives an
-// outage shorter than its timeout, and with it the node, which would hold
-// the lock for as long as the caller keeps the connection: Close waits for
-// the connection to come back and deletes it.
+// connection while the connection is down (a partition; the hold was lost
+// to the disconnection) cannot delete the node then. The session survives
+// an outage shorter than its timeout, and with it the node, which would
+// hold the lock for as long as the caller keeps the connection: Close
+// waits for the connection to come back and deletes it.
 func TestClose_Borrowed_DuringOutage(t *testing.T) {
-	srv := testsvc.StartZooKeeper(t)
-	const session = 8 * time.Second
-	conn := connect(t, srv.Addr, session, nil)
+	addr := zkServer.Addr(t)
+	// The outage is a partition, not a server restart: Close waits for the
+	// connection for one TTL, and a JVM's restart on a loaded machine, with
+	// go-zookeeper's redial after it, could take longer than what is left
+	// of it. Once unblocked, the proxy delivers the redial that waited, and
+	// the connection is back at once.
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock() // before the connection closes (cleanups run after)
+	// The longest session the server grants: it must outlive the outage,
+	// counted from the client's last ping before it.
+	const session = longTTL
+	conn := connect(t, proxy.Addr(), session, nil)
 	fl, err := zk.New(conn, baton.WithTTL(session))
 	if err != nil {
 		t.Fatal(err)
@@ -795,25 +810,25 @@ func TestClose_Borrowed_DuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	sid := conn.SessionID()
-	srv.Stop()
+	proxy.Block()
+	proxy.Cut() // seen at once; the redials hang until Unblock
 	select {
 	case <-lease.Done(): // SUSPENDED
 	case <-time.After(10 * time.Second):
-		t.Fatal("the lease outlived the server")
+		t.Fatal("the lease outlived the connection")
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- fl.Close() }()
-	// An outage of 3s: long enough for Close's delete to fail (go-zookeeper
-	// drops the requests it has not sent each time it tries the server).
+	// An outage of 3s. Close has nothing else to wait for (the lost hold
+	// left its node to the reaper, which deletes only on a connection that
+	// has its session), so it is by then waiting for the connection.
 	select {
 	case cerr := <-closed:
 		t.Logf("Close returned during the outage: %v", cerr)
 		closed <- cerr
 	case <-time.After(3 * time.Second):
 	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
+	proxy.Unblock()
 	var cerr error
 	select {
 	case cerr = <-closed:
@@ -829,10 +844,10 @@ func TestClose_Borrowed_DuringOutage(t *testing.T) {
 	if cerr != nil {
 		t.Errorf("Close: %v", cerr)
 	}
-	if ok, _, err := adminConn(t, srv.Addr).Exists(lease.Key()); err != nil || ok {
+	if ok, _, err := adminConn(t, addr).Exists(lease.Key()); err != nil || ok {
 		t.Fatalf("after Close the node %s exists (%v, %v) on the caller's live session", lease.Key(), ok, err)
 	}
-	other := dial(t, []string{srv.Addr}, zk.Settings{})
+	other := dial(t, []string{addr}, zk.Settings{})
 	l, err := other.TryAcquire(timeout(t, 10*time.Second), name)
 	if err != nil {
 		t.Fatalf("the lock is not free after Close: %v", err)

@@ -51,7 +51,9 @@ func (h *hookedHold) Release(ctx context.Context) error {
 func TestRelease_LostJustBefore(t *testing.T) {
 	addr := zkServer.Addr(t)
 	admin := adminConn(t, addr)
-	fl := dial(t, []string{addr}, zk.Settings{})
+	// A renewal, every TTL/3, finds the node gone: the suite's short TTL
+	// keeps the wait below short.
+	fl := dial(t, []string{addr}, zk.Settings{}, baton.WithTTL(suiteTTL))
 	ctx := timeout(t, 20*time.Second)
 	name := uniqueName(t)
 

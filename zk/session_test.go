@@ -139,8 +139,11 @@ func TestLease_ContinueWhileSuspended_StopsAtDeadline(t *testing.T) {
 	name := uniqueName(t)
 	proxy := testsvc.NewProxy(t, addr)
 	// The margin here is the drift: the local deadline is the drift ahead
-	// of the earliest moment the server may expire the session.
-	a := dial(t, []string{proxy.Addr()}, zk.Settings{ContinueWhileSuspended: true}, baton.WithTTL(disconnectTTL), baton.WithDrift(300*time.Millisecond))
+	// of the earliest moment the server may expire the session. A second
+	// leaves room for A's deadline timer to fire late on a loaded machine,
+	// and still puts the deadline well after the cut (TTL - drift - renew
+	// interval, 1.7s, after it at the least, renewals being on time).
+	a := dial(t, []string{proxy.Addr()}, zk.Settings{ContinueWhileSuspended: true}, baton.WithTTL(disconnectTTL), baton.WithDrift(time.Second))
 	b := dial(t, []string{addr}, zk.Settings{}, baton.WithTTL(disconnectTTL))
 	ctx := timeout(t, 30*time.Second)
 
@@ -150,7 +153,13 @@ func TestLease_ContinueWhileSuspended_StopsAtDeadline(t *testing.T) {
 	}
 	stop := watchStop(la)
 	drops := zk.StatusOf(a.Locker()).Drops
+	// Cut as well as blocked, so that go-zookeeper sees the drop at once
+	// (and its redials hang): cut off silently, it would see it only two
+	// thirds of the session timeout after its last answer, which, pings
+	// and renewals going in phases of their own, may come after the local
+	// deadline.
 	proxy.Block()
+	proxy.Cut()
 	cut := time.Now()
 	defer proxy.Unblock()
 
@@ -187,6 +196,9 @@ func TestLease_ContinueWhileSuspended_StopsAtDeadline(t *testing.T) {
 // is deleted at once (not at the session's end, which would never come),
 // so another client gets the lock, and the old holder must acquire again,
 // for a new token. With ContinueWhileSuspended the lease survives.
+//
+// Every session here is dial's longTTL: the session must outlive the
+// reconnection, which go-zookeeper makes only a second after the drop.
 func TestLease_Suspended_Reconnected(t *testing.T) {
 	addr := zkServer.Addr(t)
 	ctx := timeout(t, time.Minute)
@@ -204,7 +216,7 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 		drops := zk.StatusOf(a.Locker()).Drops
 		proxy.Cut()
 		cut := time.Now()
-		waitDrop(t, a.Locker(), drops, true, 2*suiteTTL)
+		waitDrop(t, a.Locker(), drops, true, longTTL)
 		<-la.Done()
 		if !errors.Is(la.Err(), zk.ErrSuspended) {
 			t.Fatalf("A's Err = %v, want zk.ErrSuspended", la.Err())
@@ -221,7 +233,7 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 		if got := zk.ConnOf(a.Locker()).SessionID(); got != sid || !zk.StatusOf(a.Locker()).Connected {
 			t.Fatalf("A's session 0x%x (was 0x%x), connected %v: B's acquisition proves nothing", got, sid, zk.StatusOf(a.Locker()).Connected)
 		}
-		t.Logf("B acquired %v after the cut, A's session (timeout %v) still alive", time.Since(cut).Round(time.Millisecond), suiteTTL)
+		t.Logf("B acquired %v after the cut, A's session (timeout %v) still alive", time.Since(cut).Round(time.Millisecond), longTTL)
 		if la.Err() == nil {
 			t.Fatal("A's lease resumed")
 		}
@@ -258,7 +270,7 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 		}
 		drops := zk.StatusOf(a.Locker()).Drops
 		proxy.Cut()
-		waitDrop(t, a.Locker(), drops, true, 2*suiteTTL)
+		waitDrop(t, a.Locker(), drops, true, longTTL)
 		if err := la.Err(); err != nil {
 			t.Fatalf("A's lease ended across a reconnection within the session timeout: %v", err)
 		}
@@ -290,7 +302,7 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 		waitChildren(t, adminConn(t, addr), lockDir(name), 2)
 		drops := zk.StatusOf(w.Locker()).Drops
 		proxy.Cut()
-		waitDrop(t, w.Locker(), drops, true, 2*suiteTTL)
+		waitDrop(t, w.Locker(), drops, true, longTTL)
 		select {
 		case err := <-got:
 			t.Fatalf("the waiter stopped waiting across a reconnection: %v", err)
@@ -316,7 +328,12 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 // monotonic through the failover and the next holders.
 func TestEnsemble_Failover(t *testing.T) {
 	t.Parallel()
-	const sessionTimeout = 6 * time.Second
+	oneEnsemble(t)
+	// The longest session the ensemble grants: the killed server may be
+	// the leader, and the session must outlive a new election, the
+	// client's cycling through the servers and its sync with the new
+	// leader, on a loaded machine.
+	const sessionTimeout = longTTL
 	ens := testsvc.StartZKEnsemble(t, 3)
 	servers := ens.Addrs()
 	name := uniqueName(t)
@@ -409,6 +426,7 @@ func TestEnsemble_Failover(t *testing.T) {
 // its last answered renewal would have kept it a TTL longer).
 func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 	t.Parallel()
+	oneEnsemble(t)
 	const ttl = 2 * time.Second
 	ens := testsvc.StartZKEnsemble(t, 3)
 	leader, err := ens.Leader()
@@ -447,6 +465,18 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 	if took >= 4*time.Second {
 		t.Fatalf("lease lost %v after the leader froze; want within one TTL (%v) and a renewal, before the follower gives up on the leader (5s)", took, ttl)
 	}
+}
+
+// ensembles lets one ensemble test run at a time.
+var ensembles sync.Mutex
+
+// oneEnsemble waits until no other ensemble test runs, and keeps the others
+// waiting until t's cleanups, the ensemble's stop among them, are done:
+// three JVMs are heavy on a small machine, and two ensembles at once on a
+// loaded one stall them past the timings the tests count on.
+func oneEnsemble(t *testing.T) {
+	ensembles.Lock()
+	t.Cleanup(ensembles.Unlock) // registered first, so it runs last
 }
 
 // TestAcquire_CancelledWhileAwaitingConnection: a waiter whose node comes

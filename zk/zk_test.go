@@ -42,9 +42,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// suiteTTL is the session timeout of most tests: 2 x the minimum the test
-// server grants (tickTime 500ms x 2).
+// suiteTTL is the session timeout of the conformance suite and of the
+// tests that wait for a session to end or be renewed: 2 x the minimum the
+// test server grants (tickTime 500ms x 2).
 const suiteTTL = 2 * time.Second
+
+// longTTL is the session timeout of the tests that want no session to end:
+// the most the test server grants (tickTime 500ms x 20). At suiteTTL a
+// connection drops 1.3s after its last answer, which a stalled JVM on a
+// loaded machine can cost, and a reconnection to a single server, which
+// go-zookeeper makes only after waiting 1s, can outlast the session.
+const longTTL = 10 * time.Second
 
 func timeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -52,10 +60,12 @@ func timeout(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// dial makes a FencedLocker on servers, closed when t ends.
+// dial makes a FencedLocker on servers, closed when t ends. Its TTL is
+// longTTL unless opts say otherwise: a test that waits for a session to end,
+// or for a renewal, gives its own.
 func dial(t testing.TB, servers []string, set zk.Settings, opts ...baton.Option) *baton.FencedLocker {
 	t.Helper()
-	fl, err := set.Dial(timeout(t, 20*time.Second), servers, append([]baton.Option{baton.WithTTL(suiteTTL)}, opts...)...)
+	fl, err := set.Dial(timeout(t, 20*time.Second), servers, append([]baton.Option{baton.WithTTL(longTTL)}, opts...)...)
 	if err != nil {
 		t.Fatalf("dial %v: %v", servers, err)
 	}
