@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -77,22 +78,26 @@ var backends = []backend{
 	{
 		name: "sqlite",
 		// An empty file: an SQLite database without tables (a missing file
-		// is sqlite's TestOpen_MissingFile).
+		// is sqlite's TestOpen_MissingFile). Writers wait up to a minute
+		// for the write lock, not the default 5s: SQLite's busy handler
+		// retries on a timer, so it serves no writer in turn, and under
+		// -race on a loaded machine one of TestStore_Raise_Concurrent's 16
+		// could wait out 5s while the others took the lock.
 		url: func(t *testing.T) string {
 			path := filepath.Join(t.TempDir(), "fence.db")
 			if err := os.WriteFile(path, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			return "sqlite:" + path
+			return "sqlite:" + path + "?busy_timeout=" + sqliteBusy.String()
 		},
 		open: func(t *testing.T, u string) driver {
-			path := strings.TrimPrefix(u, "sqlite:")
-			s, err := sqlite.Open(t.Context(), path)
+			path, _, _ := strings.Cut(strings.TrimPrefix(u, "sqlite:"), "?")
+			s, err := sqlite.Open(t.Context(), path, sqlite.WithBusyTimeout(sqliteBusy))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+			db, err := sql.Open("sqlite", fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)", path, sqliteBusy.Milliseconds()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,6 +106,9 @@ var backends = []backend{
 		},
 	},
 }
+
+// sqliteBusy is the SQLite stores' busy timeout in these tests.
+const sqliteBusy = time.Minute
 
 // forEach runs test against every backend, each on a fresh database with
 // the fence tables and the guide's invoices table.

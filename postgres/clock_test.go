@@ -63,7 +63,11 @@ func TestFaketime_DoesNotReachGo(t *testing.T) {
 // extend it), and a skewed client cannot take a lock another holder keeps
 // renewing (it cannot steal it).
 func TestLease_WrongClientClock(t *testing.T) {
-	const ttl = time.Second
+	// The skewed holder must keep its lease until it stops, and the honest
+	// one for two TTLs while the thief tries: renewing every 250ms with 3s
+	// to spare, a late renewal on a loaded machine loses neither (at a 1s
+	// TTL one late by 0.65s would, and the test would then see a theft).
+	const ttl, renew = 3 * time.Second, 250 * time.Millisecond
 	for name, skew := range map[string]time.Duration{"ahead_1h": time.Hour, "behind_1h": -time.Hour} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -76,13 +80,13 @@ func TestLease_WrongClientClock(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			skewed, err := postgres.New(timeout(t, 10*time.Second), pool, baton.WithTTL(ttl), baton.WithHolder("skewed"))
+			skewed, err := postgres.New(timeout(t, 10*time.Second), pool, baton.WithTTL(ttl), baton.WithRenewEvery(renew), baton.WithHolder("skewed"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = skewed.Close() })
 			postgres.SetClock(skewed.Locker(), skewedClock)
-			honest := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("honest"))
+			honest := dial(t, dsn, baton.WithTTL(ttl), baton.WithRenewEvery(renew), baton.WithHolder("honest"))
 
 			ls, err := skewed.Acquire(timeout(t, 10*time.Second), "clock")
 			if err != nil {
@@ -131,7 +135,10 @@ func TestLease_WrongClientClock(t *testing.T) {
 			}
 			var after float64
 			queryRow(t, admin, `SELECT extract(epoch FROM acquired_at - $1::timestamptz)::float8 FROM baton_lock WHERE name = 'clock'`, []any{end}, &after)
-			if after < 0 || after > 0.5 {
+			// The honest client looks again every 250ms; an expiry read
+			// off the skewed clock would be an hour off. 3s leaves a
+			// loaded machine room and tells the two apart.
+			if after < 0 || after > 3 {
 				t.Errorf("the honest client acquired %+.3fs from the skewed holder's expiry by the database's clock; want just after it", after)
 			}
 			if lh.Token() <= ls.Token() {

@@ -21,7 +21,9 @@ import (
 // by the database's clock, A's writes are refused even though B has not
 // raised the fence yet; once B has, the fence refuses them too.
 func TestCheckLease_WithFence(t *testing.T) {
-	const ttl = time.Second
+	// The test ends A's lease by hand and waits for no expiry, and B's lease
+	// must stay live through its writes: no renewal need land within it.
+	const ttl = 5 * time.Minute
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
 	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("runner-1"))

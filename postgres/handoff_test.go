@@ -15,6 +15,7 @@ import (
 // pending is an Acquire running in the background.
 type pending struct {
 	done chan struct{} // closed when Acquire returned
+	at   time.Time     // when Acquire returned, before anything else ran on its goroutine
 	l    *baton.FencedLease
 	err  error
 }
@@ -27,6 +28,7 @@ func acquireAsync(t *testing.T, l *baton.FencedLocker, ctx context.Context, name
 	go func() {
 		defer close(p.done)
 		p.l, p.err = l.Acquire(ctx, name)
+		p.at = time.Now()
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -45,13 +47,16 @@ func handedTo(t *testing.T, admin *pgxpool.Pool, name string) (holder string, ti
 }
 
 // TestHandOff_Held: a waiter handed the lock by a release holds it without
-// a round trip of its own, and its lease is renewed like any other.
+// a round trip of its own.
 func TestHandOff_Held(t *testing.T) {
-	const ttl = time.Second
+	// A waiter also looks again on its own, when the holder's lease ends and
+	// at least every RenewEvery; such a look would be a statement, counted
+	// below. With TTLs of 5 minutes neither comes within the test, however
+	// slow the machine, so any statement counted is one the hand-off caused.
+	const ttl = 5 * time.Minute
 	dsn := pg.Database(t)
 	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))
 	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("w"))
-	c := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("c"))
 	admin := newPool(t, dsn)
 	la, err := a.Acquire(timeout(t, 10*time.Second), "handoff")
 	if err != nil {
@@ -74,13 +79,49 @@ func TestHandOff_Held(t *testing.T) {
 	if _, _, tok := handedTo(t, admin, "handoff"); r.l.Token() != baton.Token(tok) || r.l.Token() <= la.Token() {
 		t.Errorf("handed token %d, row holds %d, previous holder had %d", r.l.Token(), tok, la.Token())
 	}
-	// For 2 TTL (six renewals) the handed lease stays up, and another
-	// client, trying every TTL/4, finds the lock held by w.
-	end := time.After(2 * ttl)
-	try := time.NewTicker(ttl / 4)
+}
+
+// TestHandOff_HeldRenewed: a lease handed by a release is renewed like any
+// other, past its TTL, and another client finds the lock held by its new
+// holder throughout.
+func TestHandOff_HeldRenewed(t *testing.T) {
+	// Renewals are the point, so w renews every 250ms with 3s to spare:
+	// each renewal has 2.75s to land, not the 0.65s of a 1s TTL. w looks
+	// again on its own at the same interval while it waits, so it may claim
+	// the hand-off before its NOTIFY arrives; either way it holds the lease
+	// handed to it (TestHandOff_Held shows the NOTIFY needs no statement).
+	// The holder's 5 minutes keep its lease's end from waking w.
+	const ttl, renew = 3 * time.Second, 250 * time.Millisecond
+	dsn := pg.Database(t)
+	a := dial(t, dsn, baton.WithTTL(5*time.Minute), baton.WithHolder("a"))
+	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithRenewEvery(renew), baton.WithHolder("w"))
+	c := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("c"))
+	admin := newPool(t, dsn)
+	la, err := a.Acquire(timeout(t, 10*time.Second), "renewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t, w, timeout(t, 20*time.Second), "renewed")
+	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "renewed") == 1 })
+	if err := la.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-got.done
+	r := got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if _, _, tok := handedTo(t, admin, "renewed"); r.l.Token() != baton.Token(tok) || r.l.Token() <= la.Token() {
+		t.Errorf("handed token %d, row holds %d, previous holder had %d", r.l.Token(), tok, la.Token())
+	}
+	// For 1.5 TTL (a dozen renewals) the handed lease stays up, and
+	// another client, trying every TTL/12, finds the lock held by w. Past
+	// the first TTL only renewals keep it.
+	end := time.After(ttl + ttl/2)
+	try := time.NewTicker(ttl / 12)
 	defer try.Stop()
 	for {
-		_, err := c.TryAcquire(timeout(t, 5*time.Second), "handoff")
+		_, err := c.TryAcquire(timeout(t, 5*time.Second), "renewed")
 		var nae *baton.NotAcquiredError
 		if !errors.As(err, &nae) || nae.Holder != "w" {
 			t.Fatalf("TryAcquire while w holds: %v", err)
@@ -105,7 +146,9 @@ func TestHandOff_LostNotify_Claimed(t *testing.T) {
 	const ttl = 2 * time.Second // the waiter re-checks at least every TTL/3
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))
+	// The holder's lease lasts 5 minutes, so its end cannot be what makes
+	// the waiter look again: only the waiter's own RenewEvery can.
+	a := dial(t, dsn, baton.WithTTL(5*time.Minute), baton.WithHolder("a"))
 	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("w"))
 	c := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("c"))
 	la, err := a.Acquire(timeout(t, 10*time.Second), "claim")
@@ -133,22 +176,32 @@ func TestHandOff_LostNotify_Claimed(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	took := time.Since(released)
+	// The claimed lease's local deadline is a TTL (less the drift) after
+	// the claim was sent, well after the hand-off; the row must last at
+	// least that long by the database's clock, which only a claim that
+	// extended it gives. A renewal since would only extend it further, so
+	// this holds whenever it is read. The deadline is read after the query,
+	// so the time it has left is no more than it had when the row was read.
+	var left float64
+	queryRow(t, admin, `SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM baton_lock WHERE name = 'claim'`, nil, &left)
+	local := time.Until(r.l.Deadline())
+	took := r.at.Sub(released)
 	t.Logf("the deaf waiter claimed the hand-off %v after the release", took.Round(time.Millisecond))
 	if r.l.Token() != baton.Token(token) {
 		t.Errorf("claimed token %d, handed %d", r.l.Token(), token)
 	}
 	// The waiter's last statement went out before the release, and it looks
 	// again at most RenewEvery (TTL/3) after it; the claim is one statement
-	// more, given 500ms here (a loaded machine, -race).
+	// more, given 1s here (a loaded machine, -race). r.at is taken as
+	// Acquire returns, so the round trips above do not count. The holder's
+	// lease does not end for minutes, so a waiter that did not look again on
+	// its own would not claim within the test at all.
 	recheck := w.Locker().Config().RenewEvery
-	if bound := recheck + 500*time.Millisecond; took > bound {
+	if bound := recheck + time.Second; took > bound {
 		t.Errorf("claimed %v after the release; want within its re-check interval (%v) and one statement: %v", took, recheck, bound)
 	}
-	var left float64
-	queryRow(t, admin, `SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM baton_lock WHERE name = 'claim'`, nil, &left)
-	if left < (ttl - ttl/3).Seconds() {
-		t.Errorf("claimed lease has %.3fs left; the claim should have extended it", left)
+	if left < local.Seconds() {
+		t.Errorf("the claimed lease's row has %.3fs left by the database's clock, its local deadline %v: the claim should have extended it", left, local.Round(time.Millisecond))
 	}
 }
 
@@ -156,7 +209,11 @@ func TestHandOff_LostNotify_Claimed(t *testing.T) {
 // handed to it (before hearing of it) gives the lock back and hands it on
 // at once, so the next waiter does not wait for the lease to expire.
 func TestHandOff_WaiterGaveUp(t *testing.T) {
-	const ttl = 30 * time.Second // no re-check or expiry within the test
+	// No re-check or expiry within the test, however slow the machine: a
+	// re-check by w1 between the release and its giving up would claim the
+	// lock handed to it, and w2 would get it by its own re-check instead of
+	// the hand-off under test. The fallback re-check is RenewEvery, 100s.
+	const ttl = 5 * time.Minute
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
 	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))
@@ -171,7 +228,7 @@ func TestHandOff_WaiterGaveUp(t *testing.T) {
 	defer cancel1()
 	got1 := acquireAsync(t, w1, ctx1, "gaveup")
 	waitFor(t, 10*time.Second, "w1 queued", func() bool { return queued(t, admin, "gaveup") == 1 })
-	got2 := acquireAsync(t, w2, timeout(t, 20*time.Second), "gaveup")
+	got2 := acquireAsync(t, w2, timeout(t, time.Minute), "gaveup")
 	waitFor(t, 10*time.Second, "w2 queued", func() bool { return queued(t, admin, "gaveup") == 2 })
 
 	if err := la.Release(context.Background()); err != nil {
@@ -200,8 +257,8 @@ func TestHandOff_WaiterGaveUp(t *testing.T) {
 		if got2.l.Token() <= baton.Token(handed) {
 			t.Errorf("w2's token %d <= the one handed to w1 (%d)", got2.l.Token(), handed)
 		}
-	case <-time.After(ttl / 6):
-		t.Fatalf("w2 still waiting %v after w1 gave up a lock handed to it", ttl/6)
+	case <-time.After(10 * time.Second): // well before w2's own re-check, 100s
+		t.Fatal("w2 still waiting 10s after w1 gave up a lock handed to it")
 	}
 }
 
@@ -212,7 +269,10 @@ func TestHandOff_WaiterGaveUp(t *testing.T) {
 // and no start time of the freed lease, and takes the free lock like any
 // other acquisition, with a new token.
 func TestHandOff_FreedNotClaimed(t *testing.T) {
-	const ttl = 30 * time.Second // the deaf waiter does not look again within the test
+	// The deaf waiter does not look again within the test, however slow the
+	// machine (its fallback re-check is RenewEvery, 100s): only the test's
+	// own Claim sends the waiter's statement.
+	const ttl = 5 * time.Minute
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
 	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))

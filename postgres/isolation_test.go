@@ -171,7 +171,11 @@ func TestNew_PoolHooks_ListenerAndObserver(t *testing.T) {
 func TestFirstObserve_BehindTableLock_HolderKeepsLease(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	h := dial(t, dsn, baton.WithTTL(postgres.MinTTL), baton.WithHolder("h"))
+	// At MinTTL, as the 100ms is chosen for; renewing every 100ms, not
+	// TTL/3, leaves each renewal about 0.9s to land instead of 0.65s on a
+	// loaded machine. A 1s wait would still lose the lease: every renewal
+	// is held up behind it, and the last one through went out before it.
+	h := dial(t, dsn, baton.WithTTL(postgres.MinTTL), baton.WithRenewEvery(100*time.Millisecond), baton.WithHolder("h"))
 	obs := dial(t, dsn)
 	lease, err := h.Acquire(timeout(t, 10*time.Second), "stall")
 	if err != nil {
@@ -223,12 +227,24 @@ func TestInit_BehindTableLock(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- postgres.Init(timeout(t, 10*time.Second), admin, "") }()
 	waitFor(t, 10*time.Second, "Init waits for the table", func() bool { return lockWaits(t, admin) })
-	time.Sleep(300 * time.Millisecond) // the lock's span past that: an autovacuum pass, longer than 100ms
-	if err := tx.Commit(timeout(t, 10*time.Second)); err != nil {
+	// The table lock stays until Init has waited 200ms by the database's
+	// clock, the one its lock_timeout runs on (an autovacuum pass, longer
+	// than the first Observe's 100ms), and goes in the same round trip: the
+	// server commits as soon as it sees that, so however slowly this client
+	// wakes, none of Init's 1s goes to it. An Init that gave up sooner ends
+	// the wait too, and reports its error below.
+	if _, err := tx.Exec(timeout(t, 10*time.Second), `DO $$ BEGIN
+		WHILE EXISTS (SELECT FROM pg_locks
+			WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND relation = 'baton_lock'::regclass
+				AND (waitstart IS NULL OR waitstart > clock_timestamp() - interval '200 milliseconds')) LOOP
+			PERFORM pg_sleep(0.005);
+		END LOOP;
+	END $$; COMMIT`); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
-		t.Fatalf("Init behind a 300ms table lock: %v", err)
+		t.Fatalf("Init behind a 200ms table lock: %v", err)
 	}
 }
 

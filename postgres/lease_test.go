@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -87,8 +86,11 @@ func TestLease_ConnectionsKilled_LostWithinTTL(t *testing.T) {
 	case <-time.After(ttl + 2*time.Second):
 		t.Fatalf("lease not lost %v after its connections were killed (TTL %v)", time.Since(cut), ttl)
 	}
-	if d := lostAt.Sub(cut); d > ttl+500*time.Millisecond {
-		t.Errorf("lease lost %v after the kill; want within one TTL (%v) and a scheduling margin", d, ttl)
+	// The lease ends at its local deadline: a TTL (less the drift) after the
+	// last renewal it heard back from, all of which went out before the
+	// cut. When this goroutine woke to see it is scheduling, not the lease.
+	if d := lease.Deadline().Sub(cut); d > ttl {
+		t.Errorf("lease's local deadline %v after the kill; want within one TTL (%v)", d, ttl)
 	}
 	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 		t.Errorf("Err = %v, want ErrLeaseLost", lease.Err())
@@ -125,7 +127,11 @@ func TestLease_ConnectionsKilled_LostWithinTTL(t *testing.T) {
 // re-check). No waiter sends a statement meanwhile: the woken one holds the
 // lock without a round trip, the others sleep (no herd).
 func TestAcquire_WokenByRelease_FIFO(t *testing.T) {
-	const ttl = 30 * time.Second // fallback re-check bound TTL/3 = 10s
+	// A waiter's own re-check is a statement, counted below. Its bound is
+	// RenewEvery, TTL/3: at a 30s TTL, 10s, which a loaded machine can
+	// spend between the first waiter queueing and the last release. At 5
+	// minutes no re-check comes within the test.
+	const ttl = 5 * time.Minute
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
 	holder := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("holder"))
@@ -145,7 +151,7 @@ func TestAcquire_WokenByRelease_FIFO(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := waiters[i].Acquire(timeout(t, time.Minute), "fifo")
+			l, err := waiters[i].Acquire(timeout(t, 2*time.Minute), "fifo")
 			if err != nil {
 				errc <- err
 				return
@@ -176,8 +182,8 @@ func TestAcquire_WokenByRelease_FIFO(t *testing.T) {
 			}
 		case err := <-errc:
 			t.Fatal(err)
-		case <-time.After(ttl / 6):
-			t.Fatalf("waiter %d not woken %v after the release (the fallback re-check is %v)", i, ttl/6, ttl/3)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d not woken 10s after the release (the fallback re-check is %v)", i, ttl/3)
 		}
 		latencies = append(latencies, time.Since(start))
 		after := attempts()
@@ -191,18 +197,21 @@ func TestAcquire_WokenByRelease_FIFO(t *testing.T) {
 	if err := prev.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Each wake came within 10s, with no statement sent: the NOTIFY, since
+	// no re-check comes for 100s. How fast it was is for the log, not a
+	// bound a loaded machine could break.
 	t.Logf("release-to-acquisition latencies %v", latencies)
-	if slices.Max(latencies) > 2*time.Second {
-		t.Errorf("a handoff took %v; a NOTIFY should wake the next waiter in milliseconds", slices.Max(latencies))
-	}
 }
 
 // TestAcquire_CrashedHolder_TakenOverAtExpiry: a waiter whose own fallback
-// bound is long (10s) still takes over from a crashed holder right after
+// bound is long (100s) still takes over from a crashed holder right after
 // the holder's lease expires by the database's clock, because it sleeps
 // until that expiry as the database reported it.
 func TestAcquire_CrashedHolder_TakenOverAtExpiry(t *testing.T) {
-	const ttl = time.Second
+	// The holder must keep its lease until the crash: renewing every 250ms
+	// with 3s to spare, a late renewal on a loaded machine does not lose it
+	// early (at a 1s TTL one late by 0.65s would).
+	const ttl, renew = 3 * time.Second, 250 * time.Millisecond
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
 	pool, err := pgxpool.New(context.Background(), dsn)
@@ -210,7 +219,7 @@ func TestAcquire_CrashedHolder_TakenOverAtExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	holder, err := postgres.New(timeout(t, 10*time.Second), pool, baton.WithTTL(ttl), baton.WithHolder("crasher"))
+	holder, err := postgres.New(timeout(t, 10*time.Second), pool, baton.WithTTL(ttl), baton.WithRenewEvery(renew), baton.WithHolder("crasher"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,14 +228,14 @@ func TestAcquire_CrashedHolder_TakenOverAtExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("waiter"))
+	waiter := dial(t, dsn, baton.WithTTL(5*time.Minute), baton.WithHolder("waiter")) // re-checks on its own every 100s
 	type res struct {
 		l   *baton.FencedLease
 		err error
 	}
 	done := make(chan res, 1)
 	go func() {
-		l, err := waiter.Acquire(timeout(t, 20*time.Second), "nightly")
+		l, err := waiter.Acquire(timeout(t, 30*time.Second), "nightly")
 		done <- res{l, err}
 	}()
 	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "nightly") == 1 })
@@ -252,12 +261,14 @@ func TestAcquire_CrashedHolder_TakenOverAtExpiry(t *testing.T) {
 	defer r.l.Release(context.Background())
 	var after time.Duration
 	queryRow(t, admin, `SELECT (extract(epoch FROM acquired_at - $1::timestamptz) * 1e6)::bigint * interval '1 microsecond' FROM baton_lock WHERE name = 'nightly'`, []any{end}, &after)
-	t.Logf("crashed holder's lease expired (database clock) at +%v after the crash; waiter acquired %v after that expiry (its fallback bound is 10s)",
+	t.Logf("crashed holder's lease expired (database clock) at +%v after the crash; waiter acquired %v after that expiry (its fallback bound is 100s)",
 		end.Sub(crashed).Round(time.Millisecond), after.Round(time.Millisecond))
 	if after < 0 {
 		t.Fatalf("acquired %v before the lease expired by the database's clock", -after)
 	}
-	if after > 500*time.Millisecond {
+	// At the expiry it is a timer and one statement; at the fallback bound
+	// it would be up to 100s. 3s leaves a loaded machine room.
+	if after > 3*time.Second {
 		t.Errorf("acquired %v after the expiry; want it at the expiry, not at the fallback bound", after)
 	}
 	if r.l.Token() <= lh.Token() {
