@@ -24,10 +24,24 @@ const writerEnv = "BATON_TEST_WRITER_DB"
 
 // fencedWriter is the command the election tests run under baton elect: it
 // writes a row every 50ms through the fence with its BATON_TOKEN, until it
-// is stopped or refused. It records its pid so the test can freeze it.
+// is stopped or refused. It records its pid so the test can freeze it. On
+// SIGUSR1 it stops writing, between two writes, makes the file paused-ID
+// (ID its holder), and writes on when continued (SIGCONT): each write
+// holds SQLite's write lock from BEGIN IMMEDIATE to COMMIT, and a writer
+// frozen inside one would keep every next leader's fence raise waiting
+// until it gave up, so that no takeover could come. (It cannot SIGSTOP
+// itself instead: another of its threads may take that stop, and this
+// one begin the next write before it is stopped.)
 func fencedWriter(path string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Caught before the pid is recorded: the default action of SIGUSR1
+	// would end the writer.
+	pause, cont := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(pause, syscall.SIGUSR1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(pause)
+	defer signal.Stop(cont)
 	token, err := strconv.ParseInt(os.Getenv("BATON_TOKEN"), 10, 64)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "writer: BATON_TOKEN:", err)
@@ -64,6 +78,18 @@ func fencedWriter(path string) int {
 		select {
 		case <-ctx.Done():
 			return 0
+		case <-pause:
+			// Between transactions: no lock of SQLite's is held.
+			select {
+			case <-cont: // an earlier SIGCONT
+			default:
+			}
+			_ = os.WriteFile(filepath.Join(filepath.Dir(path), "paused-"+holder), nil, 0o644)
+			select {
+			case <-ctx.Done():
+				return 0
+			case <-cont:
+			}
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -98,21 +124,38 @@ func TestElect_FrozenLeader(t *testing.T) {
 		p.Env = append(p.Env, writerEnv+"="+dbPath)
 		electors[id] = startCmd(t, p)
 	}
-	// Exactly one leads and writes.
-	leaderOf := func(min int) (string, int64) {
-		var holder string
-		var token int64
-		waitFor(t, 30*time.Second, func() bool {
-			err := db.QueryRow(`SELECT holder, token FROM writes GROUP BY holder, token HAVING count(*) >= ? ORDER BY max(rowid) DESC LIMIT 1`, min).Scan(&holder, &token)
-			return err == nil
-		}, func() string { return "no writes" })
-		return holder, token
+	// One leads and writes: wait for the newest term's third write.
+	var first string
+	var firstToken int64
+	waitFor(t, 30*time.Second, func() bool {
+		return db.QueryRow(`SELECT holder, token FROM writes WHERE token = (SELECT max(token) FROM writes) GROUP BY holder, token HAVING count(*) >= 3`).Scan(&first, &firstToken) == nil
+	}, func() string { return "no writes" })
+	// Exactly one leads at a time. Another elector's command wrote before
+	// only if its term ended in a loss its elect reported: a machine
+	// stalled past the 2s TTL can lose a lease by accident. A second
+	// leader next to it would instead have seen its command refused by
+	// this leader's fence, and its elect exit 77 saying nothing of a loss.
+	others, err := db.Query(`SELECT DISTINCT holder FROM writes WHERE holder != ?`, first)
+	if err != nil {
+		t.Fatal(err)
 	}
-	first, firstToken := leaderOf(3)
-	var holders int
-	_ = db.QueryRow(`SELECT count(DISTINCT holder) FROM writes`).Scan(&holders)
-	if holders != 1 {
-		t.Fatalf("%d electors wrote, want exactly the leader", holders)
+	var before []string
+	for others.Next() {
+		var h string
+		if err := others.Scan(&h); err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, h)
+	}
+	if err := others.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range before {
+		p := electors[h]
+		waitFor(t, 10*time.Second, func() bool { return lostTerm(p.stderr.String()) }, func() string {
+			return fmt.Sprintf("%s and %s both ran their command, and %s lost no lease: %s", h, first, h, p.stderr.String())
+		})
+		t.Logf("%s led before %s, and lost its lease by accident: %s", h, first, p.stderr.String())
 	}
 	pidb, err := os.ReadFile(filepath.Join(dir, "pid-"+first))
 	if err != nil {
@@ -121,18 +164,35 @@ func TestElect_FrozenLeader(t *testing.T) {
 	cmdPid, _ := strconv.Atoi(string(pidb))
 	electPid := electors[first].cmd.Process.Pid
 
-	// Freeze the leader: baton elect and its command.
+	// Freeze the leader, baton elect and its command, once the command has
+	// paused between two writes (see fencedWriter): frozen inside one, it
+	// would hold SQLite's write lock and keep every new leader's fence
+	// raise waiting. The kernel stops a process when it next comes to run,
+	// so the freeze counts from when both are seen stopped.
+	if err := syscall.Kill(cmdPid, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { _, err := os.Stat(filepath.Join(dir, "paused-"+first)); return err == nil },
+		func() string { return "the leader's command did not pause" })
 	for _, pg := range []int{electPid, cmdPid} {
 		if err := syscall.Kill(-pg, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 	}
+	stopped := func(pid int) bool { _, state, _ := procStat(pid); return state == 'T' }
+	waitFor(t, 10*time.Second, func() bool { return stopped(electPid) && stopped(cmdPid) }, func() string { return "the leader did not stop" })
 	frozen := time.Now()
 	var second string
 	var secondToken int64
 	waitFor(t, 30*time.Second, func() bool {
 		return db.QueryRow(`SELECT holder, token FROM writes WHERE token > ? ORDER BY rowid LIMIT 1`, firstToken).Scan(&second, &secondToken) == nil
-	}, func() string { return "no takeover" })
+	}, func() string {
+		var b strings.Builder
+		for id, p := range electors {
+			fmt.Fprintf(&b, "\n%s: %s", id, p.stderr.String())
+		}
+		return "no takeover:" + b.String()
+	})
 	t.Logf("%s (token %d) frozen; %s took over with token %d after %v", first, firstToken, second, secondToken, time.Since(frozen).Round(time.Millisecond))
 	if second == first {
 		t.Fatalf("the frozen elector %s wrote with a new token", first)
@@ -144,10 +204,7 @@ func TestElect_FrozenLeader(t *testing.T) {
 	// or, when its command, woken too, exits first (on the fence's
 	// refusal), elect sees the loss as the command exited and exits 76,
 	// as its help says.
-	waitFor(t, 30*time.Second, func() bool {
-		s := electors[first].stderr.String()
-		return strings.Contains(s, "leadership of mailer lost") || strings.Contains(s, "(found when it exited)")
-	}, func() string { return electors[first].stderr.String() })
+	waitFor(t, 30*time.Second, func() bool { return lostTerm(electors[first].stderr.String()) }, func() string { return electors[first].stderr.String() })
 	waitFor(t, 10*time.Second, func() bool { return syscall.Kill(cmdPid, 0) != nil }, func() string { return "the frozen leader's command still runs" })
 
 	var late int
@@ -157,11 +214,21 @@ func TestElect_FrozenLeader(t *testing.T) {
 	if late != 0 {
 		t.Fatalf("%d writes with the frozen leader's token %d were accepted after the new leader's first", late, firstToken)
 	}
-	var distinct int
-	_ = db.QueryRow(`SELECT count(DISTINCT token) FROM writes`).Scan(&distinct)
-	if distinct != 2 {
-		t.Errorf("%d tokens wrote, want the two leaders'", distinct)
+	// And over the whole run, whoever led when: in the order the store
+	// took them, no write carries a token below an earlier write's.
+	var back int
+	if err := db.QueryRow(`SELECT count(*) FROM writes w WHERE EXISTS (SELECT 1 FROM writes e WHERE e.rowid < w.rowid AND e.token > w.token)`).Scan(&back); err != nil {
+		t.Fatal(err)
 	}
+	if back != 0 {
+		t.Fatalf("%d writes were accepted with a token below an earlier write's", back)
+	}
+}
+
+// lostTerm reports whether an elector's stderr says a term of mailer ended
+// in the loss of its lease: seen while the command ran, or as it exited.
+func lostTerm(stderr string) bool {
+	return strings.Contains(stderr, "leadership of mailer lost") || strings.Contains(stderr, "(found when it exited)")
 }
 
 // TestElect_Observe prints each change of leader, including no leader.
@@ -190,13 +257,17 @@ func TestElect_Observe(t *testing.T) {
 // again, leads, and exits with its second term's command's 0, instead of
 // exiting 69 on the first failure.
 func TestElect_CampaignFailsAfterLoss(t *testing.T) {
+	running := filepath.Join(t.TempDir(), "running")
 	backend := useFake(t, &fakeBackend{
-		loseFirst: 100 * time.Millisecond,
+		loseFirstOn: running,
 		script: []error{1: &baton.UnavailableError{Where: "fake", Err: errors.New("no answer")},
 			2: fmt.Errorf("%w: session ended", baton.ErrLeaseLost)},
 	})
-	// The first term's command waits to be stopped; the second's ends.
-	r := runInProcess("elect", "--backend", backend, "--grace", "1s", "mailer", "--", "sh", "-c", `[ "$BATON_TOKEN" != 1 ] || exec sleep 60`)
+	// The first term's command says it runs, which is when the fake loses
+	// the lease (lost before the command started, the term would end
+	// otherwise), and waits to be stopped; the second's ends.
+	r := runInProcess("elect", "--backend", backend, "--grace", "1s", "mailer", "--", "sh", "-c",
+		fmt.Sprintf(`[ "$BATON_TOKEN" != 1 ] || { : > %s; exec sleep 60; }`, running))
 	t.Log(r.stderr)
 	if r.code != 0 {
 		t.Fatalf("exit %d, want the second term's command's 0; stderr %q", r.code, r.stderr)
@@ -209,15 +280,26 @@ func TestElect_CampaignFailsAfterLoss(t *testing.T) {
 }
 
 // TestElect_ExitedThenLostDuringGrace: the command exits by itself (0) and
-// leaves a process in its group that ignores SIGTERM; while elect waits
-// --grace for it, leadership is lost. The command ran to its end: elect
-// exits 76 (the help: COMMAND's code, or 76 if leadership turns out lost
-// then), and does not campaign again to run it a second time, as it did
-// (here the second term's command would exit 5).
+// leaves a process in its group that outlives SIGTERM; while elect waits
+// for it (SIGKILL after --grace), leadership is lost. The command ran to
+// its end: elect exits 76 (the help: COMMAND's code, or 76 if leadership
+// turns out lost then), and does not campaign again to run it a second
+// time, as it did (here the second term's command would exit 5).
 func TestElect_ExitedThenLostDuringGrace(t *testing.T) {
-	backend := useFake(t, &fakeBackend{loseFirst: 300 * time.Millisecond})
-	r := runInProcess("elect", "--backend", backend, "--grace", "1s", "mailer", "--",
-		"sh", "-c", `[ "$BATON_TOKEN" = 1 ] || exit 5; (trap "" TERM; exec sleep 3 >/dev/null 2>&1) & exit 0`)
+	dir := t.TempDir()
+	termed, ready := filepath.Join(dir, "termed"), filepath.Join(dir, "ready")
+	backend := useFake(t, &fakeBackend{loseFirstOn: termed})
+	// The process left behind turns the SIGTERM it gets into the fake's
+	// loss: elect sends it only once it has seen the command exit, so the
+	// loss comes while elect waits for the rest of the group, however
+	// slow the machine. That process outlives the SIGTERM until the fake
+	// has made the loss (--grace is only a cap), and the command exits
+	// only once the trap is in place. The process left behind writes
+	// nowhere: elect would wait for the output it could still send.
+	script := fmt.Sprintf(`[ "$BATON_TOKEN" = 1 ] || exit 5
+(trap ': > %[1]s' TERM; : > %[2]s; until [ -e %[1]s.lost ]; do sleep 0.05; done) >/dev/null 2>&1 &
+until [ -e %[2]s ]; do sleep 0.01; done`, termed, ready)
+	r := runInProcess("elect", "--backend", backend, "--grace", "30s", "mailer", "--", "sh", "-c", script)
 	t.Log(r.stderr)
 	if strings.Contains(r.stderr, "leading mailer (token 2)") || r.code != exitLeaseLost {
 		t.Fatalf("exit %d, want %d without a second term; stderr %q", r.code, exitLeaseLost, r.stderr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -12,16 +13,18 @@ import (
 
 // fakeBackend is a fenced lock service inside the test process, for losses
 // and failures a real one cannot be made to time. Its nth acquisition
-// fails with script[n] when that is not nil; its first hold is lost
-// loseFirst after it was granted when that is not zero, the others never
-// before they are released; Release returns releaseErr. It serves one
+// fails with script[n] when that is not nil; its first hold is lost once
+// a file exists at loseFirstOn when that is not "" (the command under
+// test makes it when it has come to the point the loss must strike), and
+// the fake then makes loseFirstOn+".lost"; the others are never lost
+// before they are released. Release returns releaseErr. It serves one
 // holder at a time.
 type fakeBackend struct {
-	script     []error
-	loseFirst  time.Duration
-	releaseErr error
-	deadline   time.Duration // the first hold's local deadline after its grant; an hour when 0, and for the others
-	onAcquire  func(n int)   // when not nil, called with n at the start of the nth acquisition (from 0)
+	script      []error
+	loseFirstOn string
+	releaseErr  error
+	deadline    time.Duration // the first hold's local deadline after its grant; an hour when 0, and for the others
+	onAcquire   func(n int)   // when not nil, called with n at the start of the nth acquisition (from 0)
 
 	acquired int
 	token    baton.Token
@@ -59,14 +62,33 @@ func (b *fakeBackend) Acquire(ctx context.Context, req baton.Request) (baton.Hol
 	}
 	b.token++
 	hctx, cancel := context.WithCancelCause(context.Background())
-	if b.token == 1 && b.loseFirst > 0 {
-		time.AfterFunc(b.loseFirst, func() { cancel(fmt.Errorf("%w: the fake's session ended", baton.ErrLeaseLost)) })
+	if b.token == 1 && b.loseFirstOn != "" {
+		go loseOn(hctx, cancel, b.loseFirstOn)
 	}
 	d := time.Hour
 	if b.token == 1 && b.deadline != 0 {
 		d = b.deadline
 	}
 	return &fakeHold{b: b, name: req.Name, token: b.token, ctx: hctx, cancel: cancel, deadline: time.Now().Add(d)}, nil
+}
+
+// loseOn ends a hold (ctx, cancel) as lost once a file exists at path,
+// then makes path+".lost"; it returns early when the hold ends otherwise.
+func loseOn(ctx context.Context, cancel context.CancelCauseFunc, path string) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			cancel(fmt.Errorf("%w: the fake's session ended", baton.ErrLeaseLost))
+			_ = os.WriteFile(path+".lost", nil, 0o644)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 func (b *fakeBackend) Close() error        { return nil }

@@ -261,7 +261,15 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 			name := fmt.Sprintf("ctrlz-%v", past)
 			dir := t.TempDir()
 			pidFile, termFile := filepath.Join(dir, "pid"), filepath.Join(dir, "term")
-			run := startBaton(t, "run", "--backend", backend, "--ttl", "2s", name, "--", "sh", "-c", fmt.Sprintf(`trap 'touch %[2]s; exit 0' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; sleep 60 & wait`, pidFile, termFile))
+			// Continued within the lease: the stop and the continue must
+			// both come before the lease's local deadline, and at a 2s TTL
+			// a loaded machine can take longer than that leaves. Past the
+			// TTL: a short one, for the other holder's wait.
+			ttl := "30s"
+			if past {
+				ttl = "2s"
+			}
+			run := startBaton(t, "run", "--backend", backend, "--ttl", ttl, name, "--", "sh", "-c", fmt.Sprintf(`trap 'touch %[2]s; exit 0' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; sleep 60 & wait`, pidFile, termFile))
 			waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
 			b, _ := os.ReadFile(pidFile)
 			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
 	"github.com/baton-go/baton/examples/warehouse"
 )
 
@@ -164,8 +165,9 @@ func (r *runner) kill() {
 	<-r.exited
 }
 
-// Night runs runner 1, freezes it, runs runner 2, wakes runner 1 while
-// runner 2 is still billing, and reports what reached the database.
+// Night runs runner 1, starts runner 2 queued behind it, freezes runner 1,
+// lets runner 2 take over, wakes runner 1 while runner 2 is still billing,
+// and reports what reached the database.
 func Night(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	res := &Result{}
@@ -198,6 +200,37 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("runner 1 before the freeze: %w", err)
 	}
+
+	// 2. Runner 2 starts while runner 1 waits there, and queues for the
+	// lock behind it, so that the takeover measured from the freeze is
+	// the lease running out and runner 2 hearing of it, not also runner
+	// 2's start and dial. Runner 2 in turn waits after its check of the
+	// client runner 1 was frozen on, until runner 1's write of that
+	// client is done (unless WakeAfter has runner 2 handle that client
+	// before runner 1 wakes): the woken runner's write comes first, as
+	// the interval it has in hand makes it do on an idle machine,
+	// however slowly runner 1 comes back on a loaded one.
+	pause2 := pauseAt
+	if cfg.WakeAfter >= pauseAt {
+		pause2 = 0
+	}
+	r2, err := start(ctx, &cfg, "runner-2", pause2)
+	if err != nil {
+		return nil, err
+	}
+	defer r2.kill()
+	var goAhead2 sync.Once
+	letRunner2On := func() {
+		goAhead2.Do(func() {
+			if pause2 != 0 {
+				_, _ = io.WriteString(r2.goAhead, "go\n") // fails only once runner 2 is gone
+			}
+		})
+	}
+	if err := queued(ctx, cfg.Etcd, r2); err != nil {
+		return nil, fmt.Errorf("runner 2 queueing for the lock: %w", err)
+	}
+
 	if err := r1.signal(syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("freeze runner 1: %w", err)
 	}
@@ -214,12 +247,7 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("tell runner 1 to go on once woken: %w", err)
 	}
 
-	// 2. Runner 2 starts, waits for the lock, and takes over.
-	r2, err := start(ctx, &cfg, "runner-2", 0)
-	if err != nil {
-		return nil, err
-	}
-	defer r2.kill()
+	// 3. Runner 2 takes over.
 	handled := 0
 	if _, err := next(ctx, r2, record, func(e warehouse.Event) bool {
 		switch e.Kind {
@@ -234,7 +262,7 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("runner 2 taking over: %w", err)
 	}
 
-	// 3. Wake runner 1 while runner 2 is still billing.
+	// 4. Wake runner 1 while runner 2 is still billing.
 	if err := r1.signal(syscall.SIGCONT); err != nil {
 		return nil, fmt.Errorf("wake runner 1: %w", err)
 	}
@@ -242,14 +270,23 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	res.Frozen = woke.Sub(frozen)
 	record(warehouse.Event{At: woke, Runner: "runner-1", Kind: "woken"})
 
-	// 4. Let both finish.
+	// 5. Let both finish; runner 2 goes on past the client runner 1 was
+	// frozen on once runner 1's write of it is done, or runner 1 is.
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, r := range []*runner{r1, r2} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = next(ctx, r, record, func(warehouse.Event) bool { return false })
+			_, errs[i] = next(ctx, r, record, func(e warehouse.Event) bool {
+				if r == r1 && e.Client == pauseAt && written(e.Kind) {
+					letRunner2On()
+				}
+				return false
+			})
+			if r == r1 {
+				letRunner2On()
+			}
 		}()
 	}
 	wg.Wait()
@@ -293,7 +330,7 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 
 	slices.Sort(res.Duplicates)
 
-	// 5. Ask the database who billed each client. (Asking it for clients
+	// 6. Ask the database who billed each client. (Asking it for clients
 	// billed twice would be asking the primary key whether it works: the
 	// second invoices it turned away are counted above instead.)
 	ledger, err := warehouse.OpenLedger(ctx, cfg.Ledger)
@@ -308,6 +345,49 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 var errExited = errors.New("runner exited")
+
+// written reports whether an event of kind ends a runner's write of a
+// client, whatever came of it.
+func written(kind string) bool {
+	switch kind {
+	case "billed", "skipped", "rejected", "error":
+		return true
+	}
+	return false
+}
+
+// queued waits until someone queues for the job's lock behind its holder,
+// as etcd (at endpoints) shows it: r, the only other runner. It fails when
+// r exits or ctx ends first.
+func queued(ctx context.Context, endpoints string, r *runner) error {
+	locker, err := etcd.Dial(ctx, strings.Split(endpoints, ","))
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+	insp, ok := locker.Locker().Backend().(baton.Inspector)
+	if !ok {
+		return errors.New("etcd cannot list its locks")
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		infos, err := insp.Inspect(ctx, warehouse.Job)
+		if err != nil {
+			return err
+		}
+		if len(infos) == 1 && infos[0].Waiters > 0 {
+			return nil
+		}
+		select {
+		case <-r.exited:
+			return fmt.Errorf("it exited (%d) instead: %s", r.exit, strings.TrimSpace(r.stderr.String()))
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-tick.C:
+		}
+	}
+}
 
 // next reads r's events until until returns true (returning that event),
 // the runner exits (errExited), or ctx ends.

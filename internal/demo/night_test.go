@@ -78,7 +78,7 @@ func nightLagging(t *testing.T, ledger string, fenced bool, lag time.Duration) *
 		Fenced:      fenced,
 		TTL:         2 * time.Second,
 		Clients:     10,
-		Interval:    200 * time.Millisecond, // runner 1, woken, writes client 4 before runner 2 comes to it: a lead of one interval
+		Interval:    200 * time.Millisecond, // runner 2 waits at client 4 for the woken runner 1's write of it (see demo.Night)
 		FreezeAfter: frozenClient - 1,
 		Command:     runnerCommand,
 		Log: func(e warehouse.Event) {
@@ -106,8 +106,13 @@ func TestNight_Fenced(t *testing.T) {
 			if res.Token2 <= res.Token1 {
 				t.Errorf("runner 2's token %d is not above runner 1's %d", res.Token2, res.Token1)
 			}
-			if res.Takeover > 2*time.Second+time.Second {
-				t.Errorf("takeover %v after the freeze; want within TTL (2s) + 1s", res.Takeover)
+			// Runner 2 was queued before the freeze: the lease runs out
+			// at most one TTL after it (its last renewal came before),
+			// and then etcd must find it expired (it looks every 500ms)
+			// and tell runner 2 by its watch. A second TTL is room for
+			// those on a loaded machine.
+			if res.Takeover > 2*2*time.Second {
+				t.Errorf("takeover %v after the freeze; want within two TTLs (4s)", res.Takeover)
 			}
 			if res.Rejected == nil {
 				t.Fatalf("runner 1's write after waking was not rejected (stale writes accepted: %v)", res.StaleWrites)
