@@ -545,16 +545,7 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	}
 	q, w := "{"+la.Key()+"}:q", "{"+la.Key()+"}:w"
 
-	// Score 1 puts the dead waiter before any live one (scores are start
-	// times in microseconds).
-	const deadTTL = time.Second
-	dead := rediskit.NewValue("dead")
 	ctx := timeout(t, 10*time.Second)
-	for _, c := range cs {
-		entry := fmt.Sprintf("0 %d %d %s", redistest.ServerMS(t, c), deadTTL.Milliseconds(), rediskit.NewWakeChannel())
-		redistest.Plant(t, ctx, c, q, w, dead, 1, entry)
-	}
-
 	// The live waiter's TTL is long enough that it makes no attempt of its
 	// own while the test waits (it looks again every RenewEvery): such an
 	// attempt would drop the dead entries once they ran out, before the
@@ -572,12 +563,23 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	// returned once a majority answered, and on a slower node the key may
 	// have been free when the live waiter came.
 	for i, c := range cs {
-		for rediskit.HolderOf(c.Get(ctx, la.Key()).Val()) == "a" && c.ZCard(ctx, q).Val() < 2 {
+		for rediskit.HolderOf(c.Get(ctx, la.Key()).Val()) == "a" && c.ZCard(ctx, q).Val() < 1 {
 			if ctx.Err() != nil {
 				t.Fatalf("node %d: the live waiter not queued after 10s", i)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+	// Then the dead waiter's entries, planted once the live waiter has
+	// queued (planted before, they could run out before its first attempt
+	// came, which would drop them). Score 1 puts the dead waiter first
+	// (scores are start times in microseconds). The live waiter, first
+	// when it queued, sleeps until a's key would expire, 30s on.
+	const deadTTL = time.Second
+	dead := rediskit.NewValue("dead")
+	for _, c := range cs {
+		entry := fmt.Sprintf("0 %d %d %s", redistest.ServerMS(t, c), deadTTL.Milliseconds(), rediskit.NewWakeChannel())
+		redistest.Plant(t, ctx, c, q, w, dead, 1, entry)
 	}
 
 	// Wait until the dead entries have run out on every node by that

@@ -80,7 +80,10 @@ func TestConformance(t *testing.T) {
 			}
 			// No case here is about a slow node: a stall of the
 			// machine past 200ms (TTL/10) must not count as one, in
-			// 1,500 racing attempts.
+			// 1,500 racing attempts. (The node timeout also bounds the
+			// random pause before a waiter's next look after a failed
+			// round, up to 1s here instead of 200ms: no case bounds
+			// that pause.)
 			redlock.SetNodeTimeout(l, time.Second)
 			return batontest.Client{Locker: l, Crash: func() {
 				for _, c := range cs {
