@@ -86,6 +86,8 @@ type Result struct {
 
 // runner is one runner process and its event stream.
 type runner struct {
+	name   string        // its name in the events, and its lock holder's
+	ttl    time.Duration // its lease's TTL
 	cmd    *exec.Cmd
 	events chan warehouse.Event
 	exited chan struct{}
@@ -100,7 +102,7 @@ type runner struct {
 func start(ctx context.Context, cfg *Config, name string, pauseAt int) (*runner, error) {
 	args := RunnerArgs{Etcd: cfg.Etcd, Ledger: cfg.Ledger, Name: name, Fenced: cfg.Fenced, TTL: cfg.TTL,
 		Clients: cfg.Clients, Interval: cfg.Interval, Month: cfg.Month, PauseAt: pauseAt}.Args()
-	r := &runner{cmd: cfg.Command(args), events: make(chan warehouse.Event, 64), exited: make(chan struct{}), stop: make(chan struct{})}
+	r := &runner{name: name, ttl: cfg.TTL, cmd: cfg.Command(args), events: make(chan warehouse.Event, 64), exited: make(chan struct{}), stop: make(chan struct{})}
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	r.cmd.Stderr = &r.stderr
 	in, err := r.cmd.StdinPipe()
@@ -227,7 +229,7 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 			}
 		})
 	}
-	if err := queued(ctx, cfg.Etcd, r2); err != nil {
+	if err := queued(ctx, cfg.Etcd, r1, r2, record); err != nil {
 		return nil, fmt.Errorf("runner 2 queueing for the lock: %w", err)
 	}
 
@@ -347,19 +349,22 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 var errExited = errors.New("runner exited")
 
 // written reports whether an event of kind ends a runner's write of a
-// client, whatever came of it.
+// client, whatever came of it. (An error event ends the runner's events:
+// see next.)
 func written(kind string) bool {
 	switch kind {
-	case "billed", "skipped", "rejected", "error":
+	case "billed", "skipped", "rejected":
 		return true
 	}
 	return false
 }
 
-// queued waits until someone queues for the job's lock behind its holder,
-// as etcd (at endpoints) shows it: r, the only other runner. It fails when
-// r exits or ctx ends first.
-func queued(ctx context.Context, endpoints string, r *runner) error {
+// queued waits until waiter queues for the job's lock behind holder, as
+// etcd (at endpoints) shows it. It fails at once when waiter holds the lock
+// instead (holder lost it before the freeze: the machine stalled past the
+// TTL), or exits (with the error it reported, its events recorded), or
+// when ctx ends.
+func queued(ctx context.Context, endpoints string, holder, waiter *runner, record func(warehouse.Event)) error {
 	locker, err := etcd.Dial(ctx, strings.Split(endpoints, ","))
 	if err != nil {
 		return err
@@ -376,12 +381,20 @@ func queued(ctx context.Context, endpoints string, r *runner) error {
 		if err != nil {
 			return err
 		}
-		if len(infos) == 1 && infos[0].Waiters > 0 {
-			return nil
+		if len(infos) == 1 {
+			switch infos[0].Holder {
+			case holder.name:
+				if infos[0].Waiters > 0 {
+					return nil
+				}
+			case waiter.name:
+				return fmt.Errorf("%s holds the lock before %s was frozen: %s lost it early (was the machine stalled past the %v TTL?); run the demo again", waiter.name, holder.name, holder.name, holder.ttl)
+			}
 		}
 		select {
-		case <-r.exited:
-			return fmt.Errorf("it exited (%d) instead: %s", r.exit, strings.TrimSpace(r.stderr.String()))
+		case <-waiter.exited:
+			_, err := next(ctx, waiter, record, func(warehouse.Event) bool { return false })
+			return err
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-tick.C:

@@ -37,7 +37,9 @@ type RunnerArgs struct {
 	// waiting for a line on its stdin, before the work on that client: the
 	// night freezes runner 1 there, then sends the line, so that the
 	// runner cannot write before the freeze however late the night reads
-	// the event. 0: it never waits.
+	// the event; and it holds runner 2 there until woken runner 1 has
+	// written that client, so that runner 1's write comes first however
+	// slowly it wakes. 0: it never waits.
 	PauseAt int
 }
 
