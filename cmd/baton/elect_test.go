@@ -95,8 +95,8 @@ func fencedWriter(path string) int {
 	}
 }
 
-// TestElect_FrozenLeader starts three `baton elect` on one election: exactly
-// one runs its command. The leader (baton and its command) is frozen with
+// TestElect_FrozenLeader starts three `baton elect` on one election: one
+// runs its command at a time. The leader (baton and its command) is frozen with
 // SIGSTOP past the TTL; another takes over; on SIGCONT the frozen one stops
 // its command, and not one of its fenced writes is accepted after the new
 // leader's first.
@@ -214,6 +214,17 @@ func TestElect_FrozenLeader(t *testing.T) {
 	if late != 0 {
 		t.Fatalf("%d writes with the frozen leader's token %d were accepted after the new leader's first", late, firstToken)
 	}
+	// From the new leader's first write on, its token alone wrote, unless
+	// its own term ended in a loss its elect reported (a stall past the
+	// TTL): a token granted beside it, to the woken elector say, is a
+	// second leader.
+	var after int
+	if err := db.QueryRow(`SELECT count(DISTINCT token) FROM writes WHERE rowid >= (SELECT min(rowid) FROM writes WHERE token = ?)`, secondToken).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != 1 && !lostTerm(electors[second].stderr.String()) {
+		t.Fatalf("%d tokens wrote from %s's first write on, and %s lost no lease: %s", after, second, second, electors[second].stderr.String())
+	}
 	// And over the whole run, whoever led when: in the order the store
 	// took them, no write carries a token below an earlier write's.
 	var back int
@@ -293,11 +304,12 @@ func TestElect_ExitedThenLostDuringGrace(t *testing.T) {
 	// loss: elect sends it only once it has seen the command exit, so the
 	// loss comes while elect waits for the rest of the group, however
 	// slow the machine. That process outlives the SIGTERM until the fake
-	// has made the loss (--grace is only a cap), and the command exits
+	// has made the loss (--grace is only a cap; a minute caps it, should
+	// elect never send the SIGTERM), and the command exits
 	// only once the trap is in place. The process left behind writes
 	// nowhere: elect would wait for the output it could still send.
 	script := fmt.Sprintf(`[ "$BATON_TOKEN" = 1 ] || exit 5
-(trap ': > %[1]s' TERM; : > %[2]s; until [ -e %[1]s.lost ]; do sleep 0.05; done) >/dev/null 2>&1 &
+(trap ': > %[1]s' TERM; : > %[2]s; i=0; until [ -e %[1]s.lost ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done) >/dev/null 2>&1 &
 until [ -e %[2]s ]; do sleep 0.01; done`, termed, ready)
 	r := runInProcess("elect", "--backend", backend, "--grace", "30s", "mailer", "--", "sh", "-c", script)
 	t.Log(r.stderr)

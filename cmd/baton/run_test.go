@@ -114,7 +114,11 @@ func TestRun_LeaseLost(t *testing.T) {
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
 	script := fmt.Sprintf(`trap 'echo got SIGTERM; exit 0' TERM; touch %s; sleep 60 & wait`, started)
-	run := startBaton(t, "run", "--backend", backend, "--ttl", "2s", "--grace", "5s", "invoices", "--", "sh", "-c", script)
+	// The request timeout is 30s: a renewal that hangs on the frozen
+	// server and is only given up at that timeout (the default, 5s, is
+	// within the bound below) shows as 30s, where the lease's 2s local
+	// deadline stops the command.
+	run := startBaton(t, "run", "--backend", backend+"?request-timeout=30s", "--ttl", "2s", "--grace", "5s", "invoices", "--", "sh", "-c", script)
 	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return "command did not start: " + run.stderr.String() })
 
 	if err := syscall.Kill(serve.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
@@ -136,8 +140,9 @@ func TestRun_LeaseLost(t *testing.T) {
 		}
 	}
 	t.Logf("baton exited 76 %v after the server froze (TTL 2s)", took.Round(time.Millisecond))
-	// About one TTL (2-2.5s) is expected; a loss that is never noticed
-	// shows as run.wait's 60s. 10s leaves a loaded machine room for the
+	// About one TTL (2-2.5s) is expected; a loss noticed only when the
+	// renewal's request gives up shows as 30s, one never noticed as
+	// run.wait's 60s. 10s leaves a loaded machine room for the
 	// SIGTERM, the command's exit and baton's, and keeps the bound within
 	// a few TTLs.
 	if took > 10*time.Second {
