@@ -46,6 +46,34 @@ func handedTo(t *testing.T, admin *pgxpool.Pool, name string) (holder string, ti
 	return
 }
 
+// handOff has a take name, w queue for it, and a release it (running
+// beforeRelease, when not nil, just before), and returns w's Acquire once
+// it returned with the lease handed to it, checking that w holds the row's
+// token, above a's.
+func handOff(t *testing.T, admin *pgxpool.Pool, a, w *baton.FencedLocker, name string, beforeRelease func()) *pending {
+	t.Helper()
+	la, err := a.Acquire(timeout(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t, w, timeout(t, 20*time.Second), name)
+	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, name) == 1 })
+	if beforeRelease != nil {
+		beforeRelease()
+	}
+	if err := la.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-got.done
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if _, _, tok := handedTo(t, admin, name); got.l.Token() != baton.Token(tok) || got.l.Token() <= la.Token() {
+		t.Errorf("handed token %d, row holds %d, previous holder had %d", got.l.Token(), tok, la.Token())
+	}
+	return got
+}
+
 // TestHandOff_Held: a waiter handed the lock by a release holds it without
 // a round trip of its own.
 func TestHandOff_Held(t *testing.T) {
@@ -58,26 +86,10 @@ func TestHandOff_Held(t *testing.T) {
 	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))
 	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("w"))
 	admin := newPool(t, dsn)
-	la, err := a.Acquire(timeout(t, 10*time.Second), "handoff")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(t, w, timeout(t, 20*time.Second), "handoff")
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "handoff") == 1 })
-	before := postgres.Attempts(w.Locker())
-	if err := la.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	<-got.done
-	r := got
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
+	var before int64
+	handOff(t, admin, a, w, "handoff", func() { before = postgres.Attempts(w.Locker()) })
 	if n := postgres.Attempts(w.Locker()) - before; n != 0 {
 		t.Errorf("the waiter sent %d statements to take a lock handed to it, want none", n)
-	}
-	if _, _, tok := handedTo(t, admin, "handoff"); r.l.Token() != baton.Token(tok) || r.l.Token() <= la.Token() {
-		t.Errorf("handed token %d, row holds %d, previous holder had %d", r.l.Token(), tok, la.Token())
 	}
 }
 
@@ -97,23 +109,7 @@ func TestHandOff_HeldRenewed(t *testing.T) {
 	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithRenewEvery(renew), baton.WithHolder("w"))
 	c := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("c"))
 	admin := newPool(t, dsn)
-	la, err := a.Acquire(timeout(t, 10*time.Second), "renewed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(t, w, timeout(t, 20*time.Second), "renewed")
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "renewed") == 1 })
-	if err := la.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	<-got.done
-	r := got
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if _, _, tok := handedTo(t, admin, "renewed"); r.l.Token() != baton.Token(tok) || r.l.Token() <= la.Token() {
-		t.Errorf("handed token %d, row holds %d, previous holder had %d", r.l.Token(), tok, la.Token())
-	}
+	r := handOff(t, admin, a, w, "renewed", nil)
 	// For 1.5 TTL (a dozen renewals) the handed lease stays up, and
 	// another client, trying every TTL/12, finds the lock held by w. Past
 	// the first TTL only renewals keep it.
