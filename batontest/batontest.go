@@ -28,8 +28,10 @@ type Factory struct {
 	// New returns a fresh client built with opts on top of the suite's
 	// (TTL), or the construction error. The suite closes its Locker.
 	New func(t testing.TB, opts ...baton.Option) (Client, error)
-	// TTL is the lease TTL the suite uses: the shortest the backend takes,
-	// to keep the suite fast.
+	// TTL is the lease TTL of the cases about a lease's end (expiry, loss,
+	// renewal, crash, takeover): the shortest the backend takes, to keep
+	// the suite fast. The other cases use 10s, which every backend must
+	// take.
 	TTL time.Duration
 	// Fenced says the backend hands out fencing tokens; the Locker must
 	// then be convertible with Locker.Fenced.
@@ -92,6 +94,20 @@ type suite struct{ f Factory }
 func (s *suite) locker(t testing.TB, opts ...baton.Option) *baton.Locker {
 	t.Helper()
 	return s.client(t, opts...).Locker
+}
+
+// steadyTTL is the TTL of steady's Lockers: the longest the test
+// ZooKeeper's sessions take.
+const steadyTTL = 10 * time.Second
+
+// steady returns a Locker built with opts whose leases, at a TTL of
+// steadyTTL, outlive any stall of a loaded test machine, for the cases
+// that are not about a lease's end (at the suite's TTL, 1s or 2s, a stall
+// past two thirds of it ended a lease by accident, and the race's 500
+// rounds met one now and then).
+func (s *suite) steady(t testing.TB, opts ...baton.Option) *baton.Locker {
+	t.Helper()
+	return s.locker(t, append([]baton.Option{baton.WithTTL(steadyTTL)}, opts...)...)
 }
 
 func (s *suite) client(t testing.TB, opts ...baton.Option) Client {

@@ -15,8 +15,8 @@ import (
 
 func (s *suite) tryAcquireContended(t *testing.T) {
 	name := lockName(t)
-	a := s.locker(t, baton.WithHolder("holder-a"))
-	b := s.locker(t, baton.WithHolder("holder-b"))
+	a := s.steady(t, baton.WithHolder("holder-a"))
+	b := s.steady(t, baton.WithHolder("holder-b"))
 	la := mustAcquire(t, a, name)
 
 	_, err := b.TryAcquire(ctxFor(t, 10*time.Second), name)
@@ -39,7 +39,7 @@ func (s *suite) tryAcquireContended(t *testing.T) {
 	if err := la.Release(context.Background()); err != nil {
 		t.Fatalf("release A: %v", err)
 	}
-	c := s.locker(t)
+	c := s.steady(t)
 	lc, err := c.TryAcquire(ctxFor(t, 10*time.Second), name)
 	if err != nil {
 		t.Fatalf("third client's TryAcquire after A released: %v; B's failed attempt left something behind", err)
@@ -49,8 +49,8 @@ func (s *suite) tryAcquireContended(t *testing.T) {
 
 func (s *suite) acquireWaits(t *testing.T) {
 	name := lockName(t)
-	a := s.locker(t)
-	b := s.locker(t)
+	a := s.steady(t)
+	b := s.steady(t)
 	la := mustAcquire(t, a, name)
 
 	got := make(chan *baton.Lease, 1)
@@ -90,8 +90,8 @@ func (s *suite) acquireWaits(t *testing.T) {
 
 func (s *suite) acquireCancelled(t *testing.T) {
 	name := lockName(t)
-	a := s.locker(t)
-	b := s.locker(t)
+	a := s.steady(t)
+	b := s.steady(t)
 	la := mustAcquire(t, a, name)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -114,7 +114,7 @@ func (s *suite) acquireCancelled(t *testing.T) {
 	if err := la.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c := s.locker(t)
+	c := s.steady(t)
 	lc, err := c.TryAcquire(ctxFor(t, 10*time.Second), name)
 	if err != nil {
 		t.Fatalf("TryAcquire after the waiter gave up and A released: %v", err)
@@ -126,7 +126,7 @@ func (s *suite) acquireCancelled(t *testing.T) {
 // other like two processes do (etcd issue 11360).
 func (s *suite) sameLocker(t *testing.T) {
 	name := lockName(t)
-	l := s.locker(t)
+	l := s.steady(t)
 	mustAcquire(t, l, name)
 	if _, err := l.TryAcquire(ctxFor(t, 10*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
 		t.Fatalf("second TryAcquire through the same Locker: err = %v, want ErrNotAcquired", err)
@@ -148,7 +148,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 	var wg sync.WaitGroup
 	errc := make(chan error, clients)
 	for i := range clients {
-		l := s.locker(t)
+		l := s.steady(t)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -196,7 +196,7 @@ func (s *suite) race(t *testing.T) {
 	const clients = 3
 	lockers := make([]*baton.Locker, clients)
 	for i := range lockers {
-		lockers[i] = s.locker(t)
+		lockers[i] = s.steady(t)
 	}
 	for round := range s.f.Rounds {
 		var wg sync.WaitGroup
@@ -237,7 +237,7 @@ func (s *suite) race(t *testing.T) {
 
 func (s *suite) releaseIdempotent(t *testing.T) {
 	name := lockName(t)
-	l := s.locker(t)
+	l := s.steady(t)
 	lease := mustAcquire(t, l, name)
 	ctx := lease.Context()
 	if err := lease.Release(context.Background()); err != nil {
@@ -261,7 +261,7 @@ func (s *suite) releaseIdempotent(t *testing.T) {
 
 func (s *suite) releaseAfterCancel(t *testing.T) {
 	name := lockName(t)
-	a := s.locker(t)
+	a := s.steady(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	lease, err := a.Acquire(ctx, name)
 	if err != nil {
@@ -274,7 +274,7 @@ func (s *suite) releaseAfterCancel(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("Release with a cancelled ctx: %v", err)
 	}
-	b := s.locker(t)
+	b := s.steady(t)
 	lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), name)
 	if err != nil {
 		t.Fatalf("lock not free at once after Release with a cancelled ctx: %v", err)

@@ -172,7 +172,7 @@ func (s *suite) observeEnds(t *testing.T) {
 		t.Skip("backend does not observe elections")
 	}
 	name := lockName(t)
-	l := s.locker(t)
+	l := s.steady(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	terms, err := l.Observe(ctx, name)
