@@ -230,27 +230,15 @@ func TestWaiters_HeadLeaves_NextTold(t *testing.T) {
 	h := startHolder(t, "hold-baton", dsn, "job", holderTTL)
 	x := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("x"))
 	y := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("y"))
-	ctx := timeout(t, 30*time.Second)
-	xctx, xcancel := context.WithCancel(ctx)
-	defer xcancel()
-	xdone := make(chan error, 1)
-	go func() { _, err := x.Acquire(xctx, "job"); xdone <- err }()
-	waitFor(t, 10*time.Second, "x queued", func() bool { return queued(t, admin, "job") == 1 })
-	ydone := batontest.AcquireLater(ctx, y.Acquire, "job")
-	waitFor(t, 10*time.Second, "y queued", func() bool { return queued(t, admin, "job") == 2 })
-	if err := h.freeze(); err != nil {
-		t.Fatal(err)
-	}
-	frozen := time.Now() // its lease ends holderTTL after its last renewal, at the latest
-	xcancel()
-	if err := <-xdone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("x: %v, want context.Canceled", err)
-	}
-	g := <-ydone
-	if g.Err != nil {
-		t.Fatal(g.Err)
-	}
-	if late := g.At.Sub(frozen.Add(holderTTL)); late > ttl/3/2 {
-		t.Fatalf("y took the lock %v after the frozen holder's lease ended; want it right after, not at its next timed look (RenewEvery %v)", late, ttl/3)
-	}
+	batontest.HeadLeaves(t, x.Acquire, y.Acquire, "job",
+		func(n int) {
+			t.Helper()
+			waitFor(t, 10*time.Second, "waiters queued", func() bool { return queued(t, admin, "job") == n })
+		},
+		func() time.Time {
+			if err := h.freeze(); err != nil {
+				t.Fatal(err)
+			}
+			return time.Now().Add(holderTTL) // its lease ends holderTTL after its last renewal, at the latest
+		}, ttl/3)
 }

@@ -542,14 +542,10 @@ func SetUser(tb testing.TB, cs []goredis.UniversalClient, rules ...string) {
 	}
 }
 
-// HeadLeaves is the case of a first waiter that gives up while a crashed
-// holder's key still runs. cs are the nodes' clients (one for the redis
-// backend); x and y Lockers on them with a TTL of ttl, whose RenewEvery
-// is ttl/3. It sets the lock key of name to a crashed holder's value on
-// every node, to expire in 3s; x waits, then y behind it, and x gives
-// up. y, asleep for RenewEvery as waiters that are not first are, must be
-// told that it is first now and take the lock right after the key
-// expires (within RenewEvery/2 of it), not at its next timed attempt.
+// HeadLeaves is batontest.HeadLeaves on Redis: cs are the nodes' clients
+// (one for the redis backend); x and y Lockers on them with a TTL of ttl,
+// whose RenewEvery is ttl/3. The holder is a crashed one: the lock key of
+// name holds its value on every node, set to expire in 3s.
 func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, prefix, name string, ttl time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -562,23 +558,7 @@ func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, 
 		}
 	}
 	expiry := time.Now().Add(left)
-	queued := func(n int64) { t.Helper(); WaitQueued(t, cs, key, n) }
-	xctx, xcancel := context.WithCancel(ctx)
-	defer xcancel()
-	xdone := make(chan error, 1)
-	go func() { _, err := x.Acquire(xctx, name); xdone <- err }()
-	queued(1)
-	ydone := batontest.AcquireLater(ctx, y.Acquire, name)
-	queued(2)
-	xcancel()
-	if err := <-xdone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("x: %v, want context.Canceled", err)
-	}
-	g := <-ydone
-	if g.Err != nil {
-		t.Fatal(g.Err)
-	}
-	if late := g.At.Sub(expiry); late > ttl/3/2 {
-		t.Fatalf("y took the lock %v after the crashed holder's key expired; want it right after, not at its next timed attempt (RenewEvery %v)", late, ttl/3)
-	}
+	batontest.HeadLeaves(t, x.Acquire, y.Acquire, name,
+		func(n int) { t.Helper(); WaitQueued(t, cs, key, int64(n)) },
+		func() time.Time { return expiry }, ttl/3)
 }
