@@ -172,11 +172,12 @@ func Redact(s string) string { return Printable(redact(s)) }
 // redact is Redact before Printable.
 func redact(s string) string {
 	s = kvPassword.ReplaceAllString(s, "${1}xxxxx")
+	// A query's password, with or without a well-formed "://" before it.
+	s = queryPassword.ReplaceAllString(s, "${1}xxxxx")
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || !validScheme(scheme) {
 		return redactNoScheme(s)
 	}
-	rest = queryPassword.ReplaceAllString(rest, "${1}xxxxx")
 	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return scheme + "://" + rest // no user information

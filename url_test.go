@@ -48,6 +48,8 @@ func TestRedact(t *testing.T) {
 		// A scheme mistyped: what lies between the first ':' and the last
 		// '@' is hidden.
 		{"etcd//u:s3cret@h:2379", "etcd//u:xxxxx@h:2379"},
+		{"etcd//h:2379?password=s3cret", "etcd//h:2379?password=xxxxx"},
+		{"etcd:/h:2379?password=s3cret&x=1", "etcd:/h:2379?password=xxxxx&x=1"},
 		{"u:s3cret@h:2379", "u:xxxxx@h:2379"},
 		{"u@h:2379", "u@h:2379"},
 		{"etcd:/root:s3cret@h:2379", "etcd:xxxxx@h:2379"},

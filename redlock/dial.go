@@ -99,7 +99,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 func serverID(ctx context.Context, c goredis.UniversalClient) (string, error) {
 	info, err := c.Info(ctx, "server").Result()
 	var rerr goredis.Error
-	if errors.As(err, &rerr) && (strings.HasPrefix(rerr.Error(), "NOPERM") || !rediskit.Refused(err)) { // INFO is refused, not the connection
+	if errors.As(err, &rerr) && (rediskit.NoPerm(err) || !rediskit.Refused(err)) { // INFO is refused, not the connection
 		return "", c.Ping(ctx).Err()
 	}
 	if err != nil {
