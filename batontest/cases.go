@@ -548,12 +548,10 @@ func (s *suite) tokenOrder(t *testing.T) {
 // as Close returns.
 func (s *suite) close(t *testing.T) {
 	name := lockName(t)
-	// A long TTL for the holder, so that a lock Close fails to free takes
-	// seconds to run out, and the bound below tells the two apart on a
-	// loaded machine (at the suite's TTL, 1s for some backends, the margin
-	// was 500ms). 10s is the longest the test ZooKeeper's sessions take.
-	const ttl = 10 * time.Second
-	a := s.locker(t, baton.WithTTL(ttl))
+	// A steady holder: a lock Close fails to free takes seconds to run
+	// out, and the bound below tells the two apart on a loaded machine (at
+	// the suite's TTL, 1s for some backends, the margin was 500ms).
+	a := s.steady(t)
 	lease := mustAcquire(t, a, name)
 	type next struct {
 		lease   *baton.Lease
@@ -589,8 +587,8 @@ func (s *suite) close(t *testing.T) {
 	}
 	// Freed by Close, not by its TTL: a lock left to run out would go at
 	// least TTL - RenewEvery = 2/3 TTL after Close.
-	if d := n.at.Sub(closed); d > ttl/3 {
-		t.Errorf("the waiter got the lock %v after Close returned (TTL %v): Close did not free it, the TTL did", d.Round(time.Millisecond), ttl)
+	if d := n.at.Sub(closed); d > steadyTTL/3 {
+		t.Errorf("the waiter got the lock %v after Close returned (TTL %v): Close did not free it, the TTL did", d.Round(time.Millisecond), steadyTTL)
 	}
 }
 

@@ -35,8 +35,8 @@ func HeadLeaves[L interface{ Release(context.Context) error }](t *testing.T, xAc
 		t.Fatalf("x: %v, want context.Canceled", err)
 	}
 	g := <-ydone
-	if g.Err != nil {
-		t.Fatal(g.Err)
+	if g.Err != nil || g.ReleaseErr != nil {
+		t.Fatalf("y: acquire %v, release %v", g.Err, g.ReleaseErr)
 	}
 	if late := g.At.Sub(ended); late > renewEvery/2 {
 		t.Fatalf("y took the lock %v after the holder's lease ended; want it right after, not at its next timed look (RenewEvery %v)", late, renewEvery)

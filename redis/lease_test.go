@@ -165,7 +165,7 @@ func TestExpiredEarly_OldHolderStopsAndTouchesNothing(t *testing.T) {
 // waitQueued waits until at least n waiters are queued on the lock key.
 func waitQueued(t *testing.T, c *goredis.Client, key string, n int64) {
 	t.Helper()
-	redistest.WaitQueued(t, []goredis.UniversalClient{c}, key, n)
+	redistest.WaitQueued(t, []goredis.UniversalClient{c}, key, "", n)
 }
 
 // TestRenewal_1sLeaseFor10s: renewal every TTL/3 keeps a 1s lease for 10s;

@@ -30,7 +30,8 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := newLocker(t, nodes)
+	cs := clients(t, nodes)
+	holder := newLocker(t, nodes, baton.WithHolder("a"))
 	for _, tc := range []struct {
 		rules   []string
 		refused bool
@@ -38,7 +39,7 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		{[]string{"~" + redlock.DefaultPrefix + "*", "&*", "+@all"}, true},
 		{strings.Fields(rediskit.Grants(redlock.DefaultPrefix) + " +info"), false},
 	} {
-		redistest.SetUser(t, clients(t, nodes), tc.rules...)
+		redistest.SetUser(t, cs, tc.rules...)
 		l, err := redlock.Open(ctx, u, baton.WithHolder("b"))
 		if err != nil {
 			t.Fatal(err)
@@ -49,8 +50,9 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		}
 		done := batontest.AcquireLater(timeout(t, 10*time.Second), l.Acquire, "acl")
 		if !tc.refused {
-			// Released once b waits in the queue of every node.
-			redistest.WaitQueued(t, clients(t, nodes), held.Key(), 1)
+			// Released once b waits in the queue of every node where a
+			// holds the key.
+			redistest.WaitQueued(t, cs, held.Key(), "a", 1)
 			_ = held.Release(ctx)
 		}
 		err = (<-done).Err
@@ -67,7 +69,6 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 	// One node refuses the user, and another is down: that the request
 	// failed on a majority is partly an outage, which may end; not an
 	// error in the configuration alone.
-	cs := clients(t, nodes)
 	redistest.SetUser(t, cs[:1], "~"+redlock.DefaultPrefix+"*", "&*", "+@all")
 	l, err := redlock.Open(ctx, u, baton.WithHolder("b"), baton.WithRequestTimeout(time.Second))
 	if err != nil {

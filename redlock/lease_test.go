@@ -415,16 +415,7 @@ func TestClaim_YieldsToQueuedWaiter(t *testing.T) {
 	// w queues where a holds the key: a's Acquire returned once a
 	// majority answered, so a's claim on a slower node may have come after
 	// w's, which then holds the key there.
-	q := "{" + la.Key() + "}:q"
-	poll := timeout(t, 10*time.Second)
-	for _, c := range cs {
-		for rediskit.HolderOf(c.Get(poll, la.Key()).Val()) == "a" && c.ZCard(poll, q).Val() < 1 {
-			if poll.Err() != nil {
-				t.Fatalf("w not queued after 10s on a node where a holds the key")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	redistest.WaitQueued(t, cs, la.Key(), "a", 1)
 	for _, c := range cs {
 		if err := c.Del(timeout(t, time.Second), la.Key()).Err(); err != nil {
 			t.Fatal(err)
@@ -559,17 +550,7 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 		}
 		got <- err
 	}()
-	// The live waiter is queued where a holds the key: a's Acquire
-	// returned once a majority answered, and on a slower node the key may
-	// have been free when the live waiter came.
-	for i, c := range cs {
-		for rediskit.HolderOf(c.Get(ctx, la.Key()).Val()) == "a" && c.ZCard(ctx, q).Val() < 1 {
-			if ctx.Err() != nil {
-				t.Fatalf("node %d: the live waiter not queued after 10s", i)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	redistest.WaitQueued(t, cs, la.Key(), "a", 1)
 	// Then the dead waiter's entries, planted once the live waiter has
 	// queued (planted before, they could run out before its first attempt
 	// came, which would drop them). Score 1 puts the dead waiter first

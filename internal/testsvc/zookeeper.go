@@ -111,16 +111,11 @@ func (z *ZooKeeper) Stop() {
 	}
 }
 
-// StartZooKeeper starts a standalone server for tb alone (tickTime 500ms,
-// free loopback port, temp dir), stopped when tb ends. Prefer a shared
-// ZooKeeper unless the test stops, kills or restarts the server.
-func StartZooKeeper(tb testing.TB) *ZKServer {
-	tb.Helper()
-	return StartZooKeeperWith(tb, "")
-}
-
-// StartZooKeeperWith is StartZooKeeper with more zoo.cfg lines, such as
-// "minSessionTimeout=6000\n".
+// StartZooKeeperWith starts a standalone server for tb alone (tickTime
+// 500ms, free loopback port, temp dir), with more zoo.cfg lines in cfg,
+// such as "minSessionTimeout=6000\n", stopped when tb ends. Prefer a
+// shared ZooKeeper unless the test needs its own settings, or stops,
+// kills or restarts the server.
 func StartZooKeeperWith(tb testing.TB, cfg string) *ZKServer {
 	tb.Helper()
 	srv, err := startStandalone(tb.TempDir(), cfg)
@@ -373,7 +368,7 @@ type ZKEnsemble struct {
 
 // StartZKEnsemble starts n servers (n odd, usually 3) on free loopback
 // ports, waits until they have a leader, and stops them when tb ends. It
-// skips like StartZooKeeper when Java or the jars are missing.
+// skips like StartZooKeeperWith when Java or the jars are missing.
 func StartZKEnsemble(tb testing.TB, n int) *ZKEnsemble {
 	tb.Helper()
 	java, err := zkJava()
