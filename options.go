@@ -179,16 +179,17 @@ func (c *Config) fill() {
 // Drift positive and small enough for a renewal to land before the local
 // deadline.
 func (c Config) Validate(minTTL time.Duration) error {
+	// The renew interval and the drift both derived from a TTL given by
+	// option: a rule they break is the TTL's, which is named. (A Config
+	// built by hand sets no given bits: its fields are named as they are.)
+	derived := c.given&givenTTL != 0 && c.given&(givenRenewEvery|givenDrift) == 0
 	switch {
 	case c.TTL <= 0:
 		return &OptionError{"ttl", c.TTL.String(), "must be positive"}
 	case minTTL > 0 && c.TTL < minTTL:
 		return &OptionError{"ttl", c.TTL.String(), fmt.Sprintf("is below this backend's minimum of %v", minTTL)}
-	case c.given&givenTTL != 0 && c.given&(givenRenewEvery|givenDrift) == 0 && (c.RenewEvery <= 0 || c.Drift >= c.TTL-c.RenewEvery):
-		// The renew interval and the drift derived from the TTL given,
-		// which the caller did not set: name the TTL. (A Config built by
-		// hand sets no given bits: its fields are named as they are.)
-		return &OptionError{"ttl", c.TTL.String(), "is too short: a lease renews every TTL/3, and its holder stops TTL/100+2ms before the lock service may free it; use at least 10ms"}
+	case c.RenewEvery <= 0 && derived, c.Drift >= c.TTL-c.RenewEvery && derived:
+		return &OptionError{"ttl", c.TTL.String(), fmt.Sprintf("is too short: a lease renews every TTL/3 (%v), and its holder stops TTL/100+2ms (%v) before the lock service may free it, which must leave time for a renewal: use a longer TTL", c.RenewEvery, c.Drift)}
 	case c.RenewEvery <= 0:
 		return &OptionError{"renew interval", c.RenewEvery.String(), "must be positive"}
 	case c.RenewEvery >= c.TTL:

@@ -296,7 +296,7 @@ func TestNewConfig_ShortTTL(t *testing.T) {
 		}
 	}
 	if _, err := baton.NewConfig(baton.WithTTL(10 * time.Millisecond)); err != nil {
-		t.Errorf("NewConfig(WithTTL(10ms)) = %v; the message says 10ms will do", err)
+		t.Errorf("NewConfig(WithTTL(10ms)) = %v; want it accepted", err)
 	}
 	if _, err := baton.NewConfig(baton.WithTTL(3*time.Millisecond), baton.WithDrift(time.Millisecond)); err != nil {
 		t.Errorf("NewConfig(WithTTL(3ms), WithDrift(1ms)) = %v; want it accepted", err)
