@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/sqlite"
+	"github.com/baton-go/baton/internal/proc"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -179,8 +180,7 @@ func TestElect_FrozenLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stopped := func(pid int) bool { _, state, _ := procStat(pid); return state == 'T' }
-	waitFor(t, 10*time.Second, func() bool { return stopped(electPid) && stopped(cmdPid) }, func() string { return "the leader did not stop" })
+	waitFor(t, 10*time.Second, func() bool { return proc.Stopped(electPid) && proc.Stopped(cmdPid) }, func() string { return "the leader did not stop" })
 	frozen := time.Now()
 	var second string
 	var secondToken int64

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/proc"
 )
 
 // supervised is how a supervised command ended.
@@ -398,7 +398,7 @@ func liveInGroup(pgid int) int {
 		if err != nil {
 			continue
 		}
-		if pg, state, ok := procStat(pid); ok && pg == pgid && state != 'Z' && state != 'X' {
+		if pg, state, ok := proc.Stat(pid); ok && pg == pgid && state != 'Z' && state != 'X' {
 			n++
 		}
 	}
@@ -410,28 +410,6 @@ func processes(n int) string {
 		return "1 process"
 	}
 	return strconv.Itoa(n) + " processes"
-}
-
-// procStat reads the process group and state of pid from /proc/PID/stat.
-func procStat(pid int) (pgrp int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	pgrp, err = strconv.Atoi(f[2])
-	if err != nil {
-		return 0, 0, false
-	}
-	return pgrp, f[0][0], true
 }
 
 // leaseVars are the variables commandEnv sets, each only where the backend

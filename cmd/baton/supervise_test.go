@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/proc"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -48,7 +49,7 @@ func readStraggler(t *testing.T, pidFile string) (pid, pgid int) {
 // (a zombie is not).
 func checkGroupGone(t *testing.T, pid, pgid int) {
 	t.Helper()
-	if _, state, ok := procStat(pid); ok && state != 'Z' {
+	if _, state, ok := proc.Stat(pid); ok && state != 'Z' {
 		t.Errorf("process %d of the command's group is still alive (state %c) after baton exited", pid, state)
 	}
 	if n := liveInGroup(pgid); n != 0 {
@@ -91,17 +92,6 @@ func TestRun_GroupOutlivesMainProcess_LeaseLost(t *testing.T) {
 		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLeaseLost, r.stderr)
 	}
 	checkGroupGone(t, pid, pgid)
-}
-
-// TestProcStat reads this process's own group and state.
-func TestProcStat(t *testing.T) {
-	pg, state, ok := procStat(os.Getpid())
-	if !ok || pg != syscall.Getpgrp() || state == 'Z' {
-		t.Fatalf("procStat(self) = %d %c %v; want group %d, not a zombie", pg, state, ok, syscall.Getpgrp())
-	}
-	if _, _, ok := procStat(1 << 30); ok {
-		t.Fatal("procStat of a pid that cannot exist succeeded")
-	}
 }
 
 // TestRun_LossFoundByRelease: the lock service notices the loss only when
@@ -234,12 +224,12 @@ func TestRun_StoppedCommandEnds(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGTTIN); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { _, state, _ := procStat(pid); return state == 'T' }, func() string { return "the command did not stop" })
+	waitFor(t, 10*time.Second, func() bool { return proc.Stopped(pid) }, func() string { return "the command did not stop" })
 	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { _, ok := run.exited(); return ok }, func() string {
-		_, state, _ := procStat(pid)
+		_, state, _ := proc.Stat(pid)
 		return fmt.Sprintf("baton still runs 10s after SIGTERM; its command is in state %c", state)
 	})
 	if r := run.wait(t); r.code != 128+int(syscall.SIGTERM) {
@@ -280,10 +270,9 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 			if err := syscall.Kill(baton, syscall.SIGTSTP); err != nil {
 				t.Fatal(err)
 			}
-			stopped := func(p int) bool { _, state, _ := procStat(p); return state == 'T' }
-			waitFor(t, 10*time.Second, func() bool { return stopped(pid) && stopped(baton) }, func() string {
-				_, cs, _ := procStat(pid)
-				_, bs, _ := procStat(baton)
+			waitFor(t, 10*time.Second, func() bool { return proc.Stopped(pid) && proc.Stopped(baton) }, func() string {
+				_, cs, _ := proc.Stat(pid)
+				_, bs, _ := proc.Stat(baton)
 				return fmt.Sprintf("after SIGTSTP the command is in state %c and baton in %c; want both stopped (T)", cs, bs)
 			})
 			if past {
@@ -292,7 +281,7 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 				if r := runBaton(t, "run", "--backend", backend, "--wait", "20s", name, "--", "true"); r.code != 0 {
 					t.Fatalf("another holder while baton is stopped: exit %d: %s", r.code, r.stderr)
 				}
-				if !stopped(pid) {
+				if !proc.Stopped(pid) {
 					t.Fatal("the command ran on while baton was stopped")
 				}
 			}
@@ -310,7 +299,7 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, 10*time.Second, func() bool { return !stopped(pid) }, func() string { return "the command was not continued with baton" })
+			waitFor(t, 10*time.Second, func() bool { return !proc.Stopped(pid) }, func() string { return "the command was not continued with baton" })
 			if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -454,17 +443,17 @@ func TestRun_LostInBackground_Tostop(t *testing.T) {
 		}
 		_ = sh.Wait()
 	})
-	if pg, _, _ := procStat(baton); pg != baton {
+	if pg, _, _ := proc.Stat(baton); pg != baton {
 		t.Fatalf("baton is in process group %d, want its own (%d): the shell did no job control", pg, baton)
 	}
 
 	if r := runBaton(t, "release", "--backend", backend, "--force", "tostop"); r.code != 0 {
 		t.Fatalf("release --force: exit %d: %s", r.code, r.stderr)
 	}
-	stopped := func(p int) bool { _, state, ok := procStat(p); return !ok || state == 'T' || state == 'Z' }
+	stopped := func(p int) bool { _, state, ok := proc.Stat(p); return !ok || state == 'T' || state == 'Z' }
 	waitFor(t, 10*time.Second, func() bool { return stopped(pid) && stopped(baton) }, func() string {
-		_, cs, _ := procStat(pid)
-		_, bs, _ := procStat(baton)
+		_, cs, _ := proc.Stat(pid)
+		_, bs, _ := proc.Stat(baton)
 		return fmt.Sprintf("after the loss the command is in state %c and baton in %c; want the command stopped or gone (T, Z), and baton stopped (T) or gone (its shell gone, the orphaned group has SIGHUP)", cs, bs)
 	})
 }

@@ -2,16 +2,13 @@ package demo
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +17,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
 	"github.com/baton-go/baton/examples/warehouse"
+	"github.com/baton-go/baton/internal/proc"
 )
 
 // Config describes one night.
@@ -144,10 +142,8 @@ func (r *runner) signal(sig syscall.Signal) error {
 // waitStopped waits until the runner's process is stopped (state T in
 // /proc), it exits, or ctx ends.
 func (r *runner) waitStopped(ctx context.Context) error {
-	stat := "/proc/" + strconv.Itoa(r.cmd.Process.Pid) + "/stat"
 	for {
-		b, err := os.ReadFile(stat)
-		if i := bytes.LastIndexByte(b, ')'); err == nil && i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+		if proc.Stopped(r.cmd.Process.Pid) {
 			return nil
 		}
 		select {
