@@ -271,17 +271,23 @@ func (f *FencedLease) Deadline() time.Time { return f.l.Deadline() }
 func (f *FencedLease) Release(ctx context.Context) error { return f.l.Release(ctx) }
 
 // Raise raises fence for the lease's name to its token, as Run does before
-// fn; see Fence.Raise. When the fence refuses the token as stale, Raise
-// asks the lock service who holds the lock: if it still names this lease,
-// the fence's newer token cannot have come from a later holder of this
-// service, and the *StaleTokenError has Ahead set, which its message
-// explains. If the lock service cannot say, the error is left as the fence
+// fn; see Fence.Raise. A refusal as stale goes through CheckStale.
+func (f *FencedLease) Raise(ctx context.Context, fence Fence) error {
+	return f.CheckStale(ctx, fence.Raise(ctx, f.Name(), f.Token()))
+}
+
+// CheckStale returns err, a fenced write's error (Raise's, a run marked
+// done, a write of the caller's own through Fence.WithTx). When err is a
+// *StaleTokenError whose fence has a token newer than this lease's, it
+// first asks the lock service who holds the lock: if the service still
+// names this lease, the fence's newer token cannot have come from a later
+// holder of this service, and the error has Ahead set, which its message
+// explains. If the service cannot say, the error is left as the fence
 // returned it. The look must see the service's latest state, and does:
 // etcd's reads are linearizable, the ZooKeeper backend syncs before it
 // lists, PostgreSQL answers from the primary; and Ahead is set only while
 // the lease's local deadline has not passed.
-func (f *FencedLease) Raise(ctx context.Context, fence Fence) error {
-	err := fence.Raise(ctx, f.Name(), f.Token())
+func (f *FencedLease) CheckStale(ctx context.Context, err error) error {
 	var stale *StaleTokenError
 	if !errors.As(err, &stale) || stale.Newest <= f.Token() {
 		return err

@@ -210,12 +210,12 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 			return s.store.MarkDone(ctx, name, f.once, token)
 		})
 		if errors.Is(err, baton.ErrStaleToken) {
-			// The fence moved past our token while the command ran. A
-			// raise, refused alike, asks the lock service whether a
-			// later holder moved it, or it is ahead of the service.
-			if rerr := s.raise(bg, name, h); errors.Is(rerr, baton.ErrStaleToken) {
-				err = rerr
-			}
+			// The fence moved past our token while the command ran: ask
+			// the lock service whether a later holder moved it, or it is
+			// ahead of the service.
+			ctx, cancel := context.WithTimeout(bg, storeTimeout)
+			err = h.fenced.CheckStale(ctx, err)
+			cancel()
 			return fmt.Errorf("%s ran to its end (exit 0), but run %q of %s was not marked done: %w", argv[0], f.once, name, err)
 		}
 		if err != nil {
