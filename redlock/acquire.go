@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -171,7 +172,9 @@ func mostCommon(vs []string) (string, int) {
 // acquisition that has not queued is a claim on every node (see claim);
 // later ones run the acquire script. A waiting acquisition joins each
 // node's queue and is woken by the first node that frees the lock for it,
-// or by a timed retry (see retryIn).
+// or by a timed retry (see retryIn). A round that no majority answers
+// ends a TryAcquire as unavailable; a waiting acquisition tries again
+// while a node in it did not answer in time, for a request timeout.
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	k := b.keys(req.Name)
 	value := rediskit.NewValue(req.Holder)
@@ -200,9 +203,10 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	splits := 0     // TryAcquire's rounds lost to a split vote
-	headSplits := 0 // consecutive rounds first in line with no majority holder
-	retire := false // value's keys were undone: go on with a new value
+	var failingSince time.Time // the start of the first of the rounds in a row that no majority answered
+	splits := 0                // TryAcquire's rounds lost to a split vote
+	headSplits := 0            // consecutive rounds first in line with no majority holder
+	retire := false            // value's keys were undone: go on with a new value
 	for first := true; ; first = false {
 		if retire {
 			// An undo that a node did not answer in time, or answered
@@ -263,8 +267,25 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			return nil, context.Cause(ctx)
 		}
 		if r.failed > len(b.nodes)-b.quorum {
-			b.giveUp(ctx, k, value, olds, queued, r.settled)
-			return nil, b.unavailable(ctx, "acquire "+k.lock, r.errs)
+			// No majority answered. Where a node did not answer in time
+			// it may only be slow (a stall of its machine, or of the
+			// network): a waiting acquisition tries again after a
+			// random delay, as Redlock prescribes, until a request
+			// timeout has passed since the first round that found no
+			// majority. Nodes that refuse the connection are down.
+			if failingSince.IsZero() {
+				failingSince = start
+			}
+			if !req.Wait || !slowNode(r.errs) || time.Since(failingSince) >= b.cfg.RequestTimeout {
+				b.giveUp(ctx, k, value, olds, queued, r.settled)
+				why := fmt.Sprintf("a majority (%d of %d) of nodes did not answer", b.quorum, len(b.nodes))
+				if start.After(failingSince) {
+					why += fmt.Sprintf(", in every round for %v", time.Since(failingSince).Round(time.Millisecond))
+				}
+				return nil, b.unavailableWhy(ctx, "acquire "+k.lock, why, r.errs)
+			}
+		} else {
+			failingSince = time.Time{}
 		}
 		holder, majority := b.majorityHolder(r, value)
 		if !req.Wait {
@@ -333,6 +354,12 @@ func (b *backend) retryIn(r round, majority bool, headSplits int) time.Duration 
 // splitPause is the random pause before looking again after racers split
 // the vote, so that they do not split it again in step.
 func splitPause() time.Duration { return time.Millisecond + rand.N(5*time.Millisecond) }
+
+// slowNode reports whether a node did not answer in time (errNoAnswer),
+// rather than fail.
+func slowNode(errs []error) bool {
+	return slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, errNoAnswer) })
+}
 
 // subscribed reports whether every node's subscription is up.
 func (b *backend) subscribed() bool {

@@ -241,7 +241,7 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 			drain()
 			for i, err := range errs {
 				if err == errPending {
-					errs[i] = &baton.UnavailableError{Where: b.nodes[i].where, Err: fmt.Errorf("no answer within %v", timeout)}
+					errs[i] = &baton.UnavailableError{Where: b.nodes[i].where, Err: fmt.Errorf("%w within %v", errNoAnswer, timeout)}
 				}
 			}
 			return vals, errs, settled
@@ -272,12 +272,24 @@ func count(errs []error) (ok, failed int) {
 	return ok, failed
 }
 
+// errNoAnswer marks a node that did not answer within its timeout: a node
+// that is slow, or frozen, or cut off by the network, where one that is
+// down refuses the connection.
+var errNoAnswer = errors.New("no answer")
+
 // err wraps a node's failure with where it happened. A deadline is said
 // in words, not wrapped: the node being slow is the service failing, not
-// the caller's context ending.
+// the caller's context ending. A deadline or a timeout of the socket is
+// errNoAnswer.
 func (n *node) err(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: no answer in time (%v)", what, err)}
+		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time (%v)", what, errNoAnswer, err)}
+	}
+	if t, ok := errors.AsType[interface {
+		error
+		Timeout() bool
+	}](err); ok && t.Timeout() {
+		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time: %w", what, errNoAnswer, err)}
 	}
 	return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w", what, err)}
 }

@@ -83,8 +83,11 @@
 //     most one holder per name.
 //   - The lock is acquired and renewed with a minority of nodes dead or
 //     frozen, and reported unavailable (a *baton.UnavailableError naming
-//     the nodes, within the per-node timeout) when a majority cannot
-//     answer: not contended, not cancelled.
+//     the nodes) when a majority cannot answer: not contended, not
+//     cancelled. TryAcquire reports it within the per-node timeout; a
+//     waiting Acquire, when a node did not answer in time (it may only be
+//     slow), tries again after a random delay until a request timeout
+//     has passed with no round answered by a majority.
 //   - Release and renewal act only on our own value.
 //
 // # What is not

@@ -24,8 +24,9 @@ import (
 )
 
 // TestKilledNodes: with 2 of 5 nodes killed Redlock still acquires (and
-// renews); with 3 killed it reports, within the per-node timeout, that the
-// lock service is unavailable: no majority can answer. That is a failure
+// renews); with 3 killed it reports that the lock service is unavailable:
+// no majority can answer. TryAcquire says so within the per-node timeout,
+// a waiting Acquire after trying for a request timeout. That is a failure
 // of the service, not contention and not the caller's cancellation.
 func TestKilledNodes(t *testing.T) {
 	t.Parallel()
@@ -54,7 +55,11 @@ func TestKilledNodes(t *testing.T) {
 	}
 
 	nodes[4].Kill()
-	l = newLocker(t, nodes, baton.WithTTL(2*time.Second))
+	// A waiting Acquire tries again for a request timeout (see
+	// TestAcquire_FrozenMajority_TriesAgain): a dead node's redials
+	// outlast the node timeout, so it cannot tell it from a slow one.
+	const requestTimeout = time.Second
+	l = newLocker(t, nodes, baton.WithTTL(2*time.Second), baton.WithRequestTimeout(requestTimeout))
 	for _, wait := range []bool{false, true} {
 		start := time.Now()
 		var err error
@@ -68,8 +73,11 @@ func TestKilledNodes(t *testing.T) {
 		if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("wait=%v: err = %v, want ErrUnavailable only", wait, err)
 		}
-		if took > time.Second {
-			t.Errorf("wait=%v: took %v to report it, want about the per-node timeout (TTL/10)", wait, took)
+		switch {
+		case !wait && took > time.Second:
+			t.Errorf("TryAcquire took %v to report it, want about the per-node timeout (TTL/10)", took)
+		case wait && took > requestTimeout+2*time.Second:
+			t.Errorf("Acquire took %v to report it, want about the request timeout (%v) and a round", took, requestTimeout)
 		}
 		if err != nil && !strings.Contains(err.Error(), nodes[4].Addr) {
 			t.Errorf("error does not name the dead nodes: %v", err)
@@ -1128,4 +1136,75 @@ func TestWait_HeadLeaves_NextTold(t *testing.T) {
 	x := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("x"))
 	y := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("y"))
 	redistest.HeadLeaves(t, clients(t, nodes), x, y, redlock.DefaultPrefix, "job", ttl)
+}
+
+// TestAcquire_FrozenMajority_TriesAgain: a waiting Acquire whose rounds no
+// majority answers in time (3 of 5 nodes frozen: connections open, no
+// answers) tries again after random delays, as Redlock prescribes, and
+// acquires once the nodes answer again, within its request timeout. A
+// TryAcquire reports them unavailable at once.
+func TestAcquire_FrozenMajority_TriesAgain(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	frozen := nodes[:3]
+	defer resume(frozen)
+	const nodeTimeout = 200 * time.Millisecond // TTL/10
+	l := newLocker(t, nodes, baton.WithTTL(10*nodeTimeout), baton.WithRequestTimeout(time.Minute))
+	for _, n := range frozen {
+		n.Pause()
+	}
+	if _, err := l.TryAcquire(timeout(t, time.Minute), "slow"); !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("TryAcquire with 3 of 5 nodes frozen: %v; want ErrUnavailable", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(timeout(t, time.Minute), "slow")
+		if err == nil {
+			err = lease.Release(context.Background())
+		}
+		got <- err
+	}()
+	// Three node timeouts: the Acquire's first round, at least, found no
+	// majority.
+	select {
+	case err := <-got:
+		t.Fatalf("Acquire returned while a majority was frozen: %v", err)
+	case <-time.After(3 * nodeTimeout):
+	}
+	resume(frozen)
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire after the frozen nodes came back: %v", err)
+	}
+}
+
+// TestAcquire_FrozenMajority_UnavailableAfterRequestTimeout: when no
+// majority answers in any round for a whole request timeout, a waiting
+// Acquire reports the service unavailable, and for how long it tried.
+func TestAcquire_FrozenMajority_UnavailableAfterRequestTimeout(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	frozen := nodes[2:]
+	defer resume(frozen)
+	const requestTimeout = time.Second
+	l := newLocker(t, nodes, baton.WithTTL(2*time.Second), baton.WithRequestTimeout(requestTimeout))
+	for _, n := range frozen {
+		n.Pause()
+	}
+	start := time.Now()
+	_, err := l.Acquire(timeout(t, time.Minute), "frozen")
+	took := time.Since(start)
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "in every round for") || !strings.Contains(err.Error(), frozen[0].Addr) {
+		t.Fatalf("Acquire with 3 of 5 nodes frozen for good: %v; want ErrUnavailable naming a frozen node and how long it tried", err)
+	}
+	if took < requestTimeout {
+		t.Fatalf("gave up after %v, before the request timeout (%v)", took, requestTimeout)
+	}
+}
+
+// resume lets frozen nodes run again.
+func resume(nodes []*testsvc.Redis) {
+	for _, n := range nodes {
+		n.Resume()
+	}
 }
