@@ -7,24 +7,28 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Proxy is a TCP proxy on loopback that a test can partition: Block stops
 // forwarding bytes in both directions (connections stay open, as in a
 // network partition, and nothing is delivered until Unblock), Cut closes
-// every connection. It models the network, not a backend: the server
-// behind it is real.
+// every connection, SetLatency delays what it forwards. It models the
+// network, not a backend: the server behind it is real.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu      sync.Mutex
-	gate    chan struct{} // closed while forwarding is allowed
-	conns   map[net.Conn]struct{}
-	closed  bool
-	hold    atomic.Pointer[Held] // armed by HoldFirst, until it catches a chunk
-	caught  []*Held              // released when the proxy closes
-	workers sync.WaitGroup
+	mu       sync.Mutex
+	gate     chan struct{} // closed while forwarding is allowed
+	conns    map[net.Conn]struct{}
+	closed   bool
+	hold     atomic.Pointer[Held] // armed by HoldFirst, until it catches a chunk
+	latency  atomic.Int64         // one-way delay of the connections made from now on, in ns: see SetLatency
+	delaySum atomic.Int64         // the delays latency connections gave their chunks, read to written, in ns
+	delays   atomic.Int64         // how many chunks they gave one
+	caught   []*Held              // released when the proxy closes
+	workers  sync.WaitGroup
 }
 
 // Held is one request a Proxy holds back: see HoldFirst.
@@ -131,6 +135,27 @@ func (p *Proxy) Unblock() {
 	}
 }
 
+// SetLatency has the connections made from now on deliver each chunk d
+// or more after the proxy read it, both ways, in order, as a network
+// whose round trip is at least 2*d; MeanDelay tells how much more. Reading
+// goes on meanwhile, so requests sent one behind the other are not held
+// up by each other's delay. It is for benchmarks: HoldFirst does not
+// catch chunks on such connections.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// MeanDelay is the mean delay that chunks forwarded with a latency (see
+// SetLatency) were given so far, from the proxy's read to its write: at
+// least the latency, and more where the Go runtime's timers, which sleep
+// in steps of a millisecond while the process idles, woke late. 0 before
+// any.
+func (p *Proxy) MeanDelay() time.Duration {
+	n := p.delays.Load()
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(p.delaySum.Load() / n)
+}
+
 // Cut closes every open connection; new ones are still accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -209,6 +234,14 @@ func (p *Proxy) accept() {
 				return
 			}
 			defer p.untrack(out)
+			if d := time.Duration(p.latency.Load()); d > 0 {
+				var pipes sync.WaitGroup
+				pipes.Add(2)
+				go func() { defer pipes.Done(); p.delayed(out, in, d) }()
+				go func() { defer pipes.Done(); p.delayed(in, out, d) }()
+				pipes.Wait()
+				return
+			}
 			var pipes sync.WaitGroup
 			var held *Held // set by the client's pipe when it holds a chunk
 			pipes.Add(2)
@@ -266,6 +299,50 @@ func (p *Proxy) pipe(dst, src net.Conn, up bool) (held *Held) {
 		}
 		if err != nil {
 			return held
+		}
+	}
+}
+
+// delayed copies src to dst as pipe does, delivering each chunk d after it
+// was read (see SetLatency). The writer is its own goroutine, so reading
+// goes on while a chunk waits; it ends when the reader does, and the
+// reader when either side fails.
+func (p *Proxy) delayed(dst, src net.Conn, d time.Duration) {
+	defer func() {
+		_ = dst.Close()
+		_ = src.Close()
+	}()
+	type chunk struct {
+		due time.Time
+		b   []byte
+	}
+	q := make(chan chunk, 256)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range q {
+			time.Sleep(time.Until(c.due))
+			<-p.currentGate()
+			if _, err := dst.Write(c.b); err != nil {
+				_ = src.Close() // ends the reader, which closes q
+				for range q {
+				}
+				return
+			}
+			p.delaySum.Add(int64(time.Since(c.due.Add(-d))))
+			p.delays.Add(1)
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			q <- chunk{due: time.Now().Add(d), b: bytes.Clone(buf[:n])}
+		}
+		if err != nil {
+			close(q)
+			<-done
+			return
 		}
 	}
 }

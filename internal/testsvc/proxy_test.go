@@ -2,7 +2,10 @@ package testsvc
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -111,5 +114,67 @@ func TestProxy_HoldFirst(t *testing.T) {
 	case <-h.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("Done not closed within 10s of the server closing the connection")
+	}
+}
+
+// TestProxy_Latency: through a proxy with latency d, an echo's round trip
+// takes at least 2d, and what is sent in many writes comes back whole and
+// in order.
+func TestProxy_Latency(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	const d = 20 * time.Millisecond
+	p := NewProxy(t, ln.Addr().String())
+	p.SetLatency(d)
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	r := bufio.NewReader(c)
+
+	start := time.Now()
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("echo: %q, %v", line, err)
+	}
+	if rtt := time.Since(start); rtt < 2*d {
+		t.Fatalf("round trip %v through a proxy with latency %v: want at least %v", rtt, d, 2*d)
+	}
+	if got := p.MeanDelay(); got < d {
+		t.Fatalf("MeanDelay %v, below the latency %v", got, d)
+	}
+
+	var want strings.Builder
+	for i := range 200 {
+		line := fmt.Sprintf("line %d\n", i)
+		want.WriteString(line)
+		if _, err := c.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, want.Len())
+	if _, err := io.ReadFull(r, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Fatalf("echoed bytes differ from those sent:\n got %q\nwant %q", got, want.String())
 	}
 }
