@@ -30,10 +30,11 @@ lint:
 ## PostgreSQL against ZooKeeper's recipe).
 bench: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 $(PKGS)
-	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedisCycle|RedisContended' -benchtime 3000x -count 5 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedisCycle|RedisContended$$' -benchtime 3000x -count 5 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisPaired -benchtime 400x -count 10 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisFloor -benchtime 400x -count 6 .
-	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedlockContended -benchtime 1000x -count 5 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedlockContended$$' -benchtime 1000x -count 5 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'ContendedLatency' -benchtime 1000x -count 3 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedlockPaired -benchtime 100x -count 10 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
 

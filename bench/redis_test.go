@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,6 +72,39 @@ func BenchmarkRedisContended(b *testing.B) {
 		b.Run(kind+"/8", func(b *testing.B) {
 			runContended(b, newRedisCyclers(b, srv.Addr, kind, 8))
 		})
+	}
+}
+
+// latencies are the one-way latencies the Latency benchmarks run at: a
+// millisecond and more. The Go runtime's timers step in milliseconds while
+// the process idles, so below that the delay given depends on how busy
+// the process is, and two peers whose traffic differs would see different
+// networks (asked for 100µs, baton's Redlock got 0.43ms and redsync's
+// 0.66ms).
+var latencies = []time.Duration{time.Millisecond, 2 * time.Millisecond}
+
+// BenchmarkRedisContendedLatency is BenchmarkRedisContended over a
+// network: the clients reach the server through a proxy that delays every
+// chunk, both ways, by a one-way latency (testsvc.Proxy.SetLatency); each
+// sub-benchmark reports the mean delay the proxy gave (µs-delay-mean),
+// which the Go runtime's millisecond timer steps make longer than the
+// latency asked for while the process idles. On loopback the eight clients
+// and the server share the machine's two cores, and the throughput is the
+// CPU's; over a network it is the round trips'. baton hands the lock over
+// in about one round trip per hold (the release reaches the server, which
+// tells the next waiter), where redislock's releasing client takes it
+// back in two (release, obtain).
+func BenchmarkRedisContendedLatency(b *testing.B) {
+	srv := testsvc.StartRedis(b)
+	for _, oneWay := range latencies {
+		for _, kind := range []string{"baton", "redislock"} {
+			b.Run(fmt.Sprintf("latency=%v/%s/8", oneWay, kind), func(b *testing.B) {
+				p := testsvc.NewProxy(b, srv.Addr)
+				p.SetLatency(oneWay)
+				runContended(b, newRedisCyclers(b, p.Addr(), kind, 8))
+				b.ReportMetric(float64(p.MeanDelay())/float64(time.Microsecond), "µs-delay-mean")
+			})
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,15 +37,15 @@ func (c *redsyncCycler) Unlock(ctx context.Context) error {
 	return err
 }
 
-// newRedlockCyclers builds n contenders of one kind on the nodes, each
-// with its own clients, as n processes would have.
-func newRedlockCyclers(b *testing.B, nodes []*testsvc.Redis, kind string, n int) []benchcycle.Cycler {
+// newRedlockCyclers builds n contenders of one kind on the nodes at
+// addrs, each with its own clients, as n processes would have.
+func newRedlockCyclers(b *testing.B, addrs []string, kind string, n int) []benchcycle.Cycler {
 	b.Helper()
 	out := make([]benchcycle.Cycler, n)
 	for i := range out {
-		cs := make([]*goredis.Client, len(nodes))
-		for j, node := range nodes {
-			cs[j] = newClient(b, node.Addr)
+		cs := make([]*goredis.Client, len(addrs))
+		for j, addr := range addrs {
+			cs[j] = newClient(b, addr)
 		}
 		switch kind {
 		case "baton":
@@ -75,7 +76,7 @@ func BenchmarkRedlockCycle(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
 	for _, kind := range []string{"baton", "redsync"} {
 		b.Run(kind+"/5-nodes", func(b *testing.B) {
-			benchcycle.Cycle(b, newRedlockCyclers(b, nodes, kind, 1)[0])
+			benchcycle.Cycle(b, newRedlockCyclers(b, addrsOf(nodes), kind, 1)[0])
 		})
 	}
 }
@@ -86,9 +87,44 @@ func BenchmarkRedlockContended(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
 	for _, kind := range []string{"baton", "redsync"} {
 		b.Run(kind+"/5-nodes/8", func(b *testing.B) {
-			runContended(b, newRedlockCyclers(b, nodes, kind, 8))
+			runContended(b, newRedlockCyclers(b, addrsOf(nodes), kind, 8))
 		})
 	}
+}
+
+// BenchmarkRedlockContendedLatency is BenchmarkRedlockContended over a
+// network, as BenchmarkRedisContendedLatency is for one node: every node
+// is reached through a proxy of its own that delays every chunk by a
+// one-way latency. Here baton's handoff takes two round trips, as
+// redsync's releasing client does (release, obtain): a release frees the
+// key on each node and wakes the first waiter, which then acquires on
+// every node.
+func BenchmarkRedlockContendedLatency(b *testing.B) {
+	nodes := testsvc.StartRedisNodes(b, 5)
+	for _, oneWay := range latencies {
+		for _, kind := range []string{"baton", "redsync"} {
+			b.Run(fmt.Sprintf("latency=%v/%s/5-nodes/8", oneWay, kind), func(b *testing.B) {
+				ps := make([]*testsvc.Proxy, len(nodes))
+				addrs := make([]string, len(nodes))
+				for i, node := range nodes {
+					ps[i] = testsvc.NewProxy(b, node.Addr)
+					ps[i].SetLatency(oneWay)
+					addrs[i] = ps[i].Addr()
+				}
+				runContended(b, newRedlockCyclers(b, addrs, kind, 8))
+				b.ReportMetric(float64(ps[0].MeanDelay())/float64(time.Microsecond), "µs-delay-mean")
+			})
+		}
+	}
+}
+
+// addrsOf is the nodes' addresses.
+func addrsOf(nodes []*testsvc.Redis) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.Addr
+	}
+	return out
 }
 
 // BenchmarkRedlockPaired alternates baton and go-redsync/redsync, one
@@ -98,5 +134,5 @@ func BenchmarkRedlockContended(b *testing.B) {
 // redsync (above 1: baton is faster).
 func BenchmarkRedlockPaired(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
-	benchcycle.Paired(b, newRedlockCyclers(b, nodes, "baton", 1), newRedlockCyclers(b, nodes, "redsync", 1), 16, "baton", "redsync")
+	benchcycle.Paired(b, newRedlockCyclers(b, addrsOf(nodes), "baton", 1), newRedlockCyclers(b, addrsOf(nodes), "redsync", 1), 16, "baton", "redsync")
 }
