@@ -150,6 +150,19 @@
 // minority), so each message would have to name the queue entry it
 // consumed, a new entry format; not done.
 //
+// Over a network that round is what a handoff costs. In
+// BenchmarkRedlockContendedLatency (bench module), where a proxy delays
+// every chunk to and from each node, baton held the lock 147 times a
+// second against redsync's 146 at a mean delay of 1.4ms (1.00x), and 81
+// against 87 at 2.7ms (0.93x), with the longest wait 1.2 to 2.4 times the
+// median (redsync 260 to 667); 2026-12-02, medians of three runs (cd
+// bench && go test -run '^$' -bench RedlockContendedLatency -benchtime
+// 1000x -count 3 .). Both take two round trips per hold: baton's release
+// and the woken waiter's round, redsync's releasing client's release and
+// obtain. The redis package, whose release hands the key over, takes one
+// and leads redislock by 1.4x to 1.6x there: a handoff that counted a
+// majority of the nodes' messages would be worth that much.
+//
 // The nodes share the two cores with the clients, and their time runs
 // short first: the scripts now make about 20 calls per hold on each node
 // (30 before: the contended paths come first, a first waiter
