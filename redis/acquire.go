@@ -119,8 +119,8 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		queued = true
 	}
 	var (
-		lastQueued time.Time // send time of the last attempt that found us queued
-		seen       seenTags  // the times our attempts wrote into our entry, on the server
+		lastQueued time.Time         // send time of the last attempt that found us queued
+		seen       rediskit.SeenTags // the times our attempts wrote into our entry, on the server
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -174,7 +174,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			continue
 		}
 		lastQueued = sent
-		seen.note(a.seen)
+		seen.Note(a.seen)
 		timer.Reset(b.retryIn(a))
 		select {
 		case <-ctx.Done():
@@ -189,33 +189,11 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// version without tags), or one so late that lastQueued no
 			// longer bounds the key's expiry, is checked by an attempt
 			// at once: the key is ours if the handoff still stands.
-			if tag != "" && tag == seen.last && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
+			if tag != "" && tag == seen.Last && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
 				return b.held(ctx, k, value, lastQueued)
 			}
 		case <-timer.C:
 		}
-	}
-}
-
-// seenTags keeps the tag a handoff after our last attempt would carry.
-type seenTags struct {
-	// last is the time our last attempt wrote into our entry, when only
-	// that attempt could have been answered with it; "" when an earlier
-	// attempt wrote the same time (the server's clock has millisecond
-	// steps), since a handoff tagged so could have come after either: such
-	// a wake-up is checked by an attempt.
-	last string
-	prev string // the time the last attempt that wrote one wrote
-}
-
-// note records the time an attempt wrote ("" for none).
-func (s *seenTags) note(seen string) {
-	s.last = seen
-	if seen == s.prev {
-		s.last = ""
-	}
-	if seen != "" {
-		s.prev = seen
 	}
 }
 

@@ -31,11 +31,11 @@ import (
 // SCRIPT FLUSH), which also loads the script for the next call. The paths
 // a contended lock takes on every hold come first, with few calls.
 
-// luaNote and luaHandoff are shared by the scripts that note the lock's
-// holder for observers or hand the lock on (after rediskit.LuaQueue);
-// luaHelpers is both. A script defines only what it uses: each definition
+// luaNote and rediskit.LuaHandoff are shared by the scripts that note the
+// lock's holder for observers or hand the lock on (after
+// rediskit.LuaQueue); luaHelpers is both. A script defines only what it uses: each definition
 // makes a closure, on every run.
-const luaHelpers = luaNote + luaHandoff
+const luaHelpers = luaNote + rediskit.LuaHandoff
 
 const luaNote = `
 -- record appends holder v (empty: free) to the observers' stream o.
@@ -47,31 +47,6 @@ end
 -- note records a change of holder for observers, when there are any.
 local function note(o, n, v)
   if redis.call('exists', n) == 1 then record(o, v) end
-end
-`
-
-const luaHandoff = `
--- handoff takes the first live waiter out of the queue (and the dead ones
--- before it), gives it the lock with its own TTL, overwriting the key's
--- value, which its callers checked (the releasing holder's, or the one a
--- forced release read), and tells it on its channel: "VALUE SEEN", SEEN the
--- time its entry's last attempt wrote, so that the waiter knows which of
--- its attempts the handoff came after. It returns the new holder's value,
--- or false when no waiter was live.
-local function handoff(k, q, w)
-  local now = clock()
-  while true do
-    local h = redis.call('zpopmin', q)[1]
-    if not h then return false end
-    local e = redis.call('hget', w, h)
-    redis.call('hdel', w, h)
-    if e and live(e, now) then
-      local seen, ttl, ch = entry(e)
-      redis.call('set', k, h, 'px', ttl)
-      redis.call('publish', ch, h .. ' ' .. seen)
-      return h
-    end
-  end
 end
 `
 
@@ -94,7 +69,7 @@ end
 // the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
 // first in the queue; with ARGV[3] = "1" two more, 0 and SEEN: the server
 // time (ms) written into our queue entry, which a handoff to us names
-// (see luaHandoff).
+// (see rediskit.LuaHandoff).
 //
 // The two cases a contended lock meets on almost every attempt come first,
 // after rediskit.LuaQueue and before luaHelpers is defined (each function

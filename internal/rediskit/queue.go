@@ -108,3 +108,56 @@ local function take(k, q, w, v, ttl, queued)
   if queued then leave(q, w, v) end
 end
 `
+
+// LuaHandoff, after LuaQueue, defines handoff(k, q, w): the function by
+// which a release hands lock k to the first live waiter in queue q (see
+// its comment). The redis backend's release and forced release use it;
+// redlock's release, on each node.
+const LuaHandoff = `
+-- handoff takes the first live waiter out of the queue (and the dead ones
+-- before it), gives it the lock with its own TTL, overwriting the key's
+-- value, which its callers checked (the releasing holder's, or the one a
+-- forced release read), and tells it on its channel: "VALUE SEEN", SEEN the
+-- time its entry's last attempt wrote, so that the waiter knows which of
+-- its attempts the handoff came after. It returns the new holder's value,
+-- or false when no waiter was live.
+local function handoff(k, q, w)
+  local now = clock()
+  while true do
+    local h = redis.call('zpopmin', q)[1]
+    if not h then return false end
+    local e = redis.call('hget', w, h)
+    redis.call('hdel', w, h)
+    if e and live(e, now) then
+      local seen, ttl, ch = entry(e)
+      redis.call('set', k, h, 'px', ttl)
+      redis.call('publish', ch, h .. ' ' .. seen)
+      return h
+    end
+  end
+end
+`
+
+// SeenTags keeps the tag that a handoff after our last attempt on a
+// server would carry: the SEEN our attempt wrote into our queue entry
+// there, which the handoff names (see LuaHandoff).
+type SeenTags struct {
+	// Last is the time our last attempt wrote into our entry, when only
+	// that attempt could have been answered with it; "" when an earlier
+	// attempt wrote the same time (the server's clock has millisecond
+	// steps), since a handoff tagged so could have come after either: such
+	// a wake-up is checked by an attempt.
+	Last string
+	prev string // the time the last attempt that wrote one wrote
+}
+
+// Note records the time an attempt wrote ("" for none).
+func (s *SeenTags) Note(seen string) {
+	s.Last = seen
+	if seen == s.prev {
+		s.Last = ""
+	}
+	if seen != "" {
+		s.prev = seen
+	}
+}

@@ -32,7 +32,7 @@ type Waker struct {
 	mu      sync.Mutex
 	ps      *goredis.PubSub
 	closed  bool
-	waiters map[string]chan string
+	waiters map[string]func(tag string)
 	exited  chan struct{} // closed when the dispatcher returns
 
 	signaled atomic.Pointer[func(value string)] // test hook: see OnSignal
@@ -47,7 +47,7 @@ func (w *Waker) OnSignal(fn func(value string)) { w.signaled.Store(&fn) }
 // long its dispatcher waits after a failed read before reading again (the
 // next read reconnects), so that a server that is away is not spun on.
 func New(c goredis.UniversalClient, channel string, pause time.Duration) *Waker {
-	return &Waker{client: c, channel: channel, pause: pause, waiters: map[string]chan string{}}
+	return &Waker{client: c, channel: channel, pause: pause, waiters: map[string]func(tag string){}}
 }
 
 // Channel is the channel the Waker subscribes to.
@@ -105,16 +105,16 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 		}
 		value, tag := m.Payload, ""
 		w.mu.Lock()
-		ch := w.waiters[value]
-		if ch == nil {
+		tell := w.waiters[value]
+		if tell == nil {
 			if i := strings.LastIndexByte(value, ' '); i >= 0 {
 				value, tag = value[:i], value[i+1:]
-				ch = w.waiters[value]
+				tell = w.waiters[value]
 			}
 		}
 		w.mu.Unlock()
-		if ch != nil {
-			signal(ch, tag)
+		if tell != nil {
+			tell(tag)
 			if fn := w.signaled.Load(); fn != nil {
 				(*fn)(value)
 			}
@@ -149,8 +149,14 @@ func (w *Waker) isClosed() bool {
 // received yet gives way to the newer one. One channel may serve a waiter
 // on several Wakers.
 func (w *Waker) Register(value string, ch chan string) {
+	w.RegisterFunc(value, func(tag string) { signal(ch, tag) })
+}
+
+// RegisterFunc has tell called with the tag of each message for the
+// waiter with value, on the dispatcher's goroutine: it must not block.
+func (w *Waker) RegisterFunc(value string, tell func(tag string)) {
 	w.mu.Lock()
-	w.waiters[value] = ch
+	w.waiters[value] = tell
 	w.mu.Unlock()
 }
 
