@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -18,6 +19,7 @@ type nodeResult struct {
 	holder string        // the holder's value there, or the reserved waiter's
 	pttl   time.Duration // the key's remaining TTL there
 	head   bool          // we are first in that node's queue
+	seen   string        // the server time the attempt wrote into our queue entry there; "" when it did not
 
 	// yielded: a claim took the key there, but a live waiter was first
 	// (see claim). The key holds our value; the attempt does not count
@@ -97,8 +99,9 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, olds []stri
 // node n, without a script, as redsync takes the lock: rediskit.Claim,
 // marked by the queue, with GET to name the holder. Only when the SET took
 // K and a queue is there does the acquire script follow: K was free but
-// maybe reserved for the first live waiter (a release frees K and tells
-// that waiter). Then the script reports the key yielded, but leaves it:
+// maybe reserved for the first live waiter (a holder's key that expired,
+// or was deleted by a forced release or an undo). Then the script reports
+// the key yielded, but leaves it:
 // the caller undoes the attempt unless it holds a majority without that
 // node. A script that deleted the key itself could be delivered late, as
 // any request can (see Acquire), and delete it after a renewal counted
@@ -128,7 +131,7 @@ func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string,
 	if err != nil {
 		return nodeResult{}, n.err("acquire "+k.lock, err)
 	}
-	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
+	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded, seen: r.Seen}, nil
 }
 
 // majorityHolder returns the value another acquisition holds on a
@@ -180,7 +183,8 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	value := rediskit.NewValue(req.Holder)
 	score := time.Now().UnixMicro() // our place in every node's queue
 
-	wake := make(chan string, 1) // a wake-up only hastens the next attempt; its tag is unused
+	hand := newHandoffs(len(b.nodes), value)
+	seen := make([]rediskit.SeenTags, len(b.nodes)) // per node, what a handoff after our last attempt there names
 	queued := false
 	var olds []string // values given up that a node may still know (see retire below)
 	defer func() {
@@ -195,9 +199,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	if req.Wait && b.subscribed() {
 		// Every node's subscription is up: even the first attempt may
 		// join the queues, as no handoff can be missed.
-		for _, n := range b.nodes {
-			n.wake.Register(value, wake)
-		}
+		hand.listen(b, value)
 		queued = true
 	}
 	timer := time.NewTimer(time.Hour)
@@ -230,15 +232,22 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 				olds = slices.Delete(olds, 0, 1)
 			}
 			value = rediskit.NewValue(req.Holder)
+			hand.use(value)
 			if queued {
-				for _, n := range b.nodes {
-					n.wake.Register(value, wake)
-				}
+				hand.listen(b, value)
 			}
 			retire = false
 		}
 		start := time.Now()
 		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score)
+		took := time.Since(start)
+		for i, res := range r.res {
+			if r.errs[i] == nil {
+				seen[i].Note(res.seen)
+			} else {
+				seen[i].Note("")
+			}
+		}
 		if r.held >= b.quorum {
 			h, err := b.held(ctx, k, value, olds, start, r.settled)
 			if err == nil || !errors.Is(err, errTooLate) {
@@ -304,9 +313,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// Subscribe on every node that answers before joining the
 			// queues, so that no wake-up is published before we listen.
 			b.subscribe(ctx)
-			for _, n := range b.nodes {
-				n.wake.Register(value, wake)
-			}
+			hand.listen(b, value)
 			queued = true
 			continue
 		}
@@ -316,14 +323,130 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			headSplits = 0
 		}
 		timer.Reset(b.retryIn(r, majority, headSplits))
-		select {
-		case <-ctx.Done():
-			b.giveUp(ctx, k, value, olds, true, r.settled)
-			return nil, context.Cause(ctx)
-		case <-wake:
-		case <-timer.C:
+		// A release hands each node's key to the first waiter there
+		// and tells it, naming the attempt of ours it came after. When
+		// a majority of the nodes handed the lock to us after this
+		// round's attempts, the keys there are ours and expire no
+		// sooner than this round's start plus TTL: the lock is held,
+		// without a round of its own. Not after an undo of this value
+		// (retire), which a node may still be about to run. Other
+		// wake-ups, and handoffs that make no majority within a grace
+		// of a few rounds' time (the other nodes may have handed their
+		// key to another waiter), are checked by an attempt, which
+		// finds the keys handed to us ours.
+		var grace <-chan time.Time
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				b.giveUp(ctx, k, value, olds, true, r.settled)
+				return nil, context.Cause(ctx)
+			case <-hand.wake:
+				n := 0
+				if !retire {
+					n = hand.count(seen)
+				}
+				if n >= b.quorum {
+					h, err := b.held(ctx, k, value, olds, start, r.settled)
+					if err == nil || !errors.Is(err, errTooLate) {
+						return h, err
+					}
+					break wait // too late: an attempt takes the keys ours again
+				}
+				if n == 0 || hand.other() {
+					break wait // a message that is not a handoff after this round
+				}
+				if grace == nil {
+					grace = time.After(b.handoffGrace(took))
+				}
+			case <-grace:
+				break wait
+			case <-timer.C:
+				break wait
+			}
 		}
 	}
+}
+
+// handoffGrace is how long a waiter that nodes handed the key to waits
+// for the others' handoffs, before it looks with a round of its own:
+// about what a round took (the releases that hand over went to the nodes
+// in parallel), at most the node timeout.
+func (b *backend) handoffGrace(round time.Duration) time.Duration {
+	if b.graceForTest > 0 {
+		return b.graceForTest
+	}
+	return min(b.nodeTimeout, 4*round+2*time.Millisecond)
+}
+
+// handoffs collects, for an acquisition, the tags of the messages by
+// which nodes tell it they handed it their key (see
+// rediskit.LuaHandoff), as the nodes' dispatchers deliver them, and wakes
+// it on any message for it.
+type handoffs struct {
+	wake chan struct{} // buffered: a wake-up not yet taken stands for any number
+
+	mu     sync.Mutex
+	value  string   // the acquisition's value now: a message for one it gave up only wakes it
+	tags   []string // per node, the tag of the last handoff to value
+	others bool     // a message came that is no handoff to value (see other)
+}
+
+func newHandoffs(nodes int, value string) *handoffs {
+	return &handoffs{wake: make(chan struct{}, 1), value: value, tags: make([]string, nodes)}
+}
+
+// listen has every node's messages for value delivered.
+func (h *handoffs) listen(b *backend, value string) {
+	for i, n := range b.nodes {
+		n.wake.RegisterFunc(value, func(tag string) {
+			h.mu.Lock()
+			if value == h.value && tag != "" {
+				h.tags[i] = tag
+			} else {
+				h.others = true
+			}
+			h.mu.Unlock()
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+		})
+	}
+}
+
+// use makes value the acquisition's: handoffs to the one before no
+// longer count.
+func (h *handoffs) use(value string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.value = value
+	clear(h.tags)
+}
+
+// other reports whether a message that is no handoff to the current value
+// (one telling it that it is first now, or one for a value it gave up)
+// came since the last call.
+func (h *handoffs) other() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o := h.others
+	h.others = false
+	return o
+}
+
+// count is how many nodes handed the key to the current value after our
+// last attempt there: their last handoff names what that attempt wrote.
+func (h *handoffs) count(seen []rediskit.SeenTags) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for i, tag := range h.tags {
+		if tag != "" && tag == seen[i].Last {
+			n++
+		}
+	}
+	return n
 }
 
 // retryIn is how long a queued waiter sleeps before its next attempt when

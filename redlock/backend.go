@@ -54,6 +54,8 @@ type backend struct {
 	nodeTimeout time.Duration
 	channel     string
 
+	graceForTest time.Duration // when set, handoffGrace's answer (see SetHandoffGrace)
+
 	bg sync.WaitGroup // node requests abandoned at their deadline
 
 	mu     sync.Mutex

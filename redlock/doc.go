@@ -66,11 +66,19 @@
 // Racers that split the vote, so that no one has a majority, undo theirs
 // and try again after a random delay, as Redlock prescribes. A waiting
 // acquisition also joins each node's wait queue, ordered by the waiter's
-// own start time, so every node orders the same waiters alike; a release
-// leaves the key free but reserved for the first live waiter and wakes
-// it on its Locker's channel; it then acquires on every node at once. So
-// waiters get the lock in arrival order, a fresh acquisition does not
-// barge past them, and they do not split the vote among themselves. Timed
+// own start time, so every node orders the same waiters alike. A release
+// hands each node's key to the first live waiter there, with that
+// waiter's TTL, and tells it on its Locker's channel which of its
+// attempts the handoff came after. When a majority of the nodes handed
+// it the key after its last attempt on each, the waiter holds the lock:
+// every one of those keys was set after that attempt reached its node,
+// so none expires before the attempt's start plus TTL, the base of the
+// lease's deadline, as for a round it wins. Otherwise (some nodes handed
+// their key to another waiter, or their message is late), after a grace
+// of a few rounds' time it acquires on every node at once, a round that
+// finds the keys handed to it its own. So waiters get the lock in
+// arrival order, a fresh acquisition does not barge past them, and they
+// do not split the vote among themselves. Timed
 // retries (the first in line just past the holder's PTTL; every waiter at
 // least every RenewEvery) cover a crashed holder and lost messages; a
 // first waiter that gives up wakes the one now first, which then looks

@@ -1208,3 +1208,95 @@ func resume(nodes []*testsvc.Redis) {
 		n.Resume()
 	}
 }
+
+// handoffSetup has a hold "job" on five nodes, and w waiting for it, queued
+// on every node, w's acquire-script runs counted. It returns the holder's
+// lease, w's outcome, the counter, and clients of its own on the nodes.
+func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-chan error, rounds *redistest.CountScript, cs []goredis.UniversalClient) {
+	t.Helper()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	const ttl = 30 * time.Second // RenewEvery 10s: no timed retry within the test
+	a := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("a"))
+	rounds = &redistest.CountScript{SHA: redlock.AcquireScriptHash}
+	wcs := clients(t, nodes)
+	for _, c := range wcs {
+		c.AddHook(rounds)
+	}
+	w := lockerOn(t, wcs, baton.WithTTL(ttl), baton.WithHolder("w"))
+	redlock.SetHandoffGrace(w, grace)
+	held, err := a.Acquire(timeout(t, 5*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		lease, err := w.Acquire(timeout(t, time.Minute), "job")
+		if err == nil {
+			for i, c := range clients(t, nodes) {
+				if v := c.Get(timeout(t, 5*time.Second), redlock.DefaultPrefix+"job").Val(); rediskit.HolderOf(v) != "w" {
+					err = fmt.Errorf("w holds the lock, and node %d's key holds %q", i, v)
+				}
+			}
+			if rerr := lease.Release(context.Background()); err == nil {
+				err = rerr
+			}
+		}
+		errs <- err
+	}()
+	cs = clients(t, nodes)
+	redistest.WaitQueued(t, cs, redlock.DefaultPrefix+"job", "a", 1)
+	return held, errs, rounds, cs
+}
+
+// TestHandoff_NoRoundOfItsOwn: a release hands each node's key to the
+// first waiter there and tells it which of its attempts the handoff came
+// after; the waiter, told so by a majority of the nodes, holds the lock
+// without an acquire round of its own. (When a release left the keys free
+// for the waiter, its round took them: five more runs of the script.)
+func TestHandoff_NoRoundOfItsOwn(t *testing.T) {
+	t.Parallel()
+	held, got, rounds, _ := handoffSetup(t, 10*time.Second)
+	before := rounds.N.Load()
+	if err := held.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("w after the release: %v", err)
+	}
+	if n := rounds.N.Load() - before; n != 0 {
+		t.Fatalf("w ran the acquire script %d times after the release; want none: a majority's handoffs are the lock", n)
+	}
+}
+
+// TestHandoff_Minority_RoundTakesTheRest: when only a minority of the
+// nodes hand the key to the waiter (it is not queued on the others, whose
+// release frees the key), the waiter looks with a round once the grace
+// for the other handoffs has passed, and takes the lock with it.
+func TestHandoff_Minority_RoundTakesTheRest(t *testing.T) {
+	t.Parallel()
+	held, got, rounds, cs := handoffSetup(t, 100*time.Millisecond)
+	ctx := timeout(t, 5*time.Second)
+	q, w := "{"+redlock.DefaultPrefix+"job}:q", "{"+redlock.DefaultPrefix+"job}:w"
+	waiter := cs[0].ZRange(ctx, q, 0, 0).Val()
+	if len(waiter) != 1 {
+		t.Fatalf("queue on node 0: %v, want w's value", waiter)
+	}
+	for _, c := range cs[2:] {
+		if err := c.ZRem(ctx, q, waiter[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.HDel(ctx, w, waiter[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := rounds.N.Load()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("w after a release that handed it the key on 2 of 5 nodes: %v", err)
+	}
+	if n := rounds.N.Load() - before; n == 0 {
+		t.Fatal("w took the lock without a round, handed the key by 2 nodes of 5")
+	}
+}

@@ -15,12 +15,16 @@ import (
 //	         same way (see rediskit.LuaQueue)
 //	{K}:w    the waiters' entries (see rediskit.LuaQueue)
 //
-// Unlike the single node, a release does not hand the lock over (the next
-// holder needs a majority, which no one node can give): it leaves the key
-// free but reserved for the first live waiter, whom it tells on its
-// channel. That waiter then acquires on every node in parallel, where it
-// is first too. Fresh acquisitions do not barge past waiters, and since
-// every node orders waiters alike, waiters do not split the vote.
+// As on the single node, a release hands each node's key to the first
+// live waiter there (rediskit.LuaHandoff) and tells it on its channel,
+// naming the attempt of its own the handoff came after. No one node can
+// give the lock, which needs a majority: the waiter holds it when a
+// majority of the nodes told it so, each after its last attempt there
+// (see Acquire), and else looks with a round on every node, which finds
+// the keys handed to it its own. A key a holder's expiry, a forced
+// release or an undo left free is reserved for the first live waiter.
+// Fresh acquisitions do not barge past waiters, and since every node
+// orders waiters alike, waiters do not split the vote.
 //
 // As in the redis package, the paths a contended lock takes on every hold
 // come first in the scripts, with few calls: with 5 nodes on the same
@@ -91,10 +95,12 @@ if ARGV[6] ~= '1' then
     return {1}
   end
   if cur then
-    if wait and join_first(q, w, v, clock(), ARGV[4], ARGV[2], ARGV[5]) then
-      return {0, cur, redis.call('pttl', k), 1}
+    if not wait then return {0, cur, 0, 0} end
+    local now = clock()
+    if join_first(q, w, v, now, ARGV[4], ARGV[2], ARGV[5]) then
+      return {0, cur, redis.call('pttl', k), 1, 0, now}
     end
-    return {0, cur, 0, 0}
+    return {0, cur, 0, 0, 0, now}
   end
   local h = redis.call('zrange', q, 0, 0)[1]
   if not h or h == v then
@@ -122,24 +128,30 @@ if not cur and (not head or head == v) then
   take(k, q, w, v, ARGV[2], head)
   return {1}
 end
+local first = 0
 if wait then
   join(q, w, v, now, ARGV[4], ARGV[2], ARGV[5])
-  if redis.call('zrank', q, v) == 0 then head = v end
+  if redis.call('zrank', q, v) == 0 or head == v then first = 1 end
+  return {0, cur or head or '', redis.call('pttl', k), first, 0, now}
 end
-local first = 0
 if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
 `)
 
-// unlockScript deletes K if it holds one of the values ARGV[3] and on (an
+// unlockScript frees K if it holds one of the values ARGV[3] and on (an
 // acquisition's, and those it gave up: see Acquire). With ARGV[1] = "1" it
-// also takes them all out of the queue, before it looks for a waiter to
-// tell; with ARGV[2] = "1" it tells the first live waiter that K is free,
-// or, when K was not ours but one of the values was first in the queue,
-// that it is first now (it then looks at K's expiry itself: a waiter that
-// is not first sleeps up to RenewEvery). It returns 1 when K was ours. A lock with no queue, and an unlock that
-// tells no one, are done with before the helpers are defined (each
-// definition makes a closure, on every run).
+// also takes them all out of the queue, before it looks for a waiter.
+// With ARGV[2] = "1" it hands K to the first live waiter (see
+// rediskit.LuaHandoff), or deletes it when there is none; or, when K was
+// not ours but one of the values was first in the queue, tells the first
+// live waiter that it is first now (it then looks at K's expiry itself: a
+// waiter that is not first sleeps up to RenewEvery). With ARGV[2] = "0"
+// (an undo by an acquisition first in line, which tries again at once) it
+// deletes K, unless another waiter is first: a handoff that gave K to us
+// took us out of the queue, and the undo hands K to that waiter, whom no
+// one would tell otherwise. It returns 1 when K was ours. A lock with no
+// queue, and an undo first in line, are done with before the helpers are
+// defined (each definition makes a closure, on every run).
 var unlockScript = goredis.NewScript(`
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
 local cur = redis.call('get', k)
@@ -161,14 +173,26 @@ if ARGV[1] == '1' then
   end
 end
 if ours then
-  redis.call('del', k)
-  if ARGV[2] ~= '1' then return 1 end
+  if ARGV[2] ~= '1' then
+    local h = redis.call('zrange', q, 0, 0)[1]
+    local mine = not h
+    for i = 3, #ARGV do
+      if h == ARGV[i] then mine = true end
+    end
+    if mine then
+      redis.call('del', k)
+      return 1
+    end
+  end
 elseif not (first and ARGV[2] == '1') then
   return 0
 end
-` + rediskit.LuaQueue + luaHelpers + `
+` + rediskit.LuaQueue + luaHelpers + rediskit.LuaHandoff + `
+if ours then
+  if not handoff(k, q, w) then redis.call('del', k) end
+  return 1
+end
 notify_head(q, w)
-if ours then return 1 end
 return 0
 `)
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediskit/redistest"
 )
@@ -188,4 +190,129 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 // TestForceScript_OnlyTheValueRead: see redistest.ForceOnlyTheValueRead.
 func TestForceScript_OnlyTheValueRead(t *testing.T) {
 	redistest.ForceOnlyTheValueRead(t, forceScript, scriptKeys.all())
+}
+
+// subscribe returns the messages published on ch from now on.
+func subscribe(t *testing.T, s *redistest.Server, ch string) <-chan *goredis.Message {
+	t.Helper()
+	ps := s.C.Subscribe(s.Ctx, ch)
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(s.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ps.Channel()
+}
+
+// unlock runs the unlock script with leave, notify and values.
+func unlock(t *testing.T, s *redistest.Server, leave, notify string, values ...any) int64 {
+	t.Helper()
+	n, err := unlockScript.Run(s.Ctx, s.C, scriptKeys.all(), append([]any{leave, notify}, values...)...).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestUnlockScript_HandsOver: a release hands the key to the first live
+// waiter, with the waiter's TTL, dropping the dead entries before it, and
+// tells it on its channel which of its attempts the handoff came after
+// (the SEEN its entry holds).
+func TestUnlockScript_HandsOver(t *testing.T) {
+	s := redistest.Start(t)
+	k := scriptKeys
+	s.Hold(k.lock, "holder")
+	seen := s.NowMS()
+	s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", seen-5000))
+	s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("0 %d 10000 ch-w", seen))
+	msgs := subscribe(t, s, "ch-w")
+	if n := unlock(t, s, "1", "1", "holder"); n != 1 {
+		t.Fatalf("release answered %d, want 1 (the key was ours)", n)
+	}
+	if got := s.C.Get(s.Ctx, k.lock).Val(); got != "w" {
+		t.Errorf("key holds %q after the release; want the waiter's value", got)
+	}
+	if pttl := s.C.PTTL(s.Ctx, k.lock).Val(); pttl < 9*time.Second {
+		t.Errorf("key's PTTL %v; want the waiter's TTL, about 10s", pttl)
+	}
+	if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 0 {
+		t.Errorf("%d entries left in the queue; want none (the dead one dropped, the waiter's taken out)", n)
+	}
+	select {
+	case m := <-msgs:
+		if want := fmt.Sprintf("w %d", seen); m.Payload != want {
+			t.Errorf("message %q; want %q", m.Payload, want)
+		}
+	case <-s.Ctx.Done():
+		t.Fatal("no message for the waiter")
+	}
+}
+
+// TestUnlockScript_UndoFirstInLine: an undo that wakes no one (the
+// acquisition is first in line and will try again at once) deletes the
+// key; but when a handoff gave it the key and took it out of the queue,
+// another waiter is first, and the undo hands the key to it.
+func TestUnlockScript_UndoFirstInLine(t *testing.T) {
+	k := scriptKeys
+	t.Run("first", func(t *testing.T) {
+		s := redistest.Start(t)
+		s.Hold(k.lock, "me")
+		s.Plant(k.q, k.w, "me", 1, fmt.Sprintf("0 %d 10000 ch-me", s.NowMS()))
+		if n := unlock(t, s, "0", "0", "me"); n != 1 {
+			t.Fatalf("undo answered %d, want 1", n)
+		}
+		if n := s.C.Exists(s.Ctx, k.lock).Val(); n != 0 {
+			t.Errorf("key still there after an undo first in line: %q", s.C.Get(s.Ctx, k.lock).Val())
+		}
+		if got := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); fmt.Sprint(got) != "[me]" {
+			t.Errorf("queue %v; want [me], kept for the next attempt", got)
+		}
+	})
+	t.Run("handed, another first", func(t *testing.T) {
+		s := redistest.Start(t)
+		s.Hold(k.lock, "me")
+		seen := s.NowMS()
+		s.Plant(k.q, k.w, "other", 2, fmt.Sprintf("0 %d 10000 ch-o", seen))
+		msgs := subscribe(t, s, "ch-o")
+		if n := unlock(t, s, "0", "0", "me"); n != 1 {
+			t.Fatalf("undo answered %d, want 1", n)
+		}
+		if got := s.C.Get(s.Ctx, k.lock).Val(); got != "other" {
+			t.Errorf("key holds %q; want the waiter now first, whom no one would tell otherwise", got)
+		}
+		select {
+		case m := <-msgs:
+			if want := fmt.Sprintf("other %d", seen); m.Payload != want {
+				t.Errorf("message %q; want %q", m.Payload, want)
+			}
+		case <-s.Ctx.Done():
+			t.Fatal("no message for the waiter now first")
+		}
+	})
+}
+
+// TestHandoffs_Count: a handoff counts only when its tag names what our
+// last attempt on that node wrote: not one that came after an earlier
+// attempt (the key may have moved on since), nor one whose millisecond an
+// earlier attempt wrote too, nor one to a value given up.
+func TestHandoffs_Count(t *testing.T) {
+	h := newHandoffs(4, "v1")
+	seen := make([]rediskit.SeenTags, 4)
+	for i, s := range []string{"100", "100", "100", "100"} {
+		seen[i].Note(s)
+	}
+	seen[1].Note("101") // a later attempt on node 1
+	seen[2].Note("100") // a later attempt on node 2, in the same millisecond
+	seen[3].Note("")    // a later attempt on node 3 that wrote nothing
+	copy(h.tags, []string{"100", "100", "100", "100"})
+	if n := h.count(seen); n != 1 {
+		t.Errorf("count %d; want 1 (node 0's alone names our last attempt there)", n)
+	}
+	h.tags[1] = "101"
+	if n := h.count(seen); n != 2 {
+		t.Errorf("count %d; want 2", n)
+	}
+	h.use("v2")
+	if n := h.count(seen); n != 0 {
+		t.Errorf("count %d after a new value; want 0", n)
+	}
 }
