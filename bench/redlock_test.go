@@ -95,10 +95,10 @@ func BenchmarkRedlockContended(b *testing.B) {
 // BenchmarkRedlockContendedLatency is BenchmarkRedlockContended over a
 // network, as BenchmarkRedisContendedLatency is for one node: every node
 // is reached through a proxy of its own that delays every chunk by a
-// one-way latency. Here baton's handoff takes two round trips, as
-// redsync's releasing client does (release, obtain): a release frees the
-// key on each node and wakes the first waiter, which then acquires on
-// every node.
+// one-way latency. baton's handoff is one round and the messages it
+// sends (a release hands each node's key to the first waiter there, which
+// holds the lock once a majority told it so); redsync's releasing client
+// takes the lock back in two (release, obtain).
 func BenchmarkRedlockContendedLatency(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
 	for _, oneWay := range latencies {

@@ -122,66 +122,57 @@
 // EXISTS of the queue and a GET, as redsync's is a plain SET (see claim),
 // and a release on a node with no queue finishes before the script's
 // helpers are defined. Measured on the 2-core development machine (a
-// shared VM, on 2026-12-01, a faster day than earlier figures) with 5
-// nodes of Redis 7.0.15 on loopback, in one run with
+// shared VM) with 5 nodes of Redis 7.0.15 on loopback, in one run with
 // go-redsync/redsync v4.18.1 at its defaults (32 tries, a random 50-250ms
-// delay; a lock that ran out of tries was tried again), medians:
+// delay; a lock that ran out of tries was tried again), medians; the
+// cycle on 2026-12-01, the rest on 2026-12-02:
 //
 //	                               baton      redsync     ratio
 //	cycle, in alternating rounds   604µs      554µs       0.92x
-//	8 contenders: holds/s          1,106      1,430       0.77x
-//	  same client again            0%         97.7%
-//	  busiest client / fair share  1.00       2.54
-//	  longest wait                 14ms       516ms
-//	  longest / median wait        2.2        1,820
-//	  handoff p50 (other client)   0.83ms     0.73ms
+//	8 contenders: holds/s          1,418      1,274       1.11x
+//	  same client again            0%         96.3%
+//	  busiest client / fair share  1.01       3.14
+//	  longest wait                 10ms       598ms
+//	  longest / median wait        2.4        1,838
+//	  handoff p50 (other client)   0.65ms     0.66ms
+//	over a network, mean delay 1.4-1.6ms each way: holds/s
+//	                               256        156         1.64x
+//	  mean delay 2.6ms             158        92          1.72x
 //
 // The cycle is BenchmarkRedlockPaired (cd bench && go test -run '^$'
 // -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.89x to
 // 0.94x; 0.88x on an earlier day, 0.81x without the plain first attempt);
-// the rest BenchmarkRedlockContended (-bench RedlockContended -benchtime
-// 1000x -count 5, after an untimed warm-up round; 0.72x on an earlier day
-// without it). redsync's throughput under contention is one client
-// re-taking the lock; the others wait up to most of a second. baton's waiters get it in
-// arrival order, each handoff costing a release round, a wake-up and an
-// acquire round. Counted with instrumentation not kept, over 2,000 holds:
-// 2.04 attempts per hold (the releaser's place in the queues, and the
-// round the wake-up starts), and 4% of holds had an attempt find a
-// minority first. A release does not set the key to the next waiter's
-// value, as the redis package's does: it leaves the key free, reserved for
-// that waiter, and tells it; the waiter's own round takes the key.
-// Messages from all five nodes reached the woken waiter within 3ms of the
-// first in 499 of 499 holds, so a waiter could count a majority of them
-// if releases handed the key over, instead of a round of its own (about
-// 300µs; whether that would be faster is not measured). But a message can
-// arrive after the waiter undid that node's key (an attempt that found a
-// minority), so each message would have to name the queue entry it
-// consumed, a new entry format; not done.
-//
-// Over a network that round is what a handoff costs. In
-// BenchmarkRedlockContendedLatency (bench module), where a proxy delays
-// every chunk to and from each node, baton held the lock 147 times a
-// second against redsync's 146 at a mean delay of 1.4ms (1.00x), and 81
-// against 87 at 2.7ms (0.93x), with the longest wait 1.2 to 2.4 times the
-// median (redsync 260 to 667); 2026-12-02, medians of three runs (cd
-// bench && go test -run '^$' -bench RedlockContendedLatency -benchtime
-// 1000x -count 3 .). Both take two round trips per hold: baton's release
-// and the woken waiter's round, redsync's releasing client's release and
-// obtain. The redis package, whose release hands the key over, takes one
-// and leads redislock by 1.4x to 1.6x there: a handoff that counted a
-// majority of the nodes' messages would be worth that much.
+// the 8 contenders BenchmarkRedlockContended (-bench 'RedlockContended$'
+// -benchtime 1000x -count 3, after an untimed warm-up round; 1.22x in
+// another set of three that day), and over a network
+// BenchmarkRedlockContendedLatency (-bench RedlockContendedLatency
+// -benchtime 1000x -count 3), where a proxy delays every chunk to and
+// from each node. redsync's throughput under contention is one client
+// re-taking the lock; the others wait up to most of a second. baton's
+// waiters get it in arrival order. A handoff is the release (one round,
+// which hands each node's key to the first waiter there) and the
+// messages that tell the waiter: no round of the waiter's own, where
+// redsync's releasing client takes the lock back with a release and an
+// obtain, two rounds. Before the release handed the keys over (it left
+// them free, reserved for the first waiter, whose round took them), baton
+// ran at 0.77x redsync on loopback on 2026-12-01 and 0.92x on 2026-12-02,
+// and at 1.00x and 0.93x over the network (two rounds per hold, as
+// redsync). Messages from all five nodes reached the woken waiter within
+// 3ms of the first in 499 of 499 holds, counted then; a waiter waits for
+// a majority of them a few rounds' time (handoffGrace) before it looks
+// with a round of its own.
 //
 // The nodes share the two cores with the clients, and their time runs
-// short first: the scripts now make about 20 calls per hold on each node
-// (30 before: the contended paths come first, a first waiter
+// short first. Before the handoff, the scripts made about 20 calls per
+// hold on each node (30 before that: the contended paths come first, a first waiter
 // takes the free key without checking its own entry, and times are built
 // from strings). Against redsync in the same runs that took baton from
 // 0.63x to 0.67x, and 0.72x once the requests an attempt does not wait for
 // were no longer cancelled when Acquire returned (885 against 1,229
 // holds/s that day).
 //
-// Racers that split the vote undo their keys at once and tell the first
-// waiter, who tries again after a pause of a few milliseconds (for a few
+// Racers that split the vote undo their keys at once, handing them to the
+// first waiter, who tries again after a pause of a few milliseconds (for a few
 // rounds; then it waits out the keys, which crashed racers leave for a
 // TTL). Before, the first waiter counted the keys reserved for it as
 // another's majority and slept until the racers' keys would have expired
