@@ -238,6 +238,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			retire = false
 		}
+		hand.round()
 		start := time.Now()
 		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score)
 		took := time.Since(start)
@@ -261,14 +262,16 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// request may have run all the same): undo it. First in line on a majority (where
 			// we took K as first in line the script took us out of the
 			// queue; our next attempt puts us back at our score), we try
-			// again after a split vote's pause and wake nobody, who would
-			// only take our turn. Otherwise (or too late) we are a racer
-			// that split the vote: tell the first waiter on each node we
-			// freed, which may be sleeping until our keys would have
-			// expired, having seen them held when it tried.
+			// again after a split vote's pause and hand our keys to no
+			// one, who would only take our turn, unless a waiter there
+			// came before us (see unlockScript). Otherwise (or too late)
+			// we are a racer that split the vote: hand each key we hold
+			// to the first waiter on its node, which may be sleeping
+			// until our keys would have expired, having seen them held
+			// when it tried.
 			<-r.settled
 			notify := r.held >= b.quorum || r.held+r.heads < b.quorum
-			_, _ = b.unlock(ctx, k, false, notify, b.nodeTimeout, value)
+			_, _ = b.unlock(ctx, k, false, notify, score, b.nodeTimeout, slices.Concat(olds, []string{value})...)
 			retire = true
 		}
 		if ctx.Err() != nil {
@@ -422,6 +425,18 @@ func (h *handoffs) use(value string) {
 	defer h.mu.Unlock()
 	h.value = value
 	clear(h.tags)
+	h.others = false
+}
+
+// round forgets the messages so far, before an attempt, which answers
+// them: a handoff counts only when it came after the attempt (its tag
+// names what the attempt wrote), and a tag kept from an earlier one could
+// match again where a node's clock stepped back.
+func (h *handoffs) round() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.tags)
+	h.others = false
 }
 
 // other reports whether a message that is no handoff to the current value
@@ -509,7 +524,7 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []strin
 		return // a failed attempt was undone already, on every node it may have reached
 	}
 	<-settled
-	if _, err := b.unlock(ctx, k, true, true, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {
+	if _, err := b.unlock(ctx, k, true, true, 0, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
 }

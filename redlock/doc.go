@@ -67,8 +67,9 @@
 // and try again after a random delay, as Redlock prescribes. A waiting
 // acquisition also joins each node's wait queue, ordered by the waiter's
 // own start time, so every node orders the same waiters alike. A release
-// hands each node's key to the first live waiter there, with that
-// waiter's TTL, and tells it on its Locker's channel which of its
+// hands each node's key to the first live waiter there, for what that
+// waiter's queue entry had left to live (its TTL from its last attempt
+// there), and tells it on its Locker's channel which of its
 // attempts the handoff came after. When a majority of the nodes handed
 // it the key after its last attempt on each, the waiter holds the lock:
 // every one of those keys was set after that attempt reached its node,

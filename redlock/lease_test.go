@@ -1209,9 +1209,13 @@ func resume(nodes []*testsvc.Redis) {
 	}
 }
 
-// handoffSetup has a hold "job" on five nodes, and w waiting for it, queued
-// on every node, w's acquire-script runs counted. It returns the holder's
-// lease, w's outcome, the counter, and clients of its own on the nodes.
+// handoffSetup has a hold "job" on five nodes, and w (holder "worker 12":
+// a message names the value, its spaces and digits, then the tag) waiting
+// for it, queued on every node, w's acquire-script runs counted. w's
+// outcome is an error unless it acquired, every node's key then holds its
+// value, and none expires before its lease's deadline. It returns the
+// holder's lease, w's outcome, the counter, and clients of its own on the
+// nodes.
 func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-chan error, rounds *redistest.CountScript, cs []goredis.UniversalClient) {
 	t.Helper()
 	nodes := testsvc.StartRedisNodes(t, 5)
@@ -1222,7 +1226,7 @@ func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-c
 	for _, c := range wcs {
 		c.AddHook(rounds)
 	}
-	w := lockerOn(t, wcs, baton.WithTTL(ttl), baton.WithHolder("w"))
+	w := lockerOn(t, wcs, baton.WithTTL(ttl), baton.WithHolder("worker 12"))
 	redlock.SetHandoffGrace(w, grace)
 	held, err := a.Acquire(timeout(t, 5*time.Second), "job")
 	if err != nil {
@@ -1233,8 +1237,14 @@ func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-c
 		lease, err := w.Acquire(timeout(t, time.Minute), "job")
 		if err == nil {
 			for i, c := range clients(t, nodes) {
-				if v := c.Get(timeout(t, 5*time.Second), redlock.DefaultPrefix+"job").Val(); rediskit.HolderOf(v) != "w" {
+				ctx := timeout(t, 5*time.Second)
+				before := time.Now()
+				v, pttl := c.Get(ctx, redlock.DefaultPrefix+"job").Val(), c.PTTL(ctx, redlock.DefaultPrefix+"job").Val()
+				switch {
+				case rediskit.HolderOf(v) != "worker 12":
 					err = fmt.Errorf("w holds the lock, and node %d's key holds %q", i, v)
+				case before.Add(pttl + time.Millisecond).Before(lease.Deadline()):
+					err = fmt.Errorf("node %d's key expires %v before w's lease's deadline", i, lease.Deadline().Sub(before.Add(pttl)))
 				}
 			}
 			if rerr := lease.Release(context.Background()); err == nil {

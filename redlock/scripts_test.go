@@ -203,91 +203,111 @@ func subscribe(t *testing.T, s *redistest.Server, ch string) <-chan *goredis.Mes
 	return ps.Channel()
 }
 
-// unlock runs the unlock script with leave, notify and values.
-func unlock(t *testing.T, s *redistest.Server, leave, notify string, values ...any) int64 {
+// unlock runs the unlock script with leave, notify, the acquisition's
+// score and values.
+func unlock(t *testing.T, s *redistest.Server, leave, notify string, score int, values ...any) int64 {
 	t.Helper()
-	n, err := unlockScript.Run(s.Ctx, s.C, scriptKeys.all(), append([]any{leave, notify}, values...)...).Int64()
+	n, err := unlockScript.Run(s.Ctx, s.C, scriptKeys.all(), append([]any{leave, notify, score}, values...)...).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// TestUnlockScript_HandsOver: a release hands the key to the first live
-// waiter, with the waiter's TTL, dropping the dead entries before it, and
-// tells it on its channel which of its attempts the handoff came after
-// (the SEEN its entry holds).
-func TestUnlockScript_HandsOver(t *testing.T) {
-	s := redistest.Start(t)
-	k := scriptKeys
-	s.Hold(k.lock, "holder")
-	seen := s.NowMS()
-	s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", seen-5000))
-	s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("0 %d 10000 ch-w", seen))
-	msgs := subscribe(t, s, "ch-w")
-	if n := unlock(t, s, "1", "1", "holder"); n != 1 {
-		t.Fatalf("release answered %d, want 1 (the key was ours)", n)
-	}
-	if got := s.C.Get(s.Ctx, k.lock).Val(); got != "w" {
-		t.Errorf("key holds %q after the release; want the waiter's value", got)
-	}
-	if pttl := s.C.PTTL(s.Ctx, k.lock).Val(); pttl < 9*time.Second {
-		t.Errorf("key's PTTL %v; want the waiter's TTL, about 10s", pttl)
-	}
-	if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 0 {
-		t.Errorf("%d entries left in the queue; want none (the dead one dropped, the waiter's taken out)", n)
-	}
+// message fails t unless msgs brings want.
+func message(t *testing.T, s *redistest.Server, msgs <-chan *goredis.Message, want string) {
+	t.Helper()
 	select {
 	case m := <-msgs:
-		if want := fmt.Sprintf("w %d", seen); m.Payload != want {
+		if m.Payload != want {
 			t.Errorf("message %q; want %q", m.Payload, want)
 		}
 	case <-s.Ctx.Done():
-		t.Fatal("no message for the waiter")
+		t.Fatalf("no message; want %q", want)
 	}
 }
 
-// TestUnlockScript_UndoFirstInLine: an undo that wakes no one (the
-// acquisition is first in line and will try again at once) deletes the
-// key; but when a handoff gave it the key and took it out of the queue,
-// another waiter is first, and the undo hands the key to it.
+// TestUnlockScript_HandsOver: a release hands the key to the first live
+// waiter, dropping the dead entries before it, for what its entry had
+// left to live (its TTL from its last attempt), and tells it on its
+// channel which of its attempts the handoff came after (the SEEN its
+// entry holds).
+func TestUnlockScript_HandsOver(t *testing.T) {
+	k := scriptKeys
+	for _, tc := range []struct {
+		name     string
+		ago      int64 // ms since the waiter's last attempt
+		min, max time.Duration
+	}{
+		{"fresh entry", 0, 9 * time.Second, 10*time.Second + 2*time.Millisecond},
+		{"entry 4s old", 4000, 5500 * time.Millisecond, 6*time.Second + 2*time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			s.Hold(k.lock, "holder")
+			seen := s.NowMS() - tc.ago
+			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", seen-5000))
+			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("0 %d 10000 ch-w", seen))
+			msgs := subscribe(t, s, "ch-w")
+			if n := unlock(t, s, "1", "1", 0, "holder"); n != 1 {
+				t.Fatalf("release answered %d, want 1 (the key was ours)", n)
+			}
+			if got := s.C.Get(s.Ctx, k.lock).Val(); got != "w" {
+				t.Errorf("key holds %q after the release; want the waiter's value", got)
+			}
+			if pttl := s.C.PTTL(s.Ctx, k.lock).Val(); pttl < tc.min || pttl > tc.max {
+				t.Errorf("key's PTTL %v; want what the waiter's entry had left, %v to %v", pttl, tc.min, tc.max)
+			}
+			if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 0 {
+				t.Errorf("%d entries left in the queue; want none (the dead one dropped, the waiter's taken out)", n)
+			}
+			message(t, s, msgs, fmt.Sprintf("w %d", seen))
+		})
+	}
+}
+
+// TestUnlockScript_UndoFirstInLine: an undo by an acquisition first in
+// line, which tries again at once and wakes no one, deletes its key, also
+// when waiters that came after it are queued (taking the key took it out
+// of the queue); but when a waiter that came before it is first there (a
+// handoff gave it the key before that waiter's entry reached the node),
+// the undo hands the key to that waiter, whom no one would tell
+// otherwise.
 func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 	k := scriptKeys
-	t.Run("first", func(t *testing.T) {
-		s := redistest.Start(t)
-		s.Hold(k.lock, "me")
-		s.Plant(k.q, k.w, "me", 1, fmt.Sprintf("0 %d 10000 ch-me", s.NowMS()))
-		if n := unlock(t, s, "0", "0", "me"); n != 1 {
-			t.Fatalf("undo answered %d, want 1", n)
-		}
-		if n := s.C.Exists(s.Ctx, k.lock).Val(); n != 0 {
-			t.Errorf("key still there after an undo first in line: %q", s.C.Get(s.Ctx, k.lock).Val())
-		}
-		if got := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); fmt.Sprint(got) != "[me]" {
-			t.Errorf("queue %v; want [me], kept for the next attempt", got)
-		}
-	})
-	t.Run("handed, another first", func(t *testing.T) {
-		s := redistest.Start(t)
-		s.Hold(k.lock, "me")
-		seen := s.NowMS()
-		s.Plant(k.q, k.w, "other", 2, fmt.Sprintf("0 %d 10000 ch-o", seen))
-		msgs := subscribe(t, s, "ch-o")
-		if n := unlock(t, s, "0", "0", "me"); n != 1 {
-			t.Fatalf("undo answered %d, want 1", n)
-		}
-		if got := s.C.Get(s.Ctx, k.lock).Val(); got != "other" {
-			t.Errorf("key holds %q; want the waiter now first, whom no one would tell otherwise", got)
-		}
-		select {
-		case m := <-msgs:
-			if want := fmt.Sprintf("other %d", seen); m.Payload != want {
-				t.Errorf("message %q; want %q", m.Payload, want)
+	for _, tc := range []struct {
+		name  string
+		queue map[string]float64 // value -> score; ours is 100
+		key   string             // K after the undo ("" free)
+		told  string             // the waiter told, if any
+	}{
+		{"queued first", map[string]float64{"me": 100}, "", ""},
+		{"a later waiter behind", map[string]float64{"x": 200}, "", ""},
+		{"an old value of ours first", map[string]float64{"old": 100, "x": 200}, "", ""},
+		{"an earlier waiter first", map[string]float64{"c": 50, "x": 200}, "c", "c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			s.Hold(k.lock, "me")
+			seen := s.NowMS()
+			for v, score := range tc.queue {
+				s.Plant(k.q, k.w, v, score, fmt.Sprintf("0 %d 10000 ch-%s", seen, v))
 			}
-		case <-s.Ctx.Done():
-			t.Fatal("no message for the waiter now first")
-		}
-	})
+			var msgs <-chan *goredis.Message
+			if tc.told != "" {
+				msgs = subscribe(t, s, "ch-"+tc.told)
+			}
+			if n := unlock(t, s, "0", "0", 100, "old", "me"); n != 1 {
+				t.Fatalf("undo answered %d, want 1", n)
+			}
+			if got := s.C.Get(s.Ctx, k.lock).Val(); got != tc.key {
+				t.Errorf("key holds %q after the undo; want %q", got, tc.key)
+			}
+			if tc.told != "" {
+				message(t, s, msgs, fmt.Sprintf("%s %d", tc.told, seen))
+			}
+		})
+	}
 }
 
 // TestHandoffs_Count: a handoff counts only when its tag names what our
@@ -311,6 +331,11 @@ func TestHandoffs_Count(t *testing.T) {
 	if n := h.count(seen); n != 2 {
 		t.Errorf("count %d; want 2", n)
 	}
+	h.round()
+	if n := h.count(seen); n != 0 {
+		t.Errorf("count %d after a new round began; want 0", n)
+	}
+	h.tags[0] = "100"
 	h.use("v2")
 	if n := h.count(seen); n != 0 {
 		t.Errorf("count %d after a new value; want 0", n)

@@ -115,12 +115,16 @@ end
 // redlock's release, on each node.
 const LuaHandoff = `
 -- handoff takes the first live waiter out of the queue (and the dead ones
--- before it), gives it the lock with its own TTL, overwriting the key's
--- value, which its callers checked (the releasing holder's, or the one a
--- forced release read), and tells it on its channel: "VALUE SEEN", SEEN the
--- time its entry's last attempt wrote, so that the waiter knows which of
--- its attempts the handoff came after. It returns the new holder's value,
--- or false when no waiter was live.
+-- before it), gives it the lock, overwriting the key's value, which its
+-- callers checked (the releasing holder's, or the one a forced release
+-- read), and tells it on its channel: "VALUE SEEN", SEEN the time its
+-- entry's last attempt wrote, so that the waiter knows which of its
+-- attempts the handoff came after. The key lives as long as the entry
+-- had left (its TTL from that attempt, and a millisecond for SEEN's
+-- rounding down): past the waiter's deadline, which counts from that
+-- attempt's send time, and no longer, so that a waiter gone since its
+-- last attempt blocks the lock no longer than its entry did. It returns
+-- the new holder's value, or false when no waiter was live.
 local function handoff(k, q, w)
   local now = clock()
   while true do
@@ -130,7 +134,7 @@ local function handoff(k, q, w)
     redis.call('hdel', w, h)
     if e and live(e, now) then
       local seen, ttl, ch = entry(e)
-      redis.call('set', k, h, 'px', ttl)
+      redis.call('set', k, h, 'px', tonumber(seen) + tonumber(ttl) - tonumber(now) + 1)
       redis.call('publish', ch, h .. ' ' .. seen)
       return h
     end
