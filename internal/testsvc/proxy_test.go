@@ -15,13 +15,31 @@ import (
 // closes its side once hold is closed.
 func lineServer(t *testing.T, hold <-chan struct{}) (addr string, lines, ended <-chan string) {
 	t.Helper()
+	out := make(chan string, 16)
+	eof := make(chan string, 16)
+	addr = serve(t, func(c net.Conn) {
+		sc := bufio.NewScanner(c)
+		last := ""
+		for sc.Scan() {
+			last = sc.Text()
+			out <- last
+		}
+		eof <- last
+		<-hold
+	})
+	return addr, out, eof
+}
+
+// serve accepts connections on loopback until t ends and has handle serve
+// each, on a goroutine of its own, closing it after. It returns the
+// address.
+func serve(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	out := make(chan string, 16)
-	eof := make(chan string, 16)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -30,18 +48,11 @@ func lineServer(t *testing.T, hold <-chan struct{}) (addr string, lines, ended <
 			}
 			go func() {
 				defer func() { _ = c.Close() }()
-				sc := bufio.NewScanner(c)
-				last := ""
-				for sc.Scan() {
-					last = sc.Text()
-					out <- last
-				}
-				eof <- last
-				<-hold
+				handle(c)
 			}()
 		}
 	}()
-	return ln.Addr().String(), out, eof
+	return ln.Addr().String()
 }
 
 // TestProxy_HoldFirst: the held request reaches the server after one sent
@@ -121,25 +132,9 @@ func TestProxy_HoldFirst(t *testing.T) {
 // takes at least 2d, and what is sent in many writes comes back whole and
 // in order.
 func TestProxy_Latency(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
+	echo := serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
 	const d = 20 * time.Millisecond
-	p := NewProxy(t, ln.Addr().String())
+	p := NewProxy(t, echo)
 	p.SetLatency(d)
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
