@@ -182,9 +182,9 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			return nil, context.Cause(ctx)
 		case tag := <-wake:
 			// A handoff tagged with the SEEN of our last attempt came
-			// after it: the release script set the key to our value with
-			// our TTL after it ran that attempt, which we sent at
-			// lastQueued. Any other wake-up (one that came after an
+			// after it: the release script set the key to our value,
+			// to expire no sooner than that attempt's run plus our TTL,
+			// after it ran that attempt, which we sent at lastQueued. Any other wake-up (one that came after an
 			// earlier attempt and was held up on its way, or one from a
 			// version without tags), or one so late that lastQueued no
 			// longer bounds the key's expiry, is checked by an attempt

@@ -44,7 +44,7 @@
 // A waiting acquisition joins the lock's queue (a sorted set {KEY}:q, in
 // the key's Cluster hash slot) and sleeps. Release hands the lock straight
 // to the first live waiter, inside the release script (SET key
-// waiter-value PX, for what the waiter's queue entry had left to live: its
+// waiter-value, expiring when the waiter's queue entry would have: its
 // TTL from its last attempt), and publishes on that waiter's Locker
 // channel; only that waiter wakes, already holding the lock. Waiters get
 // the lock in arrival order; a fresh acquisition does not barge past them.

@@ -428,8 +428,8 @@ func (h *handoffs) use(value string) {
 	h.others = false
 }
 
-// round forgets the messages so far, before an attempt, which answers
-// them: a handoff counts only when it came after the attempt (its tag
+// round forgets the messages so far, and a wake-up they left, before an
+// attempt, which answers them: a handoff counts only when it came after the attempt (its tag
 // names what the attempt wrote), and a tag kept from an earlier one could
 // match again where a node's clock stepped back.
 func (h *handoffs) round() {
@@ -437,6 +437,10 @@ func (h *handoffs) round() {
 	defer h.mu.Unlock()
 	clear(h.tags)
 	h.others = false
+	select {
+	case <-h.wake:
+	default:
+	}
 }
 
 // other reports whether a message that is no handoff to the current value

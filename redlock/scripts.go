@@ -147,7 +147,8 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // live waiter that it is first now (it then looks at K's expiry itself: a
 // waiter that is not first sleeps up to RenewEvery). With ARGV[2] = "0"
 // it is the undo of an acquisition that is first in line and tries again
-// at once, ARGV[3] its place in the queues (score): it deletes K, unless
+// at once, ARGV[3] its place in the queues (score; the last value is its
+// current one, which breaks a tie as the queue does): it deletes K, unless
 // the first live waiter there came before it (a waiter whose entry had
 // not reached this node when a handoff gave us K, which takes us out of
 // the queue): then it hands K to that waiter, whom no one would tell
@@ -181,7 +182,11 @@ end
 if ours then
   if ARGV[2] ~= '1' then
     local h = live_head(q, w, (clock()))
-    local keep = not h or tonumber(redis.call('zscore', q, h)) >= tonumber(ARGV[3])
+    local keep = not h
+    if h then
+      local theirs, mine = tonumber(redis.call('zscore', q, h)), tonumber(ARGV[3])
+      keep = theirs > mine or (theirs == mine and h > ARGV[#ARGV])
+    end
     for i = 4, #ARGV do
       if h == ARGV[i] then keep = true end
     end

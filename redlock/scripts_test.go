@@ -236,17 +236,20 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 	k := scriptKeys
 	for _, tc := range []struct {
 		name     string
-		ago      int64 // ms since the waiter's last attempt
+		ago      int64 // ms since the waiter's last attempt, by the server's clock
 		min, max time.Duration
 	}{
 		{"fresh entry", 0, 9 * time.Second, 10*time.Second + 2*time.Millisecond},
 		{"entry 4s old", 4000, 5500 * time.Millisecond, 6*time.Second + 2*time.Millisecond},
+		// The clock stepped back 5s since the waiter's attempt: one TTL.
+		{"entry 5s ahead", -5000, 9 * time.Second, 10*time.Second + 2*time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
 			s.Hold(k.lock, "holder")
-			seen := s.NowMS() - tc.ago
-			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", seen-5000))
+			now := s.NowMS()
+			seen := now - tc.ago
+			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", now-5000))
 			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("0 %d 10000 ch-w", seen))
 			msgs := subscribe(t, s, "ch-w")
 			if n := unlock(t, s, "1", "1", 0, "holder"); n != 1 {
@@ -285,6 +288,8 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 		{"a later waiter behind", map[string]float64{"x": 200}, "", ""},
 		{"an old value of ours first", map[string]float64{"old": 100, "x": 200}, "", ""},
 		{"an earlier waiter first", map[string]float64{"c": 50, "x": 200}, "c", "c"},
+		{"a waiter with our score, ranked before us", map[string]float64{"a": 100}, "a", "a"},
+		{"a waiter with our score, ranked after us", map[string]float64{"z": 100}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)

@@ -119,12 +119,15 @@ const LuaHandoff = `
 -- callers checked (the releasing holder's, or the one a forced release
 -- read), and tells it on its channel: "VALUE SEEN", SEEN the time its
 -- entry's last attempt wrote, so that the waiter knows which of its
--- attempts the handoff came after. The key lives as long as the entry
--- had left (its TTL from that attempt, and a millisecond for SEEN's
--- rounding down): past the waiter's deadline, which counts from that
--- attempt's send time, and no longer, so that a waiter gone since its
--- last attempt blocks the lock no longer than its entry did. It returns
--- the new holder's value, or false when no waiter was live.
+-- attempts the handoff came after. The key expires when the entry would
+-- have, at an absolute time (PEXPIREAT: a relative PX counts from the
+-- script's start on Redis 7.2 and later, which may be a millisecond or a
+-- stall before TIME said now): SEEN plus its TTL and a millisecond for
+-- SEEN's rounding down, so past the waiter's deadline, which counts from
+-- that attempt's send time, and no later, so that a waiter gone since its
+-- last attempt blocks the lock no longer than its entry did (or than one
+-- TTL, should the clock have stepped back since SEEN). It returns the new
+-- holder's value, or false when no waiter was live.
 local function handoff(k, q, w)
   local now = clock()
   while true do
@@ -134,7 +137,8 @@ local function handoff(k, q, w)
     redis.call('hdel', w, h)
     if e and live(e, now) then
       local seen, ttl, ch = entry(e)
-      redis.call('set', k, h, 'px', tonumber(seen) + tonumber(ttl) - tonumber(now) + 1)
+      redis.call('set', k, h)
+      redis.call('pexpireat', k, math.min(tonumber(seen), tonumber(now)) + tonumber(ttl) + 1)
       redis.call('publish', ch, h .. ' ' .. seen)
       return h
     end
