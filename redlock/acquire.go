@@ -241,7 +241,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		hand.round()
 		start := time.Now()
 		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score)
-		took := time.Since(start)
+		b.noteRound(time.Since(start))
 		for i, res := range r.res {
 			if r.errs[i] == nil {
 				seen[i].Note(res.seen)
@@ -263,15 +263,15 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// we took K as first in line the script took us out of the
 			// queue; our next attempt puts us back at our score), we try
 			// again after a split vote's pause and hand our keys to no
-			// one, who would only take our turn, unless a waiter there
-			// came before us (see unlockScript). Otherwise (or too late)
+			// one, who would only take our turn, unless another waiter
+			// is first there (see unlockScript). Otherwise (or too late)
 			// we are a racer that split the vote: hand each key we hold
 			// to the first waiter on its node, which may be sleeping
 			// until our keys would have expired, having seen them held
 			// when it tried.
 			<-r.settled
 			notify := r.held >= b.quorum || r.held+r.heads < b.quorum
-			_, _ = b.unlock(ctx, k, false, notify, score, b.nodeTimeout, slices.Concat(olds, []string{value})...)
+			_, _ = b.unlock(ctx, k, false, notify, b.nodeTimeout, slices.Concat(olds, []string{value})...)
 			retire = true
 		}
 		if ctx.Err() != nil {
@@ -334,7 +334,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		// without a round of its own. Not after an undo of this value
 		// (retire), which a node may still be about to run. Other
 		// wake-ups, and handoffs that make no majority within a grace
-		// of a few rounds' time (the other nodes may have handed their
+		// of about two rounds' time (the other nodes may have handed their
 		// key to another waiter), are checked by an attempt, which
 		// finds the keys handed to us ours.
 		var grace <-chan time.Time
@@ -360,7 +360,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 					break wait // a message that is not a handoff after this round
 				}
 				if grace == nil {
-					grace = time.After(b.handoffGrace(took))
+					grace = time.After(b.handoffGrace())
 				}
 			case <-grace:
 				break wait
@@ -372,14 +372,29 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 }
 
 // handoffGrace is how long a waiter that nodes handed the key to waits
-// for the others' handoffs, before it looks with a round of its own:
-// about what a round took (the releases that hand over went to the nodes
-// in parallel), at most the node timeout.
-func (b *backend) handoffGrace(round time.Duration) time.Duration {
+// for the others' handoffs, before it looks with a round of its own,
+// which finds every key handed to it by then: about what a round takes
+// (the release that hands over went to the nodes in parallel, as a
+// round does), at most the node timeout. Waiting longer would cost more
+// than the round.
+func (b *backend) handoffGrace() time.Duration {
 	if b.graceForTest > 0 {
 		return b.graceForTest
 	}
-	return min(b.nodeTimeout, 4*round+2*time.Millisecond)
+	return min(b.nodeTimeout, 2*time.Duration(b.roundAvg.Load())+time.Millisecond)
+}
+
+// noteRound adds a round's time to the average that handoffGrace uses,
+// each round an eighth, so that one round slowed by a stall of the
+// machine does not make the next waits long. Rounds of different
+// acquisitions may note at once, and one may overwrite another's.
+func (b *backend) noteRound(d time.Duration) {
+	avg := b.roundAvg.Load()
+	if avg == 0 {
+		b.roundAvg.Store(int64(d))
+		return
+	}
+	b.roundAvg.Store(avg + (int64(d)-avg)/8)
 }
 
 // handoffs collects, for an acquisition, the tags of the messages by
@@ -528,7 +543,7 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []strin
 		return // a failed attempt was undone already, on every node it may have reached
 	}
 	<-settled
-	if _, err := b.unlock(ctx, k, true, true, 0, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {
+	if _, err := b.unlock(ctx, k, true, true, b.releaseTimeout(), slices.Concat(olds, []string{value})...); err != nil {
 		b.cfg.Logger.Warn("could not undo an acquisition on a majority; its keys end after one TTL", "key", k.lock, "err", err)
 	}
 }

@@ -54,6 +54,7 @@ type backend struct {
 	nodeTimeout time.Duration
 	channel     string
 
+	roundAvg     atomic.Int64  // the time an attempt round takes, moving average, in ns (see noteRound)
 	graceForTest time.Duration // when set, handoffGrace's answer (see SetHandoffGrace)
 
 	bg sync.WaitGroup // node requests abandoned at their deadline
@@ -379,11 +380,11 @@ func (b *backend) releaseTimeout() time.Duration {
 // one script run per node, on a detached context bounded by timeout. With
 // leave it also takes the values out of the wait queues; with notify it
 // hands each node's key to the first waiter there (or tells it that it is
-// first); without, it is the undo of an acquisition first in line, whose
-// place in the queues is score (see unlockScript; unused with notify). It returns an error only when no
+// first); without, it is the undo of an acquisition first in line (see
+// unlockScript). It returns an error only when no
 // majority answered, and otherwise how many nodes answered that the lock
 // held none of values.
-func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, score int64, timeout time.Duration, values ...string) (notOurs int, err error) {
+func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeout time.Duration, values ...string) (notOurs int, err error) {
 	l, nt := "0", "0"
 	if leave {
 		l = "1"
@@ -392,7 +393,7 @@ func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, score 
 		nt = "1"
 	}
 	ours, errs := each(context.WithoutCancel(ctx), b, timeout, func(ctx context.Context, n *node) (bool, error) {
-		args := append([]any{l, nt, score}, rediskit.Args(values)...)
+		args := append([]any{l, nt}, rediskit.Args(values)...)
 		r, err := unlockScript.Run(ctx, n.client, k.all(), args...).Int()
 		if err != nil {
 			return false, n.err("release "+k.lock, err)

@@ -76,7 +76,7 @@
 // so none expires before the attempt's start plus TTL, the base of the
 // lease's deadline, as for a round it wins. Otherwise (some nodes handed
 // their key to another waiter, or their message is late), after a grace
-// of a few rounds' time it acquires on every node at once, a round that
+// of about two rounds' time it acquires on every node at once, a round that
 // finds the keys handed to it its own. So waiters get the lock in
 // arrival order, a fresh acquisition does not barge past them, and they
 // do not split the vote among themselves. Timed
@@ -160,7 +160,7 @@
 // and at 1.00x and 0.93x over the network (two rounds per hold, as
 // redsync). Messages from all five nodes reached the woken waiter within
 // 3ms of the first in 499 of 499 holds, counted then; a waiter waits for
-// a majority of them a few rounds' time (handoffGrace) before it looks
+// a majority of them about two rounds' time (handoffGrace) before it looks
 // with a round of its own.
 //
 // The nodes share the two cores with the clients, and their time runs

@@ -132,7 +132,7 @@ func (h *hold) end(ctx context.Context, cause error) error {
 	h.endOnce.Do(func() {
 		<-h.settled
 		lostBefore := h.kp.Err() != nil
-		notOurs, err := h.b.unlock(ctx, h.k, true, true, 0, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
+		notOurs, err := h.b.unlock(ctx, h.k, true, true, h.b.releaseTimeout(), slices.Concat([]string{h.value}, h.olds)...)
 		answered := time.Now() // Stop may wait for a renewal in flight
 		// A renewal confirmed while the release was on its way moved the
 		// deadline on: the key was ours until then.

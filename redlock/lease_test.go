@@ -1232,6 +1232,18 @@ func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-c
 	if err != nil {
 		t.Fatal(err)
 	}
+	// a returned once a majority took its claim; the others' may still be
+	// on their way, and w must queue behind it on every node.
+	cs = clients(t, nodes)
+	for i, c := range cs {
+		ctx := timeout(t, 10*time.Second)
+		for rediskit.HolderOf(c.Get(ctx, redlock.DefaultPrefix+"job").Val()) != "a" {
+			if ctx.Err() != nil {
+				t.Fatalf("a's claim did not reach node %d", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	errs := make(chan error, 1)
 	go func() {
 		lease, err := w.Acquire(timeout(t, time.Minute), "job")
@@ -1253,7 +1265,6 @@ func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-c
 		}
 		errs <- err
 	}()
-	cs = clients(t, nodes)
 	redistest.WaitQueued(t, cs, redlock.DefaultPrefix+"job", "a", 1)
 	return held, errs, rounds, cs
 }
@@ -1289,7 +1300,12 @@ func TestHandoff_Minority_RoundTakesTheRest(t *testing.T) {
 	q, w := "{"+redlock.DefaultPrefix+"job}:q", "{"+redlock.DefaultPrefix+"job}:w"
 	waiter := cs[0].ZRange(ctx, q, 0, 0).Val()
 	if len(waiter) != 1 {
-		t.Fatalf("queue on node 0: %v, want w's value", waiter)
+		select {
+		case err := <-got:
+			t.Fatalf("queue on node 0: %v, want w's value; w's Acquire returned: %v", waiter, err)
+		default:
+		}
+		t.Fatalf("queue on node 0: %v, want w's value; key %q", waiter, cs[0].Get(ctx, redlock.DefaultPrefix+"job").Val())
 	}
 	for _, c := range cs[2:] {
 		if err := c.ZRem(ctx, q, waiter[0]).Err(); err != nil {

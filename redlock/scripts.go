@@ -138,7 +138,7 @@ if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
 `)
 
-// unlockScript frees K if it holds one of the values ARGV[4] and on (an
+// unlockScript frees K if it holds one of the values ARGV[3] and on (an
 // acquisition's, and those it gave up: see Acquire). With ARGV[1] = "1" it
 // also takes them all out of the queue, before it looks for a waiter.
 // With ARGV[2] = "1" it hands K to the first live waiter (see
@@ -147,19 +147,17 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // live waiter that it is first now (it then looks at K's expiry itself: a
 // waiter that is not first sleeps up to RenewEvery). With ARGV[2] = "0"
 // it is the undo of an acquisition that is first in line and tries again
-// at once, ARGV[3] its place in the queues (score; the last value is its
-// current one, which breaks a tie as the queue does): it deletes K, unless
-// the first live waiter there came before it (a waiter whose entry had
-// not reached this node when a handoff gave us K, which takes us out of
-// the queue): then it hands K to that waiter, whom no one would tell
-// otherwise. It returns 1 when K was ours. A lock with no queue is done
+// at once: it deletes K when no other live waiter is first there, and
+// else hands K to that waiter, whom no one would tell otherwise (taking K
+// took us out of the queue, so a free K would be reserved for that
+// waiter, which sleeps). It returns 1 when K was ours. A lock with no queue is done
 // with before the helpers are defined (each definition makes a closure,
 // on every run).
 var unlockScript = goredis.NewScript(`
 local k, q, w = KEYS[1], KEYS[2], KEYS[3]
 local cur = redis.call('get', k)
 local ours = false
-for i = 4, #ARGV do
+for i = 3, #ARGV do
   if cur == ARGV[i] then ours = true end
 end
 if redis.call('exists', q) == 0 then
@@ -170,7 +168,7 @@ end
 local first = false
 if ARGV[1] == '1' then
   local h = not ours and redis.call('zrange', q, 0, 0)[1]
-  for i = 4, #ARGV do
+  for i = 3, #ARGV do
     if h == ARGV[i] then first = true end
     if redis.call('zrem', q, ARGV[i]) == 1 then redis.call('hdel', w, ARGV[i]) end
   end
@@ -183,11 +181,7 @@ if ours then
   if ARGV[2] ~= '1' then
     local h = live_head(q, w, (clock()))
     local keep = not h
-    if h then
-      local theirs, mine = tonumber(redis.call('zscore', q, h)), tonumber(ARGV[3])
-      keep = theirs > mine or (theirs == mine and h > ARGV[#ARGV])
-    end
-    for i = 4, #ARGV do
+    for i = 3, #ARGV do
       if h == ARGV[i] then keep = true end
     end
     if keep then

@@ -203,11 +203,10 @@ func subscribe(t *testing.T, s *redistest.Server, ch string) <-chan *goredis.Mes
 	return ps.Channel()
 }
 
-// unlock runs the unlock script with leave, notify, the acquisition's
-// score and values.
-func unlock(t *testing.T, s *redistest.Server, leave, notify string, score int, values ...any) int64 {
+// unlock runs the unlock script with leave, notify and values.
+func unlock(t *testing.T, s *redistest.Server, leave, notify string, values ...any) int64 {
 	t.Helper()
-	n, err := unlockScript.Run(s.Ctx, s.C, scriptKeys.all(), append([]any{leave, notify, score}, values...)...).Int64()
+	n, err := unlockScript.Run(s.Ctx, s.C, scriptKeys.all(), append([]any{leave, notify}, values...)...).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +251,7 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", now-5000))
 			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("0 %d 10000 ch-w", seen))
 			msgs := subscribe(t, s, "ch-w")
-			if n := unlock(t, s, "1", "1", 0, "holder"); n != 1 {
+			if n := unlock(t, s, "1", "1", "holder"); n != 1 {
 				t.Fatalf("release answered %d, want 1 (the key was ours)", n)
 			}
 			if got := s.C.Get(s.Ctx, k.lock).Val(); got != "w" {
@@ -270,26 +269,23 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 }
 
 // TestUnlockScript_UndoFirstInLine: an undo by an acquisition first in
-// line, which tries again at once and wakes no one, deletes its key, also
-// when waiters that came after it are queued (taking the key took it out
-// of the queue); but when a waiter that came before it is first there (a
-// handoff gave it the key before that waiter's entry reached the node),
-// the undo hands the key to that waiter, whom no one would tell
-// otherwise.
+// line, which tries again at once and wakes no one, deletes its key when
+// it is first in the queue there (or one of its old values is); when
+// another waiter is (taking the key took it out of the queue), the undo
+// hands the key to that waiter, whom no one would tell otherwise: a free
+// key is reserved for it, and it sleeps.
 func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 	k := scriptKeys
 	for _, tc := range []struct {
 		name  string
-		queue map[string]float64 // value -> score; ours is 100
+		queue map[string]float64 // value -> score
 		key   string             // K after the undo ("" free)
 		told  string             // the waiter told, if any
 	}{
 		{"queued first", map[string]float64{"me": 100}, "", ""},
-		{"a later waiter behind", map[string]float64{"x": 200}, "", ""},
+		{"nobody queued", map[string]float64{}, "", ""},
 		{"an old value of ours first", map[string]float64{"old": 100, "x": 200}, "", ""},
-		{"an earlier waiter first", map[string]float64{"c": 50, "x": 200}, "c", "c"},
-		{"a waiter with our score, ranked before us", map[string]float64{"a": 100}, "a", "a"},
-		{"a waiter with our score, ranked after us", map[string]float64{"z": 100}, "", ""},
+		{"another waiter first", map[string]float64{"x": 200}, "x", "x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
@@ -302,7 +298,7 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			if tc.told != "" {
 				msgs = subscribe(t, s, "ch-"+tc.told)
 			}
-			if n := unlock(t, s, "0", "0", 100, "old", "me"); n != 1 {
+			if n := unlock(t, s, "0", "0", "old", "me"); n != 1 {
 				t.Fatalf("undo answered %d, want 1", n)
 			}
 			if got := s.C.Get(s.Ctx, k.lock).Val(); got != tc.key {
