@@ -144,8 +144,9 @@
 // -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.89x to
 // 0.94x; 0.88x on an earlier day, 0.81x without the plain first attempt);
 // the 8 contenders BenchmarkRedlockContended (-bench 'RedlockContended$'
-// -benchtime 1000x -count 3, after an untimed warm-up round; 1.20x and
-// 1.22x in two other sets of three that day), and over a network
+// -benchtime 1000x -count 3, after an untimed warm-up round; 1.16x to
+// 1.22x in three other sets that day, the last after the review of the
+// handoff), and over a network
 // BenchmarkRedlockContendedLatency (-bench RedlockContendedLatency
 // -benchtime 1000x -count 3), where a proxy delays every chunk to and
 // from each node. redsync's throughput under contention is one client
