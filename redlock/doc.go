@@ -137,8 +137,8 @@
 //	  longest / median wait        2.4        1,838
 //	  handoff p50 (other client)   0.65ms     0.66ms
 //	over a network, mean delay 1.4-1.6ms each way: holds/s
-//	                               256        156         1.64x
-//	  mean delay 2.6ms             158        92          1.72x
+//	                               246        157         1.57x
+//	  mean delay 2.6-2.7ms         146        91          1.59x
 //
 // The cycle is BenchmarkRedlockPaired (cd bench && go test -run '^$'
 // -bench RedlockPaired -benchtime 100x -count 10 .; ten runs 0.89x to
