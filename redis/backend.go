@@ -160,12 +160,7 @@ func (b *backend) failWithin(ctx context.Context, what string, err error, bound 
 // a renewal, whose failure is the lease's loss (a *baton.LostError), never
 // an invalid option.
 func (b *backend) unavailable(ctx context.Context, what string, err error, bound time.Duration) error {
-	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded) || isTimeout(err), bound)
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded) || rediskit.TimedOut(err), bound)
 }
 
 // Close ends every hold, freeing its key on the server (and handing it to

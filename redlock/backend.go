@@ -288,10 +288,7 @@ func (n *node) err(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time (%v)", what, errNoAnswer, err)}
 	}
-	if t, ok := errors.AsType[interface {
-		error
-		Timeout() bool
-	}](err); ok && t.Timeout() {
+	if rediskit.TimedOut(err) {
 		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time: %w", what, errNoAnswer, err)}
 	}
 	return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w", what, err)}

@@ -269,6 +269,14 @@ func MayHaveRun(err error) bool {
 	return !errors.Is(err, goredis.ErrPoolTimeout)
 }
 
+// TimedOut reports whether err is a timeout of the socket (a read or
+// write deadline, or a dial that timed out): the server did not answer in
+// time, as opposed to refusing or failing.
+func TimedOut(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
 // NoPerm reports whether err is the server's ACL refusing the
 // connection's user a command, a key or a channel: NOPERM, or, for a
 // call inside a script on Redis 7.0, "The user executing the script
