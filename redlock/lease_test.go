@@ -1148,14 +1148,19 @@ func TestAcquire_FrozenMajority_TriesAgain(t *testing.T) {
 	nodes := testsvc.StartRedisNodes(t, 5)
 	frozen := nodes[:3]
 	defer resume(frozen)
-	const nodeTimeout = 200 * time.Millisecond // TTL/10
-	l := newLocker(t, nodes, baton.WithTTL(10*nodeTimeout), baton.WithRequestTimeout(time.Minute))
+	rounds := &redistest.CountScript{SHA: redlock.AcquireScriptHash}
+	cs := clients(t, nodes)
+	for _, c := range cs {
+		c.AddHook(rounds)
+	}
+	l := lockerOn(t, cs, baton.WithTTL(2*time.Second), baton.WithRequestTimeout(time.Minute))
 	for _, n := range frozen {
 		n.Pause()
 	}
 	if _, err := l.TryAcquire(timeout(t, time.Minute), "slow"); !errors.Is(err, baton.ErrUnavailable) {
 		t.Fatalf("TryAcquire with 3 of 5 nodes frozen: %v; want ErrUnavailable", err)
 	}
+	before := rounds.N.Load()
 	got := make(chan error, 1)
 	go func() {
 		lease, err := l.Acquire(timeout(t, time.Minute), "slow")
@@ -1164,12 +1169,18 @@ func TestAcquire_FrozenMajority_TriesAgain(t *testing.T) {
 		}
 		got <- err
 	}()
-	// Three node timeouts: the Acquire's first round, at least, found no
-	// majority.
-	select {
-	case err := <-got:
-		t.Fatalf("Acquire returned while a majority was frozen: %v", err)
-	case <-time.After(3 * nodeTimeout):
+	// Two rounds of the acquire script on every node (after the claim,
+	// which runs none): the first found no majority, and the Acquire
+	// tried again.
+	ctx := timeout(t, 30*time.Second)
+	for rounds.N.Load() < before+10 {
+		select {
+		case err := <-got:
+			t.Fatalf("Acquire returned while a majority was frozen: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("the Acquire ran %d acquire scripts in 30s, want two rounds", rounds.N.Load()-before)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	resume(frozen)
 	if err := <-got; err != nil {
