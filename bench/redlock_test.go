@@ -76,7 +76,7 @@ func BenchmarkRedlockCycle(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
 	for _, kind := range []string{"baton", "redsync"} {
 		b.Run(kind+"/5-nodes", func(b *testing.B) {
-			benchcycle.Cycle(b, newRedlockCyclers(b, addrsOf(nodes), kind, 1)[0])
+			benchcycle.Cycle(b, newRedlockCyclers(b, testsvc.RedisAddrs(nodes), kind, 1)[0])
 		})
 	}
 }
@@ -87,7 +87,7 @@ func BenchmarkRedlockContended(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
 	for _, kind := range []string{"baton", "redsync"} {
 		b.Run(kind+"/5-nodes/8", func(b *testing.B) {
-			runContended(b, newRedlockCyclers(b, addrsOf(nodes), kind, 8))
+			runContended(b, newRedlockCyclers(b, testsvc.RedisAddrs(nodes), kind, 8))
 		})
 	}
 }
@@ -112,19 +112,14 @@ func BenchmarkRedlockContendedLatency(b *testing.B) {
 					addrs[i] = ps[i].Addr()
 				}
 				runContended(b, newRedlockCyclers(b, addrs, kind, 8))
-				b.ReportMetric(float64(ps[0].MeanDelay())/float64(time.Microsecond), "µs-delay-mean")
+				var sum time.Duration
+				for _, p := range ps {
+					sum += p.MeanDelay()
+				}
+				b.ReportMetric(float64(sum/time.Duration(len(ps)))/float64(time.Microsecond), "µs-delay-mean")
 			})
 		}
 	}
-}
-
-// addrsOf is the nodes' addresses.
-func addrsOf(nodes []*testsvc.Redis) []string {
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.Addr
-	}
-	return out
 }
 
 // BenchmarkRedlockPaired alternates baton and go-redsync/redsync, one
@@ -134,5 +129,5 @@ func addrsOf(nodes []*testsvc.Redis) []string {
 // redsync (above 1: baton is faster).
 func BenchmarkRedlockPaired(b *testing.B) {
 	nodes := testsvc.StartRedisNodes(b, 5)
-	benchcycle.Paired(b, newRedlockCyclers(b, addrsOf(nodes), "baton", 1), newRedlockCyclers(b, addrsOf(nodes), "redsync", 1), 16, "baton", "redsync")
+	benchcycle.Paired(b, newRedlockCyclers(b, testsvc.RedisAddrs(nodes), "baton", 1), newRedlockCyclers(b, testsvc.RedisAddrs(nodes), "redsync", 1), 16, "baton", "redsync")
 }

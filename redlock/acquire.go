@@ -232,22 +232,19 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 				olds = slices.Delete(olds, 0, 1)
 			}
 			value = rediskit.NewValue(req.Holder)
-			hand.use(value)
 			if queued {
 				hand.listen(b, value)
 			}
 			retire = false
 		}
-		hand.round()
+		hand.round(value)
 		start := time.Now()
 		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score)
-		b.noteRound(time.Since(start))
+		if queued {
+			b.noteRound(time.Since(start))
+		}
 		for i, res := range r.res {
-			if r.errs[i] == nil {
-				seen[i].Note(res.seen)
-			} else {
-				seen[i].Note("")
-			}
+			seen[i].Note(res.seen) // "" where the node failed: its result is zero
 		}
 		if r.held >= b.quorum {
 			h, err := b.held(ctx, k, value, olds, start, r.settled)
@@ -433,23 +430,15 @@ func (h *handoffs) listen(b *backend, value string) {
 	}
 }
 
-// use makes value the acquisition's: handoffs to the one before no
-// longer count.
-func (h *handoffs) use(value string) {
+// round makes value the acquisition's (handoffs to one it gave up no
+// longer count) and forgets the messages so far, and a wake-up they
+// left, before an attempt of value, which answers them: a handoff counts only when it came after the attempt (its tag
+// names what the attempt wrote), and a tag kept from an earlier one could
+// match again where a node's clock stepped back.
+func (h *handoffs) round(value string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.value = value
-	clear(h.tags)
-	h.others = false
-}
-
-// round forgets the messages so far, and a wake-up they left, before an
-// attempt, which answers them: a handoff counts only when it came after the attempt (its tag
-// names what the attempt wrote), and a tag kept from an earlier one could
-// match again where a node's clock stepped back.
-func (h *handoffs) round() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	clear(h.tags)
 	h.others = false
 	select {

@@ -280,16 +280,13 @@ func count(errs []error) (ok, failed int) {
 // down refuses the connection.
 var errNoAnswer = errors.New("no answer")
 
-// err wraps a node's failure with where it happened. A deadline is said
-// in words, not wrapped: the node being slow is the service failing, not
-// the caller's context ending. A deadline or a timeout of the socket is
-// errNoAnswer.
+// err wraps a node's failure with where it happened. A deadline or a
+// timeout of the socket is errNoAnswer, and said in words, not wrapped:
+// the node being slow is the service failing, not the caller's context
+// ending.
 func (n *node) err(what string, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || rediskit.TimedOut(err) {
 		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time (%v)", what, errNoAnswer, err)}
-	}
-	if rediskit.TimedOut(err) {
-		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time: %w", what, errNoAnswer, err)}
 	}
 	return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w", what, err)}
 }

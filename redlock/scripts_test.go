@@ -332,12 +332,12 @@ func TestHandoffs_Count(t *testing.T) {
 	if n := h.count(seen); n != 2 {
 		t.Errorf("count %d; want 2", n)
 	}
-	h.round()
+	h.round("v1")
 	if n := h.count(seen); n != 0 {
 		t.Errorf("count %d after a new round began; want 0", n)
 	}
 	h.tags[0] = "100"
-	h.use("v2")
+	h.round("v2")
 	if n := h.count(seen); n != 0 {
 		t.Errorf("count %d after a new value; want 0", n)
 	}
