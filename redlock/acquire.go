@@ -414,19 +414,22 @@ func newHandoffs(nodes int, value string) *handoffs {
 // listen has every node's messages for value delivered.
 func (h *handoffs) listen(b *backend, value string) {
 	for i, n := range b.nodes {
-		n.wake.RegisterFunc(value, func(tag string) {
-			h.mu.Lock()
-			if value == h.value && tag != "" {
-				h.tags[i] = tag
-			} else {
-				h.others = true
-			}
-			h.mu.Unlock()
-			select {
-			case h.wake <- struct{}{}:
-			default:
-			}
-		})
+		n.wake.RegisterFunc(value, func(tag string) { h.deliver(i, value, tag) })
+	}
+}
+
+// deliver takes node i's message for value, tagged tag ("" for none).
+func (h *handoffs) deliver(i int, value, tag string) {
+	h.mu.Lock()
+	if value == h.value && tag != "" {
+		h.tags[i] = tag
+	} else {
+		h.others = true
+	}
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
 	}
 }
 

@@ -62,7 +62,7 @@ func SetNodeTimeout(l *baton.Locker, d time.Duration) {
 
 // SetHandoffGrace sets how long l's waiters, handed the key by some nodes,
 // wait for the others' handoffs before they look with a round, before l
-// is used. The default, about four rounds' time, is a few milliseconds
+// is used. The default, about two rounds' time, is a few milliseconds
 // here, and a loaded test machine can deliver a node's message later
 // than that: tests that count the rounds set a longer one.
 func SetHandoffGrace(l *baton.Locker, d time.Duration) {

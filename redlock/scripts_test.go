@@ -213,6 +213,31 @@ func unlock(t *testing.T, s *redistest.Server, leave, notify string, values ...a
 	return n
 }
 
+// told reports whether a message came on channel ch (whose messages are
+// msgs) before now: it publishes a marker there and reads up to it; want
+// says which it should be.
+func told(t *testing.T, s *redistest.Server, msgs <-chan *goredis.Message, ch string, want bool) {
+	t.Helper()
+	if err := s.C.Publish(s.Ctx, ch, "marker").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := false
+	for {
+		select {
+		case m := <-msgs:
+			if m.Payload == "marker" {
+				if got != want {
+					t.Errorf("a message on %s before now: %v; want %v", ch, got, want)
+				}
+				return
+			}
+			got = true
+		case <-s.Ctx.Done():
+			t.Fatalf("the marker never came on %s", ch)
+		}
+	}
+}
+
 // message fails t unless msgs brings want.
 func message(t *testing.T, s *redistest.Server, msgs <-chan *goredis.Message, want string) {
 	t.Helper()
@@ -251,6 +276,7 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", now-5000))
 			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("0 %d 10000 ch-w", seen))
 			msgs := subscribe(t, s, "ch-w")
+			dead := subscribe(t, s, "ch-dead")
 			if n := unlock(t, s, "1", "1", "holder"); n != 1 {
 				t.Fatalf("release answered %d, want 1 (the key was ours)", n)
 			}
@@ -260,10 +286,11 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			if pttl := s.C.PTTL(s.Ctx, k.lock).Val(); pttl < tc.min || pttl > tc.max {
 				t.Errorf("key's PTTL %v; want what the waiter's entry had left, %v to %v", pttl, tc.min, tc.max)
 			}
-			if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 0 {
-				t.Errorf("%d entries left in the queue; want none (the dead one dropped, the waiter's taken out)", n)
+			if n, m := s.C.ZCard(s.Ctx, k.q).Val(), s.C.HLen(s.Ctx, k.w).Val(); n != 0 || m != 0 {
+				t.Errorf("%d entries left in the queue, %d in the entries' hash; want none (the dead one dropped, the waiter's taken out)", n, m)
 			}
 			message(t, s, msgs, fmt.Sprintf("w %d", seen))
+			told(t, s, dead, "ch-dead", false)
 		})
 	}
 }
@@ -294,9 +321,9 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			for v, score := range tc.queue {
 				s.Plant(k.q, k.w, v, score, fmt.Sprintf("0 %d 10000 ch-%s", seen, v))
 			}
-			var msgs <-chan *goredis.Message
-			if tc.told != "" {
-				msgs = subscribe(t, s, "ch-"+tc.told)
+			msgs := map[string]<-chan *goredis.Message{}
+			for v := range tc.queue {
+				msgs[v] = subscribe(t, s, "ch-"+v)
 			}
 			if n := unlock(t, s, "0", "0", "old", "me"); n != 1 {
 				t.Fatalf("undo answered %d, want 1", n)
@@ -304,8 +331,12 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			if got := s.C.Get(s.Ctx, k.lock).Val(); got != tc.key {
 				t.Errorf("key holds %q after the undo; want %q", got, tc.key)
 			}
-			if tc.told != "" {
-				message(t, s, msgs, fmt.Sprintf("%s %d", tc.told, seen))
+			for v, ch := range msgs {
+				if v == tc.told {
+					message(t, s, ch, fmt.Sprintf("%s %d", v, seen))
+				} else {
+					told(t, s, ch, "ch-"+v, false)
+				}
 			}
 		})
 	}
@@ -336,9 +367,13 @@ func TestHandoffs_Count(t *testing.T) {
 	if n := h.count(seen); n != 0 {
 		t.Errorf("count %d after a new round began; want 0", n)
 	}
-	h.tags[0] = "100"
 	h.round("v2")
-	if n := h.count(seen); n != 0 {
-		t.Errorf("count %d after a new value; want 0", n)
+	h.deliver(0, "v1", "100") // a handoff to the value given up
+	if n, other := h.count(seen), h.other(); n != 0 || !other {
+		t.Errorf("after a handoff to a value given up: count %d, other %v; want 0, true", n, other)
+	}
+	h.deliver(0, "v2", "100")
+	if n, other := h.count(seen), h.other(); n != 1 || other {
+		t.Errorf("after a handoff to the value now: count %d, other %v; want 1, false", n, other)
 	}
 }

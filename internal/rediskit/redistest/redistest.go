@@ -528,6 +528,28 @@ func WaitQueued(tb testing.TB, cs []goredis.UniversalClient, key, holder string,
 	}
 }
 
+// WaitHeld waits, up to 10s, until the lock key holds holder's value on
+// every one of cs (any value, when holder is ""). On Redlock, an Acquire
+// returns once a majority answered: its claim on a slower node may still
+// be on its way.
+func WaitHeld(tb testing.TB, cs []goredis.UniversalClient, key, holder string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, c := range cs {
+		for {
+			v, err := c.Get(ctx, key).Result()
+			if err == nil && (holder == "" || rediskit.HolderOf(v) == holder) {
+				break
+			}
+			if ctx.Err() != nil {
+				tb.Fatalf("the key %s never held %q's value on node %d in 10s", key, holder, i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // SetUser makes (or makes again) the ACL user app, password pw, with
 // rules, on each of cs.
 func SetUser(tb testing.TB, cs []goredis.UniversalClient, rules ...string) {
