@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -339,4 +340,76 @@ func TestWake_HeadLeaves_NextTold(t *testing.T) {
 	x := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("x"))
 	y := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("y"))
 	redistest.HeadLeaves(t, []goredis.UniversalClient{client(t, srv.Addr)}, x, y, redis.DefaultPrefix, "job", ttl)
+}
+
+// TestHandoff_MessageBeforeAnswer: the release's message reaches the
+// waiter after its attempt ran but before that attempt's answer did (the
+// message comes on another connection). The message names what the
+// attempt wrote, which the waiter learns only from the answer: it must
+// keep the message until then (a wake-up is forgotten before an attempt,
+// not after), and then holds the lock with no attempt of its own.
+func TestHandoff_MessageBeforeAnswer(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartRedis(t)
+	ctx := timeout(t, 30*time.Second)
+	const ttl = 30 * time.Second // RenewEvery 10s: no timed retry within the test
+	h := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithHolder("h"))
+	lh, err := h.Acquire(ctx, "early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := redistest.NewHoldAnswer(redis.AcquireScriptHash)
+	t.Cleanup(answers.Let)
+	attempts := &redistest.CountScript{SHA: redis.AcquireScriptHash}
+	wc := client(t, srv.Addr)
+	wc.AddHook(attempts)
+	wc.AddHook(answers)
+	w, err := redis.New(wc, baton.WithTTL(ttl), baton.WithHolder("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	delivered := make(chan string, 4)
+	redis.OnWake(w, func(v string) { delivered <- v })
+	wGot := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "early")
+		if err == nil {
+			if v := client(t, srv.Addr).Get(ctx, lh.Key()).Val(); rediskit.HolderOf(v) != "w" {
+				err = fmt.Errorf("w holds the lock, and the key holds %q", v)
+			}
+			if rerr := l.Release(context.Background()); err == nil {
+				err = rerr
+			}
+		}
+		wGot <- err
+	}()
+	// w's first attempt is a claim, without the script; its second, queued,
+	// runs the script: its answer is held.
+	select {
+	case <-answers.Held():
+	case err := <-wGot:
+		t.Fatalf("w's Acquire returned before its queued attempt was answered: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("w's queued attempt was not answered within 10s")
+	}
+	before := attempts.N.Load()
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case v := <-delivered:
+		if rediskit.HolderOf(v) != "w" {
+			t.Fatalf("a message for %q reached w's Locker; want one for w", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release's message did not reach w within 10s")
+	}
+	answers.Let()
+	if err := <-wGot; err != nil {
+		t.Fatalf("w after the release: %v", err)
+	}
+	if n := attempts.N.Load() - before; n != 0 {
+		t.Fatalf("w ran the acquire script %d times after the release; want none: the handoff's message, come before the answer, is the lock", n)
+	}
 }

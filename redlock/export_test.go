@@ -68,3 +68,11 @@ func SetNodeTimeout(l *baton.Locker, d time.Duration) {
 func SetHandoffGrace(l *baton.Locker, d time.Duration) {
 	l.Backend().(*backend).graceForTest = d
 }
+
+// OnWake has fn called with the value of each message that one of l's
+// nodes delivers to a waiter of l, once delivered.
+func OnWake(l *baton.Locker, fn func(value string)) {
+	for _, n := range l.Backend().(*backend).nodes {
+		n.wake.OnSignal(fn)
+	}
+}

@@ -1079,11 +1079,7 @@ func TestForceRelease_LateClaimOnAMinority(t *testing.T) {
 // not one per hold.
 func TestClose_FrozenNodes_OneReleaseTimeout(t *testing.T) {
 	nodes := testsvc.StartRedisNodes(t, 3)
-	defer func() {
-		for _, n := range nodes {
-			n.Resume()
-		}
-	}()
+	defer resume(nodes)
 	batontest.CloseSilent(t, newLocker(t, nodes, baton.WithReleaseTimeout(time.Second)), func() {
 		for _, n := range nodes {
 			n.Pause()
@@ -1217,32 +1213,45 @@ func resume(nodes []*testsvc.Redis) {
 	}
 }
 
+// handoff is what handoffSetup made.
+type handoff struct {
+	held   *baton.Lease              // the holder's lease
+	got    <-chan error              // w's outcome
+	rounds *redistest.CountScript    // w's acquire-script runs
+	w      *baton.Locker             // the waiter
+	cs     []goredis.UniversalClient // clients of the test's own on the nodes
+}
+
 // handoffSetup has a hold "job" on five nodes, and w (holder "worker 12":
 // a message names the value, its spaces and digits, then the tag) waiting
-// for it, queued on every node, w's acquire-script runs counted. w's
-// outcome is an error unless it acquired, every node's key then holds its
-// value, and none expires before its lease's deadline. It returns the
-// holder's lease, w's outcome, the counter, and clients of its own on the
-// nodes.
-func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-chan error, rounds *redistest.CountScript, cs []goredis.UniversalClient) {
+// for it, queued on every node, w's acquire-script runs counted, hooks
+// on w's clients. w's handoff grace is grace, its node timeout 10s (a
+// hook may hold an answer back). w's outcome is an error unless it
+// acquired, every node's key then holds its value, and none expires
+// before its lease's deadline.
+func handoffSetup(t *testing.T, grace time.Duration, hooks ...goredis.Hook) handoff {
 	t.Helper()
 	nodes := testsvc.StartRedisNodes(t, 5)
 	const ttl = 30 * time.Second // RenewEvery 10s: no timed retry within the test
 	a := newLocker(t, nodes, baton.WithTTL(ttl), baton.WithHolder("a"))
-	rounds = &redistest.CountScript{SHA: redlock.AcquireScriptHash}
+	rounds := &redistest.CountScript{SHA: redlock.AcquireScriptHash}
 	wcs := clients(t, nodes)
 	for _, c := range wcs {
 		c.AddHook(rounds)
+		for _, h := range hooks {
+			c.AddHook(h)
+		}
 	}
 	w := lockerOn(t, wcs, baton.WithTTL(ttl), baton.WithHolder("worker 12"))
 	redlock.SetHandoffGrace(w, grace)
+	redlock.SetNodeTimeout(w, 10*time.Second)
 	held, err := a.Acquire(timeout(t, 5*time.Second), "job")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// a returned once a majority took its claim; the others' may still be
 	// on their way, and w must queue behind it on every node.
-	cs = clients(t, nodes)
+	cs := clients(t, nodes)
 	redistest.WaitHeld(t, cs, redlock.DefaultPrefix+"job", "a")
 	errs := make(chan error, 1)
 	go func() {
@@ -1266,7 +1275,7 @@ func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-c
 		errs <- err
 	}()
 	redistest.WaitQueued(t, cs, redlock.DefaultPrefix+"job", "a", 1)
-	return held, errs, rounds, cs
+	return handoff{held: held, got: errs, rounds: rounds, w: w, cs: cs}
 }
 
 // TestHandoff_NoRoundOfItsOwn: a release hands each node's key to the
@@ -1276,15 +1285,15 @@ func handoffSetup(t *testing.T, grace time.Duration) (held *baton.Lease, got <-c
 // for the waiter, its round took them: five more runs of the script.)
 func TestHandoff_NoRoundOfItsOwn(t *testing.T) {
 	t.Parallel()
-	held, got, rounds, _ := handoffSetup(t, 10*time.Second)
-	before := rounds.N.Load()
-	if err := held.Release(timeout(t, 5*time.Second)); err != nil {
+	h := handoffSetup(t, 10*time.Second)
+	before := h.rounds.N.Load()
+	if err := h.held.Release(timeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
+	if err := <-h.got; err != nil {
 		t.Fatalf("w after the release: %v", err)
 	}
-	if n := rounds.N.Load() - before; n != 0 {
+	if n := h.rounds.N.Load() - before; n != 0 {
 		t.Fatalf("w ran the acquire script %d times after the release; want none: a majority's handoffs are the lock", n)
 	}
 }
@@ -1295,13 +1304,14 @@ func TestHandoff_NoRoundOfItsOwn(t *testing.T) {
 // for the other handoffs has passed, and takes the lock with it.
 func TestHandoff_Minority_RoundTakesTheRest(t *testing.T) {
 	t.Parallel()
-	held, got, rounds, cs := handoffSetup(t, 100*time.Millisecond)
+	h := handoffSetup(t, 100*time.Millisecond)
+	cs := h.cs
 	ctx := timeout(t, 5*time.Second)
 	q, w := "{"+redlock.DefaultPrefix+"job}:q", "{"+redlock.DefaultPrefix+"job}:w"
 	waiter := cs[0].ZRange(ctx, q, 0, 0).Val()
 	if len(waiter) != 1 {
 		select {
-		case err := <-got:
+		case err := <-h.got:
 			t.Fatalf("queue on node 0: %v, want w's value; w's Acquire returned: %v", waiter, err)
 		default:
 		}
@@ -1315,19 +1325,69 @@ func TestHandoff_Minority_RoundTakesTheRest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := rounds.N.Load()
+	before := h.rounds.N.Load()
 	released := time.Now()
-	if err := held.Release(ctx); err != nil {
+	if err := h.held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
+	if err := <-h.got; err != nil {
 		t.Fatalf("w after a release that handed it the key on 2 of 5 nodes: %v", err)
 	}
 	// Its grace (100ms), not its timed retry (RenewEvery, 10s).
 	if took := time.Since(released); took > 2*time.Second {
 		t.Errorf("w took the lock %v after the release; want its round right after the grace", took)
 	}
-	if n := rounds.N.Load() - before; n == 0 {
+	if n := h.rounds.N.Load() - before; n == 0 {
 		t.Fatal("w took the lock without a round, handed the key by 2 nodes of 5")
+	}
+}
+
+// TestHandoff_MessageBeforeAnswer: the release's messages reach the waiter
+// after its attempt ran on every node but before the attempt's answers
+// did (the messages come on another connection). The messages name what
+// that attempt wrote, which the waiter learns only from the answers: it
+// must keep the messages until then (the round forgets earlier ones
+// before its attempt, not after), and then holds the lock with no round
+// of its own.
+func TestHandoff_MessageBeforeAnswer(t *testing.T) {
+	t.Parallel()
+	answers := redistest.NewHoldAnswer(redlock.AcquireScriptHash)
+	t.Cleanup(answers.Let)
+	delivered := make(chan string, 16)
+	h := handoffSetup(t, 10*time.Second, answers)
+	redlock.OnWake(h.w, func(v string) { delivered <- v })
+	// w's first attempt is a claim, without the script; its second, queued,
+	// ran the script on every node (handoffSetup saw it queued): its five
+	// answers are held.
+	within := time.After(10 * time.Second)
+	for i := range 5 {
+		select {
+		case <-answers.Held():
+		case err := <-h.got:
+			t.Fatalf("w's Acquire returned with %d of its attempt's answers held: %v", i, err)
+		case <-within:
+			t.Fatalf("%d of w's queued attempt's answers held after 10s; want 5", i)
+		}
+	}
+	before := h.rounds.N.Load()
+	if err := h.held.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		select {
+		case v := <-delivered:
+			if rediskit.HolderOf(v) != "worker 12" {
+				t.Fatalf("a message for %q reached w's Locker; want one for w", v)
+			}
+		case <-within:
+			t.Fatalf("%d of the release's 5 messages reached w within 10s", i)
+		}
+	}
+	answers.Let()
+	if err := <-h.got; err != nil {
+		t.Fatalf("w after the release: %v", err)
+	}
+	if n := h.rounds.N.Load() - before; n != 0 {
+		t.Fatalf("w ran the acquire script %d times after the release; want none: the messages that came before the answers are a majority's handoffs", n)
 	}
 }

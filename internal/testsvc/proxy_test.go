@@ -173,3 +173,55 @@ func TestProxy_Latency(t *testing.T) {
 		t.Fatalf("echoed bytes differ from those sent:\n got %q\nwant %q", got, want.String())
 	}
 }
+
+// TestProxy_Latency_ReadsOn: a chunk sent while an earlier one waits out
+// its latency arrives its own latency after it was sent, not a latency
+// after the earlier one arrived: the proxy reads on while chunks wait. A
+// proxy that slept before each write would space the two arrivals by at
+// least the latency; a correct one by about the time between the sends,
+// a quarter of it. A stall of the machine can widen that spacing, so the
+// pair is sent up to three times, and one spacing below the latency
+// passes (a proxy that sleeps before each write never gives one).
+func TestProxy_Latency_ReadsOn(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr, lines, _ := lineServer(t, hold)
+	const d = 400 * time.Millisecond
+	p := NewProxy(t, addr)
+	p.SetLatency(d)
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	var spacings []time.Duration
+	for try := range 3 {
+		for i, line := range []string{"first", "second"} {
+			if i > 0 {
+				time.Sleep(d / 4)
+			}
+			if _, err := fmt.Fprintf(c, "%s %d\n", line, try); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var arrived [2]time.Time
+		for i, want := range []string{"first", "second"} {
+			select {
+			case got := <-lines:
+				if got != fmt.Sprintf("%s %d", want, try) {
+					t.Fatalf("line %q arrived; want %q", got, fmt.Sprintf("%s %d", want, try))
+				}
+				arrived[i] = time.Now()
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%q did not arrive within 10s", want)
+			}
+		}
+		s := arrived[1].Sub(arrived[0])
+		if s < d {
+			return
+		}
+		spacings = append(spacings, s)
+	}
+	t.Fatalf("two lines sent %v apart arrived %v apart, with a latency of %v: the proxy did not read the second while the first waited", d/4, spacings, d)
+}

@@ -430,6 +430,57 @@ func (h *HoldScript) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	}
 }
 
+// HoldAnswer is a go-redis hook that holds back the answers to the
+// script SHA, errors aside: the script runs on the server, but its
+// answer reaches the caller only after Let. A test can then have something
+// happen after the request ran and before the caller learns what it
+// found (a message that overtakes the answer). Build it with
+// NewHoldAnswer.
+type HoldAnswer struct {
+	ProcessOnly
+	sha  string
+	held chan struct{}
+	gate chan struct{}
+	let  sync.Once
+}
+
+// NewHoldAnswer returns a HoldAnswer for the script sha, holding.
+func NewHoldAnswer(sha string) *HoldAnswer {
+	return &HoldAnswer{sha: sha, held: make(chan struct{}, 64), gate: make(chan struct{})}
+}
+
+// Held gets a value for each answer held back (up to 64 waiting).
+func (h *HoldAnswer) Held() <-chan struct{} { return h.held }
+
+// Let hands the held answers on, and every later one at once.
+func (h *HoldAnswer) Let() { h.let.Do(func() { close(h.gate) }) }
+
+// ProcessHook implements goredis.Hook.
+func (h *HoldAnswer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil || ScriptSHA(cmd) != h.sha {
+			return err // a NOSCRIPT answer among them: the script did not run
+		}
+		select {
+		case <-h.gate:
+			return err
+		default:
+		}
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-h.gate:
+			return err
+		case <-ctx.Done():
+			cmd.SetErr(context.Cause(ctx))
+			return cmd.Err()
+		}
+	}
+}
+
 // FailAfterRefusal is a go-redis hook for a release that fails while a
 // renewal finds the key gone: while Armed, it holds each run of the
 // release script back, unsent, until n runs of the renewal script were
