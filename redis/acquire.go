@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -17,21 +18,21 @@ type attempt struct {
 	holder string        // the holder's value, or the reserved waiter's
 	pttl   time.Duration // the key's remaining TTL; negative when free or without expiry
 	head   bool          // we are first in the wait queue
-	seen   string        // the server time the attempt wrote into our queue entry; "" when it did not
 
 	// yielded: a claim took the key, but a live waiter was first (see
 	// claim).
 	yielded bool
 }
 
-// try runs the acquire script once. With wait it joins (or refreshes its
-// place in) the wait queue when the lock is not free.
-func (b *backend) try(ctx context.Context, k keys, value string, wait bool) (attempt, error) {
+// try runs the acquire script once, as attempt number n. With wait it
+// joins (or refreshes its place in) the wait queue when the lock is not
+// free, and a handoff after it names n.
+func (b *backend) try(ctx context.Context, k keys, value string, wait bool, n uint64) (attempt, error) {
 	w := "0"
 	if wait {
 		w = "1"
 	}
-	return b.runAcquire(ctx, k, value, w, "0")
+	return b.runAcquire(ctx, k, value, w, "0", n)
 }
 
 // claim is the first attempt of an acquisition that has not joined the
@@ -70,18 +71,19 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 	case !c.Marked:
 		return attempt{held: true}, nil
 	}
-	a, err := b.runAcquire(ctx, k, value, "0", "1")
+	a, err := b.runAcquire(ctx, k, value, "0", "1", 0)
 	if err != nil || a.yielded {
 		b.leave(ctx, k, value)
 	}
 	return a, err
 }
 
-// runAcquire runs acquireScript with ARGV[3] wait and ARGV[5] claimed.
-func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed string) (attempt, error) {
+// runAcquire runs acquireScript with ARGV[3] wait and ARGV[5] claimed, as
+// attempt number n.
+func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed string, n uint64) (attempt, error) {
 	octx, cancel := b.op(ctx)
 	defer cancel()
-	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), wait, b.wake.Channel(), claimed).Slice()
+	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), wait, rediskit.Tell(n, b.wake.Channel()), claimed).Slice()
 	var r rediskit.Reply
 	if err == nil {
 		r, err = rediskit.ParseReply(res)
@@ -89,7 +91,7 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed s
 	if err != nil {
 		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
 	}
-	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded, seen: r.Seen}, nil
+	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
 }
 
 // Acquire implements baton.Backend.
@@ -111,7 +113,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 
 	// With the Locker's subscription up, even the first attempt may join
 	// the queue: a handoff cannot be missed.
-	wake := make(chan string, 1) // the handoffs' tags: the SEEN of our entry they came after
+	wake := make(chan string, 1) // the handoffs' tags: the number of our attempt they came after
 	queued := false
 	if req.Wait && b.wake.Ready() {
 		b.wake.Register(value, wake)
@@ -119,8 +121,9 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		queued = true
 	}
 	var (
-		lastQueued time.Time         // send time of the last attempt that found us queued
-		seen       rediskit.SeenTags // the times our attempts wrote into our entry, on the server
+		lastQueued time.Time // send time of the last attempt that found us queued
+		attempts   uint64    // our attempts so far: each has the next number (see rediskit.Tell)
+		lastTag    string    // the number of the last attempt that found us queued, which a handoff after it names
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -135,10 +138,11 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		sent := time.Now()
 		var a attempt
 		var err error
+		attempts++
 		if first && !queued {
 			a, err = b.claim(ctx, k, value, !req.Wait)
 		} else {
-			a, err = b.try(ctx, k, value, queued)
+			a, err = b.try(ctx, k, value, queued, attempts)
 		}
 		if err != nil {
 			if queued {
@@ -173,23 +177,23 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			queued = true
 			continue
 		}
-		lastQueued = sent
-		seen.Note(a.seen)
+		lastQueued, lastTag = sent, strconv.FormatUint(attempts, 10)
 		timer.Reset(b.retryIn(a))
 		select {
 		case <-ctx.Done():
 			b.leave(ctx, k, value)
 			return nil, context.Cause(ctx)
 		case tag := <-wake:
-			// A handoff tagged with the SEEN of our last attempt came
+			// A handoff tagged with the number of our last attempt came
 			// after it: the release script set the key to our value,
 			// to expire no sooner than that attempt's run plus our TTL,
-			// after it ran that attempt, which we sent at lastQueued. Any other wake-up (one that came after an
-			// earlier attempt and was held up on its way, or one from a
-			// version without tags), or one so late that lastQueued no
-			// longer bounds the key's expiry, is checked by an attempt
-			// at once: the key is ours if the handoff still stands.
-			if tag != "" && tag == seen.Last && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
+			// after it ran that attempt, which we sent at lastQueued.
+			// Any other wake-up (one that came after an earlier attempt
+			// and was held up on its way, or one from a version without
+			// numbers), or one so late that lastQueued no longer bounds
+			// the key's expiry, is checked by an attempt at once: the
+			// key is ours if the handoff still stands.
+			if tag == lastTag && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
 				return b.held(ctx, k, value, lastQueued)
 			}
 		case <-timer.C:

@@ -112,15 +112,17 @@
 // on Go's monotonic clock (internal/keeper). A waiter handed the lock by a
 // release counts from the send time of its own last request that the
 // server ran before the handoff: the handoff's message names that
-// request (by the server time it wrote into the waiter's queue entry).
-// A message that names an earlier one (it was held up on its way while
-// a later attempt ran), or that comes when that send time no longer
+// request (by the number the waiter gave it, which its queue entry keeps:
+// numbers never repeat within an acquisition, whatever the server's clock
+// does). A message that names an earlier one (it was held up on its way
+// while a later attempt ran), or that comes when that send time no longer
 // bounds the key's expiry, is checked by one more attempt instead. The
 // server, though, ends the key by its wall clock, so the local deadline
-// is only as good as that clock: see above. (A waiter of a baton older
-// than these named messages does not recognise them: it finds the lock
-// handed to it at its next timed attempt, within RenewEvery, in a fleet of
-// mixed versions.)
+// is only as good as that clock: see above. (In a fleet of mixed
+// versions, a baton older than these numbered entries reads them as run
+// out, and a newer one reads the older entries so: a waiter may lose its
+// place to a release by the other version and join again at its next
+// timed attempt, within RenewEvery.)
 //
 // # Limits
 //

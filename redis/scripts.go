@@ -53,7 +53,8 @@ end
 // acquireScript takes the lock for ARGV[1] (the acquisition's value) with
 // TTL ARGV[2] ms, when it is free and no live waiter was there first.
 // ARGV[3] is "1" to join (or stay in) the wait queue when the lock is not
-// free, with ARGV[4] as the channel to be told on; "0" for one attempt.
+// free, with ARGV[4] the attempt's number and the channel to be told on
+// (rediskit.Tell); "0" for one attempt.
 // ARGV[5] is "1" after a claim (see claim) set the key to ARGV[1] but
 // found a queue or an observer: when a live waiter is first, who was there
 // before us, the script answers {0, WAITER, -2, 0, 1} and leaves the key
@@ -67,9 +68,7 @@ end
 // the server's expiry). Otherwise {0, V, PTTL, HEAD}: V the holder's value
 // (or the first waiter's, when the lock is free but reserved for it), PTTL
 // the key's remaining TTL in ms (-2 when it is free), HEAD 1 when we are
-// first in the queue; with ARGV[3] = "1" two more, 0 and SEEN: the server
-// time (ms) written into our queue entry, which a handoff to us names
-// (see rediskit.LuaHandoff).
+// first in the queue.
 //
 // The two cases a contended lock meets on almost every attempt come first,
 // after rediskit.LuaQueue and before luaHelpers is defined (each function
@@ -93,9 +92,9 @@ if ARGV[5] ~= '1' then
   if cur and wait then
     local now, score = clock()
     if join_first(q, w, v, now, score, ARGV[2], ARGV[4]) then
-      return {0, cur, redis.call('pttl', k), 1, 0, now}
+      return {0, cur, redis.call('pttl', k), 1}
     end
-    return {0, cur, 0, 0, 0, now}
+    return {0, cur, 0, 0}
   end
 end
 ` + luaNote + `
@@ -133,7 +132,7 @@ local first = 0
 if wait then
   join(q, w, v, now, score, ARGV[2], ARGV[4])
   if not head or head == v then first = 1 end
-  return {0, cur or head or v, redis.call('pttl', k), first, 0, now}
+  return {0, cur or head or v, redis.call('pttl', k), first}
 end
 if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}
@@ -171,7 +170,7 @@ end
 ` + rediskit.LuaQueue + luaHelpers + `
 if cur ~= v then
   local h, e = live_head(q, w, (clock()))
-  if h then redis.call('publish', select(3, entry(e)), h) end
+  if h then redis.call('publish', select(4, entry(e)), h) end
   return 0
 end
 local h = handoff(k, q, w)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,7 +20,6 @@ type nodeResult struct {
 	holder string        // the holder's value there, or the reserved waiter's
 	pttl   time.Duration // the key's remaining TTL there
 	head   bool          // we are first in that node's queue
-	seen   string        // the server time the attempt wrote into our queue entry there; "" when it did not
 
 	// yielded: a claim took the key there, but a live waiter was first
 	// (see claim). The key holds our value; the attempt does not count
@@ -50,10 +50,11 @@ type round struct {
 // no one holds the lock.
 const splitRetries = 5
 
-// attempt runs the acquire script on every node in parallel; with claim,
-// a claim on every node instead (see claim). olds are the values the
-// acquisition gave up (see acquireScript's ARGV[7] and on).
-func (b *backend) attempt(ctx context.Context, k keys, value string, olds []string, wait, claim bool, score int64) round {
+// attempt runs the acquire script on every node in parallel, as the
+// acquisition's round number num (a handoff after it names num); with
+// claim, a claim on every node instead (see claim). olds are the values
+// the acquisition gave up (see acquireScript's ARGV[7] and on).
+func (b *backend) attempt(ctx context.Context, k keys, value string, olds []string, wait, claim bool, score int64, num uint64) round {
 	w := "0"
 	if wait {
 		w = "1"
@@ -63,7 +64,7 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, olds []stri
 		if claim {
 			return b.claim(ctx, n, k, value, score)
 		}
-		return b.runAcquire(ctx, n, k, value, olds, w, score, "0")
+		return b.runAcquire(ctx, n, k, value, olds, w, score, "0", num)
 	}, func(res []nodeResult, errs []error) bool {
 		held := 0
 		for i, nr := range res {
@@ -116,13 +117,13 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 	case !c.Marked:
 		return nodeResult{held: true}, nil
 	}
-	return b.runAcquire(ctx, n, k, value, nil, "0", score, "1")
+	return b.runAcquire(ctx, n, k, value, nil, "0", score, "1", 0)
 }
 
 // runAcquire runs acquireScript on node n with ARGV[3] wait, ARGV[6]
-// claimed and, from ARGV[7] on, olds.
-func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string, olds []string, wait string, score int64, claimed string) (nodeResult, error) {
-	args := append([]any{value, b.ttlMS(), wait, score, b.channel, claimed}, rediskit.Args(olds)...)
+// claimed and, from ARGV[7] on, olds, as round number num.
+func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string, olds []string, wait string, score int64, claimed string, num uint64) (nodeResult, error) {
+	args := append([]any{value, b.ttlMS(), wait, score, rediskit.Tell(num, b.channel), claimed}, rediskit.Args(olds)...)
 	res, err := acquireScript.Run(ctx, n.client, k.all(), args...).Slice()
 	var r rediskit.Reply
 	if err == nil {
@@ -131,7 +132,7 @@ func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string,
 	if err != nil {
 		return nodeResult{}, n.err("acquire "+k.lock, err)
 	}
-	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded, seen: r.Seen}, nil
+	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
 }
 
 // majorityHolder returns the value another acquisition holds on a
@@ -184,7 +185,6 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	score := time.Now().UnixMicro() // our place in every node's queue
 
 	hand := newHandoffs(len(b.nodes), value)
-	seen := make([]rediskit.SeenTags, len(b.nodes)) // per node, what a handoff after our last attempt there names
 	queued := false
 	var olds []string // values given up that a node may still know (see retire below)
 	defer func() {
@@ -209,6 +209,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	splits := 0                // TryAcquire's rounds lost to a split vote
 	headSplits := 0            // consecutive rounds first in line with no majority holder
 	retire := false            // value's keys were undone: go on with a new value
+	var num uint64             // the rounds so far: each has the next number, which a handoff after it names
 	for first := true; ; first = false {
 		if retire {
 			// An undo that a node did not answer in time, or answered
@@ -237,14 +238,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			retire = false
 		}
-		hand.round(value)
+		num++
+		hand.round(value, num)
 		start := time.Now()
-		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score)
+		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score, num)
 		if queued {
 			b.noteRound(time.Since(start))
-		}
-		for i, res := range r.res {
-			seen[i].Note(res.seen) // "" where the node failed: its result is zero
 		}
 		if r.held >= b.quorum {
 			h, err := b.held(ctx, k, value, olds, start, r.settled)
@@ -344,7 +343,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			case <-hand.wake:
 				n := 0
 				if !retire {
-					n = hand.count(seen)
+					n = hand.count()
 				}
 				if n >= b.quorum {
 					h, err := b.held(ctx, k, value, olds, start, r.settled)
@@ -403,6 +402,7 @@ type handoffs struct {
 
 	mu     sync.Mutex
 	value  string   // the acquisition's value now: a message for one it gave up only wakes it
+	num    string   // the number of the round now, which a handoff after it names
 	tags   []string // per node, the tag of the last handoff to value
 	others bool     // a message came that is no handoff to value (see other)
 }
@@ -434,14 +434,13 @@ func (h *handoffs) deliver(i int, value, tag string) {
 }
 
 // round makes value the acquisition's (handoffs to one it gave up no
-// longer count) and forgets the messages so far, and a wake-up they
-// left, before an attempt of value, which answers them: a handoff counts only when it came after the attempt (its tag
-// names what the attempt wrote), and a tag kept from an earlier one could
-// match again where a node's clock stepped back.
-func (h *handoffs) round(value string) {
+// longer count) and num the round's number, and forgets the messages so
+// far, and a wake-up they left, before the round, which answers them: a
+// handoff counts only when it came after the round (its tag is num).
+func (h *handoffs) round(value string, num uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.value = value
+	h.value, h.num = value, strconv.FormatUint(num, 10)
 	clear(h.tags)
 	h.others = false
 	select {
@@ -461,14 +460,14 @@ func (h *handoffs) other() bool {
 	return o
 }
 
-// count is how many nodes handed the key to the current value after our
-// last attempt there: their last handoff names what that attempt wrote.
-func (h *handoffs) count(seen []rediskit.SeenTags) int {
+// count is how many nodes handed the key to the current value after the
+// current round: their last handoff names it.
+func (h *handoffs) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
-	for i, tag := range h.tags {
-		if tag != "" && tag == seen[i].Last {
+	for _, tag := range h.tags {
+		if tag != "" && tag == h.num {
 			n++
 		}
 	}

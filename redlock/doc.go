@@ -70,8 +70,10 @@
 // hands each node's key to the first live waiter there, for what that
 // waiter's queue entry had left to live (its TTL from its last attempt
 // there), and tells it on its Locker's channel which of its
-// attempts the handoff came after. When a majority of the nodes handed
-// it the key after its last attempt on each, the waiter holds the lock:
+// attempts the handoff came after (by the round's number, which its
+// entry keeps: numbers never repeat within an acquisition, whatever the
+// nodes' clocks do). When a majority of the nodes handed it the key after
+// its last round, the waiter holds the lock:
 // every one of those keys was set after that attempt reached its node,
 // so none expires before the attempt's start plus TTL, the base of the
 // lease's deadline, as for a round it wins. Otherwise (some nodes handed

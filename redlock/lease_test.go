@@ -567,7 +567,7 @@ func TestRelease_SkipsDeadWaiter(t *testing.T) {
 	const deadTTL = time.Second
 	dead := rediskit.NewValue("dead")
 	for _, c := range cs {
-		entry := fmt.Sprintf("0 %d %d %s", redistest.ServerMS(t, c), deadTTL.Milliseconds(), rediskit.NewWakeChannel())
+		entry := fmt.Sprintf("1 %d %d 1 %s", redistest.ServerMS(t, c), deadTTL.Milliseconds(), rediskit.NewWakeChannel())
 		redistest.Plant(t, ctx, c, q, w, dead, 1, entry)
 	}
 
@@ -688,7 +688,7 @@ func TestClaim_LateScriptDeletesNothing(t *testing.T) {
 	key := redlock.DefaultPrefix + "late-claim"
 	q, w := "{"+key+"}:q", "{"+key+"}:w"
 	waiter := rediskit.NewValue("w")
-	entry := fmt.Sprintf("0 %d 60000 %s", redistest.ServerMS(t, cs[0]), rediskit.NewWakeChannel())
+	entry := fmt.Sprintf("1 %d 60000 1 %s", redistest.ServerMS(t, cs[0]), rediskit.NewWakeChannel())
 	redistest.Plant(t, ctx, cs[0], q, w, waiter, 1, entry)
 
 	px := testsvc.NewProxy(t, nodes[0].Addr)

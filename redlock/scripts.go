@@ -35,14 +35,14 @@ import (
 const luaHelpers = `
 local function notify_head(q, w)
   local h, e = live_head(q, w, clock())
-  if h then redis.call('publish', select(3, entry(e)), h) end
+  if h then redis.call('publish', select(4, entry(e)), h) end
 end
 `
 
 // acquireScript sets K to ARGV[1] with TTL ARGV[2] ms when it is free and
 // no live waiter is before us. With ARGV[3] = "1" it joins (or refreshes
-// its place in) the queue with score ARGV[4] and channel ARGV[5] when it
-// cannot. It returns {1} when K holds our value, else {0, V, PTTL, HEAD}
+// its place in) the queue with score ARGV[4] and ARGV[5], the attempt's
+// number and the channel to be told on (rediskit.Tell), when it cannot. It returns {1} when K holds our value, else {0, V, PTTL, HEAD}
 // as in the redis package.
 //
 // ARGV[6] is "1" after a claim (see claim) set K to ARGV[1] but found a
@@ -98,9 +98,9 @@ if ARGV[6] ~= '1' then
     if not wait then return {0, cur, 0, 0} end
     local now = clock()
     if join_first(q, w, v, now, ARGV[4], ARGV[2], ARGV[5]) then
-      return {0, cur, redis.call('pttl', k), 1, 0, now}
+      return {0, cur, redis.call('pttl', k), 1}
     end
-    return {0, cur, 0, 0, 0, now}
+    return {0, cur, 0, 0}
   end
   local h = redis.call('zrange', q, 0, 0)[1]
   if not h or h == v then
@@ -132,7 +132,7 @@ local first = 0
 if wait then
   join(q, w, v, now, ARGV[4], ARGV[2], ARGV[5])
   if redis.call('zrank', q, v) == 0 or head == v then first = 1 end
-  return {0, cur or head or '', redis.call('pttl', k), first, 0, now}
+  return {0, cur or head or '', redis.call('pttl', k), first}
 end
 if head == v then first = 1 end
 return {0, cur or head or '', redis.call('pttl', k), first}

@@ -18,18 +18,19 @@ var scriptKeys = (&backend{prefix: DefaultPrefix}).keys("job")
 // joins behind an entry that ran out is told it is not first (its rank
 // says so); when it refreshes its place, the dead entry is dropped and it
 // is told it is first, with the key's PTTL, so that it looks again at the
-// key's expiry. An entry in the earlier format ("DEADLINE_MS CHANNEL") is
-// dropped as well.
+// key's expiry. Entries in the earlier formats ("DEADLINE_MS CHANNEL",
+// "0 SEEN_MS TTL_MS CHANNEL") are dropped as well.
 func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 	s := redistest.Start(t)
 	k := scriptKeys
 	s.Hold(k.lock, "holder")
 	ms := s.NowMS()
-	s.Plant(k.q, k.w, "dead0", 1, fmt.Sprintf("0 %d 1000 ch-dead", ms-5000))
+	s.Plant(k.q, k.w, "dead0", 1, fmt.Sprintf("1 %d 1000 1 ch-dead", ms-5000))
 	s.Plant(k.q, k.w, "dead1", 2, fmt.Sprintf("%d ch-old", ms+30000))
+	s.Plant(k.q, k.w, "dead2", 3, fmt.Sprintf("0 %d 10000 ch-prev", ms))
 	acquire := func() rediskit.Reply {
 		t.Helper()
-		return s.Acquire(acquireScript, k.all(), "w", 10000, "1", 100, "ch-w", "0")
+		return s.Acquire(acquireScript, k.all(), "w", 10000, "1", 100, rediskit.Tell(1, "ch-w"), "0")
 	}
 	if r := acquire(); r.Held || r.Holder != "holder" || r.Head || r.PTTL != 0 {
 		t.Fatalf("joining behind dead entries: %+v, want not held, holder, not first, PTTL 0", r)
@@ -47,7 +48,7 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 // stays behind.
 func TestAcquireScript_OldValues(t *testing.T) {
 	k := scriptKeys
-	live := func(s *redistest.Server, ch string) string { return fmt.Sprintf("0 %d 10000 %s", s.NowMS(), ch) }
+	live := func(s *redistest.Server, ch string) string { return fmt.Sprintf("1 %d 10000 1 %s", s.NowMS(), ch) }
 	// holdFor sets the key to an old value with 5s left, half our TTL.
 	holdFor := func(t *testing.T, s *redistest.Server, v string) {
 		if err := s.C.Set(s.Ctx, k.lock, v, 5*time.Second).Err(); err != nil {
@@ -110,7 +111,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 	}, {
 		name: "a dead entry ahead of the old value, the key free: ours takes the key",
 		setup: func(t *testing.T, s *redistest.Server) {
-			s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("0 %d 1000 ch-d", s.NowMS()-5000))
+			s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("1 %d 1000 1 ch-d", s.NowMS()-5000))
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
 		},
@@ -130,7 +131,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 			if olds == nil {
 				olds = []any{"old"}
 			}
-			r := s.Acquire(acquireScript, k.all(), append([]any{"new", 10000, "1", 100, "ch-new", "0"}, olds...)...)
+			r := s.Acquire(acquireScript, k.all(), append([]any{"new", 10000, "1", 100, rediskit.Tell(1, "ch-new"), "0"}, olds...)...)
 			if r.Held != tc.held || (!tc.held && r.Head != tc.head) {
 				t.Errorf("answer %+v; want held %v, first %v", r, tc.held, tc.head)
 			}
@@ -165,9 +166,9 @@ func TestAcquireScript_OldValues(t *testing.T) {
 func TestAcquireScript_ClaimYields(t *testing.T) {
 	s := redistest.Start(t)
 	k := scriptKeys
-	s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("0 %d 10000 ch-w", s.NowMS()))
+	s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("1 %d 10000 1 ch-w", s.NowMS()))
 	s.Hold(k.lock, "claimer")
-	res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, "ch-c", "1").Slice()
+	res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, rediskit.Tell(0, "ch-c"), "1").Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 		t.Errorf("key holds %q; want the claimer's value, left for its undo", got)
 	}
 	for range 2 { // a late copy changes nothing
-		if _, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, "ch-c", "1").Slice(); err != nil {
+		if _, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, rediskit.Tell(0, "ch-c"), "1").Slice(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -254,7 +255,7 @@ func message(t *testing.T, s *redistest.Server, msgs <-chan *goredis.Message, wa
 // TestUnlockScript_HandsOver: a release hands the key to the first live
 // waiter, dropping the dead entries before it, for what its entry had
 // left to live (its TTL from its last attempt), and tells it on its
-// channel which of its attempts the handoff came after (the SEEN its
+// channel which of its attempts the handoff came after (the number its
 // entry holds).
 func TestUnlockScript_HandsOver(t *testing.T) {
 	k := scriptKeys
@@ -273,8 +274,8 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			s.Hold(k.lock, "holder")
 			now := s.NowMS()
 			seen := now - tc.ago
-			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("0 %d 1000 ch-dead", now-5000))
-			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("0 %d 10000 ch-w", seen))
+			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("1 %d 1000 1 ch-dead", now-5000))
+			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("1 %d 10000 7 ch-w", seen))
 			msgs := subscribe(t, s, "ch-w")
 			dead := subscribe(t, s, "ch-dead")
 			if n := unlock(t, s, "1", "1", "holder"); n != 1 {
@@ -289,7 +290,7 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			if n, m := s.C.ZCard(s.Ctx, k.q).Val(), s.C.HLen(s.Ctx, k.w).Val(); n != 0 || m != 0 {
 				t.Errorf("%d entries left in the queue, %d in the entries' hash; want none (the dead one dropped, the waiter's taken out)", n, m)
 			}
-			message(t, s, msgs, fmt.Sprintf("w %d", seen))
+			message(t, s, msgs, "w 7")
 			told(t, s, dead, "ch-dead", false)
 		})
 	}
@@ -319,7 +320,7 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			s.Hold(k.lock, "me")
 			seen := s.NowMS()
 			for v, score := range tc.queue {
-				s.Plant(k.q, k.w, v, score, fmt.Sprintf("0 %d 10000 ch-%s", seen, v))
+				s.Plant(k.q, k.w, v, score, fmt.Sprintf("1 %d 10000 3 ch-%s", seen, v))
 			}
 			msgs := map[string]<-chan *goredis.Message{}
 			for v := range tc.queue {
@@ -333,7 +334,7 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			}
 			for v, ch := range msgs {
 				if v == tc.told {
-					message(t, s, ch, fmt.Sprintf("%s %d", v, seen))
+					message(t, s, ch, v+" 3")
 				} else {
 					told(t, s, ch, "ch-"+v, false)
 				}
@@ -342,38 +343,39 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 	}
 }
 
-// TestHandoffs_Count: a handoff counts only when its tag names what our
-// last attempt on that node wrote: not one that came after an earlier
-// attempt (the key may have moved on since), nor one whose millisecond an
-// earlier attempt wrote too, nor one to a value given up.
+// TestHandoffs_Count: a handoff counts only when its tag is the number
+// of the round now: not one that came after an earlier round (the key
+// may have moved on since), nor one without a tag, nor one to a value
+// given up.
 func TestHandoffs_Count(t *testing.T) {
 	h := newHandoffs(4, "v1")
-	seen := make([]rediskit.SeenTags, 4)
-	for i, s := range []string{"100", "100", "100", "100"} {
-		seen[i].Note(s)
+	h.round("v1", 1)
+	for i := range 4 {
+		h.deliver(i, "v1", "1")
 	}
-	seen[1].Note("101") // a later attempt on node 1
-	seen[2].Note("100") // a later attempt on node 2, in the same millisecond
-	seen[3].Note("")    // a later attempt on node 3 that wrote nothing
-	copy(h.tags, []string{"100", "100", "100", "100"})
-	if n := h.count(seen); n != 1 {
-		t.Errorf("count %d; want 1 (node 0's alone names our last attempt there)", n)
+	if n, other := h.count(), h.other(); n != 4 || other {
+		t.Errorf("after 4 handoffs tagged with the round: count %d, other %v; want 4, false", n, other)
 	}
-	h.tags[1] = "101"
-	if n := h.count(seen); n != 2 {
-		t.Errorf("count %d; want 2", n)
-	}
-	h.round("v1")
-	if n := h.count(seen); n != 0 {
+	h.round("v1", 2)
+	if n := h.count(); n != 0 {
 		t.Errorf("count %d after a new round began; want 0", n)
 	}
-	h.round("v2")
-	h.deliver(0, "v1", "100") // a handoff to the value given up
-	if n, other := h.count(seen), h.other(); n != 0 || !other {
+	h.deliver(0, "v1", "1") // after round 1, held up on its way
+	h.deliver(1, "v1", "2")
+	if n, other := h.count(), h.other(); n != 1 || other {
+		t.Errorf("after handoffs tagged with rounds 1 and 2: count %d, other %v; want 1, false", n, other)
+	}
+	h.deliver(2, "v1", "") // untagged: a waiter told it is first now
+	if n, other := h.count(), h.other(); n != 1 || !other {
+		t.Errorf("after an untagged message: count %d, other %v; want 1, true", n, other)
+	}
+	h.round("v2", 3)
+	h.deliver(0, "v1", "3") // a handoff to the value given up
+	if n, other := h.count(), h.other(); n != 0 || !other {
 		t.Errorf("after a handoff to a value given up: count %d, other %v; want 0, true", n, other)
 	}
-	h.deliver(0, "v2", "100")
-	if n, other := h.count(seen), h.other(); n != 1 || other {
+	h.deliver(0, "v2", "3")
+	if n, other := h.count(), h.other(); n != 1 || other {
 		t.Errorf("after a handoff to the value now: count %d, other %v; want 1, false", n, other)
 	}
 }

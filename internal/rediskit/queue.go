@@ -1,5 +1,7 @@
 package rediskit
 
+import "strconv"
+
 // LuaQueue is the Lua that the redis and redlock backends' scripts begin
 // with: the wait queue both keep for a lock K, and its entries.
 //
@@ -7,18 +9,21 @@ package rediskit
 //	         are served (the redis package scores by arrival, server time
 //	         in microseconds; redlock by the acquisition's start, so that
 //	         every node orders the same waiters the same way)
-//	{K}:w    the entries: value -> "0 SEEN_MS TTL_MS CHANNEL", where
-//	         SEEN_MS is the server's time at the waiter's last attempt,
-//	         TTL_MS its lease TTL (the entry runs out at SEEN_MS + TTL_MS
-//	         unless refreshed) and CHANNEL is where it is told to look
+//	{K}:w    the entries: value -> "1 SEEN_MS TTL_MS ATTEMPT CHANNEL",
+//	         where SEEN_MS is the server's time at the waiter's last
+//	         attempt, TTL_MS its lease TTL (the entry runs out at SEEN_MS +
+//	         TTL_MS unless refreshed), ATTEMPT the number the waiter gave
+//	         that attempt, which a handoff names (see LuaHandoff), and
+//	         CHANNEL is where it is told; an attempt passes "ATTEMPT
+//	         CHANNEL" as one argument (see Tell)
 //
 // q and w are changed together, always, and expire together, at most
-// 2 * TTL after the last join. The leading 0 marks the entries' format:
-// earlier versions stored "DEADLINE_MS TTL_MS CHANNEL" (redis) and
-// "DEADLINE_MS CHANNEL" (redlock), and they read this one as run out at 0,
-// as these functions read theirs as run out. So in a fleet of mixed
-// versions a waiter may lose its place and join again, and never is an
-// entry taken for live after it ran out.
+// 2 * TTL after the last join. The leading 1 marks the entries' format:
+// earlier versions stored "0 SEEN_MS TTL_MS CHANNEL", and before that
+// "DEADLINE_MS TTL_MS CHANNEL" (redis) and "DEADLINE_MS CHANNEL"
+// (redlock); they read this one as run out, as these functions read
+// theirs. So in a fleet of mixed versions a waiter may lose its place and
+// join again, and never is an entry taken for live after it ran out.
 //
 // The functions are written for the server's time, which a contended lock
 // spends on its scripts: each redis.call costs 1.5 to 3us, and a Lua
@@ -27,15 +32,16 @@ package rediskit
 //
 //	clock()            the server's time as strings: milliseconds, and
 //	                   microseconds (an arrival score)
-//	entry(e)           SEEN_MS, TTL_MS and CHANNEL of entry e, or nil for
-//	                   another format
+//	entry(e)           SEEN_MS, TTL_MS, ATTEMPT and CHANNEL of entry e, or
+//	                   nil for another format
 //	live(e, now)       whether entry e has not run out at now (ms)
 //	live_head(q, w, now)
 //	                   the first live waiter and its entry, dropping the
 //	                   dead ones before it; false when none
 //	join(q, w, v, now, score, ttl, ch)
 //	                   queues v with score, or keeps its place, and
-//	                   refreshes its entry; 1 when v was not queued. A
+//	                   refreshes its entry (ch: "ATTEMPT CHANNEL"); 1 when
+//	                   v was not queued. A
 //	                   refresh drops the entries that ran out among the
 //	                   four behind v: the head drops dead entries ahead
 //	                   of every live one (live_head), each live waiter
@@ -56,7 +62,7 @@ local function clock()
 end
 
 local function entry(e)
-  return string.match(e, '^0 (%d+) (%d+) (.+)$')
+  return string.match(e, '^1 (%d+) (%d+) (%S+) (.+)$')
 end
 
 local function live(e, now)
@@ -81,7 +87,7 @@ end
 
 local function join(q, w, v, now, score, ttl, ch)
   local added = redis.call('zadd', q, 'NX', score, v)
-  redis.call('hset', w, v, '0 ' .. now .. ' ' .. ttl .. ' ' .. ch)
+  redis.call('hset', w, v, '1 ' .. now .. ' ' .. ttl .. ' ' .. ch)
   if redis.call('pttl', q) < tonumber(ttl) then
     redis.call('pexpire', q, 2 * ttl)
     redis.call('pexpire', w, 2 * ttl)
@@ -117,9 +123,9 @@ const LuaHandoff = `
 -- handoff takes the first live waiter out of the queue (and the dead ones
 -- before it), gives it the lock, overwriting the key's value, which its
 -- callers checked (the releasing holder's, or the one a forced release
--- read), and tells it on its channel: "VALUE SEEN", SEEN the time its
--- entry's last attempt wrote, so that the waiter knows which of its
--- attempts the handoff came after. The key expires when the entry would
+-- read), and tells it on its channel: "VALUE ATTEMPT", ATTEMPT the number
+-- of the last attempt that wrote its entry, so that the waiter knows
+-- which of its attempts the handoff came after. The key expires when the entry would
 -- have, at an absolute time (PEXPIREAT: a relative PX counts from the
 -- script's start on Redis 7.2 and later, which may be a millisecond or a
 -- stall before TIME said now): SEEN plus its TTL and a millisecond for
@@ -136,36 +142,21 @@ local function handoff(k, q, w)
     local e = redis.call('hget', w, h)
     redis.call('hdel', w, h)
     if e and live(e, now) then
-      local seen, ttl, ch = entry(e)
+      local seen, ttl, n, ch = entry(e)
       redis.call('set', k, h)
       redis.call('pexpireat', k, math.min(tonumber(seen), tonumber(now)) + tonumber(ttl) + 1)
-      redis.call('publish', ch, h .. ' ' .. seen)
+      redis.call('publish', ch, h .. ' ' .. n)
       return h
     end
   end
 end
 `
 
-// SeenTags keeps the tag that a handoff after our last attempt on a
-// server would carry: the SEEN our attempt wrote into our queue entry
-// there, which the handoff names (see LuaHandoff).
-type SeenTags struct {
-	// Last is the time our last attempt wrote into our entry, when only
-	// that attempt could have been answered with it; "" when an earlier
-	// attempt wrote the same time (the server's clock has millisecond
-	// steps), since a handoff tagged so could have come after either: such
-	// a wake-up is checked by an attempt.
-	Last string
-	prev string // the time the last attempt that wrote one wrote
-}
-
-// Note records the time an attempt wrote ("" for none).
-func (s *SeenTags) Note(seen string) {
-	s.Last = seen
-	if seen == s.prev {
-		s.Last = ""
-	}
-	if seen != "" {
-		s.prev = seen
-	}
+// Tell is the argument by which attempt number n of a waiter that is
+// told on channel joins a queue: entries keep it (see LuaQueue), and a
+// handoff names n (see LuaHandoff). Numbers never repeat within an
+// acquisition, so a handoff's message says which attempt it came after,
+// whatever the servers' clocks do.
+func Tell(n uint64, channel string) string {
+	return strconv.FormatUint(n, 10) + " " + channel
 }

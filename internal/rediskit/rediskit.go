@@ -164,10 +164,6 @@ type Reply struct {
 	// still holds our value, for the caller to release (a fifth element,
 	// 1).
 	Yielded bool
-	// Seen is the server time (ms, as a string) the attempt wrote into our
-	// queue entry, when it joined or stayed in the queue (a sixth
-	// element); "" otherwise. The redis backend's handoff names it.
-	Seen string
 }
 
 // ParseReply reads an acquire script's answer.
@@ -190,9 +186,6 @@ func ParseReply(res []any) (Reply, error) {
 	if len(res) > 4 {
 		y, _ := res[4].(int64)
 		r.Yielded = y == 1
-	}
-	if len(res) > 5 {
-		r.Seen, _ = res[5].(string)
 	}
 	return r, nil
 }

@@ -63,8 +63,8 @@ func WaitEntriesRunOut(tb testing.TB, c goredis.UniversalClient, w, holder strin
 			}
 			found = true
 			f := strings.Fields(e)
-			if len(f) != 4 || f[0] != "0" {
-				tb.Fatalf("entry %q of %s: not in the format 0 SEEN_MS TTL_MS CHANNEL", e, w)
+			if len(f) != 5 || f[0] != "1" {
+				tb.Fatalf("entry %q of %s: not in the format 1 SEEN_MS TTL_MS ATTEMPT CHANNEL", e, w)
 			}
 			seen, err1 := strconv.ParseInt(f[1], 10, 64)
 			ttl, err2 := strconv.ParseInt(f[2], 10, 64)
