@@ -85,10 +85,8 @@ var latencies = []time.Duration{time.Millisecond, 2 * time.Millisecond}
 
 // BenchmarkRedisContendedLatency is BenchmarkRedisContended over a
 // network: the clients reach the server through a proxy that delays every
-// chunk, both ways, by a one-way latency (testsvc.Proxy.SetLatency); each
-// sub-benchmark reports the mean delay the proxy gave (µs-delay-mean),
-// which the Go runtime's millisecond timer steps make longer than the
-// latency asked for while the process idles. On loopback the eight clients
+// chunk, both ways, by a one-way latency; each sub-benchmark reports the
+// mean delay the proxy gave (see delayed). On loopback the eight clients
 // and the server share the machine's two cores, and the throughput is the
 // CPU's; over a network it is the round trips'. baton hands the lock over
 // in about one round trip per hold (the release reaches the server, which
@@ -99,10 +97,9 @@ func BenchmarkRedisContendedLatency(b *testing.B) {
 	for _, oneWay := range latencies {
 		for _, kind := range []string{"baton", "redislock"} {
 			b.Run(fmt.Sprintf("latency=%v/%s/8", oneWay, kind), func(b *testing.B) {
-				p := testsvc.NewProxy(b, srv.Addr)
-				p.SetLatency(oneWay)
-				runContended(b, newRedisCyclers(b, p.Addr(), kind, 8))
-				b.ReportMetric(float64(p.MeanDelay())/float64(time.Microsecond), "µs-delay-mean")
+				addrs, report := delayed(b, oneWay, srv.Addr)
+				runContended(b, newRedisCyclers(b, addrs[0], kind, 8))
+				report()
 			})
 		}
 	}

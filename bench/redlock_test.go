@@ -104,19 +104,9 @@ func BenchmarkRedlockContendedLatency(b *testing.B) {
 	for _, oneWay := range latencies {
 		for _, kind := range []string{"baton", "redsync"} {
 			b.Run(fmt.Sprintf("latency=%v/%s/5-nodes/8", oneWay, kind), func(b *testing.B) {
-				ps := make([]*testsvc.Proxy, len(nodes))
-				addrs := make([]string, len(nodes))
-				for i, node := range nodes {
-					ps[i] = testsvc.NewProxy(b, node.Addr)
-					ps[i].SetLatency(oneWay)
-					addrs[i] = ps[i].Addr()
-				}
+				addrs, report := delayed(b, oneWay, testsvc.RedisAddrs(nodes)...)
 				runContended(b, newRedlockCyclers(b, addrs, kind, 8))
-				var sum time.Duration
-				for _, p := range ps {
-					sum += p.MeanDelay()
-				}
-				b.ReportMetric(float64(sum/time.Duration(len(ps)))/float64(time.Microsecond), "µs-delay-mean")
+				report()
 			})
 		}
 	}
