@@ -162,12 +162,20 @@ func checkCluster(c etcdserver.Config) (cluster string, peers []string, err erro
 	}
 	var members []string
 	mine := ""
+	named, at := map[string]bool{}, map[string]string{} // names given; peer URL -> name
 	for _, m := range strings.Split(c.InitialCluster, ",") {
 		name, u, ok := strings.Cut(m, "=")
 		peerURL, err := listenURL("--initial-cluster member "+strconv.Quote(name), u)
 		if !ok || name == "" || err != nil {
 			return "", nil, usageError("--initial-cluster %q: want name=http://host:port,... for every member, this one (%s) included", c.InitialCluster, c.Name)
 		}
+		if named[name] {
+			return "", nil, usageError("--initial-cluster names member %q twice: give each member one name=URL", name)
+		}
+		if other, ok := at[peerURL]; ok {
+			return "", nil, usageError("--initial-cluster gives members %q and %q the same peer URL %s: each member needs its own", other, name, peerURL)
+		}
+		named[name], at[peerURL] = true, name
 		members = append(members, name+"="+peerURL)
 		if name == c.Name {
 			mine = peerURL

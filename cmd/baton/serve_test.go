@@ -316,6 +316,10 @@ func TestServe_BadFlags(t *testing.T) {
 		{"--initial-cluster", "m2=http://127.0.0.1:2391"},
 		{"--peer-listen", "127.0.0.1:2390", "--initial-cluster", "default=http://127.0.0.1:2391"},
 		{"--listen", "127.0.0.1:2390", "--peer-listen", "127.0.0.1:2390"},
+		// etcd said so in its own words, exit 1, after serve had said the
+		// member waits for a quorum.
+		{"--initial-cluster", "default=http://127.0.0.1:2380,m2=127.0.0.1:2380"},
+		{"--initial-cluster", "default=http://127.0.0.1:2380,default=http://127.0.0.1:2381"},
 	} {
 		r := runBaton(t, append([]string{"serve", "--data-dir", t.TempDir()}, args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, args[0]) {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -146,6 +147,8 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		return nil, fmt.Errorf("etcd server config: %w", err)
 	}
 
+	_, err = os.Stat(c.Dir)
+	fresh := errors.Is(err, fs.ErrNotExist) // made by this Start: a failed one removes it
 	dir, err := lockDir(c.Dir)
 	if err != nil {
 		return nil, err
@@ -161,6 +164,9 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		var damaged *DamagedError
 		if !errors.As(err, &damaged) {
 			dir.Close()
+			if fresh {
+				_ = os.RemoveAll(c.Dir) // nothing but what the failed start wrote
+			}
 		} // else etcd's own database lock may still be held in this process: ours stays, so another Start says ErrDirInUse, not waits
 		return nil, fmt.Errorf("start etcd server: %w", err)
 	}

@@ -3,7 +3,10 @@ package etcdserver
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -37,8 +40,9 @@ func TestStart_PortTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := filepath.Join(t.TempDir(), "data")
 	srv, err := Start(t.Context(), Config{
-		Dir:       t.TempDir(),
+		Dir:       dir,
 		ClientURL: "http://" + ln.Addr().String(),
 		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
 	})
@@ -48,5 +52,31 @@ func TestStart_PortTaken(t *testing.T) {
 	}
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("Start on a taken port = %v; want an error matching EADDRINUSE", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the data directory the failed start made is still there (%v); want it removed", err)
+	}
+}
+
+// TestStart_Failed_KeepsExistingDir: a failed start removes no data
+// directory it did not make, even an empty one.
+func TestStart_Failed_KeepsExistingDir(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pp, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, err := Start(t.Context(), Config{Dir: dir, ClientURL: "http://" + ln.Addr().String(), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", pp)})
+	if err == nil {
+		srv.Close()
+		t.Fatal("started on a port that was taken")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("the data directory given, which existed before the failed start: %v; want it kept", err)
 	}
 }
