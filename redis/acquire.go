@@ -24,15 +24,15 @@ type attempt struct {
 	yielded bool
 }
 
-// try runs the acquire script once, as attempt number n. With wait it
-// joins (or refreshes its place in) the wait queue when the lock is not
-// free, and a handoff after it names n.
-func (b *backend) try(ctx context.Context, k keys, value string, wait bool, n uint64) (attempt, error) {
+// try runs the acquire script once, as the attempt numbered num. With
+// wait it joins (or refreshes its place in) the wait queue when the lock
+// is not free, and a handoff after it names num.
+func (b *backend) try(ctx context.Context, k keys, value string, wait bool, num string) (attempt, error) {
 	w := "0"
 	if wait {
 		w = "1"
 	}
-	return b.runAcquire(ctx, k, value, w, "0", n)
+	return b.runAcquire(ctx, k, value, w, "0", num)
 }
 
 // claim is the first attempt of an acquisition that has not joined the
@@ -71,7 +71,7 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 	case !c.Marked:
 		return attempt{held: true}, nil
 	}
-	a, err := b.runAcquire(ctx, k, value, "0", "1", 0)
+	a, err := b.runAcquire(ctx, k, value, "0", "1", "0") // queues nothing: no number
 	if err != nil || a.yielded {
 		b.leave(ctx, k, value)
 	}
@@ -79,11 +79,11 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 }
 
 // runAcquire runs acquireScript with ARGV[3] wait and ARGV[5] claimed, as
-// attempt number n.
-func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed string, n uint64) (attempt, error) {
+// the attempt numbered num.
+func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed, num string) (attempt, error) {
 	octx, cancel := b.op(ctx)
 	defer cancel()
-	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), wait, rediskit.Tell(n, b.wake.Channel()), claimed).Slice()
+	res, err := acquireScript.Run(octx, b.client, k.all(), value, b.ttlMS(), wait, rediskit.Tell(num, b.wake.Channel()), claimed).Slice()
 	var r rediskit.Reply
 	if err == nil {
 		r, err = rediskit.ParseReply(res)
@@ -122,8 +122,8 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	}
 	var (
 		lastQueued time.Time // send time of the last attempt that found us queued
-		attempts   uint64    // our attempts so far: each has the next number (see rediskit.Tell)
-		lastTag    string    // the number of the last attempt that found us queued, which a handoff after it names
+		attempts   uint64    // our attempts so far: each numbered with the count (see rediskit.Tell), the claim too, though it queues nothing
+		lastNum    string    // the number of the last attempt that found us queued, which a handoff after it names
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -139,10 +139,11 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		var a attempt
 		var err error
 		attempts++
+		num := strconv.FormatUint(attempts, 10)
 		if first && !queued {
 			a, err = b.claim(ctx, k, value, !req.Wait)
 		} else {
-			a, err = b.try(ctx, k, value, queued, attempts)
+			a, err = b.try(ctx, k, value, queued, num)
 		}
 		if err != nil {
 			if queued {
@@ -177,7 +178,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			queued = true
 			continue
 		}
-		lastQueued, lastTag = sent, strconv.FormatUint(attempts, 10)
+		lastQueued, lastNum = sent, num
 		timer.Reset(b.retryIn(a))
 		select {
 		case <-ctx.Done():
@@ -193,7 +194,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// numbers), or one so late that lastQueued no longer bounds
 			// the key's expiry, is checked by an attempt at once: the
 			// key is ours if the handoff still stands.
-			if tag == lastTag && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
+			if tag == lastNum && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
 				return b.held(ctx, k, value, lastQueued)
 			}
 		case <-timer.C:

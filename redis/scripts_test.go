@@ -15,7 +15,7 @@ var scriptKeys = (&backend{prefix: DefaultPrefix}).keys("job")
 
 // acquireAs runs the acquire script for value as a waiting attempt.
 func acquireAs(s *redistest.Server, value string) rediskit.Reply {
-	return s.Acquire(acquireScript, scriptKeys.all(), value, 10000, "1", rediskit.Tell(1, "ch-"+value), "0")
+	return s.Acquire(acquireScript, scriptKeys.all(), value, 10000, "1", rediskit.Tell("1", "ch-"+value), "0")
 }
 
 // TestAcquireScript_RefreshFindsDeadHeadGone: a waiter that joins behind
@@ -26,7 +26,7 @@ func acquireAs(s *redistest.Server, value string) rediskit.Reply {
 func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 	s, k := redistest.Start(t), scriptKeys
 	s.Hold(k.lock, "holder")
-	s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("1 %d 1000 1 ch-dead", s.NowMS()-5000))
+	s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("00 %d 1000 1 ch-dead", s.NowMS()-5000))
 
 	if r := acquireAs(s, "w"); r.Held || r.Holder != "holder" || r.Head || r.PTTL != 0 {
 		t.Fatalf("joining behind a dead entry: %+v, want not held, holder, not first, PTTL 0", r)
@@ -52,7 +52,7 @@ func TestReleaseScript_EarlierFormatNeverLive(t *testing.T) {
 	now := s.NowMS()
 	s.Plant(k.q, k.w, "old", 1, fmt.Sprintf("%d 30000 ch-old", now-1))
 	s.Plant(k.q, k.w, "prev", 2, fmt.Sprintf("0 %d 30000 ch-prev", now))
-	s.Plant(k.q, k.w, "live", 3, fmt.Sprintf("1 %d 30000 4 ch-live", now))
+	s.Plant(k.q, k.w, "live", 3, fmt.Sprintf("00 %d 30000 4 ch-live", now))
 
 	n, err := releaseScript.Run(s.Ctx, s.C, k.all(), "holder").Int()
 	if err != nil || n != 1 {
@@ -80,7 +80,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 	k := scriptKeys
 	claim := func(t *testing.T, s *redistest.Server) []any {
 		t.Helper()
-		res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", rediskit.Tell(0, "ch-c"), "1").Slice()
+		res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", rediskit.Tell("0", "ch-c"), "1").Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 	}
 	t.Run("live waiter first", func(t *testing.T) {
 		s := redistest.Start(t)
-		s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("1 %d 10000 1 ch-w", s.NowMS()))
+		s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("00 %d 10000 1 ch-w", s.NowMS()))
 		s.Hold(k.lock, "claimer")
 		for range 2 {
 			if res := claim(t, s); fmt.Sprint(res) != "[0 waiter -2 0 1]" {
@@ -104,7 +104,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 	})
 	t.Run("only dead waiters", func(t *testing.T) {
 		s := redistest.Start(t)
-		s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("1 %d 1000 1 ch-d", s.NowMS()-5000))
+		s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("00 %d 1000 1 ch-d", s.NowMS()-5000))
 		s.Hold(k.lock, "claimer")
 		if res := claim(t, s); fmt.Sprint(res) != "[1]" {
 			t.Errorf("answer %v; want [1], kept", res)

@@ -51,10 +51,11 @@ type round struct {
 const splitRetries = 5
 
 // attempt runs the acquire script on every node in parallel, as the
-// acquisition's round number num (a handoff after it names num); with
+// acquisition's round numbered num (a handoff after it names num); with
 // claim, a claim on every node instead (see claim). olds are the values
 // the acquisition gave up (see acquireScript's ARGV[7] and on).
-func (b *backend) attempt(ctx context.Context, k keys, value string, olds []string, wait, claim bool, score int64, num uint64) round {
+func (b *backend) attempt(ctx context.Context, k keys, value string, olds []string, wait, claim bool, score int64, num string) round {
+	tell := rediskit.Tell(num, b.channel)
 	w := "0"
 	if wait {
 		w = "1"
@@ -64,7 +65,7 @@ func (b *backend) attempt(ctx context.Context, k keys, value string, olds []stri
 		if claim {
 			return b.claim(ctx, n, k, value, score)
 		}
-		return b.runAcquire(ctx, n, k, value, olds, w, score, "0", num)
+		return b.runAcquire(ctx, n, k, value, olds, w, score, "0", tell)
 	}, func(res []nodeResult, errs []error) bool {
 		held := 0
 		for i, nr := range res {
@@ -117,13 +118,13 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 	case !c.Marked:
 		return nodeResult{held: true}, nil
 	}
-	return b.runAcquire(ctx, n, k, value, nil, "0", score, "1", 0)
+	return b.runAcquire(ctx, n, k, value, nil, "0", score, "1", rediskit.Tell("0", b.channel)) // queues nothing: no number
 }
 
-// runAcquire runs acquireScript on node n with ARGV[3] wait, ARGV[6]
-// claimed and, from ARGV[7] on, olds, as round number num.
-func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string, olds []string, wait string, score int64, claimed string, num uint64) (nodeResult, error) {
-	args := append([]any{value, b.ttlMS(), wait, score, rediskit.Tell(num, b.channel), claimed}, rediskit.Args(olds)...)
+// runAcquire runs acquireScript on node n with ARGV[3] wait, ARGV[5]
+// tell (see rediskit.Tell), ARGV[6] claimed and, from ARGV[7] on, olds.
+func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string, olds []string, wait string, score int64, claimed, tell string) (nodeResult, error) {
+	args := append([]any{value, b.ttlMS(), wait, score, tell, claimed}, rediskit.Args(olds)...)
 	res, err := acquireScript.Run(ctx, n.client, k.all(), args...).Slice()
 	var r rediskit.Reply
 	if err == nil {
@@ -209,7 +210,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	splits := 0                // TryAcquire's rounds lost to a split vote
 	headSplits := 0            // consecutive rounds first in line with no majority holder
 	retire := false            // value's keys were undone: go on with a new value
-	var num uint64             // the rounds so far: each has the next number, which a handoff after it names
+	var rounds uint64          // the rounds so far: each is numbered with the count, which a handoff after it names
 	for first := true; ; first = false {
 		if retire {
 			// An undo that a node did not answer in time, or answered
@@ -238,7 +239,8 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			retire = false
 		}
-		num++
+		rounds++
+		num := strconv.FormatUint(rounds, 10)
 		hand.round(value, num)
 		start := time.Now()
 		r := b.attempt(ctx, k, value, olds, queued, first && !queued, score, num)
@@ -437,10 +439,10 @@ func (h *handoffs) deliver(i int, value, tag string) {
 // longer count) and num the round's number, and forgets the messages so
 // far, and a wake-up they left, before the round, which answers them: a
 // handoff counts only when it came after the round (its tag is num).
-func (h *handoffs) round(value string, num uint64) {
+func (h *handoffs) round(value, num string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.value, h.num = value, strconv.FormatUint(num, 10)
+	h.value, h.num = value, num
 	clear(h.tags)
 	h.others = false
 	select {
@@ -461,7 +463,11 @@ func (h *handoffs) other() bool {
 }
 
 // count is how many nodes handed the key to the current value after the
-// current round: their last handoff names it.
+// current round: their last handoff names it. A node whose answer to the
+// round was lost counts too: its handoff came after the round's attempt
+// ran there, whose SEEN, written with the number, is no earlier than the
+// round's start, so the handed key outlives the lease's deadline all the
+// same.
 func (h *handoffs) count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

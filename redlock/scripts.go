@@ -42,8 +42,9 @@ end
 // acquireScript sets K to ARGV[1] with TTL ARGV[2] ms when it is free and
 // no live waiter is before us. With ARGV[3] = "1" it joins (or refreshes
 // its place in) the queue with score ARGV[4] and ARGV[5], the attempt's
-// number and the channel to be told on (rediskit.Tell), when it cannot. It returns {1} when K holds our value, else {0, V, PTTL, HEAD}
-// as in the redis package.
+// number and the channel to be told on (rediskit.Tell), when it cannot.
+// It returns {1} when K holds our value, else {0, V, PTTL, HEAD} as in
+// the redis package.
 //
 // ARGV[6] is "1" after a claim (see claim) set K to ARGV[1] but found a
 // queue: when a live waiter is first, K was free but reserved for it. The

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,12 +26,12 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 	k := scriptKeys
 	s.Hold(k.lock, "holder")
 	ms := s.NowMS()
-	s.Plant(k.q, k.w, "dead0", 1, fmt.Sprintf("1 %d 1000 1 ch-dead", ms-5000))
+	s.Plant(k.q, k.w, "dead0", 1, fmt.Sprintf("00 %d 1000 1 ch-dead", ms-5000))
 	s.Plant(k.q, k.w, "dead1", 2, fmt.Sprintf("%d ch-old", ms+30000))
 	s.Plant(k.q, k.w, "dead2", 3, fmt.Sprintf("0 %d 10000 ch-prev", ms))
 	acquire := func() rediskit.Reply {
 		t.Helper()
-		return s.Acquire(acquireScript, k.all(), "w", 10000, "1", 100, rediskit.Tell(1, "ch-w"), "0")
+		return s.Acquire(acquireScript, k.all(), "w", 10000, "1", 100, rediskit.Tell("1", "ch-w"), "0")
 	}
 	if r := acquire(); r.Held || r.Holder != "holder" || r.Head || r.PTTL != 0 {
 		t.Fatalf("joining behind dead entries: %+v, want not held, holder, not first, PTTL 0", r)
@@ -48,7 +49,9 @@ func TestAcquireScript_RefreshFindsDeadHeadGone(t *testing.T) {
 // stays behind.
 func TestAcquireScript_OldValues(t *testing.T) {
 	k := scriptKeys
-	live := func(s *redistest.Server, ch string) string { return fmt.Sprintf("1 %d 10000 1 %s", s.NowMS(), ch) }
+	// Planted entries name attempt 3; the script's attempt is 5, which the
+	// new value's entry must name after it, whatever entry it took over.
+	live := func(s *redistest.Server, ch string) string { return fmt.Sprintf("00 %d 10000 3 %s", s.NowMS(), ch) }
 	// holdFor sets the key to an old value with 5s left, half our TTL.
 	holdFor := func(t *testing.T, s *redistest.Server, v string) {
 		if err := s.C.Set(s.Ctx, k.lock, v, 5*time.Second).Err(); err != nil {
@@ -111,7 +114,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 	}, {
 		name: "a dead entry ahead of the old value, the key free: ours takes the key",
 		setup: func(t *testing.T, s *redistest.Server) {
-			s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("1 %d 1000 1 ch-d", s.NowMS()-5000))
+			s.Plant(k.q, k.w, "dead", 50, fmt.Sprintf("00 %d 1000 1 ch-d", s.NowMS()-5000))
 			s.Plant(k.q, k.w, "old", 100, live(s, "ch-a"))
 			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
 		},
@@ -131,7 +134,7 @@ func TestAcquireScript_OldValues(t *testing.T) {
 			if olds == nil {
 				olds = []any{"old"}
 			}
-			r := s.Acquire(acquireScript, k.all(), append([]any{"new", 10000, "1", 100, rediskit.Tell(1, "ch-new"), "0"}, olds...)...)
+			r := s.Acquire(acquireScript, k.all(), append([]any{"new", 10000, "1", 100, rediskit.Tell("5", "ch-new"), "0"}, olds...)...)
 			if r.Held != tc.held || (!tc.held && r.Head != tc.head) {
 				t.Errorf("answer %+v; want held %v, first %v", r, tc.held, tc.head)
 			}
@@ -152,8 +155,12 @@ func TestAcquireScript_OldValues(t *testing.T) {
 					t.Errorf("key's PTTL %v after the script; want ours, about 10s", pttl)
 				}
 			}
-			if got := s.C.HExists(s.Ctx, k.w, "new").Val(); got != tc.newEntry {
-				t.Errorf("new value's entry there: %v; want %v", got, tc.newEntry)
+			e, err := s.C.HGet(s.Ctx, k.w, "new").Result()
+			if got := err == nil; got != tc.newEntry {
+				t.Errorf("new value's entry there: %v (%v); want %v", got, err, tc.newEntry)
+			}
+			if tc.newEntry && !strings.HasSuffix(e, " 5 ch-new") {
+				t.Errorf("new value's entry %q; want it to name the script's attempt, 5, and channel", e)
 			}
 		})
 	}
@@ -166,9 +173,9 @@ func TestAcquireScript_OldValues(t *testing.T) {
 func TestAcquireScript_ClaimYields(t *testing.T) {
 	s := redistest.Start(t)
 	k := scriptKeys
-	s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("1 %d 10000 1 ch-w", s.NowMS()))
+	s.Plant(k.q, k.w, "waiter", 50, fmt.Sprintf("00 %d 10000 1 ch-w", s.NowMS()))
 	s.Hold(k.lock, "claimer")
-	res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, rediskit.Tell(0, "ch-c"), "1").Slice()
+	res, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, rediskit.Tell("0", "ch-c"), "1").Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +186,7 @@ func TestAcquireScript_ClaimYields(t *testing.T) {
 		t.Errorf("key holds %q; want the claimer's value, left for its undo", got)
 	}
 	for range 2 { // a late copy changes nothing
-		if _, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, rediskit.Tell(0, "ch-c"), "1").Slice(); err != nil {
+		if _, err := acquireScript.Run(s.Ctx, s.C, k.all(), "claimer", 10000, "0", 100, rediskit.Tell("0", "ch-c"), "1").Slice(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,8 +281,8 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			s.Hold(k.lock, "holder")
 			now := s.NowMS()
 			seen := now - tc.ago
-			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("1 %d 1000 1 ch-dead", now-5000))
-			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("1 %d 10000 7 ch-w", seen))
+			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("00 %d 1000 1 ch-dead", now-5000))
+			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("00 %d 10000 7 ch-w", seen))
 			msgs := subscribe(t, s, "ch-w")
 			dead := subscribe(t, s, "ch-dead")
 			if n := unlock(t, s, "1", "1", "holder"); n != 1 {
@@ -320,7 +327,7 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			s.Hold(k.lock, "me")
 			seen := s.NowMS()
 			for v, score := range tc.queue {
-				s.Plant(k.q, k.w, v, score, fmt.Sprintf("1 %d 10000 3 ch-%s", seen, v))
+				s.Plant(k.q, k.w, v, score, fmt.Sprintf("00 %d 10000 3 ch-%s", seen, v))
 			}
 			msgs := map[string]<-chan *goredis.Message{}
 			for v := range tc.queue {
@@ -349,14 +356,14 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 // given up.
 func TestHandoffs_Count(t *testing.T) {
 	h := newHandoffs(4, "v1")
-	h.round("v1", 1)
+	h.round("v1", "1")
 	for i := range 4 {
 		h.deliver(i, "v1", "1")
 	}
 	if n, other := h.count(), h.other(); n != 4 || other {
 		t.Errorf("after 4 handoffs tagged with the round: count %d, other %v; want 4, false", n, other)
 	}
-	h.round("v1", 2)
+	h.round("v1", "2")
 	if n := h.count(); n != 0 {
 		t.Errorf("count %d after a new round began; want 0", n)
 	}
@@ -369,7 +376,7 @@ func TestHandoffs_Count(t *testing.T) {
 	if n, other := h.count(), h.other(); n != 1 || !other {
 		t.Errorf("after an untagged message: count %d, other %v; want 1, true", n, other)
 	}
-	h.round("v2", 3)
+	h.round("v2", "3")
 	h.deliver(0, "v1", "3") // a handoff to the value given up
 	if n, other := h.count(), h.other(); n != 0 || !other {
 		t.Errorf("after a handoff to a value given up: count %d, other %v; want 0, true", n, other)

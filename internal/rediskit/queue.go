@@ -1,7 +1,5 @@
 package rediskit
 
-import "strconv"
-
 // LuaQueue is the Lua that the redis and redlock backends' scripts begin
 // with: the wait queue both keep for a lock K, and its entries.
 //
@@ -9,7 +7,7 @@ import "strconv"
 //	         are served (the redis package scores by arrival, server time
 //	         in microseconds; redlock by the acquisition's start, so that
 //	         every node orders the same waiters the same way)
-//	{K}:w    the entries: value -> "1 SEEN_MS TTL_MS ATTEMPT CHANNEL",
+//	{K}:w    the entries: value -> "00 SEEN_MS TTL_MS ATTEMPT CHANNEL",
 //	         where SEEN_MS is the server's time at the waiter's last
 //	         attempt, TTL_MS its lease TTL (the entry runs out at SEEN_MS +
 //	         TTL_MS unless refreshed), ATTEMPT the number the waiter gave
@@ -18,12 +16,14 @@ import "strconv"
 //	         CHANNEL" as one argument (see Tell)
 //
 // q and w are changed together, always, and expire together, at most
-// 2 * TTL after the last join. The leading 1 marks the entries' format:
-// earlier versions stored "0 SEEN_MS TTL_MS CHANNEL", and before that
-// "DEADLINE_MS TTL_MS CHANNEL" (redis) and "DEADLINE_MS CHANNEL"
-// (redlock); they read this one as run out, as these functions read
-// theirs. So in a fleet of mixed versions a waiter may lose its place and
-// join again, and never is an entry taken for live after it ran out.
+// 2 * TTL after the last join. The leading 00 marks the entries' format.
+// Earlier versions stored "0 SEEN_MS TTL_MS CHANNEL", and before that
+// "SEEN_MS TTL_MS CHANNEL", "DEADLINE_MS TTL_MS CHANNEL" (redis) and
+// "DEADLINE_MS CHANNEL" (redlock). Each of them reads this format as run
+// out (as a deadline or a SEEN_MS of 0, or as no match), as these
+// functions read theirs. So in a fleet of mixed versions a waiter may
+// lose its place and join again, and never is an entry taken for live
+// after it ran out.
 //
 // The functions are written for the server's time, which a contended lock
 // spends on its scripts: each redis.call costs 1.5 to 3us, and a Lua
@@ -40,12 +40,12 @@ import "strconv"
 //	                   dead ones before it; false when none
 //	join(q, w, v, now, score, ttl, ch)
 //	                   queues v with score, or keeps its place, and
-//	                   refreshes its entry (ch: "ATTEMPT CHANNEL"); 1 when
-//	                   v was not queued. A
-//	                   refresh drops the entries that ran out among the
-//	                   four behind v: the head drops dead entries ahead
-//	                   of every live one (live_head), each live waiter
-//	                   those behind it, a few at each refresh
+//	                   refreshes its entry (ch: "ATTEMPT CHANNEL"); 1
+//	                   when v was not queued. A refresh drops the entries
+//	                   that ran out among the four behind v: the head
+//	                   drops dead entries ahead of every live one
+//	                   (live_head), each live waiter those behind it, a
+//	                   few at each refresh
 //	join_first(q, w, v, now, score, ttl, ch)
 //	                   join, and whether v is first: by its rank when it
 //	                   was not queued, else by the first live entry (which
@@ -62,7 +62,7 @@ local function clock()
 end
 
 local function entry(e)
-  return string.match(e, '^1 (%d+) (%d+) (%S+) (.+)$')
+  return string.match(e, '^00 (%d+) (%d+) (%d+) (.+)$')
 end
 
 local function live(e, now)
@@ -87,7 +87,7 @@ end
 
 local function join(q, w, v, now, score, ttl, ch)
   local added = redis.call('zadd', q, 'NX', score, v)
-  redis.call('hset', w, v, '1 ' .. now .. ' ' .. ttl .. ' ' .. ch)
+  redis.call('hset', w, v, '00 ' .. now .. ' ' .. ttl .. ' ' .. ch)
   if redis.call('pttl', q) < tonumber(ttl) then
     redis.call('pexpire', q, 2 * ttl)
     redis.call('pexpire', w, 2 * ttl)
@@ -125,15 +125,16 @@ const LuaHandoff = `
 -- callers checked (the releasing holder's, or the one a forced release
 -- read), and tells it on its channel: "VALUE ATTEMPT", ATTEMPT the number
 -- of the last attempt that wrote its entry, so that the waiter knows
--- which of its attempts the handoff came after. The key expires when the entry would
--- have, at an absolute time (PEXPIREAT: a relative PX counts from the
--- script's start on Redis 7.2 and later, which may be a millisecond or a
--- stall before TIME said now): SEEN plus its TTL and a millisecond for
--- SEEN's rounding down, so past the waiter's deadline, which counts from
--- that attempt's send time, and no later, so that a waiter gone since its
--- last attempt blocks the lock no longer than its entry did (or than one
--- TTL, should the clock have stepped back since SEEN). It returns the new
--- holder's value, or false when no waiter was live.
+-- which of its attempts the handoff came after. The key expires when the
+-- entry would have, at an absolute time (PEXPIREAT: a relative PX counts
+-- from the script's start on Redis 7.2 and later, which may be a
+-- millisecond or a stall before TIME said now): SEEN plus its TTL and a
+-- millisecond for SEEN's rounding down, so past the waiter's deadline,
+-- which counts from that attempt's send time, and no later, so that a
+-- waiter gone since its last attempt blocks the lock no longer than its
+-- entry did (or than one TTL, should the clock have stepped back since
+-- SEEN). It returns the new holder's value, or false when no waiter was
+-- live.
 local function handoff(k, q, w)
   local now = clock()
   while true do
@@ -152,11 +153,12 @@ local function handoff(k, q, w)
 end
 `
 
-// Tell is the argument by which attempt number n of a waiter that is
-// told on channel joins a queue: entries keep it (see LuaQueue), and a
-// handoff names n (see LuaHandoff). Numbers never repeat within an
-// acquisition, so a handoff's message says which attempt it came after,
-// whatever the servers' clocks do.
-func Tell(n uint64, channel string) string {
-	return strconv.FormatUint(n, 10) + " " + channel
+// Tell is the argument by which a waiter's attempt numbered attempt (a
+// decimal number), told on channel, joins a queue: entries keep it (see
+// LuaQueue), and a handoff names the number (see LuaHandoff). A waiter
+// numbers its attempts so that no two of one acquisition share a number:
+// a handoff's message then says which attempt it came after, whatever the
+// servers' clocks do.
+func Tell(attempt, channel string) string {
+	return attempt + " " + channel
 }

@@ -63,8 +63,8 @@ func WaitEntriesRunOut(tb testing.TB, c goredis.UniversalClient, w, holder strin
 			}
 			found = true
 			f := strings.Fields(e)
-			if len(f) != 5 || f[0] != "1" {
-				tb.Fatalf("entry %q of %s: not in the format 1 SEEN_MS TTL_MS ATTEMPT CHANNEL", e, w)
+			if len(f) != 5 || f[0] != "00" {
+				tb.Fatalf("entry %q of %s: not in the format 00 SEEN_MS TTL_MS ATTEMPT CHANNEL", e, w)
 			}
 			seen, err1 := strconv.ParseInt(f[1], 10, 64)
 			ttl, err2 := strconv.ParseInt(f[2], 10, 64)
@@ -387,97 +387,81 @@ func (h *CountRoundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) 
 }
 
 // HoldScript is a go-redis hook that holds every run (EVALSHA or EVAL) of
-// the script SHA back, unsent, until Let: a test can then act between a request and
-// its arrival (a renewal due while another client takes the key). Build
-// it with NewHoldScript.
+// the script SHA back until Let: built with NewHoldScript, the request,
+// unsent (a test can then act between a request and its arrival: a
+// renewal due while another client takes the key); built with
+// NewHoldAnswer, its answer, once the script ran on the server (a test
+// can then have something happen after the request ran and before the
+// caller learns what it found: a message that overtakes the answer).
 type HoldScript struct {
 	ProcessOnly
 	sha     string
-	gate    chan struct{}
-	waiting chan struct{}
+	answers bool          // hold answers (errors aside: a NOSCRIPT answer means the script did not run), not requests
+	gate    chan struct{} // closed by Let
+	held    chan struct{} // a value for each run held, up to 64 waiting
+	waiting chan struct{} // closed once one is held
 	once    sync.Once
 	let     sync.Once
 }
 
-// NewHoldScript returns a HoldScript for the script sha, holding.
+// NewHoldScript returns a HoldScript holding the script sha's requests.
 func NewHoldScript(sha string) *HoldScript {
-	return &HoldScript{sha: sha, gate: make(chan struct{}), waiting: make(chan struct{})}
+	return &HoldScript{sha: sha, gate: make(chan struct{}), held: make(chan struct{}, 64), waiting: make(chan struct{})}
 }
 
-// Waiting is closed once a request is held.
+// NewHoldAnswer returns a HoldScript holding the script sha's answers.
+func NewHoldAnswer(sha string) *HoldScript {
+	h := NewHoldScript(sha)
+	h.answers = true
+	return h
+}
+
+// Waiting is closed once a run is held.
 func (h *HoldScript) Waiting() <-chan struct{} { return h.waiting }
 
-// Let sends the held requests, and every later one at once.
+// Held gets a value for each run held (up to 64 waiting).
+func (h *HoldScript) Held() <-chan struct{} { return h.held }
+
+// Let hands the held runs on, and every later one at once.
 func (h *HoldScript) Let() { h.let.Do(func() { close(h.gate) }) }
 
 // ProcessHook implements goredis.Hook.
 func (h *HoldScript) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		if ScriptSHA(cmd) == h.sha {
-			select {
-			case <-h.gate:
-			default:
-				h.once.Do(func() { close(h.waiting) })
-				select {
-				case <-h.gate:
-				case <-ctx.Done():
-					cmd.SetErr(context.Cause(ctx))
-					return cmd.Err()
-				}
-			}
+		if ScriptSHA(cmd) != h.sha {
+			return next(ctx, cmd)
 		}
-		return next(ctx, cmd)
+		if !h.answers {
+			if err := h.hold(ctx, cmd); err != nil {
+				return err
+			}
+			return next(ctx, cmd)
+		}
+		if err := next(ctx, cmd); err != nil {
+			return err
+		}
+		return h.hold(ctx, cmd)
 	}
 }
 
-// HoldAnswer is a go-redis hook that holds back the answers to the
-// script SHA, errors aside: the script runs on the server, but its
-// answer reaches the caller only after Let. A test can then have something
-// happen after the request ran and before the caller learns what it
-// found (a message that overtakes the answer). Build it with
-// NewHoldAnswer.
-type HoldAnswer struct {
-	ProcessOnly
-	sha  string
-	held chan struct{}
-	gate chan struct{}
-	let  sync.Once
-}
-
-// NewHoldAnswer returns a HoldAnswer for the script sha, holding.
-func NewHoldAnswer(sha string) *HoldAnswer {
-	return &HoldAnswer{sha: sha, held: make(chan struct{}, 64), gate: make(chan struct{})}
-}
-
-// Held gets a value for each answer held back (up to 64 waiting).
-func (h *HoldAnswer) Held() <-chan struct{} { return h.held }
-
-// Let hands the held answers on, and every later one at once.
-func (h *HoldAnswer) Let() { h.let.Do(func() { close(h.gate) }) }
-
-// ProcessHook implements goredis.Hook.
-func (h *HoldAnswer) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		err := next(ctx, cmd)
-		if err != nil || ScriptSHA(cmd) != h.sha {
-			return err // a NOSCRIPT answer among them: the script did not run
-		}
-		select {
-		case <-h.gate:
-			return err
-		default:
-		}
-		select {
-		case h.held <- struct{}{}:
-		default:
-		}
-		select {
-		case <-h.gate:
-			return err
-		case <-ctx.Done():
-			cmd.SetErr(context.Cause(ctx))
-			return cmd.Err()
-		}
+// hold waits for Let, or ctx.
+func (h *HoldScript) hold(ctx context.Context, cmd goredis.Cmder) error {
+	select {
+	case <-h.gate:
+		return nil
+	default:
+	}
+	h.once.Do(func() { close(h.waiting) })
+	select {
+	case h.held <- struct{}{}:
+	default:
+	}
+	select {
+	case <-h.gate:
+		return nil
+	case <-ctx.Done():
+		cmd.SetErr(context.Cause(ctx))
+		return cmd.Err()
 	}
 }
 
@@ -637,4 +621,38 @@ func HeadLeaves(t *testing.T, cs []goredis.UniversalClient, x, y *baton.Locker, 
 	batontest.HeadLeaves(t, x.Acquire, y.Acquire, name,
 		func(n int) { t.Helper(); WaitQueued(t, cs, key, "", int64(n)) },
 		func() time.Time { return expiry }, ttl/3)
+}
+
+// Overtake has a release's messages overtake the answers of the attempt
+// they came after. answers holds a waiter's answers back (NewHoldAnswer):
+// once n are held (the attempt ran on n servers), Overtake calls release,
+// waits until n messages reached the waiter (delivered gets the value
+// each names, which must be holder's), and lets the answers on. got is the
+// waiter's outcome, which must not come before.
+func Overtake(t *testing.T, answers *HoldScript, n int, got <-chan error, release func() error, delivered <-chan string, holder string) {
+	t.Helper()
+	within := time.After(10 * time.Second)
+	for i := range n {
+		select {
+		case <-answers.Held():
+		case err := <-got:
+			t.Fatalf("the waiter's Acquire returned with %d of its attempt's %d answers held: %v", i, n, err)
+		case <-within:
+			t.Fatalf("%d of the waiter's attempt's %d answers held after 10s", i, n)
+		}
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		select {
+		case v := <-delivered:
+			if rediskit.HolderOf(v) != holder {
+				t.Fatalf("a message for %q reached the waiter's Locker; want one for %s", v, holder)
+			}
+		case <-within:
+			t.Fatalf("%d of the release's %d messages reached the waiter within 10s", i, n)
+		}
+	}
+	answers.Let()
 }
