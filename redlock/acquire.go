@@ -248,8 +248,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			b.noteRound(time.Since(start))
 		}
 		if r.held >= b.quorum {
-			h, err := b.held(ctx, k, value, olds, start, r.settled)
-			if err == nil || !errors.Is(err, errTooLate) {
+			if h, late, err := b.held(ctx, k, value, olds, start, r.settled); !late {
 				return h, err
 			}
 			// Too late to be of use: undone below; try again.
@@ -343,18 +342,17 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 				b.giveUp(ctx, k, value, olds, true, r.settled)
 				return nil, context.Cause(ctx)
 			case <-hand.wake:
-				n := 0
-				if !retire {
-					n = hand.count()
+				n, other := hand.look()
+				if retire {
+					n = 0
 				}
 				if n >= b.quorum {
-					h, err := b.held(ctx, k, value, olds, start, r.settled)
-					if err == nil || !errors.Is(err, errTooLate) {
+					if h, late, err := b.held(ctx, k, value, olds, start, r.settled); !late {
 						return h, err
 					}
 					break wait // too late: an attempt takes the keys ours again
 				}
-				if n == 0 || hand.other() {
+				if n == 0 || other {
 					break wait // a message that is not a handoff after this round
 				}
 				if grace == nil {
@@ -451,33 +449,24 @@ func (h *handoffs) round(value, num string) {
 	}
 }
 
-// other reports whether a message that is no handoff to the current value
-// (one telling it that it is first now, or one for a value it gave up)
-// came since the last call.
-func (h *handoffs) other() bool {
+// look reports how many nodes handed the key to the current value after
+// the current round (their last handoff names it), and whether a message
+// that is no handoff to the current value (one telling it that it is
+// first now, or one for a value it gave up) came since the last look. A
+// node whose answer to the round was lost counts too: its handoff came
+// after the round's attempt ran there, whose SEEN, written with the
+// number, is no earlier than the round's start, so the handed key
+// outlives the lease's deadline all the same.
+func (h *handoffs) look() (n int, other bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	o := h.others
-	h.others = false
-	return o
-}
-
-// count is how many nodes handed the key to the current value after the
-// current round: their last handoff names it. A node whose answer to the
-// round was lost counts too: its handoff came after the round's attempt
-// ran there, whose SEEN, written with the number, is no earlier than the
-// round's start, so the handed key outlives the lease's deadline all the
-// same.
-func (h *handoffs) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
 	for _, tag := range h.tags {
 		if tag != "" && tag == h.num {
 			n++
 		}
 	}
-	return n
+	other, h.others = h.others, false
+	return n, other
 }
 
 // retryIn is how long a queued waiter sleeps before its next attempt when
@@ -550,21 +539,20 @@ func (b *backend) giveUp(ctx context.Context, k keys, value string, olds []strin
 // of contended holds, seldom twice.
 const maxOlds = 8
 
-var errTooLate = errors.New("acquired after the lease's validity ended")
-
 // held makes the hold for value, set on a majority by an attempt started
 // at start, unless its validity (TTL - elapsed - drift) already ran out
-// (errTooLate: the caller undoes the attempt) or the backend closed.
-func (b *backend) held(ctx context.Context, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) (baton.Hold, error) {
+// (late: the caller undoes the attempt and tries again) or the backend
+// closed.
+func (b *backend) held(ctx context.Context, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) (h baton.Hold, late bool, err error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
-		return nil, errTooLate
+		return nil, true, nil
 	}
-	h := newHold(b, k, value, olds, start, settled)
-	if !b.track(h) {
-		_ = h.end(ctx, baton.ErrClosed)
-		return nil, baton.ErrClosed
+	hd := newHold(b, k, value, olds, start, settled)
+	if !b.track(hd) {
+		_ = hd.end(ctx, baton.ErrClosed)
+		return nil, false, baton.ErrClosed
 	}
-	return h, nil
+	return hd, false, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

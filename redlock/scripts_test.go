@@ -350,39 +350,39 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 	}
 }
 
-// TestHandoffs_Count: a handoff counts only when its tag is the number
+// TestHandoffs_Look: a handoff counts only when its tag is the number
 // of the round now: not one that came after an earlier round (the key
 // may have moved on since), nor one without a tag, nor one to a value
 // given up.
-func TestHandoffs_Count(t *testing.T) {
+func TestHandoffs_Look(t *testing.T) {
 	h := newHandoffs(4, "v1")
 	h.round("v1", "1")
 	for i := range 4 {
 		h.deliver(i, "v1", "1")
 	}
-	if n, other := h.count(), h.other(); n != 4 || other {
+	if n, other := h.look(); n != 4 || other {
 		t.Errorf("after 4 handoffs tagged with the round: count %d, other %v; want 4, false", n, other)
 	}
 	h.round("v1", "2")
-	if n := h.count(); n != 0 {
+	if n, _ := h.look(); n != 0 {
 		t.Errorf("count %d after a new round began; want 0", n)
 	}
 	h.deliver(0, "v1", "1") // after round 1, held up on its way
 	h.deliver(1, "v1", "2")
-	if n, other := h.count(), h.other(); n != 1 || other {
+	if n, other := h.look(); n != 1 || other {
 		t.Errorf("after handoffs tagged with rounds 1 and 2: count %d, other %v; want 1, false", n, other)
 	}
 	h.deliver(2, "v1", "") // untagged: a waiter told it is first now
-	if n, other := h.count(), h.other(); n != 1 || !other {
+	if n, other := h.look(); n != 1 || !other {
 		t.Errorf("after an untagged message: count %d, other %v; want 1, true", n, other)
 	}
 	h.round("v2", "3")
 	h.deliver(0, "v1", "3") // a handoff to the value given up
-	if n, other := h.count(), h.other(); n != 0 || !other {
+	if n, other := h.look(); n != 0 || !other {
 		t.Errorf("after a handoff to a value given up: count %d, other %v; want 0, true", n, other)
 	}
 	h.deliver(0, "v2", "3")
-	if n, other := h.count(), h.other(); n != 1 || other {
+	if n, other := h.look(); n != 1 || other {
 		t.Errorf("after a handoff to the value now: count %d, other %v; want 1, false", n, other)
 	}
 }
