@@ -473,9 +473,17 @@ func (s *suite) crash(t *testing.T) {
 	}
 	stoppedBefore(t, "the crashed holder A", la, "B acquired", tookAt, s.f.TTL)
 	took := tookAt.Sub(crashed)
-	t.Logf("takeover %v after the crash (TTL %v)", took.Round(time.Millisecond), s.f.TTL)
-	if took > 2*s.f.TTL+2*time.Second {
-		t.Errorf("takeover took %v, want about one TTL (%v)", took, s.f.TTL)
+	// The crashed lease ends at its deadline (its last confirmed renewal's
+	// send time plus TTL, minus drift), and the service's expiry follows;
+	// measured here from the crash it includes up to RenewEvery of when the
+	// last renewal happened to be. Measured on 2026-12-02, B acquired 15 to
+	// 59ms after the deadline on PostgreSQL, Redis and Redlock, up to 496ms
+	// on ZooKeeper (the session expires on the server's next tick) and 541ms
+	// on etcd (which checks its leases every 500ms).
+	late := tookAt.Sub(la.Deadline())
+	t.Logf("takeover %v after the crash, %v after the crashed lease's deadline (TTL %v)", took.Round(time.Millisecond), late.Round(time.Millisecond), s.f.TTL)
+	if late > 1500*time.Millisecond {
+		t.Errorf("takeover came %v after the crashed lease's deadline (%v after the crash), want within 1.5s: the service's expiry and a waiter's wake-up", late, took)
 	}
 	if s.f.Fenced && tok <= prev {
 		t.Errorf("token after takeover %d <= crashed holder's %d", tok, prev)
