@@ -83,21 +83,36 @@
 // the monotonic clock. The server cannot expire the session before it:
 // it resets a session's expiry on every packet it receives, to at least the
 // session timeout after the receipt (rounding up to its next tick), and the
-// answered request was received no earlier than it was sent. In an
-// ensemble a follower passes the touch on to the leader within half a
-// tick; the client's own pings (every third of the timeout) keep the
-// leader's view fresh well before that matters, and a client that
-// reconnects is revalidated with the leader before it is served. But a
-// follower cut off from the leader goes on answering reads and pings on
-// its own until it notices, syncLimit x tickTime later, while the leader
-// expires the session after the session timeout, which may be shorter:
-// so the request that confirms a session is a sync, which a follower
-// answers only after the leader has. A leader cut off from its quorum
-// answers syncs itself until it steps down, at the same syncLimit x
-// tickTime (ZOOKEEPER-2136), and drops its clients then; the session
+// answered request was received no earlier than it was sent. That holds
+// for a standalone server and for a client connected to an ensemble's
+// leader. A follower cut off from the leader goes on answering reads and
+// pings on its own until it notices, syncLimit x tickTime later, while
+// the leader expires the session after the session timeout, which may be
+// shorter: so the request that confirms a session is a sync, which a
+// follower answers only after the leader has. A leader cut off from its
+// quorum answers syncs itself until it steps down, at the same syncLimit
+// x tickTime (ZOOKEEPER-2136), and drops its clients then; the session
 // cannot expire sooner elsewhere, since the leader the others elect gives
 // every session a whole timeout when it takes over. When the deadline
 // passes without a confirmed request, the lease is lost.
+//
+// One gap remains for a client connected to a follower, and the default
+// drift does not cover it. The leader does not reset a session's expiry
+// when it answers a sync that a follower passed on: it learns of the
+// client's packets from the follower's answer to its next ping, up to
+// half a tick after the sync reached the follower. If the link between
+// follower and leader breaks in that half tick, the leader knows only of
+// the client's packets before it, up to RenewEvery older (go-zookeeper's
+// own pings come every third of the timeout), and may expire the session
+// up to RenewEvery plus half a tick before the holder's deadline. The
+// holder is not told meanwhile: the follower keeps its connection until it
+// notices, syncLimit x tickTime later. On an ensemble, give the lease a
+// drift of at least RenewEvery plus half the servers' tickTime
+// (baton.WithDrift; drift= in the URL), or run servers whose syncLimit x
+// tickTime is shorter than the session timeout minus RenewEvery and half a
+// tick: the follower then drops the client, which is suspended and stops
+// the work by default, before the leader can expire the session. Neither
+// is tested against a partition between ensemble members yet.
 //
 // # Connection states, as Curator has them
 //

@@ -142,10 +142,12 @@ func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*sess
 // tickTime, which may well be longer than the session timeout. It answers
 // a sync only after the leader did, so a sync answered through a follower
 // proves that the leader still served the session when it was sent, and
-// the keeper counts the local deadline from that send. A session's first
-// look (see session) is a sync too. A leader cut off from its quorum
-// answers syncs itself until it steps down, also after syncLimit x
-// tickTime (ZOOKEEPER-2136): see the package doc.
+// the keeper counts the local deadline from that send. (The leader learns
+// of the sync's packet itself only from the follower's next ping answer:
+// see the package doc for the gap that leaves, and the drift that covers
+// it.) A session's first look (see session) is a sync too. A leader cut
+// off from its quorum answers syncs itself until it steps down, also after
+// syncLimit x tickTime (ZOOKEEPER-2136): see the package doc.
 func (b *backend) renewer(s *session) keeper.RenewFunc {
 	return func(ctx context.Context) error {
 		if err := b.lost(s, b.observe()); err != nil {
