@@ -162,7 +162,8 @@ func (t *logTap) Printf(format string, args ...any) {
 // The user and password, when given, are a digest identity (and the nodes
 // baton creates are then readable and writable by that identity only). The
 // path is the root under which locks live (default DefaultRoot). The query
-// may set session-timeout (the TTL), request-timeout (Go durations) and
+// may set session-timeout (the TTL), request-timeout, drift (Go durations;
+// on an ensemble, see the package doc's clock model) and
 // on-suspend=cancel|continue (Settings.ContinueWhileSuspended); options
 // passed in opts override the URL's.
 func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
@@ -224,15 +225,18 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
-		case "session-timeout", "request-timeout":
+		case "session-timeout", "request-timeout", "drift":
 			d, err := urlparam.Positive(k, v, "4s")
 			if err != nil {
 				return nil, set, nil, bad(err.Error())
 			}
-			if k == "session-timeout" {
+			switch k {
+			case "session-timeout":
 				opts = append(opts, baton.WithTTL(d))
-			} else {
+			case "request-timeout":
 				opts = append(opts, baton.WithRequestTimeout(d))
+			default:
+				opts = append(opts, baton.WithDrift(d))
 			}
 		case "on-suspend":
 			switch v {
@@ -244,7 +248,7 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 				return nil, set, nil, bad(fmt.Sprintf("on-suspend=%s: want cancel (the default) or continue", baton.Printable(strconv.Quote(v))))
 			}
 		default:
-			return nil, set, nil, bad(fmt.Sprintf("unknown parameter %s; known: session-timeout, request-timeout, on-suspend", baton.Printable(strconv.Quote(k))))
+			return nil, set, nil, bad(fmt.Sprintf("unknown parameter %s; known: session-timeout, request-timeout, drift, on-suspend", baton.Printable(strconv.Quote(k))))
 		}
 	}
 	return servers, set, opts, nil

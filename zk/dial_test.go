@@ -16,7 +16,7 @@ import (
 )
 
 func TestParseURL(t *testing.T) {
-	u, err := baton.ParseURL("zk://app:s3cret@10.0.0.1:2181,10.0.0.2:2181/jobs/locks?session-timeout=4s&request-timeout=2s&on-suspend=continue")
+	u, err := baton.ParseURL("zk://app:s3cret@10.0.0.1:2181,10.0.0.2:2181/jobs/locks?session-timeout=4s&request-timeout=2s&drift=1500ms&on-suspend=continue")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,13 +37,13 @@ func TestParseURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.TTL != 4*time.Second || cfg.RequestTimeout != 2*time.Second || cfg.Prefix != "/jobs/locks" {
-		t.Errorf("options from the URL not applied: ttl %v, request timeout %v, prefix %q", cfg.TTL, cfg.RequestTimeout, cfg.Prefix)
+	if cfg.TTL != 4*time.Second || cfg.RequestTimeout != 2*time.Second || cfg.Drift != 1500*time.Millisecond || cfg.Prefix != "/jobs/locks" {
+		t.Errorf("options from the URL not applied: ttl %v, request timeout %v, drift %v, prefix %q", cfg.TTL, cfg.RequestTimeout, cfg.Drift, cfg.Prefix)
 	}
 
 	for _, bad := range []string{
 		"zk://", "zk://host", "zk://h:1,,h:2", "zk://h:0", "zk://h:99999", "zk://h:1?session-timeout=ten", "zk://h:1?session-timeout=0",
-		"zk://h:1?request-timeout=-1s",
+		"zk://h:1?request-timeout=-1s", "zk://h:1?drift=0", "zk://h:1?drift=soon",
 		"zk://h:1?colour=red", "zk:opaque", "zk://h:1/a//b", "zk://h:1/zookeeper/x", "zk://h:1/a/../b",
 		"zk://user@h:1", "zk://h:1?on-suspend=maybe", "etcd://h:1",
 	} {
