@@ -487,9 +487,11 @@ func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
 }
 
 // TestRelease_StaleUnnoticed_ComparesCreateRevision: a release sent before
-// the hold heard of its loss (its watcher held up, here by a hook) must
-// not delete the next holder's key, which has the same name: the delete
-// is compared on our key's create revision. The conformance suite's cases
+// the hold heard of its loss (its watcher held up, here by a hook) deletes
+// nothing but its own key: not the next holder's, and not a key of its
+// very name written since (baton never writes one name twice, as names
+// carry the session's lease, but another client may): the delete is
+// compared on our key's create revision. The conformance suite's cases
 // cannot reach this on etcd, whose watcher hears of a revoke at once, and
 // a hold that knows it is lost sends nothing.
 func TestRelease_StaleUnnoticed_ComparesCreateRevision(t *testing.T) {
@@ -516,7 +518,14 @@ func TestRelease_StaleUnnoticed_ComparesCreateRevision(t *testing.T) {
 		if la.Err() != nil {
 			continue // heard already: its release sends nothing
 		}
+		admin := testsvc.Client(t, srv.Endpoint)
+		if _, err := admin.Put(ctx, la.Key(), "not A's"); err != nil {
+			t.Fatal(err)
+		}
 		_ = la.Release(ctx)
+		if g, err := admin.Get(ctx, la.Key()); err != nil || len(g.Kvs) != 1 {
+			t.Fatalf("after A's stale release, the key of A's name written since: %v, %d keys; want it kept (a plain delete took it)", err, len(g.Kvs))
+		}
 		if !errors.Is(la.Err(), baton.ErrLeaseLost) {
 			t.Errorf("A's release of a key someone else holds: Err %v, want the loss", la.Err())
 		}
