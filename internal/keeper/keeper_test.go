@@ -154,11 +154,17 @@ func TestKeeper_LateConfirmation_IsALoss(t *testing.T) {
 			time.Sleep(cfg.TTL)
 			return nil
 		}}
-		k := Start(time.Now(), cfg, r.renew)
+		start := time.Now()
+		k := Start(start, cfg, r.renew)
 		defer k.Stop(baton.ErrReleased)
 		<-k.Done()
-		if !errors.Is(k.Err(), baton.ErrLeaseLost) {
-			t.Errorf("Err = %v, want ErrLeaseLost", k.Err())
+		if !errors.Is(k.Err(), baton.ErrLeaseLost) || !errors.Is(k.Err(), ErrDeadline) {
+			t.Errorf("Err = %v, want ErrLeaseLost by the local deadline", k.Err())
+		}
+		// At the deadline the first grant gave, not when the late answer
+		// came (TTL/3 + TTL after start), nor later from its send time.
+		if took, want := time.Since(start), cfg.TTL-cfg.Drift; took != want {
+			t.Errorf("lost %v after the grant; want at its local deadline, %v", took, want)
 		}
 	})
 }
