@@ -40,6 +40,13 @@ type Factory struct {
 	// out (revoke the etcd lease, delete the Redis key, expire the
 	// ZooKeeper session, move the PostgreSQL row's expiry to the past).
 	Expire func(t testing.TB, l *baton.Lease)
+	// ExpireSeenByRenewal says the holder learns of Expire's end from the
+	// service, at its next renewal at the latest (a refusal, or a watch),
+	// not only when its local deadline passes: the loss case then checks
+	// that it comes within RenewEvery and a second, and not by the
+	// deadline. (A ZooKeeper holder cut off until its session expires may
+	// well reach its deadline first.)
+	ExpireSeenByRenewal bool
 	// Rounds is the number of rounds of the race; default 500.
 	Rounds int
 	// Observe says the backend implements baton.Observer, so elections can

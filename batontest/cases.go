@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/keeper"
 )
 
 func (s *suite) tryAcquireContended(t *testing.T) {
@@ -417,12 +418,21 @@ func (s *suite) loss(t *testing.T) {
 		t.Skip("backend has no Expire hook")
 	}
 	name := lockName(t)
-	lease := mustAcquire(t, s.locker(t), name)
+	l := s.locker(t)
+	lease := mustAcquire(t, l, name)
 	work := lease.Context()
 	s.f.Expire(t, lease)
+	expired := time.Now()
 	waitDone(t, lease, 3*s.f.TTL)
 	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 		t.Fatalf("Err after loss = %v, want ErrLeaseLost", lease.Err())
+	}
+	if s.f.ExpireSeenByRenewal {
+		// A refused renewal ends the lease at once: one that took it for a
+		// passing failure and retried would end it only at the deadline.
+		if took, within := time.Since(expired), l.Config().RenewEvery+time.Second; took > within || errors.Is(lease.Err(), keeper.ErrDeadline) {
+			t.Errorf("lease lost %v after its end on the service (%v); want within RenewEvery and a second (%v), from the service's answer, not the local deadline", took, lease.Err(), within)
+		}
 	}
 	var lost *baton.LostError
 	if !errors.As(context.Cause(work), &lost) || lost.Name != name {

@@ -33,6 +33,7 @@ func factory(endpoint string) batontest.Factory {
 			}
 			return batontest.Client{Locker: fl.Locker(), Crash: func() { _ = c.Close() }}, nil
 		},
+		ExpireSeenByRenewal: true,
 		Expire: func(t testing.TB, l *baton.Lease) {
 			revokeLeaseOf(t, testsvc.Client(t, endpoint), l.Key())
 		},

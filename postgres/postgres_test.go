@@ -33,6 +33,7 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 			return batontest.Client{Locker: fl.Locker(), Crash: pool.Close}, nil
 		},
 		// The row's expiry moved to the past, as if its TTL had run out.
+		ExpireSeenByRenewal: true,
 		Expire: func(t testing.TB, l *baton.Lease) {
 			execSQL(t, admin, `UPDATE baton_lock SET expires_at = '-infinity' WHERE name = $1`, l.Name())
 		},

@@ -91,6 +91,7 @@ func TestConformance(t *testing.T) {
 				}
 			}}, nil
 		},
+		ExpireSeenByRenewal: true,
 		Expire: func(t testing.TB, l *baton.Lease) {
 			for _, c := range clients(t, nodes) {
 				if err := c.Del(timeout(t, 5*time.Second), l.Key()).Err(); err != nil {
