@@ -51,6 +51,8 @@ type hooks struct {
 	// watchEvent is called by a hold's watcher with its context before it
 	// looks at the events of a watch response.
 	watchEvent func(ctx context.Context)
+	// watchExit is called by a hold's watcher as it exits.
+	watchExit func()
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -163,6 +165,7 @@ func (b *backend) Close() error {
 
 	for _, h := range holds {
 		h.lose(baton.ErrClosed)
+		h.cancel() // its watcher, awaited below
 	}
 	// The sweeps stop (revoking every session deletes the keys they
 	// sweep), and so do the revokes of sessions lost by their deadline
@@ -176,6 +179,9 @@ func (b *backend) Close() error {
 		b.bg.Go(func() { errs[i] = s.close(b) })
 	}
 	b.bg.Wait()
+	for _, h := range holds {
+		<-h.exited // no watcher outlives Close, nor runs on a client it closes
+	}
 	err := errors.Join(errs...)
 	if b.owned {
 		err = errors.Join(err, b.client.Close())

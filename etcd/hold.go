@@ -69,6 +69,9 @@ func (h *hold) lose(cause error) {
 // end). It turns the deletion of our key into the hold's loss.
 func (h *hold) watch(ctx context.Context) {
 	defer close(h.exited)
+	if hk := h.b.hooks.Load(); hk != nil && hk.watchExit != nil {
+		defer hk.watchExit()
+	}
 	from := h.rev + 1
 	for {
 		// WithRequireLeader: a watch on a member cut off from the leader

@@ -554,3 +554,39 @@ func TestRelease_Unanswered_NamesReleaseTimeout(t *testing.T) {
 	defer proxy.Unblock()
 	batontest.ReleaseSilent(t, l.Locker(), proxy.Block)
 }
+
+// TestClose_WatchersExited: no hold's watcher outlives Close, nor runs on
+// a client Close has closed; before, Close revoked the sessions, which
+// ends the watchers, but did not wait for them (a hook makes them slow to
+// exit).
+func TestClose_WatchersExited(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	u, err := baton.ParseURL("etcd://" + strings.TrimPrefix(srv.Endpoint, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := etcd.Open(timeout(t, 10*time.Second), u, baton.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, err := l.Acquire(timeout(t, 10*time.Second), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	etcd.OnWatchExit(l, func() { time.Sleep(200 * time.Millisecond) })
+	watchers := etcd.Watchers(l)
+	if len(watchers) != 2 {
+		t.Fatalf("%d watchers, want one per hold (2)", len(watchers))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range watchers {
+		select {
+		case <-w:
+		default:
+			t.Errorf("hold %d's watcher still runs after Close returned", i)
+		}
+	}
+}
