@@ -671,6 +671,22 @@ func TestStatus_NameTwice(t *testing.T) {
 	}
 }
 
+// TestStatus_URLTimings: a URL that sets renew-every= or drift= for its
+// own TTL, which baton run takes, does for the commands that only look
+// too; they checked it against their own 5s TTL and refused it (exit 2).
+func TestStatus_URLTimings(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	for _, q := range []string{"renew-every=6s", "drift=4s"} {
+		backend := "redis://" + srv.Addr + "?" + q
+		if r := runInProcess("status", "--backend", backend, "job"); r.code != 0 {
+			t.Errorf("status --backend %s: exit %d, stderr %q; want 0", backend, r.code, r.stderr)
+		}
+		if r := runInProcess("release", "--force", "--backend", backend, "job"); r.code != 0 {
+			t.Errorf("release --force --backend %s: exit %d, stderr %q; want 0", backend, r.code, r.stderr)
+		}
+	}
+}
+
 // TestRelease_FreeLock: release --force of a lock no one holds says so and
 // exits 0; it said the lock was "held by another holder" (exit 75).
 func TestRelease_FreeLock(t *testing.T) {

@@ -71,11 +71,16 @@ const lookTTL = 5 * time.Second
 // unless the backend URL sets its own TTL (ttl=, or ZooKeeper's
 // session-timeout=), which must then win: a ZooKeeper whose minimum
 // session timeout is above lookTTL refuses it, and so would refuse them.
+// Nor when it sets renew-every= or drift=, which were chosen for its own
+// (or the default) TTL and may not fit lookTTL: a URL that baton run
+// takes must do for baton status too.
 func lookOptions(backend string) []baton.Option {
 	if u, err := baton.ParseURL(backend); err == nil {
 		q := u.Query()
-		if q.Has("ttl") || q.Has("session-timeout") {
-			return nil
+		for _, k := range []string{"ttl", "session-timeout", "renew-every", "drift"} {
+			if q.Has(k) {
+				return nil
+			}
 		}
 	}
 	return []baton.Option{baton.WithTTL(lookTTL)}
