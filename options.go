@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults for the options. Zero in a Config field means "use the
@@ -232,7 +233,13 @@ func ValidateName(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if !nameByte(name[i]) {
-			return &OptionError{"lock name", strconv.Quote(name), fmt.Sprintf("has %q at byte %d; use letters, digits and . _ - : @ + =", name[i], i)}
+			what := fmt.Sprintf("%q", name[i])
+			if r, size := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || size > 1 {
+				what = strconv.QuoteRune(r) // a character of several bytes: name it, not its first byte
+			} else if name[i] >= utf8.RuneSelf {
+				what = fmt.Sprintf("0x%02x (not UTF-8)", name[i])
+			}
+			return &OptionError{"lock name", strconv.Quote(name), fmt.Sprintf("has %s at byte %d; use letters, digits and . _ - : @ + =", what, i)}
 		}
 	}
 	if name == "." || name == ".." {

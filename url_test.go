@@ -259,6 +259,12 @@ func TestValidateName(t *testing.T) {
 			t.Errorf("ValidateName(%q) = %v, want an *OptionError with a reason", bad, err)
 		}
 	}
+	// The reason names the character, not its first byte as a Latin-1 one.
+	for name, want := range map[string]string{"aé": "'é' at byte 1", "a\xffb": "0xff (not UTF-8) at byte 1", "a b": "' ' at byte 1"} {
+		if err := baton.ValidateName(name); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateName(%q) = %v, want it to say %q", name, err, want)
+		}
+	}
 }
 
 func TestNewConfig(t *testing.T) {

@@ -92,8 +92,23 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	strictHelp(root)
+	strictCompletion(root)
 	markArgErrors(root)
 	return root
+}
+
+// strictCompletion makes `baton completion SHELL` with an unknown SHELL a
+// usage error (exit 2), as a mistyped subcommand of fence is: cobra's
+// completion command prints its help and exits 0.
+func strictCompletion(root *cobra.Command) {
+	c, _, err := root.Find([]string{"completion"})
+	if err != nil || c == root {
+		return
+	}
+	c.Args = cobra.NoArgs
+	if c.Run == nil && c.RunE == nil {
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 }
 
 // strictHelp makes `baton help TOPIC` a usage error (exit 2) when TOPIC is

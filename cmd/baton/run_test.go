@@ -696,6 +696,17 @@ func TestRelease_FreeLock(t *testing.T) {
 	}
 }
 
+// TestCompletion_UnknownShell: a shell completion does not know is a usage
+// error (exit 2); cobra printed the help and exited 0.
+func TestCompletion_UnknownShell(t *testing.T) {
+	if r := runInProcess("completion", "bogus"); r.code != exitUsage || !strings.Contains(r.stderr, "bogus") {
+		t.Fatalf("baton completion bogus: exit %d, stderr %q; want %d naming it", r.code, r.stderr, exitUsage)
+	}
+	if r := runInProcess("completion", "bash"); r.code != 0 || !strings.Contains(r.stdout, "bash completion") {
+		t.Fatalf("baton completion bash: exit %d, stdout %.80q", r.code, r.stdout)
+	}
+}
+
 // TestFence_UnknownSubcommand: a mistyped subcommand of fence is a usage
 // error (exit 2), not help and exit 0, which let `baton fence inti && ...`
 // go on.
@@ -1046,4 +1057,14 @@ func storeAhead(t *testing.T, resource string) string {
 		t.Fatal(err)
 	}
 	return store
+}
+
+// TestWriteTable_TTLRounded: TTL LEFT reads alike on every backend, to a
+// tenth of a second (PostgreSQL's came to the microsecond).
+func TestWriteTable_TTLRounded(t *testing.T) {
+	var b strings.Builder
+	writeTable(&b, []baton.LockInfo{{Name: "job", Holder: "vm1", TTLLeft: 13996178 * time.Microsecond}})
+	if !strings.Contains(b.String(), " 14s ") || strings.Contains(b.String(), "13.99") {
+		t.Fatalf("table:\n%s\nwant TTL LEFT 14s", b.String())
+	}
 }

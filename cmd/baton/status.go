@@ -151,7 +151,7 @@ func writeTable(w io.Writer, infos []baton.LockInfo) {
 			tok = fmt.Sprint(i.Token)
 		}
 		if i.TTLLeft >= 0 {
-			ttl = i.TTLLeft.String()
+			ttl = i.TTLLeft.Round(100 * time.Millisecond).String() // alike on every backend: 13.5s, not 13.996178s
 		}
 		if !i.Since.IsZero() {
 			since = i.Since.Local().Format(time.DateTime)
