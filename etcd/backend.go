@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,10 @@ type hooks struct {
 
 var _ baton.FencedBackend = (*backend)(nil)
 
+// maxLeaseTTL is the longest lease etcd grants (its lease.MaxLeaseTTL);
+// a longer one is refused as "too large lease TTL".
+const maxLeaseTTL = 9_000_000_000 * time.Second
+
 // New returns a FencedLocker on client. The client stays the caller's:
 // closing the Locker does not close it. Options: baton.WithTTL (whole
 // seconds, at least the server's minimum lease TTL, 2s with etcd's default
@@ -83,6 +88,9 @@ func newBackend(client *clientv3.Client, opts []baton.Option) (*backend, error) 
 	}
 	if cfg.TTL%time.Second != 0 {
 		return nil, &baton.OptionError{Option: "ttl", Value: cfg.TTL.String(), Reason: "etcd leases count whole seconds; use a whole number of seconds such as 2s"}
+	}
+	if cfg.TTL > maxLeaseTTL {
+		return nil, &baton.OptionError{Option: "ttl", Value: cfg.TTL.String(), Reason: fmt.Sprintf("is longer than etcd grants a lease (%v, about 285 years); use a shorter TTL", maxLeaseTTL)}
 	}
 	prefix := cfg.Prefix
 	if prefix == "" {

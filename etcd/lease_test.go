@@ -278,6 +278,16 @@ func TestNew_TTLNotWholeSeconds(t *testing.T) {
 	}
 }
 
+// TestNew_TTLTooLong: a TTL longer than etcd grants a lease is an option
+// error (the CLI's exit 2), not the server's "too large lease TTL" at the
+// first acquisition, which read as the service unreachable (exit 69).
+func TestNew_TTLTooLong(t *testing.T) {
+	_, err := etcd.New(&clientv3.Client{}, baton.WithTTL(2562047*time.Hour))
+	if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "longer than etcd grants") {
+		t.Fatalf("err = %v, want ErrInvalidOption saying etcd grants no lease that long", err)
+	}
+}
+
 func TestDial_Unreachable(t *testing.T) {
 	port, err := testsvc.FreePort()
 	if err != nil {
