@@ -75,9 +75,14 @@
 //
 // # Errors
 //
-// A file that cannot be opened or is not a database, and a write lock not
-// obtained within the busy timeout, return errors wrapping
-// baton.ErrUnavailable (a *baton.UnavailableError naming the file). A
-// missing table is a *MissingTableError; invalid names and tokens are
-// *baton.OptionError. When ctx ends, the error wraps context.Cause(ctx).
+// A write lock not obtained within the busy timeout, and a file that
+// cannot be read or written now (I/O errors, a full disk, a read-only
+// file), return errors wrapping baton.ErrUnavailable (a
+// *baton.UnavailableError naming the file): trying again may work. A path
+// that names no file in an existing directory, a directory, or a file
+// that is no database is a mistake in the path: its error names the file
+// and what to check, and is not unavailable. A missing file (without
+// WithCreate) or table is a *MissingTableError; invalid names and tokens
+// are *baton.OptionError. When ctx ends, the error wraps
+// context.Cause(ctx).
 package sqlite

@@ -64,11 +64,20 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 	if table, ok := s.missingTable(err); ok {
 		return fmt.Errorf("%s: %w", op, &MissingTableError{Table: table, Where: s.where})
 	}
+	if code, _ := unavailable(err); code == sqlite3.SQLITE_CANTOPEN || code == sqlite3.SQLITE_NOTADB {
+		// The path names no directory, or no database: a mistake in the
+		// store's URL, which trying again will not mend (so not
+		// unavailable, which wrappers retry).
+		return fmt.Errorf("%s: %s: %w; %s", op, s.where, err, hintOpen)
+	}
 	return fmt.Errorf("%s: %w", op, err)
 }
 
 // unavailable reports whether err means the database file cannot be used
-// now, rather than a statement being refused, and its primary result code.
+// now, rather than a statement being refused, and its primary result code
+// (SQLite's, whenever err is one). A file that cannot be opened at all
+// (CANTOPEN: its directory is missing) or is no database (NOTADB) is not
+// unavailable: it is a wrong path.
 func unavailable(err error) (int, bool) {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
@@ -76,9 +85,9 @@ func unavailable(err error) (int, bool) {
 	}
 	code := se.Code() & 0xff // primary code; extended codes add bits above
 	switch code {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN,
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
 		sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY,
-		sqlite3.SQLITE_FULL, sqlite3.SQLITE_NOTADB:
+		sqlite3.SQLITE_FULL:
 		return code, true
 	}
 	return code, false
