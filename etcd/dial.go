@@ -122,6 +122,9 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 		opts = append(opts, baton.WithPrefix(p))
 	}
 	q := u.Query()
+	if err := urlparam.Once(q); err != nil {
+		return cc, nil, bad(err.Error())
+	}
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		opt, ok, err := urlparam.Duration(k, v)

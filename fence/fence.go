@@ -134,6 +134,9 @@ func sqliteURL(rawURL string, u *url.URL) (string, []sqlite.Option, error) {
 		return "", nil, bad("has no file path; write sqlite:path/to/fence.db")
 	}
 	var opts []sqlite.Option
+	if err := urlparam.Once(u.Query()); err != nil {
+		return "", nil, bad(err.Error())
+	}
 	for k, vs := range u.Query() {
 		switch k {
 		case "busy_timeout":

@@ -168,6 +168,9 @@ func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 	if err != nil {
 		return "", nil, bad("the query is malformed; write it as ?key=value&key=value")
 	}
+	if err := urlparam.Once(q, urlparam.Postgres...); err != nil {
+		return "", nil, bad(err.Error())
+	}
 	for k, vs := range q {
 		if !slices.Contains(urlparam.Postgres, k) { // the rest is pgx's
 			continue

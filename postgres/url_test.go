@@ -55,6 +55,7 @@ func TestParseURL(t *testing.T) {
 		"postgres://u:s3cret@h/db?ttl=0",
 		"postgres://u:s3cret@h/db?table=a.b.c",
 		"postgres://u:s3cret@h/db?table=1abc",
+		"postgres://u:s3cret@h/db?table=x&table=y",
 		"postgres://u:s3cret@h/db?sslmode=sometimes",
 		"postgres://u:s3cret@h:notaport/db",
 		"postgres://h/db?password=s3cret&ttl=x",

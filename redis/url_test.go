@@ -37,7 +37,7 @@ func TestParseURL(t *testing.T) {
 	}
 
 	for _, bad := range []string{"redis://", "redis://h:1,h:2", "redis://h:0", "redis://h:port", "redis://h:1/x", "redis://h:1/-1", "redis://h:1/01",
-		"redis://h:1?ttl=ten", "redis://h:1?ttl=0", "redis://h:1?colour=red", "redis:opaque", "etcd://h:1"} {
+		"redis://h:1?ttl=ten", "redis://h:1?ttl=0", "redis://h:1?colour=red", "redis://h:1?ttl=5s&ttl=6s", "redis://h:1?prefix=", "redis:opaque", "etcd://h:1"} {
 		u, err := baton.ParseURL(bad)
 		if err == nil {
 			_, _, err = redis.ParseURL(u)

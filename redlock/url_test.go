@@ -63,7 +63,7 @@ func TestParseURL(t *testing.T) {
 	for _, bad := range []string{"redlock://", "redlock://h:1",
 		// one server written twice: its two votes would make a majority alone
 		"redlock://a:1,a:01,b:1", "redlock://a:1,a:+1,b:1", "redlock://a:1,A:1,b:1", "redlock://[::1]:1,[::0001]:1,b:1", "redlock://a:1,b:1", "redlock://a:1,b:1,c:1,d:1", "redlock://a:1,a:1,b:1",
-		"redlock://a:1,,b:1", "redlock://a:1,b:x,c:1", "redlock://a,b,c/x", "redlock://a,b,c?ttl=ten", "redlock://a,b,c?colour=red", "redis://a,b,c"} {
+		"redlock://a:1,,b:1", "redlock://a:1,b:x,c:1", "redlock://a,b,c/x", "redlock://a,b,c?ttl=ten", "redlock://a,b,c?colour=red", "redlock://a,b,c?drift=1ms&drift=2ms", "redis://a,b,c"} {
 		u, err := baton.ParseURL(bad)
 		if err == nil {
 			_, _, err = redlock.ParseURL(u)

@@ -222,6 +222,9 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 	if err != nil {
 		return nil, set, nil, bad("query: " + baton.Printable(err.Error()))
 	}
+	if err := urlparam.Once(q); err != nil {
+		return nil, set, nil, bad(err.Error())
+	}
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {

@@ -68,10 +68,15 @@ func (c *leaseCmd) nameAndCommand(cmd *cobra.Command, args []string) (string, []
 
 // validate checks the shared flags that need no lock service; fl says
 // which were given. A --fence given empty (--fence "$FENCE" with FENCE
-// unset) is refused, not taken for no fence.
+// unset) is refused, not taken for no fence; so is an --id that is empty
+// or blank.
 func (c *leaseCmd) validate(fl *pflag.FlagSet) error {
 	if c.grace < 0 {
 		return usageError("--grace %v: must not be negative", c.grace)
+	}
+	if fl.Changed("id") && strings.TrimSpace(c.id) == "" {
+		// --id "$ID" with ID unset: refused, not taken for the default.
+		return usageError(`--id %q names no holder: give one, such as --id "$(hostname)", or leave it out for the default`, c.id)
 	}
 	if fl.Changed("fence") {
 		return checkStoreURL("--fence", c.fence)

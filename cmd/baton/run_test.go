@@ -252,6 +252,8 @@ func TestRun_BadInput(t *testing.T) {
 		// unfenced, nor run again on every retry.
 		{[]string{"run", "--backend", backend, "--fence", "", "n", "--", "true"}, exitUsage, "--fence is empty"},
 		{[]string{"elect", "--backend", backend, "--fence", "", "n", "--", "true"}, exitUsage, "--fence is empty"},
+		{[]string{"run", "--backend", backend, "--id", "", "n", "--", "true"}, exitUsage, "--id \"\" names no holder"},
+		{[]string{"elect", "--backend", backend, "--id", " ", "n", "--", "true"}, exitUsage, "--id \" \" names no holder"},
 		{[]string{"run", "--backend", backend, "--fence", store, "--once", "", "n", "--", "true"}, exitUsage, "--once is empty"},
 		// Flags that the other mode of elect takes.
 		{[]string{"elect", "--backend", backend, "--json", "n", "--", "true"}, exitUsage, "--json is for elect --observe"},

@@ -50,6 +50,9 @@ for as long as they take to start (it says so), as etcd does;
 			if c.Name == "" {
 				return usageError("--name is empty: give this member a name, such as m1")
 			}
+			if cmd.Flags().Changed("data-dir") && c.Dir == "" {
+				return usageError(`--data-dir is empty: give a directory, or leave it out for the default`)
+			}
 			if c.Dir == "" {
 				if c.Dir, err = defaultDataDir(c.Name); err != nil {
 					return err

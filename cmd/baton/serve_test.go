@@ -320,6 +320,7 @@ func TestServe_BadFlags(t *testing.T) {
 		// member waits for a quorum.
 		{"--initial-cluster", "default=http://127.0.0.1:2380,m2=127.0.0.1:2380"},
 		{"--initial-cluster", "default=http://127.0.0.1:2380,default=http://127.0.0.1:2381"},
+		{"--data-dir", ""}, // after the test's own: an empty one wins
 	} {
 		r := runBaton(t, append([]string{"serve", "--data-dir", t.TempDir()}, args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, args[0]) {

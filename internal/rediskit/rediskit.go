@@ -131,6 +131,9 @@ func CheckPrefix(prefix string) error {
 // QueryOptions reads the query parameters of a redis:// or redlock:// URL:
 // the lease timings (urlparam.Durations) and prefix.
 func QueryOptions(q url.Values) ([]baton.Option, error) {
+	if err := urlparam.Once(q); err != nil {
+		return nil, err
+	}
 	var opts []baton.Option
 	for _, k := range slices.Sorted(maps.Keys(q)) { // the same error for the same URL
 		v := q[k][len(q[k])-1]
@@ -140,6 +143,8 @@ func QueryOptions(q url.Values) ([]baton.Option, error) {
 			return nil, err
 		case ok:
 			opts = append(opts, opt)
+		case k == "prefix" && v == "":
+			return nil, errors.New(`prefix= is empty; leave it out for the default, "baton:lock:"`)
 		case k == "prefix":
 			opts = append(opts, baton.WithPrefix(v))
 		default:

@@ -4,6 +4,9 @@ package urlparam
 
 import (
 	"fmt"
+	"maps"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,4 +71,17 @@ func Port(s string) (int, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// Once returns an error naming the first parameter of q (in sorted
+// order) that is given more than once, among keys, or among all of q's when
+// keys is empty: a URL that says ttl=5s&ttl=6s is a mistake, not the last
+// value's.
+func Once(q url.Values, keys ...string) error {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if n := len(q[k]); n > 1 && (len(keys) == 0 || slices.Contains(keys, k)) {
+			return fmt.Errorf("%s is given %d times; give it once", strconv.Quote(baton.Printable(k)), n)
+		}
+	}
+	return nil
 }

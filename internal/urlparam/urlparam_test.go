@@ -1,6 +1,7 @@
 package urlparam
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +58,20 @@ func TestPort(t *testing.T) {
 		if got, ok := Port(in); got != want || ok != (want != 0) {
 			t.Errorf("Port(%q) = %d, %v; want %d", in, got, ok, want)
 		}
+	}
+}
+
+// TestOnce: a parameter given twice is an error naming it, among the keys
+// asked for (all when none are); once is fine.
+func TestOnce(t *testing.T) {
+	q, _ := url.ParseQuery("ttl=5s&ttl=6s&sslmode=a&sslmode=b&drift=1ms")
+	if err := Once(q); err == nil || !strings.Contains(err.Error(), `"sslmode" is given 2 times`) {
+		t.Errorf("Once(all) = %v, want the first repeated key in order, sslmode", err)
+	}
+	if err := Once(q, "drift", "ttl"); err == nil || !strings.Contains(err.Error(), `"ttl" is given 2 times`) {
+		t.Errorf("Once(drift, ttl) = %v, want ttl named", err)
+	}
+	if err := Once(q, "drift", "table"); err != nil {
+		t.Errorf("Once(drift, table) = %v, want nil: sslmode and ttl are not asked about", err)
 	}
 }
