@@ -158,25 +158,34 @@ func (s *leaseSession) unavailable(err error) error {
 	return withHint(s.backend, &baton.UnavailableError{Where: s.backendAt, Err: err})
 }
 
-// storeCloseTimeout bounds the wait for the fence store to close: a
-// PostgreSQL pool whose server stopped answering mid-statement waits for
-// the cancel request it sends (through the same cut-off network) for up
-// to 15s.
-const storeCloseTimeout = 2 * time.Second
+// closeTimeout bounds the wait for the fence store, then the lock
+// service, to close: a PostgreSQL pool whose server stopped answering
+// mid-statement waits for the cancel request it sends (through the same
+// cut-off network) for up to 15s, and a lock service that stopped
+// answering is waited for up to the release timeout again (its session's
+// revoke), after leaving its queue took as long. baton exits next, which
+// ends what is left: a session not revoked ends with its TTL.
+const closeTimeout = 2 * time.Second
 
-// Close closes the fence store, waiting storeCloseTimeout at most (baton
-// exits next, which ends what is left), then the lock service.
+// Close closes the fence store, then the lock service, waiting
+// closeTimeout at most for each.
 func (s *leaseSession) Close() {
 	if s.store != nil {
-		closed := make(chan struct{})
-		go func() { _ = s.store.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(storeCloseTimeout):
-			s.log.Warn("the fence store did not close in time; not waiting for it", "store", s.storeAt, "waited", storeCloseTimeout)
-		}
+		closeWithin(s.log, "the fence store", s.storeAt, s.store.Close)
 	}
-	_ = s.locker.Close()
+	closeWithin(s.log, "the lock service", s.backendAt, s.locker.Close)
+}
+
+// closeWithin calls closeFn, waiting closeTimeout at most for it to
+// return.
+func closeWithin(log *slog.Logger, what, where string, closeFn func() error) {
+	closed := make(chan struct{})
+	go func() { _ = closeFn(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(closeTimeout):
+		log.Warn(what+" did not close in time; not waiting for it", "at", where, "waited", closeTimeout)
+	}
 }
 
 // take takes a lease on name with a Locker method (TryAcquire, Acquire or

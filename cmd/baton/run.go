@@ -81,7 +81,7 @@ goes on through a lock service that stops answering for a while (or loses
 the session the wait was made on); when it runs out, one last attempt (given
 2s) names the holder (exit 75) or finds the lock service unreachable (exit
 69; leaving its queue on a service that stopped answering can then take up
-to the release timeout, 5s by default).
+to the release timeout, 5s by default, and closing its session 2s more).
 
 Exit codes:
   COMMAND's own  COMMAND ran to the end holding the lease (128+N if killed by signal N)

@@ -846,6 +846,7 @@ func TestRun_WaitOutcome(t *testing.T) {
 
 	// The server must be frozen before the wait runs out: waiters looks
 	// at the queue from this process, within milliseconds of the entry.
+	start := time.Now()
 	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
 	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
 		func() string { return "the waiter never queued: " + waiter.stderr.String() })
@@ -853,6 +854,45 @@ func TestRun_WaitOutcome(t *testing.T) {
 	defer srv.Resume()
 	if r := waiter.wait(t); r.code != exitUnavailable || !strings.Contains(r.stderr, "check that it runs") {
 		t.Errorf("--wait ran out with the server frozen: exit %d, stderr %q; want 69 saying what to check", r.code, r.stderr)
+	}
+	// As run's help says: the wait, a last attempt (its request timeout
+	// here, 1s), leaving the queue (the release timeout, 5s) and closing
+	// (2s), and a second for starting and stopping the process.
+	if took, bound := time.Since(start), 4*time.Second+time.Second+5*time.Second+closeTimeout+time.Second; took > bound {
+		t.Errorf("--wait 4s with the server frozen took %v to exit; want at most %v", took.Round(time.Millisecond), bound)
+	} else {
+		t.Logf("--wait 4s with the server frozen: exit after %v", took.Round(time.Millisecond))
+	}
+}
+
+// TestRun_WaitOutcome_EtcdCutOff: with --wait running out while etcd
+// stopped answering (a proxy holds everything), baton exits within the
+// bound run's help gives: the wait, a last attempt (its request timeout
+// here, 1s), leaving the queue (the release timeout, 5s) and closing (2s),
+// and 1.5s for the process. It took 15s for --wait 4s when closing waited
+// the release timeout again for the session's revoke.
+func TestRun_WaitOutcome_EtcdCutOff(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
+	backend := "etcd://" + proxy.Addr() + "?request-timeout=1s"
+	started := filepath.Join(t.TempDir(), "started")
+	holder := startBaton(t, "run", "--backend", "etcd://"+strings.TrimPrefix(srv.Endpoint, "http://"), "w", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	start := time.Now()
+	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
+	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
+		func() string { return "the waiter never queued: " + waiter.stderr.String() })
+	proxy.Block()
+	defer proxy.Unblock()
+	r := waiter.wait(t)
+	took := time.Since(start)
+	if r.code != exitUnavailable {
+		t.Errorf("--wait ran out with etcd cut off: exit %d, stderr %q; want 69", r.code, r.stderr)
+	}
+	if bound := 4*time.Second + time.Second + 5*time.Second + closeTimeout + 1500*time.Millisecond; took > bound {
+		t.Errorf("--wait 4s with etcd cut off took %v to exit; want at most %v", took.Round(time.Millisecond), bound)
+	} else {
+		t.Logf("--wait 4s with etcd cut off: exit after %v", took.Round(time.Millisecond))
 	}
 }
 
