@@ -69,9 +69,9 @@ func (e *NotAcquiredError) Error() string {
 		return fmt.Sprintf("lock %q is held by another holder", e.Name)
 	}
 	if e.Token != 0 {
-		return fmt.Sprintf("lock %q is held by %s (token %d)", e.Name, e.Holder, e.Token)
+		return fmt.Sprintf("lock %q is held by %s (token %d)", e.Name, Printable(e.Holder), e.Token)
 	}
-	return fmt.Sprintf("lock %q is held by %s", e.Name, e.Holder)
+	return fmt.Sprintf("lock %q is held by %s", e.Name, Printable(e.Holder))
 }
 
 // Is reports whether target is ErrNotAcquired.

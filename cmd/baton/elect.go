@@ -313,9 +313,9 @@ func printTerm(w io.Writer, asJSON bool, t baton.Term) error {
 		return err
 	}
 	if t.Token == 0 { // a backend without tokens (Redis, Redlock): no token to show
-		_, err := fmt.Fprintf(w, "%s  %s  leader %s\n", now.Format(time.RFC3339), t.Election, t.Leader)
+		_, err := fmt.Fprintf(w, "%s  %s  leader %s\n", now.Format(time.RFC3339), t.Election, baton.Printable(t.Leader))
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s  %s  leader %s  token %d\n", now.Format(time.RFC3339), t.Election, t.Leader, t.Token)
+	_, err := fmt.Fprintf(w, "%s  %s  leader %s  token %d\n", now.Format(time.RFC3339), t.Election, baton.Printable(t.Leader), t.Token)
 	return err
 }

@@ -51,10 +51,10 @@ the next holder has raised it. A lock no one holds is left as it is (exit 0).`,
 				return err
 			}
 			if _, fenced := locker.Fenced(); !fenced { // Redis, Redlock: no token to show
-				fmt.Fprintf(cmd.OutOrStdout(), "released %s: it was held by %s (key %s)\n", name, info.Holder, info.Key)
+				fmt.Fprintf(cmd.OutOrStdout(), "released %s: it was held by %s (key %s)\n", name, baton.Printable(info.Holder), info.Key)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "released %s: it was held by %s (token %d, key %s)\n", name, info.Holder, info.Token, info.Key)
+			fmt.Fprintf(cmd.OutOrStdout(), "released %s: it was held by %s (token %d, key %s)\n", name, baton.Printable(info.Holder), info.Token, info.Key)
 			return nil
 		},
 	}

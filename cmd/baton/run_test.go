@@ -1110,3 +1110,28 @@ func TestWriteTable_TTLRounded(t *testing.T) {
 		t.Fatalf("table:\n%s\nwant TTL LEFT 14s", b.String())
 	}
 }
+
+// TestStatus_HolderNotPrintable: a holder with a newline (--id from a
+// variable gone wrong) is shown escaped in the table, where it would
+// make a row of its own, and as it is in JSON (whose strings escape it),
+// on etcd as on Redis: etcd's was quoted twice in JSON, Redis's raw in the
+// table.
+func TestStatus_HolderNotPrintable(t *testing.T) {
+	const holder = "evil\nj9  fake  99"
+	for _, backend := range []string{etcdBackend(t), testsvc.StartRedis(t).URL()} {
+		started := filepath.Join(t.TempDir(), "started")
+		p := startBaton(t, "run", "--backend", backend, "--id", holder, "j9", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
+		waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return p.stderr.String() })
+		r := runInProcess("status", "--backend", backend, "--json", "j9")
+		var st []struct{ Holder string }
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st) != 1 || st[0].Holder != holder {
+			t.Errorf("%s: status --json: %v, %+v; want the holder as it was given, %q", backend, err, st, holder)
+		}
+		r = runInProcess("status", "--backend", backend, "j9")
+		if lines := strings.Count(r.stdout, "\n"); lines != 2 || !strings.Contains(r.stdout, strconv.Quote(holder)) {
+			t.Errorf("%s: status table:\n%s\nwant a header and one row, the holder quoted", backend, r.stdout)
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		p.wait(t)
+	}
+}

@@ -156,7 +156,7 @@ func writeTable(w io.Writer, infos []baton.LockInfo) {
 		if !i.Since.IsZero() {
 			since = i.Since.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", i.Name, i.Holder, tok, ttl, since, i.Waiters)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", i.Name, baton.Printable(i.Holder), tok, ttl, since, i.Waiters) // a holder's newline would make a row
 	}
 	_ = tw.Flush()
 }

@@ -26,13 +26,13 @@ func Encode(holder string) []byte {
 	return b
 }
 
-// Decode reads a stored value. Data written by another client (Curator
-// stores the client's IP address) is shown as it is, made printable; no
-// data at all is NoData.
+// Decode reads a stored value. The holder baton stored is returned as it
+// was given (whoever prints it makes it printable: baton.Printable); data
+// written by another client (Curator stores the client's IP address) is
+// shown as it is, made printable; no data at all is NoData.
 func Decode(v []byte) Value {
 	var hv Value
 	if json.Unmarshal(v, &hv) == nil {
-		hv.Holder = baton.Printable(hv.Holder)
 		return hv
 	}
 	if len(v) == 0 {
