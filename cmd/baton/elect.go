@@ -92,7 +92,7 @@ lock service stops answering or the observation's session ends (exit 69).`,
 	}
 	f.define(cmd, leaseHelp{
 		backend: "lock service URL (env BATON_BACKEND)",
-		ttl:     "lease time to live: how soon another replica takes over after the leader dies",
+		ttl:     "lease time to live: how soon another replica takes over after the leader dies (overrides the URL's ttl=)",
 		grace:   "time between SIGTERM and SIGKILL when leadership is lost",
 		fence:   "fence store URL; raise the fence for NAME before each term's COMMAND starts",
 		id:      "holder identity (default host:pid)",
