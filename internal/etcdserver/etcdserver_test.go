@@ -28,9 +28,10 @@ func TestMuteCore(t *testing.T) {
 	}
 }
 
-// TestStart_PortTaken: a port taken between FreePort and Start fails with
-// an error matching syscall.EADDRINUSE, which baton demo retries on.
-func TestStart_PortTaken(t *testing.T) {
+// startOnTakenPort starts a server with its data in dir on a client port
+// another listener holds, which must fail; it returns the error.
+func startOnTakenPort(t *testing.T, dir string) error {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -40,17 +41,20 @@ func TestStart_PortTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "data")
-	srv, err := Start(t.Context(), Config{
-		Dir:       dir,
-		ClientURL: "http://" + ln.Addr().String(),
-		PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pp),
-	})
+	srv, err := Start(t.Context(), Config{Dir: dir, ClientURL: "http://" + ln.Addr().String(), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", pp)})
 	if err == nil {
 		srv.Close()
 		t.Fatal("started on a port that was taken")
 	}
-	if !errors.Is(err, syscall.EADDRINUSE) {
+	return err
+}
+
+// TestStart_PortTaken: a port taken between FreePort and Start fails with
+// an error matching syscall.EADDRINUSE, which baton demo retries on, and
+// the data directory the failed start made is removed.
+func TestStart_PortTaken(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := startOnTakenPort(t, dir); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("Start on a taken port = %v; want an error matching EADDRINUSE", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
@@ -61,21 +65,8 @@ func TestStart_PortTaken(t *testing.T) {
 // TestStart_Failed_KeepsExistingDir: a failed start removes no data
 // directory it did not make, even an empty one.
 func TestStart_Failed_KeepsExistingDir(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	pp, err := FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	srv, err := Start(t.Context(), Config{Dir: dir, ClientURL: "http://" + ln.Addr().String(), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", pp)})
-	if err == nil {
-		srv.Close()
-		t.Fatal("started on a port that was taken")
-	}
+	startOnTakenPort(t, dir)
 	if _, err := os.Stat(dir); err != nil {
 		t.Errorf("the data directory given, which existed before the failed start: %v; want it kept", err)
 	}
