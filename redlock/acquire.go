@@ -404,7 +404,7 @@ type handoffs struct {
 	value  string   // the acquisition's value now: a message for one it gave up only wakes it
 	num    string   // the number of the round now, which a handoff after it names
 	tags   []string // per node, the tag of the last handoff to value
-	others bool     // a message came that is no handoff to value (see other)
+	others bool     // a message came that is no handoff to value (see look)
 }
 
 func newHandoffs(nodes int, value string) *handoffs {

@@ -228,19 +228,18 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
-		case "session-timeout", "request-timeout", "drift":
+		case "session-timeout":
 			d, err := urlparam.Positive(k, v, "4s")
 			if err != nil {
 				return nil, set, nil, bad(err.Error())
 			}
-			switch k {
-			case "session-timeout":
-				opts = append(opts, baton.WithTTL(d))
-			case "request-timeout":
-				opts = append(opts, baton.WithRequestTimeout(d))
-			default:
-				opts = append(opts, baton.WithDrift(d))
+			opts = append(opts, baton.WithTTL(d))
+		case "request-timeout", "drift":
+			opt, _, err := urlparam.Duration(k, v)
+			if err != nil {
+				return nil, set, nil, bad(err.Error())
 			}
+			opts = append(opts, opt)
 		case "on-suspend":
 			switch v {
 			case "cancel":

@@ -278,7 +278,7 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	if err != nil {
 		return err
 	}
-	defer locker.Close()
+	defer closeBackend(cmd, g, f.backend, locker)
 	ctx := cmd.Context()
 	terms, err := locker.Observe(ctx, name)
 	if err != nil {

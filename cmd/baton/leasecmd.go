@@ -118,12 +118,12 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		return s, nil
 	}
 	if s.fenced == nil {
-		_ = locker.Close()
+		closeBackend(cmd, g, c.backend, locker)
 		return nil, c.noFence()
 	}
 	s.storeAt = "fence store " + baton.Redact(c.fence)
 	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
-		_ = locker.Close()
+		closeBackend(cmd, g, c.backend, locker)
 		return nil, interrupted(cmd.Context(), err, "while opening the "+s.storeAt)
 	}
 	return s, nil

@@ -34,7 +34,7 @@ the next holder has raised it. A lock no one holds is left as it is (exit 0).`,
 			if err != nil {
 				return err
 			}
-			defer locker.Close()
+			defer closeBackend(cmd, g, backend, locker)
 			fr, ok := locker.Backend().(baton.ForceReleaser)
 			if !ok {
 				return fmt.Errorf("%s cannot free another holder's lock", baton.Redact(backend))

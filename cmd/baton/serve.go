@@ -50,7 +50,7 @@ for as long as they take to start (it says so), as etcd does;
 			if c.Name == "" {
 				return usageError("--name is empty: give this member a name, such as m1")
 			}
-			if cmd.Flags().Changed("data-dir") && c.Dir == "" {
+			if cmd.Flags().Changed("data-dir") && strings.TrimSpace(c.Dir) == "" {
 				return usageError(`--data-dir is empty: give a directory, or leave it out for the default`)
 			}
 			if c.Dir == "" {

@@ -40,7 +40,7 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 			if err != nil {
 				return err
 			}
-			defer locker.Close()
+			defer closeBackend(cmd, g, backend, locker)
 			insp, ok := locker.Backend().(baton.Inspector)
 			if !ok {
 				return fmt.Errorf("%s cannot list its locks", baton.Redact(backend))
@@ -96,6 +96,13 @@ func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.O
 	opts = append(opts, baton.WithLogger(g.logger(cmd.ErrOrStderr())))
 	locker, err := openers.Open(cmd.Context(), backend, opts...)
 	return locker, withHint(backend, interrupted(cmd.Context(), err, "while connecting to "+baton.Redact(backend)))
+}
+
+// closeBackend closes locker, opened on backend, waiting closeTimeout at
+// most (see closeWithin): a lock service that stopped answering would
+// hold baton's exit up by the release timeout.
+func closeBackend(cmd *cobra.Command, g *globals, backend string, locker *baton.Locker) {
+	closeWithin(g.logger(cmd.ErrOrStderr()), "the lock service", baton.Redact(backend), locker.Close)
 }
 
 // withHint adds what to do to an unreachable lock service's error.

@@ -38,7 +38,8 @@ func (e *ForeignTableError) Error() string {
 	return fmt.Sprintf("table %q in %s has no column %q: it was not made by baton; rename or drop it, then create baton's with `baton fence init --store URL` (or Store.Init)", e.Table, e.Where, e.Column)
 }
 
-// Hints appended to an *baton.UnavailableError's cause.
+// Hints appended to an error's cause: an *baton.UnavailableError's, or
+// (hintOpen) a wrong path's.
 const (
 	hintOpen    = "check that the file's directory exists and is writable, and that the file is an SQLite database"
 	hintNotDone = "the transaction was not committed, so nothing was written; retry"

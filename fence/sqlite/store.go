@@ -82,8 +82,10 @@ func newStore(ctx context.Context, db *sql.DB, cfg config, where string) (*Store
 // to the busy timeout (WithBusyTimeout, default 5s) for another writer, and
 // begin every transaction with BEGIN IMMEDIATE, so that a fenced
 // transaction holds the write lock from its start. synchronous stays FULL:
-// a fence raise must survive a power loss. A file that cannot be opened or
-// created returns an error wrapping baton.ErrUnavailable.
+// a fence raise must survive a power loss. A file that cannot be used now
+// returns an error wrapping baton.ErrUnavailable, and a path that names
+// no file in an existing directory, or no database, an error that says
+// what to check (see the package doc's Errors).
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {

@@ -163,10 +163,10 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if err != nil {
 		var damaged *DamagedError
 		if !errors.As(err, &damaged) {
-			dir.Close()
 			if fresh {
-				_ = os.RemoveAll(c.Dir) // nothing but what the failed start wrote
+				_ = os.RemoveAll(c.Dir) // nothing but what the failed start wrote; while locked, so no other start is in it
 			}
+			dir.Close()
 		} // else etcd's own database lock may still be held in this process: ours stays, so another Start says ErrDirInUse, not waits
 		return nil, fmt.Errorf("start etcd server: %w", err)
 	}

@@ -6,8 +6,6 @@ package holderval
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/baton-go/baton"
 )
 
 // NoData is the holder shown for a key or node without data: etcdctl lock
@@ -27,9 +25,9 @@ func Encode(holder string) []byte {
 }
 
 // Decode reads a stored value. The holder baton stored is returned as it
-// was given (whoever prints it makes it printable: baton.Printable); data
-// written by another client (Curator stores the client's IP address) is
-// shown as it is, made printable; no data at all is NoData.
+// was given, and data written by another client (Curator stores the
+// client's IP address) as it is: whoever prints either makes it printable
+// (baton.Printable). No data at all is NoData.
 func Decode(v []byte) Value {
 	var hv Value
 	if json.Unmarshal(v, &hv) == nil {
@@ -38,5 +36,5 @@ func Decode(v []byte) Value {
 	if len(v) == 0 {
 		return Value{Holder: NoData}
 	}
-	return Value{Holder: baton.Printable(string(v))}
+	return Value{Holder: string(v)}
 }

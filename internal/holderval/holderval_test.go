@@ -14,8 +14,8 @@ func TestEncodeDecode(t *testing.T) {
 	for in, want := range map[string]string{
 		"":                       NoData,
 		"10.0.0.7":               "10.0.0.7",
-		"evil\x1b[2Jname":        `"evil\x1b[2Jname"`,
-		`{"holder":"a\u001bb"}`:  "a\x1bb", // as baton stored it: whoever prints it makes it printable
+		"evil\x1b[2Jname":        "evil\x1b[2Jname", // as it is: whoever prints it makes it printable
+		`{"holder":"a\u001bb"}`:  "a\x1bb",          // as baton stored it: whoever prints it makes it printable
 		`{"holder":"ok","since"`: `{"holder":"ok","since"`,
 	} {
 		if got := Decode([]byte(in)).Holder; got != want {
