@@ -418,7 +418,14 @@ func (s *suite) loss(t *testing.T) {
 		t.Skip("backend has no Expire hook")
 	}
 	name := lockName(t)
-	l := s.locker(t)
+	// Where the refusal must come first (within RenewEvery), three TTLs,
+	// so that a stall of the machine cannot carry the lease past its
+	// deadline before it.
+	var opts []baton.Option
+	if s.f.ExpireSeenByRenewal {
+		opts = append(opts, baton.WithTTL(3*s.f.TTL))
+	}
+	l := s.locker(t, opts...)
 	lease := mustAcquire(t, l, name)
 	work := lease.Context()
 	s.f.Expire(t, lease)

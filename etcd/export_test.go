@@ -9,12 +9,24 @@ import (
 // OnWatchEvent calls fn, with the watcher's context, in each of l's holds'
 // watchers before it looks at a watch response's events.
 func OnWatchEvent(l *baton.Locker, fn func(ctx context.Context)) {
-	l.Backend().(*backend).hooks.Store(&hooks{watchEvent: fn})
+	setHook(l, func(h *hooks) { h.watchEvent = fn })
 }
 
-// OnWatchExit calls fn in each of l's holds' watchers as it exits.
+// OnWatchExit calls fn in each of the watchers of l's holds made from now
+// on, as it exits.
 func OnWatchExit(l *baton.Locker, fn func()) {
-	l.Backend().(*backend).hooks.Store(&hooks{watchExit: fn})
+	setHook(l, func(h *hooks) { h.watchExit = fn })
+}
+
+// setHook sets one of l's hooks, keeping the others.
+func setHook(l *baton.Locker, set func(*hooks)) {
+	b := l.Backend().(*backend)
+	var h hooks
+	if old := b.hooks.Load(); old != nil {
+		h = *old
+	}
+	set(&h)
+	b.hooks.Store(&h)
 }
 
 // Watchers returns, for each of l's holds, a channel closed when its

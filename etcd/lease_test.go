@@ -520,6 +520,11 @@ func TestRelease_StaleUnnoticed_ComparesCreateRevision(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		got, err := testsvc.Client(t, srv.Endpoint).Get(ctx, la.Key())
+		if err != nil || len(got.Kvs) != 1 {
+			t.Fatalf("get A's key: %v", err)
+		}
+		aValue := string(got.Kvs[0].Value)
 		revokeLeaseOf(t, testsvc.Client(t, srv.Endpoint), la.Key())
 		lb, err := b.Acquire(ctx, name)
 		if err != nil {
@@ -528,8 +533,10 @@ func TestRelease_StaleUnnoticed_ComparesCreateRevision(t *testing.T) {
 		if la.Err() != nil {
 			continue // heard already: its release sends nothing
 		}
+		// A's very name and value, written by another client on no lease:
+		// only the create revision tells it from A's key.
 		admin := testsvc.Client(t, srv.Endpoint)
-		if _, err := admin.Put(ctx, la.Key(), "not A's"); err != nil {
+		if _, err := admin.Put(ctx, la.Key(), aValue); err != nil {
 			t.Fatal(err)
 		}
 		_ = la.Release(ctx)
@@ -579,12 +586,12 @@ func TestClose_WatchersExited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	etcd.OnWatchExit(l, func() { time.Sleep(200 * time.Millisecond) }) // read as each watcher starts
 	for _, name := range []string{"a", "b"} {
 		if _, err := l.Acquire(timeout(t, 10*time.Second), name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	etcd.OnWatchExit(l, func() { time.Sleep(200 * time.Millisecond) })
 	watchers := etcd.Watchers(l)
 	if len(watchers) != 2 {
 		t.Fatalf("%d watchers, want one per hold (2)", len(watchers))

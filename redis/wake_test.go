@@ -370,12 +370,18 @@ func TestHandoff_MessageBeforeAnswer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = w.Close() })
 	delivered := make(chan string, 4)
-	redis.OnWake(w, func(v string) { delivered <- v })
+	redis.OnWake(w, func(v string) {
+		select {
+		case delivered <- v:
+		default: // never hold the dispatcher up
+		}
+	})
+	check := client(t, srv.Addr)
 	wGot := make(chan error, 1)
 	go func() {
 		l, err := w.Acquire(ctx, "early")
 		if err == nil {
-			if v := client(t, srv.Addr).Get(ctx, lh.Key()).Val(); rediskit.HolderOf(v) != "w" {
+			if v := check.Get(ctx, lh.Key()).Val(); rediskit.HolderOf(v) != "w" {
 				err = fmt.Errorf("w holds the lock, and the key holds %q", v)
 			}
 			if rerr := l.Release(context.Background()); err == nil {

@@ -1353,7 +1353,12 @@ func TestHandoff_MessageBeforeAnswer(t *testing.T) {
 	t.Cleanup(answers.Let)
 	delivered := make(chan string, 16)
 	h := handoffSetup(t, 10*time.Second, answers)
-	redlock.OnWake(h.w, func(v string) { delivered <- v })
+	redlock.OnWake(h.w, func(v string) {
+		select {
+		case delivered <- v:
+		default: // never hold a dispatcher up
+		}
+	})
 	// w's first attempt is a claim, without the script; its second, queued,
 	// ran the script on every node (handoffSetup saw it queued).
 	var before int64

@@ -850,6 +850,9 @@ func TestRun_WaitOutcome(t *testing.T) {
 	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
 	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
 		func() string { return "the waiter never queued: " + waiter.stderr.String() })
+	if q := time.Since(start); q > 3*time.Second {
+		t.Fatalf("the waiter queued %v after it started: too late to freeze the server within its --wait 4s", q.Round(time.Millisecond))
+	}
 	srv.Pause()
 	defer srv.Resume()
 	if r := waiter.wait(t); r.code != exitUnavailable || !strings.Contains(r.stderr, "check that it runs") {
@@ -858,8 +861,8 @@ func TestRun_WaitOutcome(t *testing.T) {
 	// As run's help says: the wait, a last attempt (its request timeout
 	// here, 1s), leaving the queue (the release timeout, 5s) and closing
 	// (2s), and a second for starting and stopping the process.
-	if took, bound := time.Since(start), 4*time.Second+time.Second+5*time.Second+closeTimeout+time.Second; took > bound {
-		t.Errorf("--wait 4s with the server frozen took %v to exit; want at most %v", took.Round(time.Millisecond), bound)
+	if took, bound := time.Since(start), 4*time.Second+time.Second+5*time.Second+closeTimeout+time.Second; took > bound || took < 4*time.Second {
+		t.Errorf("--wait 4s with the server frozen took %v to exit; want 4s (the wait) to %v", took.Round(time.Millisecond), bound)
 	} else {
 		t.Logf("--wait 4s with the server frozen: exit after %v", took.Round(time.Millisecond))
 	}
@@ -882,6 +885,9 @@ func TestRun_WaitOutcome_EtcdCutOff(t *testing.T) {
 	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
 	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
 		func() string { return "the waiter never queued: " + waiter.stderr.String() })
+	if q := time.Since(start); q > 3*time.Second {
+		t.Fatalf("the waiter queued %v after it started: too late to cut etcd off within its --wait 4s", q.Round(time.Millisecond))
+	}
 	proxy.Block()
 	defer proxy.Unblock()
 	r := waiter.wait(t)
@@ -889,8 +895,8 @@ func TestRun_WaitOutcome_EtcdCutOff(t *testing.T) {
 	if r.code != exitUnavailable {
 		t.Errorf("--wait ran out with etcd cut off: exit %d, stderr %q; want 69", r.code, r.stderr)
 	}
-	if bound := 4*time.Second + time.Second + 5*time.Second + closeTimeout + 1500*time.Millisecond; took > bound {
-		t.Errorf("--wait 4s with etcd cut off took %v to exit; want at most %v", took.Round(time.Millisecond), bound)
+	if bound := 4*time.Second + time.Second + 5*time.Second + closeTimeout + 1500*time.Millisecond; took > bound || took < 4*time.Second {
+		t.Errorf("--wait 4s with etcd cut off took %v to exit; want 4s (the wait) to %v", took.Round(time.Millisecond), bound)
 	} else {
 		t.Logf("--wait 4s with etcd cut off: exit after %v", took.Round(time.Millisecond))
 	}
@@ -1105,9 +1111,9 @@ func storeAhead(t *testing.T, resource string) string {
 // tenth of a second (PostgreSQL's came to the microsecond).
 func TestWriteTable_TTLRounded(t *testing.T) {
 	var b strings.Builder
-	writeTable(&b, []baton.LockInfo{{Name: "job", Holder: "vm1", TTLLeft: 13996178 * time.Microsecond}})
-	if !strings.Contains(b.String(), " 14s ") || strings.Contains(b.String(), "13.99") {
-		t.Fatalf("table:\n%s\nwant TTL LEFT 14s", b.String())
+	writeTable(&b, []baton.LockInfo{{Name: "job", Holder: "vm1", TTLLeft: 13996178 * time.Microsecond}, {Name: "two", Holder: "vm2", TTLLeft: 2340 * time.Millisecond}})
+	if !strings.Contains(b.String(), " 14s ") || !strings.Contains(b.String(), " 2.3s ") {
+		t.Fatalf("table:\n%s\nwant TTL LEFT 14s and 2.3s", b.String())
 	}
 }
 

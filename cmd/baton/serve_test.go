@@ -370,3 +370,17 @@ func TestCheckCluster_Normalizes(t *testing.T) {
 		t.Errorf("peers %q, want m2 m3", peers)
 	}
 }
+
+// TestCheckCluster_Duplicates: --initial-cluster with a member named twice,
+// or two members at one peer URL, is refused, each saying which.
+func TestCheckCluster_Duplicates(t *testing.T) {
+	for cluster, want := range map[string]string{
+		"m1=127.0.0.1:2380,m1=127.0.0.1:2381": `names member "m1" twice`,
+		"m1=127.0.0.1:2380,m2=127.0.0.1:2380": `members "m1" and "m2" the same peer URL`,
+	} {
+		c := etcdserver.Config{Name: "m1", ClientURL: "http://127.0.0.1:2379", PeerURL: "http://127.0.0.1:2380", InitialCluster: cluster}
+		if _, _, err := checkCluster(c); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("checkCluster(%s) = %v, want it to say %s", cluster, err, want)
+		}
+	}
+}

@@ -650,6 +650,8 @@ func Overtake(t *testing.T, answers *HoldScript, n int, got <-chan error, releas
 			if rediskit.HolderOf(v) != holder {
 				t.Fatalf("a message for %q reached the waiter's Locker; want one for %s", v, holder)
 			}
+		case err := <-got:
+			t.Fatalf("the waiter's Acquire returned with its attempt's answers held: %v", err)
 		case <-within:
 			t.Fatalf("%d of the release's %d messages reached the waiter within 10s", i, n)
 		}
