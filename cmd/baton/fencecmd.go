@@ -13,7 +13,7 @@ import (
 	"github.com/baton-go/baton/fence"
 )
 
-func newFence() *cobra.Command {
+func newFence(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fence",
 		Short: "Create or show fence tables in a database",
@@ -38,7 +38,7 @@ exist; 'baton fence init' creates them.`,
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer closeWithin(g.logger(cmd.ErrOrStderr()), "the fence store", baton.Redact(store), s.Close)
 			fmt.Fprintf(cmd.OutOrStdout(), "fence tables ready in %s\n", baton.Redact(store))
 			return nil
 		},
@@ -55,7 +55,7 @@ exist; 'baton fence init' creates them.`,
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer closeWithin(g.logger(cmd.ErrOrStderr()), "the fence store", baton.Redact(store), s.Close)
 			entries, err := s.List(cmd.Context())
 			if err != nil {
 				return err

@@ -86,7 +86,7 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 		}
 		return cobraUsage(cmd.ValidateFlagGroups())
 	}
-	root.AddCommand(newRun(g), newElect(g), newStatus(g), newRelease(g), newFence(), newServe(g), newDemo(), newVersion())
+	root.AddCommand(newRun(g), newElect(g), newStatus(g), newRelease(g), newFence(g), newServe(g), newDemo(), newVersion())
 	// Cobra adds its help and completion commands when it executes, unless
 	// they are there: made now, their argument checks are marked too.
 	root.InitDefaultHelpCmd()
