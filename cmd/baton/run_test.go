@@ -542,9 +542,7 @@ func TestRun_ZooKeeper(t *testing.T) {
 // the queue; the holder runs on undisturbed.
 func TestRun_InterruptedWhileWaiting(t *testing.T) {
 	backend := etcdBackend(t)
-	started := filepath.Join(t.TempDir(), "started")
-	holder := startBaton(t, "run", "--backend", backend, "held", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
-	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	holder := startHolder(t, backend, "held")
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT} { // as run --help says
 		name := unix.SignalName(sig)
 		t.Run(name, func(t *testing.T) {
@@ -568,6 +566,18 @@ func TestRun_InterruptedWhileWaiting(t *testing.T) {
 	}
 }
 
+// startHolder starts baton run holding name on backend, with flags before
+// the name (such as --id), its command sleeping a minute, and waits until
+// the command runs: the lock is held.
+func startHolder(t *testing.T, backend, name string, flags ...string) *execResult {
+	t.Helper()
+	started := filepath.Join(t.TempDir(), "started")
+	args := append(append([]string{"run", "--backend", backend}, flags...), name, "--", "sh", "-c", "touch "+started+"; exec sleep 60")
+	p := startBaton(t, args...)
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return p.stderr.String() })
+	return p
+}
+
 // waiters reads the number of acquisitions queued for name from
 // baton status --json, run in this process: tests poll it while a
 // deadline of another process runs, and starting a process for each look
@@ -588,9 +598,7 @@ func waiters(t *testing.T, backend, name string) int {
 // the kernel's view of the waiting process (/proc/PID/status).
 func TestRun_IgnoredSIGHUPStaysIgnored(t *testing.T) {
 	backend := etcdBackend(t)
-	started := filepath.Join(t.TempDir(), "started")
-	holder := startBaton(t, "run", "--backend", backend, "hup", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
-	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	startHolder(t, backend, "hup")
 	for _, nohup := range []bool{false, true} {
 		c := batonCmd("run", "--backend", backend, "--wait", "60s", "hup", "--", "true")
 		if nohup {
@@ -834,9 +842,7 @@ func TestRun_InterruptedWhileConnecting(t *testing.T) {
 func TestRun_WaitOutcome(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	backend := srv.URL() + "?request-timeout=1s"
-	started := filepath.Join(t.TempDir(), "started")
-	holder := startBaton(t, "run", "--backend", backend, "--id", "holder-1", "w", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
-	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	startHolder(t, backend, "w", "--id", "holder-1")
 
 	r := runInProcess("run", "--backend", backend, "--wait", "1s", "w", "--", "true")
 	if r.code != exitNotAcquired || !strings.Contains(r.stderr, "holder-1") {
@@ -878,9 +884,7 @@ func TestRun_WaitOutcome_EtcdCutOff(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
 	backend := "etcd://" + proxy.Addr() + "?request-timeout=1s"
-	started := filepath.Join(t.TempDir(), "started")
-	holder := startBaton(t, "run", "--backend", "etcd://"+strings.TrimPrefix(srv.Endpoint, "http://"), "w", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
-	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return holder.stderr.String() })
+	startHolder(t, "etcd://"+strings.TrimPrefix(srv.Endpoint, "http://"), "w")
 	start := time.Now()
 	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
 	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
@@ -1125,9 +1129,7 @@ func TestWriteTable_TTLRounded(t *testing.T) {
 func TestStatus_HolderNotPrintable(t *testing.T) {
 	const holder = "evil\nj9  fake  99"
 	for _, backend := range []string{etcdBackend(t), testsvc.StartRedis(t).URL()} {
-		started := filepath.Join(t.TempDir(), "started")
-		p := startBaton(t, "run", "--backend", backend, "--id", holder, "j9", "--", "sh", "-c", "touch "+started+"; exec sleep 60")
-		waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return p.stderr.String() })
+		p := startHolder(t, backend, "j9", "--id", holder)
 		r := runInProcess("status", "--backend", backend, "--json", "j9")
 		var st []struct{ Holder string }
 		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st) != 1 || st[0].Holder != holder {
