@@ -852,26 +852,35 @@ func TestRun_WaitOutcome(t *testing.T) {
 
 	// The server must be frozen before the wait runs out: waiters looks
 	// at the queue from this process, within milliseconds of the entry.
+	r = waitRunsOut(t, backend, "freeze the server", func() { srv.Pause(); t.Cleanup(srv.Resume) }, time.Second)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "check that it runs") {
+		t.Errorf("--wait ran out with the server frozen: exit %d, stderr %q; want 69 saying what to check", r.code, r.stderr)
+	}
+}
+
+// waitRunsOut starts baton run --wait 4s on "w" at backend, whose
+// request-timeout= is 1s, behind a holder; once it queued, it calls cut to
+// stop the lock service answering, and returns its outcome, failing t
+// unless it exited within the bound run's help gives: the wait, a last
+// attempt (the request timeout), leaving the queue (the release timeout,
+// 5s) and closing (2s), and slack for starting and stopping the process.
+func waitRunsOut(t *testing.T, backend, what string, cut func(), slack time.Duration) result {
+	t.Helper()
 	start := time.Now()
 	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
 	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
 		func() string { return "the waiter never queued: " + waiter.stderr.String() })
 	if q := time.Since(start); q > 3*time.Second {
-		t.Fatalf("the waiter queued %v after it started: too late to freeze the server within its --wait 4s", q.Round(time.Millisecond))
+		t.Fatalf("the waiter queued %v after it started: too late to %s within its --wait 4s", q.Round(time.Millisecond), what)
 	}
-	srv.Pause()
-	defer srv.Resume()
-	if r := waiter.wait(t); r.code != exitUnavailable || !strings.Contains(r.stderr, "check that it runs") {
-		t.Errorf("--wait ran out with the server frozen: exit %d, stderr %q; want 69 saying what to check", r.code, r.stderr)
-	}
-	// As run's help says: the wait, a last attempt (its request timeout
-	// here, 1s), leaving the queue (the release timeout, 5s) and closing
-	// (2s), and a second for starting and stopping the process.
-	if took, bound := time.Since(start), 4*time.Second+time.Second+5*time.Second+closeTimeout+time.Second; took > bound || took < 4*time.Second {
-		t.Errorf("--wait 4s with the server frozen took %v to exit; want 4s (the wait) to %v", took.Round(time.Millisecond), bound)
+	cut()
+	r := waiter.wait(t)
+	if took, bound := time.Since(start), 4*time.Second+time.Second+5*time.Second+closeTimeout+slack; took > bound || took < 4*time.Second {
+		t.Errorf("--wait 4s after the test's %s took %v to exit; want 4s (the wait) to %v", what, took.Round(time.Millisecond), bound)
 	} else {
-		t.Logf("--wait 4s with the server frozen: exit after %v", took.Round(time.Millisecond))
+		t.Logf("--wait 4s after the test's %s: exit after %v", what, took.Round(time.Millisecond))
 	}
+	return r
 }
 
 // TestRun_WaitOutcome_EtcdCutOff: with --wait running out while etcd
@@ -883,26 +892,10 @@ func TestRun_WaitOutcome(t *testing.T) {
 func TestRun_WaitOutcome_EtcdCutOff(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
-	backend := "etcd://" + proxy.Addr() + "?request-timeout=1s"
 	startHolder(t, "etcd://"+strings.TrimPrefix(srv.Endpoint, "http://"), "w")
-	start := time.Now()
-	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
-	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
-		func() string { return "the waiter never queued: " + waiter.stderr.String() })
-	if q := time.Since(start); q > 3*time.Second {
-		t.Fatalf("the waiter queued %v after it started: too late to cut etcd off within its --wait 4s", q.Round(time.Millisecond))
-	}
-	proxy.Block()
-	defer proxy.Unblock()
-	r := waiter.wait(t)
-	took := time.Since(start)
+	r := waitRunsOut(t, "etcd://"+proxy.Addr()+"?request-timeout=1s", "cut etcd off", func() { proxy.Block(); t.Cleanup(proxy.Unblock) }, 1500*time.Millisecond)
 	if r.code != exitUnavailable {
 		t.Errorf("--wait ran out with etcd cut off: exit %d, stderr %q; want 69", r.code, r.stderr)
-	}
-	if bound := 4*time.Second + time.Second + 5*time.Second + closeTimeout + 1500*time.Millisecond; took > bound || took < 4*time.Second {
-		t.Errorf("--wait 4s with etcd cut off took %v to exit; want 4s (the wait) to %v", took.Round(time.Millisecond), bound)
-	} else {
-		t.Logf("--wait 4s with etcd cut off: exit after %v", took.Round(time.Millisecond))
 	}
 }
 

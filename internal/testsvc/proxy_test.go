@@ -128,19 +128,27 @@ func TestProxy_HoldFirst(t *testing.T) {
 	}
 }
 
+// delayedConn returns a proxy to target with latency d, and a connection
+// through it, closed when t ends.
+func delayedConn(t *testing.T, target string, d time.Duration) (*Proxy, net.Conn) {
+	t.Helper()
+	p := NewProxy(t, target)
+	p.SetLatency(d)
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return p, c
+}
+
 // TestProxy_Latency: through a proxy with latency d, an echo's round trip
 // takes at least 2d, and what is sent in many writes comes back whole and
 // in order.
 func TestProxy_Latency(t *testing.T) {
 	echo := serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
 	const d = 20 * time.Millisecond
-	p := NewProxy(t, echo)
-	p.SetLatency(d)
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
+	p, c := delayedConn(t, echo, d)
 	r := bufio.NewReader(c)
 
 	start := time.Now()
@@ -190,13 +198,7 @@ func TestProxy_Latency_ReadsOn(t *testing.T) {
 	t.Cleanup(func() { close(hold) })
 	addr, lines, _ := lineServer(t, hold)
 	const d = 400 * time.Millisecond
-	p := NewProxy(t, addr)
-	p.SetLatency(d)
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
+	_, c := delayedConn(t, addr, d)
 	var took []time.Duration
 	for try := range 3 {
 		var sent [2]time.Time
