@@ -135,8 +135,7 @@ func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
 	h := newHold(b, s, key, rev)
 	if !b.track(h) {
 		h.lose(baton.ErrClosed)
-		h.cancel() // its watcher: Close, which ran, did not see this hold
-		<-h.exited
+		h.stopWatch() // Close, which ran, did not see this hold
 		b.deleteKey(context.Background(), s, key)
 		return nil, baton.ErrClosed
 	}

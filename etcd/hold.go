@@ -54,6 +54,14 @@ func (h *hold) Err() error {
 	return h.err
 }
 
+// stopWatch stops relaying the session's end and the watcher, and waits
+// for the watcher.
+func (h *hold) stopWatch() {
+	h.unhook()
+	h.cancel()
+	<-h.exited
+}
+
 // lose marks the hold ended (once) and cancels its Context.
 func (h *hold) lose(cause error) {
 	h.mu.Lock()
@@ -132,9 +140,7 @@ func (h *hold) watch(ctx context.Context) {
 // the background while the session lives (its lease takes the key at the
 // latest).
 func (h *hold) Release(ctx context.Context) error {
-	h.unhook()
-	h.cancel()
-	<-h.exited
+	h.stopWatch()
 	h.b.untrack(h)
 	defer h.b.leave(h.s)
 	h.mu.Lock()

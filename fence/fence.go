@@ -134,10 +134,11 @@ func sqliteURL(rawURL string, u *url.URL) (string, []sqlite.Option, error) {
 		return "", nil, bad("has no file path; write sqlite:path/to/fence.db")
 	}
 	var opts []sqlite.Option
-	if err := urlparam.Once(u.Query()); err != nil {
+	q := u.Query()
+	if err := urlparam.Once(q); err != nil {
 		return "", nil, bad(err.Error())
 	}
-	for k, vs := range u.Query() {
+	for k, vs := range q {
 		switch k {
 		case "busy_timeout":
 			d, err := time.ParseDuration(vs[len(vs)-1])

@@ -543,16 +543,16 @@ const maxOlds = 8
 // at start, unless its validity (TTL - elapsed - drift) already ran out
 // (late: the caller undoes the attempt and tries again) or the backend
 // closed.
-func (b *backend) held(ctx context.Context, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) (h baton.Hold, late bool, err error) {
+func (b *backend) held(ctx context.Context, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) (_ baton.Hold, late bool, _ error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
 		return nil, true, nil
 	}
-	hd := newHold(b, k, value, olds, start, settled)
-	if !b.track(hd) {
-		_ = hd.end(ctx, baton.ErrClosed)
+	h := newHold(b, k, value, olds, start, settled)
+	if !b.track(h) {
+		_ = h.end(ctx, baton.ErrClosed)
 		return nil, false, baton.ErrClosed
 	}
-	return hd, false, nil
+	return h, false, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -96,9 +96,7 @@ if ARGV[6] ~= '1' then
     return {1}
   end
   if cur then
-    if not wait then return {0, cur, 0, 0} end
-    local now = clock()
-    if join_first(q, w, v, now, ARGV[4], ARGV[2], ARGV[5]) then
+    if wait and join_first(q, w, v, clock(), ARGV[4], ARGV[2], ARGV[5]) then
       return {0, cur, redis.call('pttl', k), 1}
     end
     return {0, cur, 0, 0}

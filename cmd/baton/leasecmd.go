@@ -118,12 +118,13 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		return s, nil
 	}
 	if s.fenced == nil {
-		closeBackend(cmd, g, c.backend, locker)
+		s.Close()
 		return nil, c.noFence()
 	}
 	s.storeAt = "fence store " + baton.Redact(c.fence)
 	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
-		closeBackend(cmd, g, c.backend, locker)
+		s.store = nil
+		s.Close()
 		return nil, interrupted(cmd.Context(), err, "while opening the "+s.storeAt)
 	}
 	return s, nil
@@ -171,20 +172,20 @@ const closeTimeout = 2 * time.Second
 // closeTimeout at most for each.
 func (s *leaseSession) Close() {
 	if s.store != nil {
-		closeWithin(s.log, "the fence store", s.storeAt, s.store.Close)
+		closeWithin(s.log, "the "+s.storeAt, s.store.Close)
 	}
-	closeWithin(s.log, "the lock service", s.backendAt, s.locker.Close)
+	closeWithin(s.log, "the lock service "+s.backendAt, s.locker.Close)
 }
 
-// closeWithin calls closeFn, waiting closeTimeout at most for it to
-// return.
-func closeWithin(log *slog.Logger, what, where string, closeFn func() error) {
+// closeWithin calls closeFn, which closes what (a fence store or lock
+// service, and its URL), waiting closeTimeout at most for it to return.
+func closeWithin(log *slog.Logger, what string, closeFn func() error) {
 	closed := make(chan struct{})
 	go func() { _ = closeFn(); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(closeTimeout):
-		log.Warn(what+" did not close in time; not waiting for it", "at", where, "waited", closeTimeout)
+		log.Warn(what+" did not close in time; not waiting for it", "waited", closeTimeout)
 	}
 }
 

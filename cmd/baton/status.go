@@ -102,7 +102,7 @@ func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.O
 // most (see closeWithin): a lock service that stopped answering would
 // hold baton's exit up by the release timeout.
 func closeBackend(cmd *cobra.Command, g *globals, backend string, locker *baton.Locker) {
-	closeWithin(g.logger(cmd.ErrOrStderr()), "the lock service", baton.Redact(backend), locker.Close)
+	closeWithin(g.logger(cmd.ErrOrStderr()), "the lock service "+baton.Redact(backend), locker.Close)
 }
 
 // withHint adds what to do to an unreachable lock service's error.

@@ -4,6 +4,7 @@
 package etcdserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -147,9 +148,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		return nil, fmt.Errorf("etcd server config: %w", err)
 	}
 
-	_, err = os.Stat(c.Dir)
-	fresh := errors.Is(err, fs.ErrNotExist) // made by this Start: a failed one removes it
-	dir, err := lockDir(c.Dir)
+	dir, fresh, err := lockDir(c.Dir) // fresh: made by this Start, which removes it if it fails
 	if err != nil {
 		return nil, err
 	}
@@ -246,25 +245,38 @@ func parseURL(what, s string) (*url.URL, error) {
 	return u, nil
 }
 
-// lockDir creates dir if need be and locks it for this process. etcd takes
+// lockDir creates dir if need be (created says it did) and locks it for
+// this process. etcd takes
 // no lock a second server would notice at once: it waits for the database
 // file's lock, for ever, deaf to its context.
-func lockDir(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("etcd server: data directory: %w", err)
+func lockDir(dir string) (_ *os.File, created bool, _ error) {
+	err := os.Mkdir(dir, 0o700)
+	created = err == nil
+	if errors.Is(err, fs.ErrNotExist) { // a parent is missing too
+		err = os.MkdirAll(dir, 0o700)
+		created = err == nil
+	}
+	if errors.Is(err, fs.ErrExist) {
+		if fi, serr := os.Stat(dir); serr != nil || !fi.IsDir() {
+			return nil, false, fmt.Errorf("etcd server: data directory: %w", cmp.Or(serr, fmt.Errorf("%s is not a directory", dir)))
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("etcd server: data directory: %w", err)
 	}
 	f, err := os.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("etcd server: data directory: %w", err)
+		return nil, false, fmt.Errorf("etcd server: data directory: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("etcd server: %s: %w", dir, ErrDirInUse)
+			return nil, false, fmt.Errorf("etcd server: %s: %w", dir, ErrDirInUse)
 		}
-		return nil, fmt.Errorf("etcd server: lock data directory %s: %w", dir, err)
+		return nil, false, fmt.Errorf("etcd server: lock data directory %s: %w", dir, err)
 	}
-	return f, nil
+	return f, created, nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. A
