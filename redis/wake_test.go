@@ -369,13 +369,8 @@ func TestHandoff_MessageBeforeAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
-	delivered := make(chan string, 4)
-	redis.OnWake(w, func(v string) {
-		select {
-		case delivered <- v:
-		default: // never hold the dispatcher up
-		}
-	})
+	delivered, onWake := redistest.Deliveries(4)
+	redis.OnWake(w, onWake)
 	check := client(t, srv.Addr)
 	wGot := make(chan error, 1)
 	go func() {

@@ -1351,14 +1351,9 @@ func TestHandoff_MessageBeforeAnswer(t *testing.T) {
 	t.Parallel()
 	answers := redistest.NewHoldAnswer(redlock.AcquireScriptHash)
 	t.Cleanup(answers.Let)
-	delivered := make(chan string, 16)
+	delivered, onWake := redistest.Deliveries(16)
 	h := handoffSetup(t, 10*time.Second, answers)
-	redlock.OnWake(h.w, func(v string) {
-		select {
-		case delivered <- v:
-		default: // never hold a dispatcher up
-		}
-	})
+	redlock.OnWake(h.w, onWake)
 	// w's first attempt is a claim, without the script; its second, queued,
 	// ran the script on every node (handoffSetup saw it queued).
 	var before int64

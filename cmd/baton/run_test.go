@@ -687,7 +687,7 @@ func TestStatus_NameTwice(t *testing.T) {
 func TestStatus_URLTimings(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	for _, q := range []string{"renew-every=6s", "drift=4s"} {
-		backend := "redis://" + srv.Addr + "?" + q
+		backend := srv.URL() + "?" + q
 		if r := runInProcess("status", "--backend", backend, "job"); r.code != 0 {
 			t.Errorf("status --backend %s: exit %d, stderr %q; want 0", backend, r.code, r.stderr)
 		}
@@ -852,23 +852,21 @@ func TestRun_WaitOutcome(t *testing.T) {
 
 	// The server must be frozen before the wait runs out: waiters looks
 	// at the queue from this process, within milliseconds of the entry.
-	r = waitRunsOut(t, backend, "freeze the server", func() { srv.Pause(); t.Cleanup(srv.Resume) }, time.Second)
-	if r.code != exitUnavailable || !strings.Contains(r.stderr, "check that it runs") {
-		t.Errorf("--wait ran out with the server frozen: exit %d, stderr %q; want 69 saying what to check", r.code, r.stderr)
-	}
+	waitRunsOut(t, backend, "w", "freeze the server", func() { srv.Pause(); t.Cleanup(srv.Resume) }, time.Second, "check that it runs")
 }
 
-// waitRunsOut starts baton run --wait 4s on "w" at backend, whose
+// waitRunsOut starts baton run --wait 4s on name at backend, whose
 // request-timeout= is 1s, behind a holder; once it queued, it calls cut to
-// stop the lock service answering, and returns its outcome, failing t
-// unless it exited within the bound run's help gives: the wait, a last
-// attempt (the request timeout), leaving the queue (the release timeout,
-// 5s) and closing (2s), and slack for starting and stopping the process.
-func waitRunsOut(t *testing.T, backend, what string, cut func(), slack time.Duration) result {
+// stop the lock service answering (what says how). baton must exit 69 on
+// one line saying what to do (hint), within the bound run's help gives:
+// the wait, a last attempt (the request timeout), leaving the queue (the
+// release timeout, 5s) and closing (2s), and slack for starting and
+// stopping the process.
+func waitRunsOut(t *testing.T, backend, name, what string, cut func(), slack time.Duration, hint string) {
 	t.Helper()
 	start := time.Now()
-	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", "w", "--", "true")
-	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, "w") == 1 },
+	waiter := startBaton(t, "run", "--backend", backend, "--wait", "4s", name, "--", "true")
+	waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, name) == 1 },
 		func() string { return "the waiter never queued: " + waiter.stderr.String() })
 	if q := time.Since(start); q > 3*time.Second {
 		t.Fatalf("the waiter queued %v after it started: too late to %s within its --wait 4s", q.Round(time.Millisecond), what)
@@ -880,23 +878,22 @@ func waitRunsOut(t *testing.T, backend, what string, cut func(), slack time.Dura
 	} else {
 		t.Logf("--wait 4s after the test's %s: exit after %v", what, took.Round(time.Millisecond))
 	}
-	return r
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, hint) {
+		t.Errorf("--wait ran out after the test's %s: exit %d, stderr %q; want 69 saying %q", what, r.code, r.stderr, hint)
+	}
+	oneLine(t, r)
 }
 
 // TestRun_WaitOutcome_EtcdCutOff: with --wait running out while etcd
 // stopped answering (a proxy holds everything), baton exits within the
-// bound run's help gives: the wait, a last attempt (its request timeout
-// here, 1s), leaving the queue (the release timeout, 5s) and closing (2s),
-// and 1.5s for the process. It took 15s for --wait 4s when closing waited
-// the release timeout again for the session's revoke.
+// bound run's help gives (see waitRunsOut; 1.5s of slack). It took 15s
+// for --wait 4s when closing waited the release timeout again for the
+// session's revoke.
 func TestRun_WaitOutcome_EtcdCutOff(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
 	startHolder(t, "etcd://"+strings.TrimPrefix(srv.Endpoint, "http://"), "w")
-	r := waitRunsOut(t, "etcd://"+proxy.Addr()+"?request-timeout=1s", "cut etcd off", func() { proxy.Block(); t.Cleanup(proxy.Unblock) }, 1500*time.Millisecond)
-	if r.code != exitUnavailable {
-		t.Errorf("--wait ran out with etcd cut off: exit %d, stderr %q; want 69", r.code, r.stderr)
-	}
+	waitRunsOut(t, "etcd://"+proxy.Addr()+"?request-timeout=1s", "w", "cut etcd off", func() { proxy.Block(); t.Cleanup(proxy.Unblock) }, 1500*time.Millisecond, "baton serve")
 }
 
 // TestRun_WaitGoesOnAfterSessionLost: a wait whose session the lock

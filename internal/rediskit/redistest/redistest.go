@@ -658,3 +658,16 @@ func Overtake(t *testing.T, answers *HoldScript, n int, got <-chan error, releas
 	}
 	answers.Let()
 }
+
+// Deliveries returns a channel of up to n values and a callback for a
+// Waker's OnSignal hook (redis.OnWake, redlock.OnWake) that puts each
+// message's value there, never blocking the dispatcher that calls it.
+func Deliveries(n int) (<-chan string, func(value string)) {
+	ch := make(chan string, n)
+	return ch, func(v string) {
+		select {
+		case ch <- v:
+		default:
+		}
+	}
+}
