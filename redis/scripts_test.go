@@ -53,6 +53,7 @@ func TestReleaseScript_EarlierFormatNeverLive(t *testing.T) {
 	s.Plant(k.q, k.w, "old", 1, fmt.Sprintf("%d 30000 ch-old", now-1))
 	s.Plant(k.q, k.w, "prev", 2, fmt.Sprintf("0 %d 30000 ch-prev", now))
 	s.Plant(k.q, k.w, "live", 3, fmt.Sprintf("00 %d 30000 4 ch-live", now))
+	old, prev, live := s.Subscribe("ch-old"), s.Subscribe("ch-prev"), s.Subscribe("ch-live")
 
 	n, err := releaseScript.Run(s.Ctx, s.C, k.all(), "holder").Int()
 	if err != nil || n != 1 {
@@ -64,6 +65,9 @@ func TestReleaseScript_EarlierFormatNeverLive(t *testing.T) {
 	if n := s.C.ZCard(s.Ctx, k.q).Val(); n != 0 {
 		t.Errorf("%d entries left in the queue, want none", n)
 	}
+	s.Message(live, "live 4") // the handoff, naming the attempt its entry holds
+	s.Told(old, "ch-old", false)
+	s.Told(prev, "ch-prev", false)
 }
 
 // TestForceScript_OnlyTheValueRead: see redistest.ForceOnlyTheValueRead.

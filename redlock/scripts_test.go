@@ -200,17 +200,6 @@ func TestForceScript_OnlyTheValueRead(t *testing.T) {
 	redistest.ForceOnlyTheValueRead(t, forceScript, scriptKeys.all())
 }
 
-// subscribe returns the messages published on ch from now on.
-func subscribe(t *testing.T, s *redistest.Server, ch string) <-chan *goredis.Message {
-	t.Helper()
-	ps := s.C.Subscribe(s.Ctx, ch)
-	t.Cleanup(func() { _ = ps.Close() })
-	if _, err := ps.Receive(s.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	return ps.Channel()
-}
-
 // unlock runs the unlock script with leave, notify and values.
 func unlock(t *testing.T, s *redistest.Server, leave, notify string, values ...any) int64 {
 	t.Helper()
@@ -219,44 +208,6 @@ func unlock(t *testing.T, s *redistest.Server, leave, notify string, values ...a
 		t.Fatal(err)
 	}
 	return n
-}
-
-// told reports whether a message came on channel ch (whose messages are
-// msgs) before now: it publishes a marker there and reads up to it; want
-// says which it should be.
-func told(t *testing.T, s *redistest.Server, msgs <-chan *goredis.Message, ch string, want bool) {
-	t.Helper()
-	if err := s.C.Publish(s.Ctx, ch, "marker").Err(); err != nil {
-		t.Fatal(err)
-	}
-	got := false
-	for {
-		select {
-		case m := <-msgs:
-			if m.Payload == "marker" {
-				if got != want {
-					t.Errorf("a message on %s before now: %v; want %v", ch, got, want)
-				}
-				return
-			}
-			got = true
-		case <-s.Ctx.Done():
-			t.Fatalf("the marker never came on %s", ch)
-		}
-	}
-}
-
-// message fails t unless msgs brings want.
-func message(t *testing.T, s *redistest.Server, msgs <-chan *goredis.Message, want string) {
-	t.Helper()
-	select {
-	case m := <-msgs:
-		if m.Payload != want {
-			t.Errorf("message %q; want %q", m.Payload, want)
-		}
-	case <-s.Ctx.Done():
-		t.Fatalf("no message; want %q", want)
-	}
 }
 
 // TestUnlockScript_HandsOver: a release hands the key to the first live
@@ -283,8 +234,8 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			seen := now - tc.ago
 			s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("00 %d 1000 1 ch-dead", now-5000))
 			s.Plant(k.q, k.w, "w", 2, fmt.Sprintf("00 %d 10000 7 ch-w", seen))
-			msgs := subscribe(t, s, "ch-w")
-			dead := subscribe(t, s, "ch-dead")
+			msgs := s.Subscribe("ch-w")
+			dead := s.Subscribe("ch-dead")
 			if n := unlock(t, s, "1", "1", "holder"); n != 1 {
 				t.Fatalf("release answered %d, want 1 (the key was ours)", n)
 			}
@@ -297,8 +248,8 @@ func TestUnlockScript_HandsOver(t *testing.T) {
 			if n, m := s.C.ZCard(s.Ctx, k.q).Val(), s.C.HLen(s.Ctx, k.w).Val(); n != 0 || m != 0 {
 				t.Errorf("%d entries left in the queue, %d in the entries' hash; want none (the dead one dropped, the waiter's taken out)", n, m)
 			}
-			message(t, s, msgs, "w 7")
-			told(t, s, dead, "ch-dead", false)
+			s.Message(msgs, "w 7")
+			s.Told(dead, "ch-dead", false)
 		})
 	}
 }
@@ -331,7 +282,7 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			}
 			msgs := map[string]<-chan *goredis.Message{}
 			for v := range tc.queue {
-				msgs[v] = subscribe(t, s, "ch-"+v)
+				msgs[v] = s.Subscribe("ch-" + v)
 			}
 			if n := unlock(t, s, "0", "0", "old", "me"); n != 1 {
 				t.Fatalf("undo answered %d, want 1", n)
@@ -341,9 +292,9 @@ func TestUnlockScript_UndoFirstInLine(t *testing.T) {
 			}
 			for v, ch := range msgs {
 				if v == tc.told {
-					message(t, s, ch, v+" 3")
+					s.Message(ch, v+" 3")
 				} else {
-					told(t, s, ch, "ch-"+v, false)
+					s.Told(ch, "ch-"+v, false)
 				}
 			}
 		})

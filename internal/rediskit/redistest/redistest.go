@@ -671,3 +671,52 @@ func Deliveries(n int) (<-chan string, func(value string)) {
 		}
 	}
 }
+
+// Subscribe returns the messages published on ch from now on.
+func (s *Server) Subscribe(ch string) <-chan *goredis.Message {
+	s.tb.Helper()
+	ps := s.C.Subscribe(s.Ctx, ch)
+	s.tb.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(s.Ctx); err != nil {
+		s.tb.Fatal(err)
+	}
+	return ps.Channel()
+}
+
+// Told checks whether a message came on channel ch (whose messages are
+// msgs, from Subscribe) before now: it publishes a marker there and reads
+// up to it; want says whether one should have.
+func (s *Server) Told(msgs <-chan *goredis.Message, ch string, want bool) {
+	s.tb.Helper()
+	if err := s.C.Publish(s.Ctx, ch, "marker").Err(); err != nil {
+		s.tb.Fatal(err)
+	}
+	got := false
+	for {
+		select {
+		case m := <-msgs:
+			if m.Payload == "marker" {
+				if got != want {
+					s.tb.Errorf("a message on %s before now: %v; want %v", ch, got, want)
+				}
+				return
+			}
+			got = true
+		case <-s.Ctx.Done():
+			s.tb.Fatalf("the marker never came on %s", ch)
+		}
+	}
+}
+
+// Message fails the test unless msgs brings want next.
+func (s *Server) Message(msgs <-chan *goredis.Message, want string) {
+	s.tb.Helper()
+	select {
+	case m := <-msgs:
+		if m.Payload != want {
+			s.tb.Errorf("message %q; want %q", m.Payload, want)
+		}
+	case <-s.Ctx.Done():
+		s.tb.Fatalf("no message; want %q", want)
+	}
+}
