@@ -5,7 +5,11 @@
 // before anyone else can start.
 //
 // Backends use one Keeper per unit of liveness: per etcd session (many locks
-// share it), per Redis key, per PostgreSQL lease row.
+// share it), per Redis key, per PostgreSQL lease row, per ZooKeeper
+// session. Where the service may confirm a request before the part of it
+// that expires the lease has heard of it (a ZooKeeper follower), the
+// deadline counts only from confirmations that a later one settled: see
+// Settle.
 package keeper
 
 import (
@@ -46,26 +50,67 @@ type Keeper struct {
 	renewals sync.WaitGroup // renewals in flight
 	done     chan struct{}
 
+	settle  time.Duration // see Settle; 0 counts every confirmation at once
+	settled chan struct{} // closed once the deadline counts from a known base
+
 	mu       sync.Mutex
 	pending  *tick     // the scheduled call of tick
 	next     time.Time // when to renew
 	lastErr  error     // the last renewal's error, since the last success
 	lastSent time.Time
+	base     time.Time    // what the deadline counts from; zero while unknown (Settle)
+	last     confirmation // the last confirmation, which the next settles (Settle)
 	deadline time.Time
 	err      error
+}
+
+// confirmation is one confirmed request: when it was sent and when its
+// answer came.
+type confirmation struct{ sent, answered time.Time }
+
+// An Option changes how a Keeper counts its deadline.
+type Option func(*Keeper)
+
+// Settle makes the Keeper count the deadline only from confirmations that
+// the service must have taken in: a confirmed request counts once a later
+// one was confirmed that was sent at least d after the earlier one's
+// answer came. Until one counts, the deadline counts from base, the send
+// time of a request the service is known to have taken in, or, if base is
+// zero, from none: Settled is closed only once a confirmation counts, and
+// the first renewal is sent d after the answer Start was given, instead of
+// RenewEvery after its send. No renewal is sent sooner than d after the
+// last confirmation's answer, so that each settles the one before.
+//
+// It is for a service that answers a request before the part of it that
+// expires the lease has heard of it. A ZooKeeper follower answers a sync
+// once the leader has, but the leader resets the session's expiry only
+// when the follower answers its next ping, up to half a tick later: a
+// link between them that breaks in that time leaves the leader counting
+// from the client's request before. A later sync that the leader answered,
+// sent more than half a tick after the earlier one's answer, proves the
+// follower's ping answer with the earlier request went first.
+//
+// The price is a deadline one renewal shorter: with RenewEvery TTL/3, a
+// renewal has TTL/3 less drift to be confirmed, not 2TTL/3.
+func Settle(d time.Duration, base time.Time) Option {
+	return func(k *Keeper) {
+		k.settle = d
+		k.base = base
+	}
 }
 
 // Start begins renewing a lease created or last renewed by a request sent at
 // sent, on a Scheduler of its own. cfg gives TTL, RenewEvery, Drift and
 // Logger. A backend that starts a Keeper per hold shares one Scheduler
 // among them instead (Scheduler.Start).
-func Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
-	return NewScheduler().Start(sent, cfg, renew)
+func Start(sent time.Time, cfg baton.Config, renew RenewFunc, opts ...Option) *Keeper {
+	return NewScheduler().Start(sent, cfg, renew, opts...)
 }
 
 // Start begins renewing a lease created or last renewed by a request sent
-// at sent, on s. cfg gives TTL, RenewEvery, Drift and Logger.
-func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Keeper {
+// at sent, on s. cfg gives TTL, RenewEvery, Drift and Logger. With Settle,
+// the request's answer is taken to have come at the call.
+func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc, opts ...Option) *Keeper {
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &Keeper{
 		sched: s,
@@ -75,9 +120,28 @@ func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc) *Ke
 		ctx:      ctx,
 		cancel:   cancel,
 		done:     make(chan struct{}),
+		settled:  make(chan struct{}),
 		next:     sent.Add(cfg.RenewEvery),
 		lastSent: sent,
-		deadline: sent.Add(cfg.TTL - cfg.Drift),
+		base:     sent,
+	}
+	for _, o := range opts {
+		o(k)
+	}
+	if k.settle > 0 {
+		answered := time.Now()
+		k.last = confirmation{sent, answered}
+		if k.base.IsZero() {
+			// Lost unless a confirmation counts before sent's own
+			// deadline: none after can count from earlier.
+			k.deadline = sent.Add(k.ttl - k.drift)
+			k.next = answered.Add(k.settle) // the soonest that can settle it
+		}
+		k.notBeforeSettling()
+	}
+	if !k.base.IsZero() {
+		k.deadline = k.base.Add(k.ttl - k.drift)
+		close(k.settled)
 	}
 	if !time.Now().Before(k.deadline) {
 		// Answered at or after the local deadline (a pause between the
@@ -106,6 +170,11 @@ func (k *Keeper) arm() {
 // Done is closed when the lease is lost or the Keeper stopped.
 func (k *Keeper) Done() <-chan struct{} { return k.done }
 
+// Settled is closed once the deadline counts from a request the service
+// is known to have taken in: at once, unless Settle was given no base.
+// Until then, Deadline is only the latest moment the lease can last.
+func (k *Keeper) Settled() <-chan struct{} { return k.settled }
+
 // Context returns a context cancelled when Done is closed, for requests
 // that are only worth finishing while the lease lives.
 func (k *Keeper) Context() context.Context { return k.ctx }
@@ -126,7 +195,7 @@ func (k *Keeper) Deadline() time.Time {
 }
 
 // LastRenewal returns the send time of the last confirmed renewal (or of the
-// request that created the lease).
+// request that created the lease), whether or not it counts yet (Settle).
 func (k *Keeper) LastRenewal() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -206,7 +275,7 @@ func (k *Keeper) tick() {
 		return
 	}
 	sent := time.Now()
-	err, ok := k.renewOnce(deadline)
+	answered, ok, err := k.renewOnce(deadline)
 	if !ok {
 		if k.ctx.Err() == nil { // the deadline passed first
 			k.lose(lastErr)
@@ -218,14 +287,30 @@ func (k *Keeper) tick() {
 	}
 	switch {
 	case err == nil:
-		nd := sent.Add(k.ttl - k.drift)
+		k.mu.Lock()
+		base, settled := k.count(sent)
+		nd := base.Add(k.ttl - k.drift)
+		if base.IsZero() {
+			nd = deadline // none counts yet: still lost at the first one's
+		}
 		if !time.Now().Before(nd) {
-			k.lose(fmt.Errorf("renewal sent at %s was confirmed only after its own deadline", sent.Format(time.StampMilli)))
+			k.mu.Unlock()
+			k.lose(fmt.Errorf("renewal sent at %s was confirmed only after the deadline it gives", sent.Format(time.StampMilli)))
 			return
 		}
-		k.mu.Lock()
 		if k.err == nil { // a loss or stop since the look above leaves the deadline as it was
-			k.lastSent, k.deadline, k.next, k.lastErr = sent, nd, sent.Add(k.every), nil
+			k.lastSent, k.base, k.deadline, k.lastErr = sent, base, nd, nil
+			if k.settle > 0 {
+				k.last = confirmation{sent, answered}
+			}
+			k.next = sent.Add(k.every)
+			if base.IsZero() {
+				k.next = answered.Add(k.settle) // the soonest that can settle it
+			}
+			k.notBeforeSettling()
+			if settled {
+				close(k.settled)
+			}
 		}
 		k.mu.Unlock()
 	case errors.Is(err, baton.ErrLeaseLost):
@@ -236,9 +321,39 @@ func (k *Keeper) tick() {
 		k.mu.Lock()
 		k.lastErr = err
 		k.next = time.Now().Add(min(max(k.every/8, 10*time.Millisecond), time.Second))
+		k.notBeforeSettling()
 		k.mu.Unlock()
 	}
 	k.rearm()
+}
+
+// count returns what the deadline counts from once the renewal sent at sent
+// is confirmed: the renewal's send time, or with Settle the send time of
+// the confirmation before it, which it settles (notBeforeSettling sent it
+// late enough; the base stays as it was otherwise); and whether that is
+// the first known base. The caller holds mu.
+func (k *Keeper) count(sent time.Time) (base time.Time, first bool) {
+	if k.settle == 0 {
+		return sent, false
+	}
+	base = k.base
+	if sent.Sub(k.last.answered) >= k.settle && k.last.sent.After(base) {
+		base = k.last.sent
+	}
+	return base, k.base.IsZero() && !base.IsZero()
+}
+
+// notBeforeSettling puts the next renewal off until it can settle the last
+// confirmation (Settle): one sent sooner would not move the deadline, and
+// with RenewEvery TTL/3, one sent after a slow answer would leave the
+// deadline two renewals behind, which a TTL holds no more. The caller
+// holds mu.
+func (k *Keeper) notBeforeSettling() {
+	if k.settle > 0 {
+		if soonest := k.last.answered.Add(k.settle); k.next.Before(soonest) {
+			k.next = soonest
+		}
+	}
 }
 
 // rearm schedules the next tick unless the Keeper finished meanwhile.
@@ -250,8 +365,8 @@ func (k *Keeper) rearm() {
 	}
 }
 
-// renewOnce runs one renewal with ctx ending at deadline. It returns the
-// renewal's error and true, or false when the deadline passed or the
+// renewOnce runs one renewal with ctx ending at deadline. It returns when
+// its answer came, true, and the renewal's error, or false when the deadline passed or the
 // Keeper stopped first: a RenewFunc whose client ignores its context cannot
 // hold the loss past the deadline. The renewal's goroutine notes when the
 // answer came, and only an answer that came strictly before the deadline
@@ -260,7 +375,7 @@ func (k *Keeper) rearm() {
 // error returned once ctx has ended counts as the deadline's too, not as
 // the renewal's verdict: the request was cut off, so a RenewFunc need not
 // tell the two apart. The renewal's goroutine is awaited by Stop.
-func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
+func (k *Keeper) renewOnce(deadline time.Time) (answered time.Time, ok bool, err error) {
 	rctx, cancel := context.WithDeadline(k.ctx, deadline)
 	defer cancel()
 	type answer struct {
@@ -282,13 +397,13 @@ func (k *Keeper) renewOnce(deadline time.Time) (error, bool) {
 		select {
 		case a = <-res: // it came meanwhile; when it came decides below
 		default:
-			return nil, false
+			return time.Time{}, false, nil
 		}
 	}
 	if !a.at.Before(deadline) || (a.err != nil && a.cut) {
-		return nil, false // too late, or cut off by the deadline or a stop
+		return time.Time{}, false, nil // too late, or cut off by the deadline or a stop
 	}
-	return a.err, true
+	return a.at, true, a.err
 }
 
 func (k *Keeper) lose(lastErr error) {

@@ -305,3 +305,137 @@ func TestKeeper_StopNil(t *testing.T) {
 	k.Stop(baton.ErrReleased) // closed Done twice before
 	k.Lose(errors.New("late"))
 }
+
+// answersAfter is a RenewFunc result that answers after rtt.
+func answersAfter(rtt time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-time.After(rtt):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TestKeeper_Settle_DeadlineLagsOneRenewal: with Settle, a renewal moves
+// the deadline to the send time of the one before it (which it settles),
+// not to its own; until the first settles, the deadline counts from the
+// base given.
+func TestKeeper_Settle_DeadlineLagsOneRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t) // TTL 3s, RenewEvery 1s, drift 100ms
+		r := &recorder{result: answersAfter(50 * time.Millisecond)}
+		start := time.Now()
+		base := start.Add(-200 * time.Millisecond)
+		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, base))
+		defer k.Stop(baton.ErrReleased)
+		select {
+		case <-k.Settled():
+		default:
+			t.Fatal("Settled not closed with a base given")
+		}
+		life := cfg.TTL - cfg.Drift
+		if got, want := k.Deadline(), base.Add(life); !got.Equal(want) {
+			t.Fatalf("initial deadline %v, want base + TTL - drift (%v)", got.Sub(start), want.Sub(start))
+		}
+		time.Sleep(1100 * time.Millisecond) // the first renewal settles Start's request
+		synctest.Wait()
+		if got, want := k.Deadline(), start.Add(life); !got.Equal(want) {
+			t.Fatalf("deadline after the first renewal %v, want Start's send + TTL - drift (%v)", got.Sub(start), want.Sub(start))
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		r.mu.Lock()
+		calls := append([]time.Time(nil), r.calls...)
+		r.mu.Unlock()
+		if len(calls) != 6 {
+			t.Fatalf("renewals in 6.1s at 1s interval = %d, want 6", len(calls))
+		}
+		if got, want := k.Deadline(), calls[4].Add(life); !got.Equal(want) {
+			t.Fatalf("deadline %v after renewal 6, want renewal 5's send + TTL - drift (%v)", got.Sub(start), want.Sub(start))
+		}
+		if got := k.LastRenewal(); !got.Equal(calls[5]) {
+			t.Errorf("LastRenewal %v, want the last confirmed send %v", got.Sub(start), calls[5].Sub(start))
+		}
+	})
+}
+
+// TestKeeper_Settle_SlowAnswer_NextWaits: a renewal whose answer came late
+// is followed by one sent no sooner than the settling time after that
+// answer, which settles it; sent at RenewEvery it would not, and the
+// deadline would fall two renewals behind.
+func TestKeeper_Settle_SlowAnswer_NextWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		r := &recorder{result: answersAfter(400 * time.Millisecond)}
+		start := time.Now()
+		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, start))
+		defer k.Stop(baton.ErrReleased)
+		time.Sleep(2600 * time.Millisecond)
+		synctest.Wait()
+		r.mu.Lock()
+		calls := append([]time.Time(nil), r.calls...)
+		r.mu.Unlock()
+		if len(calls) != 2 {
+			t.Fatalf("renewals in 2.6s = %d, want 2", len(calls))
+		}
+		// The first is sent at 1s and answered at 1.4s: the second waits
+		// until 2.1s, and settles it.
+		if got, want := calls[1].Sub(start), 2100*time.Millisecond; got != want {
+			t.Errorf("second renewal sent at %v, want %v (the first's answer + 700ms)", got, want)
+		}
+		if got, want := k.Deadline(), calls[0].Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
+			t.Errorf("deadline %v, want the first renewal's send + TTL - drift (%v)", got.Sub(start), want.Sub(start))
+		}
+		select {
+		case <-k.Done():
+			t.Fatalf("lost while renewals succeed: %v", k.Err())
+		default:
+		}
+	})
+}
+
+// TestKeeper_Settle_NoBase: with no base known, Settled waits for the
+// first renewal, sent the settling time after Start, to settle Start's
+// request; a Keeper whose renewals all fail is lost at that request's
+// deadline and never settles.
+func TestKeeper_Settle_NoBase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		r := &recorder{result: answersAfter(10 * time.Millisecond)}
+		start := time.Now()
+		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, time.Time{}))
+		defer k.Stop(baton.ErrReleased)
+		select {
+		case <-k.Settled():
+			t.Fatal("Settled closed before any confirmation counts")
+		default:
+		}
+		<-k.Settled()
+		if got, want := time.Since(start), 710*time.Millisecond; got != want {
+			t.Errorf("settled %v after Start, want %v (the settling time and the answer)", got, want)
+		}
+		if got, want := k.Deadline(), start.Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
+			t.Errorf("deadline %v, want Start's send + TTL - drift (%v)", got.Sub(start), want.Sub(start))
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t)
+		r := &recorder{result: func(context.Context) error { return errors.New("no answer") }}
+		start := time.Now()
+		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, time.Time{}))
+		<-k.Done()
+		if got, want := time.Since(start), cfg.TTL-cfg.Drift; got != want {
+			t.Errorf("lost %v after Start, want %v", got, want)
+		}
+		if !errors.Is(k.Err(), ErrDeadline) {
+			t.Errorf("Err = %v, want ErrDeadline", k.Err())
+		}
+		select {
+		case <-k.Settled():
+			t.Error("Settled closed though no confirmation counted")
+		default:
+		}
+	})
+}
