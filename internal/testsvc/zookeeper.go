@@ -364,6 +364,8 @@ func firstLine(s string) string {
 // that needs one should start one: three JVMs are heavy on a small machine.
 type ZKEnsemble struct {
 	Servers []*ZKServer // Servers[i].ID == i+1
+
+	links map[[2]int]*Proxy // [from, to] IDs: see StartZKEnsembleLinked
 }
 
 // StartZKEnsemble starts n servers (n odd, usually 3) on free loopback
@@ -371,13 +373,43 @@ type ZKEnsemble struct {
 // skips like StartZooKeeperWith when Java or the jars are missing.
 func StartZKEnsemble(tb testing.TB, n int) *ZKEnsemble {
 	tb.Helper()
+	return startZKEnsemble(tb, n, false)
+}
+
+// StartZKEnsembleLinked is StartZKEnsemble with each member's connection
+// to another's quorum port (a follower's to its leader) through a Proxy of
+// its own, for a test that cuts one link and no other: see Link. Leader
+// election goes directly.
+func StartZKEnsembleLinked(tb testing.TB, n int) *ZKEnsemble {
+	tb.Helper()
+	return startZKEnsemble(tb, n, true)
+}
+
+// Link returns the proxy that carries from's connections to to's quorum
+// port: those of a follower to its leader. It fails tb on an ensemble
+// started without links.
+func (e *ZKEnsemble) Link(tb testing.TB, from, to *ZKServer) *Proxy {
+	tb.Helper()
+	p := e.links[[2]int{from.ID, to.ID}]
+	if p == nil {
+		tb.Fatalf("no link from ZooKeeper server %d to %d: start the ensemble with StartZKEnsembleLinked", from.ID, to.ID)
+	}
+	return p
+}
+
+func startZKEnsemble(tb testing.TB, n int, linked bool) *ZKEnsemble {
+	tb.Helper()
 	java, err := zkJava()
 	if err != nil {
 		Unavailable(tb, "ZooKeeper", err)
 	}
 	var lastErr error
 	for range portTries {
-		e, err := startEnsemble(tb.TempDir(), java, n)
+		var link func(target string) *Proxy
+		if linked {
+			link = func(target string) *Proxy { return NewProxy(tb, target) }
+		}
+		e, err := startEnsemble(tb.TempDir(), java, n, link)
 		if err == nil {
 			tb.Cleanup(e.Stop)
 			return e
@@ -388,9 +420,11 @@ func StartZKEnsemble(tb testing.TB, n int) *ZKEnsemble {
 	return nil
 }
 
-func startEnsemble(dir, java string, n int) (*ZKEnsemble, error) {
-	e := &ZKEnsemble{}
-	var members []string
+// startEnsemble writes the configs and starts the servers. With link,
+// each member's config gives the others' quorum ports as proxies made by
+// link, one per pair.
+func startEnsemble(dir, java string, n int, link func(target string) *Proxy) (*ZKEnsemble, error) {
+	e := &ZKEnsemble{links: map[[2]int]*Proxy{}}
 	ports := make([][3]int, n)
 	for i := range n {
 		for j := range 3 {
@@ -400,9 +434,18 @@ func startEnsemble(dir, java string, n int) (*ZKEnsemble, error) {
 			}
 			ports[i][j] = p
 		}
-		members = append(members, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[i][1], ports[i][2]))
 	}
 	for i := range n {
+		var members []string
+		for j := range n {
+			quorum := "127.0.0.1:" + strconv.Itoa(ports[j][1])
+			if link != nil && j != i {
+				p := link(quorum)
+				e.links[[2]int{i + 1, j + 1}] = p
+				quorum = p.Addr()
+			}
+			members = append(members, fmt.Sprintf("server.%d=%s:%d", j+1, quorum, ports[j][2]))
+		}
 		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i+1))
 		s := &ZKServer{ID: i + 1, Addr: "127.0.0.1:" + strconv.Itoa(ports[i][0]), java: java, dir: sdir,
 			cfg: filepath.Join(sdir, "zoo.cfg")}
