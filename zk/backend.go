@@ -28,6 +28,7 @@ type backend struct {
 	owned   bool              // Close closes conn
 	polling bool              // the state comes from polling conn.State
 	events  <-chan zkgo.Event // conn's event channel when owned, drained on Close
+	dials   *dialClock        // when conn last began to dial, when owned; else nil
 
 	calls   flights            // requests in flight, each in its own goroutine
 	workers sync.WaitGroup     // reaper and poller
@@ -76,6 +77,9 @@ type hooks struct {
 	// observed is called with each term an observation queues for its
 	// reader.
 	observed func(baton.Term)
+	// renewed is called by each renewal that confirmed the session, before
+	// the keeper counts it.
+	renewed func()
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

@@ -52,7 +52,9 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 	where := "zk://" + strings.Join(servers, ",")
 	cs := newConnState()
 	tap := &logTap{log: cfg.Logger, cs: cs}
+	dials := new(dialClock)
 	conn, events, err := zkgo.Connect(servers, cfg.TTL,
+		zkgo.WithDialer(dials.dial),
 		zkgo.WithLogger(tap),
 		zkgo.WithLogInfo(true), // the granted session timeout is only in an info line
 		zkgo.WithEventCallback(func(ev zkgo.Event) {
@@ -69,7 +71,7 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 		conn.Close()
 		return nil, err
 	}
-	b.owned, b.events = true, events
+	b.owned, b.events, b.dials = true, events, dials
 	b.start()
 	if err := b.handshake(ctx); err != nil {
 		_ = b.Close()

@@ -130,6 +130,33 @@ func TestDial_SessionTimeoutOutsideServerLimits(t *testing.T) {
 	}
 }
 
+// TestDial_RenewalsMustFitTwiceInTTL: a lease's deadline counts from the
+// renewal before the last, so a renew interval or a drift that leaves no
+// room for two renewals in the TTL is an option error naming it, before
+// any dial; the defaults and TTL/2.5 fit.
+func TestDial_RenewalsMustFitTwiceInTTL(t *testing.T) {
+	for _, tc := range []struct {
+		opts []baton.Option
+		want string // "" for none
+	}{
+		{[]baton.Option{baton.WithTTL(4 * time.Second), baton.WithRenewEvery(2 * time.Second)}, "renew interval"},
+		{[]baton.Option{baton.WithTTL(4 * time.Second), baton.WithRenewEvery(1960 * time.Millisecond), baton.WithDrift(100 * time.Millisecond)}, "renew interval"},
+		{[]baton.Option{baton.WithTTL(4 * time.Second), baton.WithDrift(1600 * time.Millisecond)}, "drift"},
+		{[]baton.Option{baton.WithTTL(4 * time.Second)}, ""},
+		{[]baton.Option{baton.WithTTL(4 * time.Second), baton.WithRenewEvery(1600 * time.Millisecond), baton.WithDrift(100 * time.Millisecond)}, ""},
+	} {
+		// A closed port: the options are checked before dialling.
+		_, err := zk.Dial(context.Background(), []string{"127.0.0.1:1"}, append(tc.opts, baton.WithRequestTimeout(100*time.Millisecond))...)
+		var oe *baton.OptionError
+		switch {
+		case tc.want == "" && errors.As(err, &oe):
+			t.Errorf("%v: %v; want no option error", tc.opts, err)
+		case tc.want != "" && (!errors.As(err, &oe) || oe.Option != tc.want || !strings.Contains(err.Error(), "renewal before the last")):
+			t.Errorf("%v: err = %v; want an option error on the %s saying why", tc.opts, err, tc.want)
+		}
+	}
+}
+
 func TestDial_Unreachable(t *testing.T) {
 	port, err := testsvc.FreePort()
 	if err != nil {

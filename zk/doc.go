@@ -78,41 +78,49 @@
 //
 // # The clock model and the local deadline
 //
-// A lease's Deadline is the send time of the last request the session
-// answered, plus the session timeout, minus the drift margin, counted on
-// the monotonic clock. The server cannot expire the session before it:
-// it resets a session's expiry on every packet it receives, to at least the
-// session timeout after the receipt (rounding up to its next tick), and the
-// answered request was received no earlier than it was sent. That holds
-// for a standalone server and for a client connected to an ensemble's
-// leader. A follower cut off from the leader goes on answering reads and
-// pings on its own until it notices, syncLimit x tickTime later, while
-// the leader expires the session after the session timeout, which may be
-// shorter: so the request that confirms a session is a sync, which a
-// follower answers only after the leader has. A leader cut off from its
-// quorum answers syncs itself until it steps down, at the same syncLimit
-// x tickTime (ZOOKEEPER-2136), and drops its clients then; the session
-// cannot expire sooner elsewhere, since the leader the others elect gives
-// every session a whole timeout when it takes over. When the deadline
-// passes without a confirmed request, the lease is lost.
+// A lease's Deadline is counted, on the monotonic clock, from the send
+// time of a request the session's server is known to have counted from,
+// plus the session timeout, minus the drift margin. The server cannot
+// expire the session before it: it resets a session's expiry on every
+// packet it receives, to at least the session timeout after the receipt
+// (rounding up to its next tick), and the request was received no earlier
+// than it was sent.
 //
-// One gap remains for a client connected to a follower, and the default
-// drift does not cover it. The leader does not reset a session's expiry
-// when it answers a sync that a follower passed on: it learns of the
-// client's packets from the follower's answer to its next ping, up to
-// half a tick after the sync reached the follower. If the link between
-// follower and leader breaks in that half tick, the leader knows only of
-// the client's packets before it, up to RenewEvery older (go-zookeeper's
-// own pings come every third of the timeout), and may expire the session
-// up to RenewEvery plus half a tick before the holder's deadline. The
-// holder is not told meanwhile: the follower keeps its connection until it
-// notices, syncLimit x tickTime later. On an ensemble, give the lease a
-// drift of at least RenewEvery plus half the servers' tickTime
-// (baton.WithDrift; drift= in the URL), or run servers whose syncLimit x
-// tickTime is shorter than the session timeout minus RenewEvery and half a
-// tick: the follower then drops the client, which is suspended and stops
-// the work by default, before the leader can expire the session. Neither
-// is tested against a partition between ensemble members yet.
+// On an ensemble it is the leader that expires sessions, and a client may
+// be connected to a follower. A follower cut off from the leader goes on
+// answering reads and pings on its own until it notices, syncLimit x
+// tickTime later, while the leader expires the session after the session
+// timeout, which may be shorter: so the request that confirms a session is
+// a sync, which a follower answers only after the leader has. Nor does the
+// leader reset the session's expiry when it answers that sync: it learns
+// of the client's packets from the follower's answer to its next ping,
+// which it sends every half tick. A link between them that breaks just
+// after the sync was answered leaves the leader counting from the
+// client's packets before it, up to RenewEvery older. So a confirmation
+// counts only once a later sync, sent more than half a tick after the
+// earlier one's answer, is answered: the follower's ping answer that
+// carried the earlier one went to the leader before the later sync did,
+// on the same connection. Renewals are sent no sooner than that (three
+// tenths of the session timeout after the last answer: servers grant at
+// least two ticks, so half a tick is at most a quarter of it, and the
+// rest is for the ping's own delays), and the deadline counts from the
+// renewal before the last: with RenewEvery TTL/3, a renewal has a third of
+// the timeout, less drift, to be answered. A session's first hold counts
+// from when go-zookeeper began to dial the connection, for a connection
+// Dial made less than RenewEvery before the session's first request: the
+// leader creates or revalidates a session only after that, and resets its
+// expiry then. On a connection given to New, or an older one, the first
+// hold waits for the first renewal to settle the session's first request,
+// three tenths of the session timeout. TestEnsemble_FollowerCutOff cuts
+// that link on a three-server ensemble at the worst moment, and a deadline
+// counted from the last renewal lets the next holder in about 0.8s early.
+//
+// A leader cut off from its quorum answers syncs itself until it steps
+// down, at the same syncLimit x tickTime (ZOOKEEPER-2136), and drops its
+// clients then; the session cannot expire sooner elsewhere, since the
+// leader the others elect gives every session a whole timeout when it
+// takes over. When the deadline passes without a settled confirmation,
+// the lease is lost.
 //
 // # Connection states, as Curator has them
 //
@@ -156,6 +164,10 @@
 //     longer than the session timeout wakes, sees its lease lost a moment
 //     later, and may write in between. Writes that must not happen twice go
 //     through a fence, which refuses the stale token.
+//   - The time that settles a confirmation (three tenths of the session
+//     timeout) covers the leader's half-tick pings for session timeouts
+//     of two ticks or more, which is what servers grant unless
+//     minSessionTimeout is set lower; Dial cannot learn the tickTime.
 //   - TTLLeft in status is unknown (-1): only the server knows how long a
 //     session has left.
 //   - Sequence numbers past 2^31 wrap on the server; an election node that

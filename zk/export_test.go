@@ -2,6 +2,7 @@ package zk
 
 import (
 	"context"
+	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
 
@@ -45,6 +46,12 @@ func OnReleaseDelete(l *baton.Locker, fn func()) {
 // It keeps the other hooks set.
 func OnAwaitingConnection(l *baton.Locker, fn func()) {
 	setHook(l, func(h *hooks) { h.awaitingConnection = fn })
+}
+
+// OnRenewed calls fn in each renewal that confirmed l's session, as soon
+// as its answers came. It keeps the other hooks set.
+func OnRenewed(l *baton.Locker, fn func()) {
+	setHook(l, func(h *hooks) { h.renewed = fn })
 }
 
 // setHook changes one of l's hooks, keeping the others.
@@ -107,3 +114,7 @@ func AwaitingSettled(l *baton.Locker) bool {
 	defer b.mu.Unlock()
 	return b.idle != nil
 }
+
+// SettleTime is how long after a confirmation's answer a sync must be sent
+// to settle it (see keeper.Settle), for a session timeout of ttl.
+func SettleTime(ttl time.Duration) time.Duration { return settleTime(ttl) }

@@ -52,9 +52,10 @@ func (h *hold) Key() string              { return h.path }
 func (h *hold) Token() baton.Token       { return baton.Token(h.czxid) }
 func (h *hold) Context() context.Context { return h.life }
 
-// Deadline is the session's local deadline: the send time of the last
-// request the session answered, plus the session timeout, minus the drift
-// margin. The server cannot expire the session before it.
+// Deadline is the session's local deadline: the send time of a request
+// the leader is known to have heard of (see the package doc), plus the
+// session timeout, minus the drift margin. The server cannot expire the
+// session before it.
 func (h *hold) Deadline() time.Time { return h.s.k.Deadline() }
 
 func (h *hold) Err() error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
@@ -33,9 +35,9 @@ var (
 
 // session is one ZooKeeper session as the backend uses it: the lease that
 // every node of its holds lives on. A keeper.Keeper keeps its local
-// deadline, counted from the send time of the last request the session
-// answered (go-zookeeper's own pings are not visible to us, so the keeper
-// makes a cheap one every RenewEvery). A session object ends when the
+// deadline, counted from the send time of a confirmation that a later one
+// settled (keeper.Settle; go-zookeeper's own pings are not visible to us,
+// so the keeper makes a cheap one every RenewEvery). A session object ends when the
 // server expires the session, when the connection gets a new session, or
 // when the local deadline passes; the next acquisition then makes a new
 // one, possibly on the same server session if that is still alive.
@@ -84,6 +86,7 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 	for attempt := 0; ; attempt++ {
 		before := b.observe()
 		sid := b.conn.SessionID()
+		dialed := b.dials.last()
 		sent := time.Now()
 		_, err := call(b, ctx, func() (string, error) { return b.conn.Sync("/") })
 		after := b.observe()
@@ -101,14 +104,14 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 			return nil, b.timeoutError(after.timeout)
 		}
 
-		return b.install(sid, before.mark, after, sent)
+		return b.install(sid, before.mark, after, sent, dialed)
 	}
 }
 
 // install makes the session object for server session sid, confirmed by a
-// request sent at sent, unless another acquisition installed a live one
-// meanwhile.
-func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*session, error) {
+// request sent at sent on a connection dialed at dialed or later (zero:
+// not known), unless another acquisition installed a live one meanwhile.
+func (b *backend) install(sid int64, born mark, now snap, sent, dialed time.Time) (*session, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -120,7 +123,7 @@ func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*sess
 	}
 	old := b.sess
 	s := &session{id: sid, born: born}
-	s.k = keeper.Start(sent, b.cfg, b.renewer(s))
+	s.k = keeper.Start(sent, b.cfg, b.renewer(s), keeper.Settle(settleTime(b.cfg.TTL), b.leaderHeard(sent, dialed)))
 	b.sess = s
 	b.mu.Unlock()
 	if old != nil {
@@ -132,6 +135,54 @@ func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*sess
 	return s, nil
 }
 
+// settleTime is how long after a confirmation's answer a sync must be sent
+// to prove that the leader heard of the confirmation itself (see
+// keeper.Settle): more than the half tick after which the leader pings a
+// follower, which answers with the sessions its clients touched. Servers
+// grant a session timeout of two ticks or more, so half a tick is at most
+// a quarter of it; the rest, a twentieth, is for the ping's own delays.
+func settleTime(ttl time.Duration) time.Duration { return ttl * 3 / 10 }
+
+// leaderHeard returns the send time of a request the leader is known to
+// have heard of from the session, for a session confirmed by a request sent
+// at sent on a connection dialed at dialed or later: the dial itself,
+// since the leader resets a session's expiry when it creates it or
+// revalidates it for a client that connects again, and a connection has a
+// session only after that. It returns zero, none known, when dialed is
+// unknown (a connection given to New) or longer than a renewal before
+// sent: counting from it would leave the first renewal less time than
+// later ones get, and the first acquisition waits for a renewal to settle
+// the request instead (see grant).
+func (b *backend) leaderHeard(sent, dialed time.Time) time.Time {
+	if dialed.IsZero() || dialed.Before(sent.Add(-b.cfg.RenewEvery)) {
+		return time.Time{}
+	}
+	return dialed
+}
+
+// dialClock notes when go-zookeeper last began to dial a server, for a
+// connection Dial makes.
+type dialClock struct{ at atomic.Pointer[time.Time] }
+
+// dial is go-zookeeper's default dialer, noting the time first.
+func (d *dialClock) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	now := time.Now()
+	d.at.Store(&now)
+	return net.DialTimeout(network, address, timeout)
+}
+
+// last returns when the last dial began: zero before any, or on a nil
+// dialClock (a connection given to New).
+func (d *dialClock) last() time.Time {
+	if d == nil {
+		return time.Time{}
+	}
+	if t := d.at.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
 // renewer confirms the session, so that the keeper knows when the leader
 // last heard from it: a sync, and an exists on each node held on the
 // session, which also finds a node deleted by someone else (an operator's
@@ -141,11 +192,11 @@ func (b *backend) install(sid int64, born mark, now snap, sent time.Time) (*sess
 // follower notices that it lost the leader only after syncLimit x
 // tickTime, which may well be longer than the session timeout. It answers
 // a sync only after the leader did, so a sync answered through a follower
-// proves that the leader still served the session when it was sent, and
-// the keeper counts the local deadline from that send. (The leader learns
-// of the sync's packet itself only from the follower's next ping answer:
-// see the package doc for the gap that leaves, and the drift that covers
-// it.) A session's first look (see session) is a sync too. A leader cut
+// proves that the leader still served the session when it was sent. The
+// leader learns of the sync's packet itself only from the follower's next
+// ping answer, so the keeper counts the local deadline from a sync's send
+// only once a later one settled it (settleTime). A session's first look
+// (see session) is a sync too. A leader cut
 // off from its quorum answers syncs itself until it steps down, also after
 // syncLimit x tickTime (ZOOKEEPER-2136): see the package doc.
 func (b *backend) renewer(s *session) keeper.RenewFunc {
@@ -197,6 +248,9 @@ func (b *backend) renewer(s *session) keeper.RenewFunc {
 					h.forget()
 				}
 			}
+		}
+		if hk := b.hooks.Load(); hk != nil && hk.renewed != nil {
+			hk.renewed()
 		}
 		return nil
 	}

@@ -1,10 +1,13 @@
 package zk_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,6 +325,60 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 	})
 }
 
+// TestFirstHold_DeadlineFromDial: on a connection Dial made, the first
+// hold is granted without waiting for a renewal to settle the session's
+// first request, its deadline counted from when go-zookeeper began to
+// dial, at which the server had not yet created (or revalidated) the
+// session, and not from that first request, which a follower may have
+// answered before the leader heard of it.
+func TestFirstHold_DeadlineFromDial(t *testing.T) {
+	const ttl, drift = longTTL, 50 * time.Millisecond
+	before := time.Now()
+	fl := dial(t, []string{zkServer.Addr(t)}, zk.Settings{}, baton.WithTTL(ttl), baton.WithDrift(drift))
+	dialed := time.Now()
+	// The session's first request comes later, well apart from the dial,
+	// so that a deadline counted from it shows.
+	time.Sleep(200 * time.Millisecond)
+	la, err := fl.Acquire(timeout(t, 20*time.Second), uniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(context.Background())
+	life := ttl - drift
+	if d := la.Deadline(); d.Before(before.Add(life)) || d.After(dialed.Add(life)) {
+		t.Fatalf("deadline %v after Dial began; want the dial's start + TTL - drift, between %v and %v",
+			d.Sub(before).Round(time.Millisecond), life, dialed.Sub(before)+life)
+	}
+}
+
+// TestFirstHold_NewWaitsToSettle: on a connection given to New, when it
+// was dialed is unknown, so the first hold waits until a renewal sent the
+// settling time after the session's first request was answered has
+// settled that request, and counts the deadline from its send.
+func TestFirstHold_NewWaitsToSettle(t *testing.T) {
+	const ttl, drift = 2 * time.Second, 50 * time.Millisecond
+	fl, err := zk.New(connect(t, zkServer.Addr(t), ttl, nil), baton.WithTTL(ttl), baton.WithDrift(drift))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	start := time.Now()
+	la, err := fl.Acquire(timeout(t, 20*time.Second), uniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(context.Background())
+	acquired := time.Now()
+	settle := zk.SettleTime(ttl)
+	if took := acquired.Sub(start); took < settle {
+		t.Fatalf("first hold granted %v after Acquire began; want the settling time (%v) or more", took, settle)
+	}
+	if d, latest := la.Deadline(), acquired.Add(-settle+ttl-drift); d.Before(start.Add(ttl-drift)) || d.After(latest) {
+		t.Fatalf("deadline %v after Acquire began; want the first request's send + TTL - drift, between %v and %v",
+			d.Sub(start).Round(time.Millisecond), ttl-drift, latest.Sub(start))
+	}
+}
+
 // TestEnsemble_Failover kills the ZooKeeper server the holder is connected
 // to, in a 3-server ensemble. The session moves to another server within
 // its timeout, so the lease (ContinueWhileSuspended) survives; tokens stay
@@ -465,6 +522,142 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 	if took >= 4*time.Second {
 		t.Fatalf("lease lost %v after the leader froze; want within one TTL (%v) and a renewal, before the follower gives up on the leader (5s)", took, ttl)
 	}
+}
+
+// TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover: the gap a
+// follower leaves. The leader resets a session's expiry not when it
+// answers a sync that a follower passed on, but when the follower answers
+// its next ping (every half tick) with the sessions its clients touched.
+// The holder, connected to a follower, has a renewal answered, and at once
+// the follower's link to the leader is cut (held, not closed: the follower
+// serves its clients until it gives up on the leader, syncLimit x tickTime
+// = 5s later). The leader never hears of that renewal. Until the cut, the
+// holder's go-zookeeper pings are dropped, so the last packet the leader
+// heard of is the renewal before, a third of the session timeout older:
+// the worst case, which go-zookeeper's own pings only sometimes leave. A
+// waiter connected to the leader must not get the lock before the
+// holder's deadline. A deadline counted from the last renewal, not the one
+// before it, fails this by about half a second.
+func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
+	t.Parallel()
+	oneEnsemble(t)
+	// A third of it (the renewals' interval) must exceed a tick and a
+	// half, the most the leader's rounding and ping may add, for the test
+	// to catch a deadline counted from the last renewal.
+	const ttl = 4 * time.Second
+	ens := testsvc.StartZKEnsembleLinked(t, 3)
+	leader, err := ens.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *testsvc.ZKServer
+	for _, s := range ens.Servers {
+		if s != leader {
+			follower = s
+			break
+		}
+	}
+	link := ens.Link(t, follower, leader)
+	defer link.Unblock()
+	pings := &pingDropper{}
+	pings.drop.Store(true)
+	fl, err := zk.New(connect(t, follower.Addr, ttl, pings.dial), baton.WithTTL(ttl), baton.WithLogger(testLogger(t).With("client", "holder")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	w := dial(t, []string{leader.Addr}, zk.Settings{}, baton.WithTTL(ttl), baton.WithLogger(testLogger(t).With("client", "waiter")))
+	ctx := timeout(t, time.Minute)
+	name := uniqueName(t)
+	la, err := fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired := time.Now()
+	stopped := watchStop(la)
+	type took struct {
+		at  time.Time
+		err error
+	}
+	wc := make(chan took, 1)
+	go func() {
+		lw, err := w.Acquire(ctx, name)
+		wc <- took{time.Now(), err}
+		if err == nil {
+			_ = lw.Release(context.WithoutCancel(ctx))
+		}
+	}()
+	var cut sync.Once
+	var cutAt time.Time
+	cutDone := make(chan struct{})
+	zk.OnRenewed(fl.Locker(), func() {
+		cut.Do(func() {
+			link.Block()
+			cutAt = time.Now()
+			pings.drop.Store(false) // the follower answers them on its own
+			close(cutDone)
+		})
+	})
+	select {
+	case <-stopped.done:
+	case <-time.After(3 * ttl):
+		t.Fatalf("the lease outlived the cut by 3 TTL: %v", la.Err())
+	}
+	<-cutDone
+	deadline := la.Deadline()
+	if pings.dropped.Load() == 0 {
+		t.Fatal("no ping was dropped before the cut: the test did not make the case it checks")
+	}
+	var wt took
+	select {
+	case wt = <-wc:
+	case <-time.After(4 * ttl):
+		t.Fatal("the waiter did not get the lock within 4 TTL of the holder's loss")
+	}
+	if wt.err != nil {
+		t.Fatalf("waiter: %v", wt.err)
+	}
+	t.Logf("link cut %v after the holder acquired; its work stopped %v after the cut (%v); the waiter took over %v after the holder's deadline",
+		cutAt.Sub(acquired).Round(time.Millisecond), stopped.at.Sub(cutAt).Round(time.Millisecond), la.Err(), wt.at.Sub(deadline).Round(time.Millisecond))
+	if wt.at.Before(deadline) {
+		t.Fatalf("the waiter got the lock %v before the holder's deadline: the leader expired the session first", deadline.Sub(wt.at).Round(time.Millisecond))
+	}
+	if !errors.Is(la.Err(), keeper.ErrDeadline) {
+		t.Fatalf("lease lost with %v; want by its local deadline, the cut follower still serving it", la.Err())
+	}
+}
+
+// pingDropper dials connections that drop go-zookeeper's pings while drop
+// is set, counting them: the server then hears of the session only from
+// the requests the test makes.
+type pingDropper struct {
+	drop    atomic.Bool
+	dropped atomic.Int64
+}
+
+func (d *pingDropper) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &pingDroppingConn{Conn: c, d: d}, nil
+}
+
+// zkPing is go-zookeeper's ping as it writes it, in one Write: length 8,
+// xid -2, opcode 11.
+var zkPing = []byte{0, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11}
+
+type pingDroppingConn struct {
+	net.Conn
+	d *pingDropper
+}
+
+func (c *pingDroppingConn) Write(b []byte) (int, error) {
+	if c.d.drop.Load() && bytes.Equal(b, zkPing) {
+		c.d.dropped.Add(1)
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
 }
 
 // ensembles lets one ensemble test run at a time.

@@ -71,6 +71,17 @@ func newConfig(opts []baton.Option) (baton.Config, error) {
 	if cfg.TTL%time.Millisecond != 0 || cfg.TTL > time.Duration(1<<31-1)*time.Millisecond {
 		return cfg, &baton.OptionError{Option: "ttl", Value: cfg.TTL.String(), Reason: "is the ZooKeeper session timeout, a whole number of milliseconds; use one such as 4s"}
 	}
+	// The deadline counts from the renewal before the last, and renewals
+	// come no sooner than settleTime apart: two of them must fit in the
+	// TTL less the drift.
+	const why = "a ZooKeeper lease's deadline counts from the renewal before the last, so two renewals must fit in TTL - drift"
+	settle := settleTime(cfg.TTL)
+	switch {
+	case 2*settle >= cfg.TTL-cfg.Drift:
+		return cfg, &baton.OptionError{Option: "drift", Value: cfg.Drift.String(), Reason: fmt.Sprintf("is too large: %s, and renewals come at least 3/10 of the TTL (%v) apart: keep the drift below 2/5 of the TTL (%v)", why, settle, cfg.TTL*2/5)}
+	case 2*cfg.RenewEvery >= cfg.TTL-cfg.Drift:
+		return cfg, &baton.OptionError{Option: "renew interval", Value: cfg.RenewEvery.String(), Reason: fmt.Sprintf("is too long: %s (%v - %v): use less than %v; the default is TTL/3", why, cfg.TTL, cfg.Drift, (cfg.TTL-cfg.Drift)/2)}
+	}
 	return cfg, nil
 }
 
