@@ -1,15 +1,13 @@
 // Package keeper renews a lease in the background and keeps its local
-// deadline: the send time of the last confirmed renewal plus the TTL, minus
-// a drift margin, counted on the monotonic clock. The lock service cannot
+// deadline: the send time of the last confirmed renewal (with Settle, of
+// the one before it) plus the TTL, minus a drift margin, counted on the
+// monotonic clock. The lock service cannot
 // free the lease before that moment, so a holder told to stop at it stops
 // before anyone else can start.
 //
 // Backends use one Keeper per unit of liveness: per etcd session (many locks
 // share it), per Redis key, per PostgreSQL lease row, per ZooKeeper
-// session. Where the service may confirm a request before the part of it
-// that expires the lease has heard of it (a ZooKeeper follower), the
-// deadline counts only from confirmations that a later one settled: see
-// Settle.
+// session.
 package keeper
 
 import (
@@ -91,7 +89,7 @@ type Option func(*Keeper)
 // follower's ping answer with the earlier request went first.
 //
 // The price is a deadline one renewal shorter: with RenewEvery TTL/3, a
-// renewal has TTL/3 less drift to be confirmed, not 2TTL/3.
+// renewal has TTL/3 - drift to be confirmed, not 2TTL/3 - drift.
 func Settle(d time.Duration, base time.Time) Option {
 	return func(k *Keeper) {
 		k.settle = d
@@ -288,27 +286,27 @@ func (k *Keeper) tick() {
 	switch {
 	case err == nil:
 		k.mu.Lock()
-		base, settled := k.count(sent)
+		base := k.counted(sent)
 		nd := base.Add(k.ttl - k.drift)
-		if base.IsZero() {
-			nd = deadline // none counts yet: still lost at the first one's
-		}
 		if !time.Now().Before(nd) {
 			k.mu.Unlock()
 			k.lose(fmt.Errorf("renewal sent at %s was confirmed only after the deadline it gives", sent.Format(time.StampMilli)))
 			return
 		}
 		if k.err == nil { // a loss or stop since the look above leaves the deadline as it was
+			first := k.base.IsZero()
 			k.lastSent, k.base, k.deadline, k.lastErr = sent, base, nd, nil
-			if k.settle > 0 {
-				k.last = confirmation{sent, answered}
-			}
+			k.last = confirmation{sent, answered}
+			// RenewEvery after this one, but no later than two after
+			// the base: a renewal that came late, after failures, leaves
+			// the next as long as in steady state. And no sooner than it
+			// can settle this one.
 			k.next = sent.Add(k.every)
-			if base.IsZero() {
-				k.next = answered.Add(k.settle) // the soonest that can settle it
+			if late := base.Add(2 * k.every); late.Before(k.next) {
+				k.next = late
 			}
 			k.notBeforeSettling()
-			if settled {
+			if first {
 				close(k.settled)
 			}
 		}
@@ -327,20 +325,15 @@ func (k *Keeper) tick() {
 	k.rearm()
 }
 
-// count returns what the deadline counts from once the renewal sent at sent
-// is confirmed: the renewal's send time, or with Settle the send time of
-// the confirmation before it, which it settles (notBeforeSettling sent it
-// late enough; the base stays as it was otherwise); and whether that is
-// the first known base. The caller holds mu.
-func (k *Keeper) count(sent time.Time) (base time.Time, first bool) {
+// counted returns what the deadline counts from once the renewal sent at
+// sent is confirmed: its send time, or with Settle the send time of the
+// confirmation before it, which this one settles: notBeforeSettling did
+// not send it sooner than the settling time after that one's answer.
+func (k *Keeper) counted(sent time.Time) time.Time {
 	if k.settle == 0 {
-		return sent, false
+		return sent
 	}
-	base = k.base
-	if sent.Sub(k.last.answered) >= k.settle && k.last.sent.After(base) {
-		base = k.last.sent
-	}
-	return base, k.base.IsZero() && !base.IsZero()
+	return k.last.sent
 }
 
 // notBeforeSettling puts the next renewal off until it can settle the last
@@ -366,15 +359,16 @@ func (k *Keeper) rearm() {
 }
 
 // renewOnce runs one renewal with ctx ending at deadline. It returns when
-// its answer came, true, and the renewal's error, or false when the deadline passed or the
-// Keeper stopped first: a RenewFunc whose client ignores its context cannot
-// hold the loss past the deadline. The renewal's goroutine notes when the
-// answer came, and only an answer that came strictly before the deadline
-// counts: one that came at or after it is too late, even when this
-// goroutine, slow to wake, finds it waiting together with the deadline. An
-// error returned once ctx has ended counts as the deadline's too, not as
-// the renewal's verdict: the request was cut off, so a RenewFunc need not
-// tell the two apart. The renewal's goroutine is awaited by Stop.
+// its answer came, true, and the renewal's error, or false when the
+// deadline passed or the Keeper stopped first: a RenewFunc whose client
+// ignores its context cannot hold the loss past the deadline. The renewal's
+// goroutine notes when the answer came, and only an answer that came
+// strictly before the deadline counts: one that came at or after it is too
+// late, even when this goroutine, slow to wake, finds it waiting together
+// with the deadline. An error returned once ctx has ended counts as the
+// deadline's too, not as the renewal's verdict: the request was cut off, so
+// a RenewFunc need not tell the two apart. The renewal's goroutine is
+// awaited by Stop.
 func (k *Keeper) renewOnce(deadline time.Time) (answered time.Time, ok bool, err error) {
 	rctx, cancel := context.WithDeadline(k.ctx, deadline)
 	defer cancel()

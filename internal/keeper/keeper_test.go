@@ -439,3 +439,51 @@ func TestKeeper_Settle_NoBase(t *testing.T) {
 		}
 	})
 }
+
+// TestKeeper_Settle_LateRecovery_NextComesSooner: renewals fail, and a
+// retry succeeds just before the deadline. Its deadline counts from the
+// renewal before it, a second older than the retry, so the next renewal
+// must go out sooner than RenewEvery after the retry: here at its answer
+// plus the settling time, which leaves a slow answer (200ms) in time.
+// Sent RenewEvery after the retry, that answer would come after the
+// deadline.
+func TestKeeper_Settle_LateRecovery_NextComesSooner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(t) // TTL 3s, RenewEvery 1s, drift 100ms
+		start := time.Now()
+		r := &recorder{result: func(ctx context.Context) error {
+			switch at := time.Since(start); {
+			case at < 1500*time.Millisecond, at >= 2700*time.Millisecond && at < 2800*time.Millisecond:
+				return answersAfter(10 * time.Millisecond)(ctx)
+			case at < 2700*time.Millisecond:
+				return errors.New("service unavailable")
+			default:
+				return answersAfter(200 * time.Millisecond)(ctx)
+			}
+		}}
+		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, start))
+		defer k.Stop(baton.ErrReleased)
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		select {
+		case <-k.Done():
+			t.Fatalf("lost after the service came back: %v", k.Err())
+		default:
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		var retry, next time.Duration
+		for i, c := range r.calls {
+			if at := c.Sub(start); at >= 2700*time.Millisecond && at < 2800*time.Millisecond {
+				retry, next = at, r.calls[i+1].Sub(start)
+				break
+			}
+		}
+		if retry == 0 {
+			t.Fatal("no retry in the window where the service came back")
+		}
+		if want := retry + 10*time.Millisecond + 700*time.Millisecond; next != want {
+			t.Errorf("renewal after the retry at %v sent at %v; want %v (its answer + the settling time)", retry, next, want)
+		}
+	})
+}
