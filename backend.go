@@ -60,7 +60,8 @@ type Hold interface {
 	// ErrReleased or ErrClosed; nil before that.
 	Err() error
 	// Deadline is the local deadline: the send time of the last confirmed
-	// renewal plus the TTL, minus the drift margin, on the monotonic clock.
+	// renewal (or of one the service is known to have counted from) plus
+	// the TTL, minus the drift margin, on the monotonic clock.
 	Deadline() time.Time
 	// Release frees the lock if it is still ours; it never frees another
 	// holder's. Releasing a released hold returns nil, and so does

@@ -51,7 +51,10 @@
 // counted on Go's monotonic clock: the service cannot have freed the lock
 // before that moment, because it extended the lease on receiving a request
 // that was sent no earlier. When the deadline passes without a confirmed
-// renewal the lease is reported lost, before anyone else can hold it.
+// renewal the lease is reported lost, before anyone else can hold it. (On
+// a ZooKeeper ensemble the leader may hear of a renewal that a follower
+// answered only later, so there the deadline counts from the renewal
+// before the last: see package zk.)
 //
 // Go's monotonic clock is CLOCK_MONOTONIC, which keeps running while a
 // process is stopped but not while the machine itself is suspended. A

@@ -167,7 +167,8 @@ func (l *Lease) Err() error {
 }
 
 // Deadline returns the local deadline: the send time of the last confirmed
-// renewal plus the TTL, minus the drift margin. The lock service cannot free
+// renewal (on ZooKeeper, of the one before it: see package zk) plus the
+// TTL, minus the drift margin. The lock service cannot free
 // the lock before it, so work that checks time.Until(Deadline()) knows how
 // long it may still run; it is counted on the monotonic clock.
 func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }

@@ -106,15 +106,6 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 // unless ContinueWhileSuspended is set, a lock is only granted on a
 // connection that has not dropped since the look that showed it free.
 func (b *backend) grant(ctx context.Context, s *session, name string, own created, listed snap) (baton.Hold, error) {
-	// A session whose deadline does not yet count from a request the
-	// leader heard of (see leaderHeard) gives no hold until it does.
-	select {
-	case <-s.k.Settled():
-	case <-s.k.Done():
-		return nil, s.k.Err()
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
 	v := b.observe()
 	if err := b.lost(s, v); err != nil {
 		return nil, err

@@ -80,6 +80,9 @@ type hooks struct {
 	// renewed is called by each renewal that confirmed the session, before
 	// the keeper counts it.
 	renewed func()
+	// sessionMade is called when a session object is made, before its
+	// first renewal.
+	sessionMade func()
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -101,7 +104,10 @@ func New(conn *zkgo.Conn, opts ...baton.Option) (*baton.FencedLocker, error) {
 // server: go-zookeeper does not report it for a connection made elsewhere,
 // so New cannot check it, and a TTL longer than the real session timeout
 // would make the local deadline too late. Use Dial, which checks it, when
-// you can. Nor can New subscribe to conn's session events (go-zookeeper
+// you can. Nor can New know when conn was dialed, from which Dial counts a
+// session's first deadline, so a new session object's first acquisition
+// waits for its first renewal to settle it, about 3/10 of the session
+// timeout (see the package doc, "The clock model"). Nor can New subscribe to conn's session events (go-zookeeper
 // delivers them only to the channel and callback given to zk.Connect), so it
 // polls conn.State every few milliseconds: it sees every disconnection that
 // lasts longer than that, which is every one that can cost the session.

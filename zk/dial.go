@@ -77,6 +77,13 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 		_ = b.Close()
 		return nil, err
 	}
+	// The session object now, while the dial is recent enough to count
+	// from (see leaderHeard): its renewals keep it settled, and an
+	// acquisition made long after Dial need not wait for one.
+	if _, err := b.session(ctx); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
 	return baton.NewFencedLocker(b, b.cfg), nil
 }
 

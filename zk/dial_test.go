@@ -157,6 +157,30 @@ func TestDial_RenewalsMustFitTwiceInTTL(t *testing.T) {
 	}
 }
 
+// TestLeaderHeard: a session's first request counts from its
+// connection's dial, when that began at most RenewEvery before it; from
+// none (wait for a renewal to settle it) when the dial is older or not
+// known.
+func TestLeaderHeard(t *testing.T) {
+	cfg, err := baton.NewConfig(baton.WithTTL(3 * time.Second)) // RenewEvery 1s
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	for _, tc := range []struct {
+		dialed, want time.Time
+	}{
+		{sent.Add(-10 * time.Millisecond), sent.Add(-10 * time.Millisecond)},
+		{sent.Add(-time.Second), sent.Add(-time.Second)},
+		{sent.Add(-time.Second - time.Millisecond), time.Time{}},
+		{time.Time{}, time.Time{}},
+	} {
+		if got := zk.LeaderHeard(cfg, sent, tc.dialed); !got.Equal(tc.want) {
+			t.Errorf("dialed %v before the request: base %v, want %v", sent.Sub(tc.dialed), got, tc.want)
+		}
+	}
+}
+
 func TestDial_Unreachable(t *testing.T) {
 	port, err := testsvc.FreePort()
 	if err != nil {

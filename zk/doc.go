@@ -100,20 +100,29 @@
 // counts only once a later sync, sent more than half a tick after the
 // earlier one's answer, is answered: the follower's ping answer that
 // carried the earlier one went to the leader before the later sync did,
-// on the same connection. Renewals are sent no sooner than that (three
-// tenths of the session timeout after the last answer: servers grant at
-// least two ticks, so half a tick is at most a quarter of it, and the
-// rest is for the ping's own delays), and the deadline counts from the
-// renewal before the last: with RenewEvery TTL/3, a renewal has a third of
-// the timeout, less drift, to be answered. A session's first hold counts
-// from when go-zookeeper began to dial the connection, for a connection
-// Dial made less than RenewEvery before the session's first request: the
-// leader creates or revalidates a session only after that, and resets its
-// expiry then. On a connection given to New, or an older one, the first
-// hold waits for the first renewal to settle the session's first request,
-// three tenths of the session timeout. TestEnsemble_FollowerCutOff cuts
-// that link on a three-server ensemble at the worst moment, and a deadline
-// counted from the last renewal lets the next holder in about 0.8s early.
+// on the same connection. Renewals are sent no sooner than that: three
+// tenths of the session timeout after the last answer. Servers grant at
+// least two ticks, so half a tick is at most a quarter of the timeout;
+// what is left for the ping's own delays, a lost packet's retransmission
+// or a busy leader, is (0.3 - 0.5/k) x the timeout for a timeout of k
+// ticks: 0.05 (200ms for ZooKeeper's default tickTime of 2s and a 4s
+// timeout) at two ticks, 0.175 at four. Prefer a session timeout of four
+// ticks or more on an ensemble. The deadline counts from the renewal
+// before the last: with RenewEvery TTL/3, a renewal has a third of the
+// timeout, less drift, to be answered; a renewal that succeeds late,
+// after failures, is followed by the next sooner. Dial makes the
+// session object at once, and counts its first deadline from when
+// go-zookeeper began to dial: the leader creates (or, for a client that
+// connects again, revalidates) a session only after that, and resets its
+// expiry then. A session object made on a connection given to New, or on
+// one dialed more than RenewEvery earlier (after a lost session object),
+// first waits for a renewal to settle its first request, about three
+// tenths of the session timeout, before its acquisition puts a node in
+// line. TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover cuts that
+// link on a three-server ensemble at the worst moment; a deadline counted
+// from the last renewal lets the next holder in about 0.8s early.
+// Observers are not considered: one behind an observer master may pass
+// its clients' packets on through two pings instead of one.
 //
 // A leader cut off from its quorum answers syncs itself until it steps
 // down, at the same syncLimit x tickTime (ZOOKEEPER-2136), and drops its
@@ -167,7 +176,9 @@
 //   - The time that settles a confirmation (three tenths of the session
 //     timeout) covers the leader's half-tick pings for session timeouts
 //     of two ticks or more, which is what servers grant unless
-//     minSessionTimeout is set lower; Dial cannot learn the tickTime.
+//     minSessionTimeout is set lower, with a slack for the ping's own
+//     delays that is thin at two ticks (see "The clock model"); Dial
+//     cannot learn the tickTime.
 //   - TTLLeft in status is unknown (-1): only the server knows how long a
 //     session has left.
 //   - Sequence numbers past 2^31 wrap on the server; an election node that

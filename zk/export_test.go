@@ -54,6 +54,19 @@ func OnRenewed(l *baton.Locker, fn func()) {
 	setHook(l, func(h *hooks) { h.renewed = fn })
 }
 
+// OnSessionMade calls fn when l makes a session object, before its first
+// renewal. It keeps the other hooks set.
+func OnSessionMade(l *baton.Locker, fn func()) {
+	setHook(l, func(h *hooks) { h.sessionMade = fn })
+}
+
+// LeaderHeard is the base a session object's deadline counts from, for a
+// Locker with cfg, a session whose first request was sent at sent on a
+// connection dialed at dialed.
+func LeaderHeard(cfg baton.Config, sent, dialed time.Time) time.Time {
+	return (&backend{cfg: cfg}).leaderHeard(sent, dialed)
+}
+
 // setHook changes one of l's hooks, keeping the others.
 func setHook(l *baton.Locker, set func(*hooks)) {
 	b := backendOf(l)

@@ -37,10 +37,11 @@ var (
 // every node of its holds lives on. A keeper.Keeper keeps its local
 // deadline, counted from the send time of a confirmation that a later one
 // settled (keeper.Settle; go-zookeeper's own pings are not visible to us,
-// so the keeper makes a cheap one every RenewEvery). A session object ends when the
-// server expires the session, when the connection gets a new session, or
-// when the local deadline passes; the next acquisition then makes a new
-// one, possibly on the same server session if that is still alive.
+// so the keeper makes a cheap one every RenewEvery). A session object ends
+// when the server expires the session, when the connection gets a new
+// session, or when the local deadline passes; the next acquisition then
+// makes a new one, possibly on the same server session if that is still
+// alive.
 type session struct {
 	id   int64 // the server's session id
 	born mark  // the connection's counters when this object was made
@@ -54,6 +55,13 @@ func (b *backend) lost(s *session, v snap) error {
 		return s.k.Err()
 	default:
 	}
+	return b.changed(s, v)
+}
+
+// changed reports why s can no longer hold locks as the connection's state
+// v says it, or nil. The renewer, which runs inside s's keeper, looks only
+// at this: s.k is set after the keeper has started.
+func (b *backend) changed(s *session, v snap) error {
 	if sid := b.conn.SessionID(); sid != s.id || v.mark.expiries > s.born.expiries {
 		return fmt.Errorf("%w: %w (session 0x%x)", baton.ErrLeaseLost, ErrSessionExpired, s.id)
 	}
@@ -63,11 +71,33 @@ func (b *backend) lost(s *session, v snap) error {
 	return nil
 }
 
-// session returns a live session object, making one when there is none or
-// the last one ended. Making one costs one request, whose send time starts
-// the local deadline and whose answer proves the session is live; it is
-// not on the path of every acquisition.
+// session returns a live session object whose deadline counts from a
+// request the leader is known to have heard of, making one when there is
+// none or the last one ended. Making one costs one request, whose answer
+// proves the session is live; it is not on the path of every acquisition.
+// A session object made on a connection New was given, or one Dial made
+// more than RenewEvery before, is settled only by its first renewal (see
+// leaderHeard): session waits for it, about 3/10 of the session timeout,
+// before the acquisition puts a node in line.
 func (b *backend) session(ctx context.Context) (*session, error) {
+	s, err := b.liveSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-s.k.Settled():
+		return s, nil
+	case <-s.k.Done():
+		// Not a lease the caller had: the service did not answer.
+		return nil, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("the new ZooKeeper session's first renewal was not answered in time: %v", s.k.Err())}
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// liveSession returns a live session object, making one when there is
+// none or the last one ended; see session.
+func (b *backend) liveSession(ctx context.Context) (*session, error) {
 	// Looked at before b.mu is taken: on a connection given to New, a
 	// look may find a change and call the holds' listeners, which take
 	// b.mu when a hold is lost.
@@ -132,6 +162,9 @@ func (b *backend) install(sid int64, born mark, now snap, sent, dialed time.Time
 		old.k.Stop(b.lost(old, now))
 	}
 	b.cfg.Logger.Debug("ZooKeeper session in use", "session", fmt.Sprintf("0x%x", sid), "timeout", b.cfg.TTL)
+	if hk := b.hooks.Load(); hk != nil && hk.sessionMade != nil {
+		hk.sessionMade()
+	}
 	return s, nil
 }
 
@@ -201,7 +234,7 @@ func (d *dialClock) last() time.Time {
 // syncLimit x tickTime (ZOOKEEPER-2136): see the package doc.
 func (b *backend) renewer(s *session) keeper.RenewFunc {
 	return func(ctx context.Context) error {
-		if err := b.lost(s, b.observe()); err != nil {
+		if err := b.changed(s, b.observe()); err != nil {
 			return err
 		}
 		holds := b.heldOn(s)
@@ -237,7 +270,7 @@ func (b *backend) renewer(s *session) keeper.RenewFunc {
 		// The answers prove the requests ran on s only if the connection
 		// still has s's session: a request queued across an expiry runs on
 		// the next session.
-		if err := b.lost(s, b.observe()); err != nil {
+		if err := b.changed(s, b.observe()); err != nil {
 			return err
 		}
 		for i, h := range holds {

@@ -325,29 +325,73 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 	})
 }
 
-// TestFirstHold_DeadlineFromDial: on a connection Dial made, the first
-// hold is granted without waiting for a renewal to settle the session's
-// first request, its deadline counted from when go-zookeeper began to
-// dial, at which the server had not yet created (or revalidated) the
-// session, and not from that first request, which a follower may have
-// answered before the leader heard of it.
+// TestFirstHold_DeadlineFromDial: Dial makes the session object at once,
+// without waiting for a renewal to settle the session's first request,
+// its deadline counted from when go-zookeeper began to dial (the server
+// had not yet created the session) and not from that request, which a
+// follower may have answered before the leader heard of it. A proxy with
+// 100ms each way puts the request at least 400ms after the dial (the
+// connect handshake and the root's listing come first), so that a
+// deadline counted from it shows; a first hold taken well after Dial
+// keeps that deadline.
 func TestFirstHold_DeadlineFromDial(t *testing.T) {
 	const ttl, drift = longTTL, 50 * time.Millisecond
+	proxy := testsvc.NewProxy(t, zkServer.Addr(t))
+	proxy.SetLatency(100 * time.Millisecond)
 	before := time.Now()
-	fl := dial(t, []string{zkServer.Addr(t)}, zk.Settings{}, baton.WithTTL(ttl), baton.WithDrift(drift))
-	dialed := time.Now()
-	// The session's first request comes later, well apart from the dial,
-	// so that a deadline counted from it shows.
-	time.Sleep(200 * time.Millisecond)
+	fl := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(ttl), baton.WithDrift(drift))
 	la, err := fl.Acquire(timeout(t, 20*time.Second), uniqueName(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer la.Release(context.Background())
 	life := ttl - drift
-	if d := la.Deadline(); d.Before(before.Add(life)) || d.After(dialed.Add(life)) {
-		t.Fatalf("deadline %v after Dial began; want the dial's start + TTL - drift, between %v and %v",
-			d.Sub(before).Round(time.Millisecond), life, dialed.Sub(before)+life)
+	// go-zookeeper dials as soon as Dial starts it: 300ms covers a
+	// loaded machine and stays below the first request's 400ms.
+	if d := la.Deadline(); d.Before(before.Add(life)) || !d.Before(before.Add(life+300*time.Millisecond)) {
+		t.Fatalf("deadline %v after Dial began; want the dial's start + TTL - drift, from %v to %v",
+			d.Sub(before).Round(time.Millisecond), life, life+300*time.Millisecond)
+	}
+}
+
+// TestFirstHold_NewSessionLostBeforeSettling: a session object made on a
+// connection given to New waits for its first renewal before the
+// acquisition puts a node in line, so another client takes the lock
+// meanwhile; when that renewal is never answered, Acquire reports the
+// service unavailable, not a lost lease, which it never had.
+func TestFirstHold_NewSessionLostBeforeSettling(t *testing.T) {
+	const ttl = 2 * time.Second
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	fl, err := zk.New(connect(t, proxy.Addr(), longTTL, nil), baton.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	made := make(chan struct{})
+	zk.OnSessionMade(fl.Locker(), func() {
+		proxy.Block()
+		close(made)
+	})
+	w := dial(t, []string{addr}, zk.Settings{}, baton.WithTTL(ttl))
+	ctx := timeout(t, 30*time.Second)
+	name := uniqueName(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := fl.Acquire(ctx, name)
+		errc <- err
+	}()
+	<-made
+	lw, err := w.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("another client's TryAcquire while the first session waits to settle: %v; want the lock, no node in line", err)
+	}
+	defer lw.Release(ctx)
+	err = <-errc
+	proxy.Unblock() // for the closing
+	if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrLeaseLost) {
+		t.Fatalf("Acquire whose session's first renewal went unanswered = %v; want unavailable, not a lease lost", err)
 	}
 }
 
@@ -537,7 +581,7 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 // the worst case, which go-zookeeper's own pings only sometimes leave. A
 // waiter connected to the leader must not get the lock before the
 // holder's deadline. A deadline counted from the last renewal, not the one
-// before it, fails this by about half a second.
+// before it, fails this by about 0.8s.
 func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
 	t.Parallel()
 	oneEnsemble(t)

@@ -59,7 +59,9 @@ func (d Digest) auth() []byte { return []byte(d.User + ":" + d.Password) }
 
 // newConfig resolves baton's options and checks what ZooKeeper needs of
 // them: a session timeout in whole milliseconds, at least
-// MinSessionTimeout.
+// MinSessionTimeout, in which two renewals fit, less the drift (the
+// deadline counts from the renewal before the last). It cannot check that
+// they fit with the round trips too: that is the renewals' own margin.
 func newConfig(opts []baton.Option) (baton.Config, error) {
 	cfg, err := baton.NewConfig(opts...)
 	if err != nil {
