@@ -1,6 +1,7 @@
 // Package batontest is the conformance suite every baton backend runs
 // against its real lock service: mutual exclusion (the guide's three clients
-// racing 500 times), token order, renewal, loss, release semantics, and bad
+// racing 500 times), token order, renewal, loss, a deadline counted from a
+// request's send behind a slow network, release semantics, and bad
 // options. A backend's own tests call Run with a Factory.
 package batontest
 
@@ -59,6 +60,12 @@ type Factory struct {
 	// needs a holder that has not heard yet, skips for it, and fails for
 	// the others when it never reaches the release's compare.
 	HearsExpiryAtOnce bool
+	// Slow, when set, returns a fresh client built with opts whose every
+	// connection to the service is delayed by latency or more each way
+	// (testsvc.Proxy with SetLatency does it for baton's own backends),
+	// for the case that checks a deadline counts from a request's send,
+	// not its answer. The case skips without it.
+	Slow func(t testing.TB, latency time.Duration, opts ...baton.Option) (Client, error)
 }
 
 // Run runs the whole suite.
@@ -85,6 +92,7 @@ func Run(t *testing.T, f Factory) {
 		{"Lease_RenewedFor5TTL", s.renewal},
 		{"Lease_Lost", s.loss},
 		{"Lease_CrashedHolder_TakenOver", s.crash},
+		{"Lease_DeadlineFromSend_UnderLatency", s.deadlineFromSend},
 		{"Token_Increases", s.tokenOrder},
 		{"FencedLease_Raise_FenceAhead", s.fenceAhead},
 		{"Locker_Close", s.close},

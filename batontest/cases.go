@@ -449,6 +449,53 @@ func (s *suite) loss(t *testing.T) {
 	mustAcquire(t, s.locker(t), name)
 }
 
+// deadlineFromSend: behind a network of 100ms each way, a lease's
+// deadline is never later than a round trip (200ms) before the moment it
+// is read, plus the TTL, less the drift: it counts from the send of a
+// request the service confirmed, whose answer came a round trip later at
+// least, never from the answer. Checked from the acquisition through three
+// renewals, read every 10ms.
+func (s *suite) deadlineFromSend(t *testing.T) {
+	if s.f.Slow == nil {
+		t.Skip("the factory gives no client behind a slow network (Factory.Slow)")
+	}
+	const (
+		latency = 100 * time.Millisecond
+		ttl     = 4 * time.Second // renewals, and Redlock's node timeout, well above the round trip
+		drift   = 20 * time.Millisecond
+	)
+	c, err := s.f.Slow(t, latency, baton.WithTTL(ttl), baton.WithDrift(drift))
+	if err != nil {
+		t.Fatalf("new slow client: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Locker.Close() })
+	lease := mustAcquire(t, c.Locker, lockName(t))
+	end := time.Now().Add(3*c.Locker.Config().RenewEvery + time.Second)
+	var seen []time.Time
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for ; time.Now().Before(end); <-tick.C {
+		d := lease.Deadline() // read before now: the answer that set it came before
+		now := time.Now()
+		if latest := now.Add(-2*latency + ttl - drift); d.After(latest) {
+			t.Fatalf("deadline %v from now; want at most %v: it counts from less than a round trip before now, so not from a request's send",
+				d.Sub(now).Round(time.Millisecond), latest.Sub(now))
+		}
+		if len(seen) == 0 || !d.Equal(seen[len(seen)-1]) {
+			seen = append(seen, d)
+		}
+		if err := lease.Err(); err != nil {
+			t.Fatalf("lease lost behind the slow network: %v", err)
+		}
+	}
+	if len(seen) < 3 {
+		t.Fatalf("the deadline moved %d times in 3 renewal intervals; want the renewals' deadlines checked too", len(seen)-1)
+	}
+	if err := lease.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (s *suite) crash(t *testing.T) {
 	name := lockName(t)
 	a := s.client(t)

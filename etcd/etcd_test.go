@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -32,6 +33,20 @@ func factory(endpoint string) batontest.Factory {
 				return batontest.Client{}, err
 			}
 			return batontest.Client{Locker: fl.Locker(), Crash: func() { _ = c.Close() }}, nil
+		},
+		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
+			u, err := url.Parse(endpoint)
+			if err != nil {
+				t.Fatalf("endpoint %q: %v", endpoint, err)
+			}
+			p := testsvc.NewProxy(t, u.Host)
+			p.SetLatency(latency)
+			u.Host = p.Addr()
+			fl, err := etcd.New(testsvc.Client(t, u.String()), opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			return batontest.Client{Locker: fl.Locker()}, nil
 		},
 		ExpireSeenByRenewal: true,
 		Expire: func(t testing.TB, l *baton.Lease) {

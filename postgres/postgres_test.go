@@ -2,6 +2,8 @@ package postgres_test
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -31,6 +34,28 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 				return batontest.Client{}, err
 			}
 			return batontest.Client{Locker: fl.Locker(), Crash: pool.Close}, nil
+		},
+		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
+			cfg, err := pgxpool.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := testsvc.NewProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+			p.SetLatency(latency)
+			host, port, _ := net.SplitHostPort(p.Addr())
+			cfg.ConnConfig.Host = host
+			n, _ := strconv.Atoi(port)
+			cfg.ConnConfig.Port = uint16(n)
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			fl, err := postgres.New(timeout(t, 10*time.Second), pool, opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			return batontest.Client{Locker: fl.Locker()}, nil
 		},
 		// The row's expiry moved to the past, as if its TTL had run out.
 		ExpireSeenByRenewal: true,

@@ -74,6 +74,13 @@ func factory(addr string) batontest.Factory {
 			}
 			return batontest.Client{Locker: l, Crash: func() { _ = c.Close() }}, nil
 		},
+		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
+			p := testsvc.NewProxy(t, addr)
+			p.SetLatency(latency)
+			c := client(t, p.Addr())
+			l, err := redis.New(c, opts...)
+			return batontest.Client{Locker: l}, err
+		},
 		// The key disappears as if its TTL ran out (or the server's clock
 		// jumped); the holder can only tell at its next renewal.
 		ExpireSeenByRenewal: true,

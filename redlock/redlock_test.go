@@ -91,6 +91,23 @@ func TestConformance(t *testing.T) {
 				}
 			}}, nil
 		},
+		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
+			cs := make([]goredis.UniversalClient, len(nodes))
+			for i, n := range nodes {
+				p := testsvc.NewProxy(t, n.Addr)
+				p.SetLatency(latency)
+				cs[i] = client(t, p.Addr())
+			}
+			l, err := redlock.New(cs, opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			// A node's first answer on a new connection takes three
+			// round trips (HELLO, EVALSHA, EVAL after NOSCRIPT): 600ms,
+			// more than TTL/10.
+			redlock.SetNodeTimeout(l, time.Second)
+			return batontest.Client{Locker: l}, nil
+		},
 		ExpireSeenByRenewal: true,
 		Expire: func(t testing.TB, l *baton.Lease) {
 			for _, c := range clients(t, nodes) {

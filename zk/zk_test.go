@@ -179,6 +179,15 @@ func (cs *clients) factory() batontest.Factory {
 				t.Cleanup(p.Unblock)
 			}}, nil
 		},
+		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
+			p := testsvc.NewProxy(t, cs.addr)
+			p.SetLatency(latency)
+			fl, err := zk.Dial(timeout(t, 20*time.Second), []string{p.Addr()}, opts...)
+			if err != nil {
+				return batontest.Client{}, err
+			}
+			return batontest.Client{Locker: fl.Locker()}, nil
+		},
 		Expire: cs.expire,
 	}
 }
