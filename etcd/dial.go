@@ -126,7 +126,7 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 		return cc, nil, bad(err.Error())
 	}
 	for k, vs := range q {
-		v := vs[len(vs)-1]
+		v := vs[0]
 		opt, ok, err := urlparam.Duration(k, v)
 		switch {
 		case err != nil:

@@ -141,9 +141,9 @@ func sqliteURL(rawURL string, u *url.URL) (string, []sqlite.Option, error) {
 	for k, vs := range q {
 		switch k {
 		case "busy_timeout":
-			d, err := time.ParseDuration(vs[len(vs)-1])
+			d, err := time.ParseDuration(vs[0])
 			if err != nil {
-				return "", nil, bad(fmt.Sprintf("has busy_timeout %q; write a duration such as 10s", vs[len(vs)-1]))
+				return "", nil, bad(fmt.Sprintf("has busy_timeout %q; write a duration such as 10s", vs[0]))
 			}
 			opts = append(opts, sqlite.WithBusyTimeout(d))
 		default:

@@ -175,7 +175,7 @@ func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 		if !slices.Contains(urlparam.Postgres, k) { // the rest is pgx's
 			continue
 		}
-		v := vs[len(vs)-1]
+		v := vs[0]
 		q.Del(k)
 		if k == "table" {
 			if _, err := newNames(v); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -376,9 +375,7 @@ func TestHandoff_MessageBeforeAnswer(t *testing.T) {
 	go func() {
 		l, err := w.Acquire(ctx, "early")
 		if err == nil {
-			if v := check.Get(ctx, lh.Key()).Val(); rediskit.HolderOf(v) != "w" {
-				err = fmt.Errorf("w holds the lock, and the key holds %q", v)
-			}
+			err = redistest.HeldThrough(ctx, check, lh.Key(), "w", l.Deadline())
 			if rerr := l.Release(context.Background()); err == nil {
 				err = rerr
 			}

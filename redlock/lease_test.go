@@ -1258,14 +1258,8 @@ func handoffSetup(t *testing.T, grace time.Duration, hooks ...goredis.Hook) hand
 		lease, err := w.Acquire(timeout(t, time.Minute), "job")
 		if err == nil {
 			for i, c := range cs {
-				ctx := timeout(t, 5*time.Second)
-				before := time.Now()
-				v, pttl := c.Get(ctx, redlock.DefaultPrefix+"job").Val(), c.PTTL(ctx, redlock.DefaultPrefix+"job").Val()
-				switch {
-				case rediskit.HolderOf(v) != "worker 12":
-					err = fmt.Errorf("w holds the lock, and node %d's key holds %q", i, v)
-				case before.Add(pttl + time.Millisecond).Before(lease.Deadline()):
-					err = fmt.Errorf("node %d's key expires %v before w's lease's deadline", i, lease.Deadline().Sub(before.Add(pttl)))
+				if herr := redistest.HeldThrough(timeout(t, 5*time.Second), c, redlock.DefaultPrefix+"job", "worker 12", lease.Deadline()); herr != nil {
+					err = fmt.Errorf("node %d: %w", i, herr)
 				}
 			}
 			if rerr := lease.Release(context.Background()); err == nil {

@@ -235,7 +235,7 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 		return nil, set, nil, bad(err.Error())
 	}
 	for k, vs := range q {
-		v := vs[len(vs)-1]
+		v := vs[0]
 		switch k {
 		case "session-timeout":
 			d, err := urlparam.Positive(k, v, "4s")

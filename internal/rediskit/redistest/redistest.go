@@ -585,6 +585,31 @@ func WaitHeld(tb testing.TB, cs []goredis.UniversalClient, key, holder string) {
 	}
 }
 
+// HeldThrough returns nil if the lock key on c holds holder's value and
+// lives at least until deadline (a lease's local deadline), or an error
+// saying which is not so. The key's expiry is counted from before the
+// look, and PTTL's millisecond rounded down, so a key that expires
+// before the deadline is never passed.
+func HeldThrough(ctx context.Context, c goredis.Cmdable, key, holder string, deadline time.Time) error {
+	before := time.Now()
+	v, err := c.Get(ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", key, err)
+	}
+	pttl, err := c.PTTL(ctx, key).Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("PTTL %s: %w", key, err)
+	case rediskit.HolderOf(v) != holder:
+		return fmt.Errorf("%s holds the lock, and the key holds %q", holder, v)
+	case pttl < 0:
+		return fmt.Errorf("the key %s has no expiry (PTTL %v)", key, pttl)
+	case before.Add(pttl + time.Millisecond).Before(deadline):
+		return fmt.Errorf("the key %s expires %v before %s's lease's deadline", key, deadline.Sub(before.Add(pttl+time.Millisecond)).Round(time.Millisecond), holder)
+	}
+	return nil
+}
+
 // SetUser makes (or makes again) the ACL user app, password pw, with
 // rules, on each of cs.
 func SetUser(tb testing.TB, cs []goredis.UniversalClient, rules ...string) {
