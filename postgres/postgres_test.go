@@ -46,6 +46,7 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 			cfg.ConnConfig.Host = host
 			n, _ := strconv.Atoi(port)
 			cfg.ConnConfig.Port = uint16(n)
+			cfg.ConnConfig.Fallbacks = nil // none may bypass the proxy
 			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)

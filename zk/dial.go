@@ -37,7 +37,10 @@ func Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.F
 // identity to the connection before any request. It lists the root, when
 // it exists, and returns a *baton.OptionError when the root's ACL refuses
 // the connection's identity (ZooKeeper accepts any digest identity and
-// refuses only the requests that nodes' ACLs do not allow).
+// refuses only the requests that nodes' ACLs do not allow). The first
+// acquisition counts its lease's deadline from the dial if it comes within
+// RenewEvery of it, and otherwise waits about 3/10 of the session timeout
+// for a renewal to settle the session (see the package doc).
 func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.FencedLocker, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -74,13 +77,6 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 	b.owned, b.events, b.dials = true, events, dials
 	b.start()
 	if err := b.handshake(ctx); err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	// The session object now, while the dial is recent enough to count
-	// from (see leaderHeard): its renewals keep it settled, and an
-	// acquisition made long after Dial need not wait for one.
-	if _, err := b.session(ctx); err != nil {
 		_ = b.Close()
 		return nil, err
 	}
@@ -171,8 +167,8 @@ func (t *logTap) Printf(format string, args ...any) {
 // The user and password, when given, are a digest identity (and the nodes
 // baton creates are then readable and writable by that identity only). The
 // path is the root under which locks live (default DefaultRoot). The query
-// may set session-timeout (the TTL), request-timeout, drift (Go durations;
-// on an ensemble, see the package doc's clock model) and
+// may set session-timeout (the TTL), request-timeout, drift (Go durations)
+// and
 // on-suspend=cancel|continue (Settings.ContinueWhileSuspended); options
 // passed in opts override the URL's.
 func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {

@@ -108,17 +108,21 @@
 // ticks: 0.05 (200ms for ZooKeeper's default tickTime of 2s and a 4s
 // timeout) at two ticks, 0.175 at four. Prefer a session timeout of four
 // ticks or more on an ensemble. The deadline counts from the renewal
-// before the last: with RenewEvery TTL/3, a renewal has a third of the
-// timeout, less drift, to be answered; a renewal that succeeds late,
-// after failures, is followed by the next sooner. Dial makes the
-// session object at once, and counts its first deadline from when
-// go-zookeeper began to dial: the leader creates (or, for a client that
-// connects again, revalidates) a session only after that, and resets its
-// expiry then. A session object made on a connection given to New, or on
-// one dialed more than RenewEvery earlier (after a lost session object),
-// first waits for a renewal to settle its first request, about three
-// tenths of the session timeout, before its acquisition puts a node in
-// line. TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover cuts that
+// before the last: with RenewEvery TTL/3 and answers quicker than
+// RenewEvery less the settling time (TTL/30), a renewal has a third of the
+// timeout, less drift, to be answered; slower answers put each renewal
+// the settling time after the last answer, and three answers in a row
+// must then take less than 2/5 of the timeout, less drift. A renewal that
+// succeeds late, after failures, is followed by the next sooner. A
+// session object (made by the first acquisition) counts its first
+// deadline from when go-zookeeper began to dial its connection, when Dial
+// made that connection less than RenewEvery before: the leader creates
+// (or, for a client that connects again, revalidates) a session only
+// after that, and resets its expiry then. One made on a connection given
+// to New, or on one dialed longer before (a process that acquires long
+// after Dial, or after a lost session object), first waits for a renewal
+// to settle its first request, about three tenths of the session
+// timeout, before its acquisition puts a node in line. TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover cuts that
 // link on a three-server ensemble at the worst moment; a deadline counted
 // from the last renewal lets the next holder in about 0.8s early.
 // Observers are not considered: one behind an observer master may pass

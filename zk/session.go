@@ -88,11 +88,18 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 	case <-s.k.Settled():
 		return s, nil
 	case <-s.k.Done():
-		// Not a lease the caller had: the service did not answer.
-		return nil, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("the new ZooKeeper session's first renewal was not answered in time: %v", s.k.Err())}
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+	select {
+	case <-s.k.Settled():
+		return s, nil // then lost: the acquisition finds out
+	default:
+	}
+	// Not a lease the caller had: the service did not answer. (A Close,
+	// which also stops the keeper, cancels ctx first: the Locker reports
+	// ErrClosed.)
+	return nil, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("the new ZooKeeper session's first renewal was not answered in time: %v", s.k.Err())}
 }
 
 // liveSession returns a live session object, making one when there is
@@ -185,7 +192,7 @@ func settleTime(ttl time.Duration) time.Duration { return ttl * 3 / 10 }
 // unknown (a connection given to New) or longer than a renewal before
 // sent: counting from it would leave the first renewal less time than
 // later ones get, and the first acquisition waits for a renewal to settle
-// the request instead (see grant).
+// the request instead (see session).
 func (b *backend) leaderHeard(sent, dialed time.Time) time.Time {
 	if dialed.IsZero() || dialed.Before(sent.Add(-b.cfg.RenewEvery)) {
 		return time.Time{}

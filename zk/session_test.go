@@ -395,6 +395,31 @@ func TestFirstHold_NewSessionLostBeforeSettling(t *testing.T) {
 	}
 }
 
+// TestFirstHold_CloseWhileSettling: a Close while an acquisition waits for
+// its new session object to settle ends the acquisition with ErrClosed,
+// not as the service failing (the Close stops the session's keeper too).
+func TestFirstHold_CloseWhileSettling(t *testing.T) {
+	const ttl = 4 * time.Second
+	fl, err := zk.New(connect(t, zkServer.Addr(t), ttl, nil), baton.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := make(chan struct{})
+	zk.OnSessionMade(fl.Locker(), func() { close(made) })
+	errc := make(chan error, 1)
+	go func() {
+		_, err := fl.Acquire(timeout(t, 30*time.Second), uniqueName(t))
+		errc <- err
+	}()
+	<-made
+	if err := fl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, baton.ErrClosed) {
+		t.Fatalf("Acquire waiting to settle when the Locker closed = %v; want ErrClosed", err)
+	}
+}
+
 // TestFirstHold_NewWaitsToSettle: on a connection given to New, when it
 // was dialed is unknown, so the first hold waits until a renewal sent the
 // settling time after the session's first request was answered has

@@ -129,6 +129,9 @@ func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc, opt
 	if k.settle > 0 {
 		answered := time.Now()
 		k.last = confirmation{sent, answered}
+		if late := k.base.Add(2 * k.every); !k.base.IsZero() && late.Before(k.next) {
+			k.next = late // a base older than sent: as after a late renewal
+		}
 		if k.base.IsZero() {
 			// Lost unless a confirmation counts before sent's own
 			// deadline: none after can count from earlier.
