@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -281,10 +282,32 @@ func TestNew_TTLNotWholeSeconds(t *testing.T) {
 // TestNew_TTLTooLong: a TTL longer than etcd grants a lease is an option
 // error (the CLI's exit 2), not the server's "too large lease TTL" at the
 // first acquisition, which read as the service unreachable (exit 69).
+// TestNew_TTLTooLong: etcd grants leases up to 9e9s; a TTL a second longer
+// is an option error, the longest one is not.
 func TestNew_TTLTooLong(t *testing.T) {
-	_, err := etcd.New(&clientv3.Client{}, baton.WithTTL(2562047*time.Hour))
-	if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "longer than etcd grants") {
-		t.Fatalf("err = %v, want ErrInvalidOption saying etcd grants no lease that long", err)
+	const longest = 9_000_000_000 * time.Second // etcd's MaxLeaseTTL
+	// New sends nothing: a client of no server will do.
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		ttl     time.Duration
+		refused bool
+	}{
+		{longest + time.Second, true},
+		{2562047 * time.Hour, true},
+		{longest, false},
+	} {
+		fl, err := etcd.New(c, baton.WithTTL(tc.ttl))
+		if err == nil {
+			_ = fl.Close()
+		}
+		refused := errors.Is(err, baton.ErrInvalidOption) && strings.Contains(err.Error(), "longer than etcd grants")
+		if refused != tc.refused {
+			t.Errorf("TTL %v: err = %v; want refused as longer than etcd grants: %v", tc.ttl, err, tc.refused)
+		}
 	}
 }
 
