@@ -24,16 +24,11 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 		Fenced:  true,
 		Observe: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
-			pool, err := pgxpool.New(context.Background(), dsn)
+			cfg, err := pgxpool.ParseConfig(dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(pool.Close)
-			fl, err := postgres.New(timeout(t, 10*time.Second), pool, opts...)
-			if err != nil {
-				return batontest.Client{}, err
-			}
-			return batontest.Client{Locker: fl.Locker(), Crash: pool.Close}, nil
+			return newClient(t, cfg, opts...)
 		},
 		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
 			cfg, err := pgxpool.ParseConfig(dsn)
@@ -47,16 +42,7 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 			n, _ := strconv.Atoi(port)
 			cfg.ConnConfig.Port = uint16(n)
 			cfg.ConnConfig.Fallbacks = nil // none may bypass the proxy
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			fl, err := postgres.New(timeout(t, 10*time.Second), pool, opts...)
-			if err != nil {
-				return batontest.Client{}, err
-			}
-			return batontest.Client{Locker: fl.Locker()}, nil
+			return newClient(t, cfg, opts...)
 		},
 		// The row's expiry moved to the past, as if its TTL had run out.
 		ExpireSeenByRenewal: true,
@@ -64,6 +50,21 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 			execSQL(t, admin, `UPDATE baton_lock SET expires_at = '-infinity' WHERE name = $1`, l.Name())
 		},
 	}
+}
+
+// newClient is one conformance client: a pool of its own on cfg, as a
+// process would have, closed when t ends; a crash closes it.
+func newClient(t testing.TB, cfg *pgxpool.Config, opts ...baton.Option) (batontest.Client, error) {
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	fl, err := postgres.New(timeout(t, 10*time.Second), pool, opts...)
+	if err != nil {
+		return batontest.Client{}, err
+	}
+	return batontest.Client{Locker: fl.Locker(), Crash: pool.Close}, nil
 }
 
 func TestConformance(t *testing.T) {

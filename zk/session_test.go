@@ -555,21 +555,11 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 	oneEnsemble(t)
 	const ttl = 2 * time.Second
 	ens := testsvc.StartZKEnsemble(t, 3)
-	leader, err := ens.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var follower string
-	for _, addr := range ens.Addrs() {
-		if addr != leader.Addr {
-			follower = addr
-			break
-		}
-	}
+	leader, follower := leaderAndFollower(t, ens)
 	// Kept through a disconnection, so that only the local deadline (or
 	// the session's end) can end the lease: a follower slow to answer
 	// under load must not end it early and hide what is tested.
-	a := dial(t, []string{follower}, zk.Settings{ContinueWhileSuspended: true}, baton.WithTTL(ttl))
+	a := dial(t, []string{follower.Addr}, zk.Settings{ContinueWhileSuspended: true}, baton.WithTTL(ttl))
 	ctx := timeout(t, time.Minute)
 	la, err := a.Acquire(ctx, uniqueName(t))
 	if err != nil {
@@ -615,17 +605,7 @@ func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
 	// to catch a deadline counted from the last renewal.
 	const ttl = 4 * time.Second
 	ens := testsvc.StartZKEnsembleLinked(t, 3)
-	leader, err := ens.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var follower *testsvc.ZKServer
-	for _, s := range ens.Servers {
-		if s != leader {
-			follower = s
-			break
-		}
-	}
+	leader, follower := leaderAndFollower(t, ens)
 	link := ens.Link(t, follower, leader)
 	defer link.Unblock()
 	pings := &pingDropper{}
@@ -694,6 +674,23 @@ func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
 	if !errors.Is(la.Err(), keeper.ErrDeadline) {
 		t.Fatalf("lease lost with %v; want by its local deadline, the cut follower still serving it", la.Err())
 	}
+}
+
+// leaderAndFollower returns the ensemble's leader and one of its
+// followers.
+func leaderAndFollower(t *testing.T, ens *testsvc.ZKEnsemble) (leader, follower *testsvc.ZKServer) {
+	t.Helper()
+	leader, err := ens.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ens.Servers {
+		if s != leader {
+			return leader, s
+		}
+	}
+	t.Fatal("an ensemble of one")
+	return nil, nil
 }
 
 // pingDropper dials connections that drop go-zookeeper's pings while drop
