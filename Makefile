@@ -2,7 +2,7 @@
 GO      ?= go
 PKGS    ?= ./...
 
-.PHONY: demo test deps lint bench fuzz
+.PHONY: demo test deps lint bench fuzz faults
 
 ## demo: replay the guide's frozen-holder night on an embedded etcd and an SQLite file.
 demo:
@@ -43,3 +43,8 @@ FUZZ_PKGS = . ./etcd/ ./zk/ ./postgres/ ./redis/ ./redlock/
 fuzz:
 	for p in $(FUZZ_PKGS); do $(GO) test -run '^$$' -fuzz FuzzParseURL -fuzztime 30s $$p || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzRedact -fuzztime 30s .
+
+## faults: the long fault matrices, kept out of make test: a ZooKeeper follower
+## cut off from its leader at session timeouts of 2, 3, 4 and 8 ticks (about two minutes).
+faults: deps
+	BATON_FAULTS=1 BATON_REQUIRE_SERVICES=1 $(GO) test -race -timeout 20m -run 'Matrix' -v ./zk/

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,10 +48,13 @@ func (s *stopWatch) stopped() bool {
 // go-zookeeper's (connections, refusals, session moves). It drops what
 // comes after t's other cleanups have run, since a test's output cannot be
 // written once it has ended; call it before anything that logs is set up.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t *testing.T) *slog.Logger { return testLoggerAt(t, slog.LevelDebug) }
+
+// testLoggerAt is testLogger logging from level up.
+func testLoggerAt(t *testing.T, level slog.Level) *slog.Logger {
 	w := &endingWriter{t: t}
 	t.Cleanup(w.end) // registered first, so it runs last
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
 type endingWriter struct {
@@ -604,18 +609,56 @@ func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
 	// half, the most the leader's rounding and ping may add, for the test
 	// to catch a deadline counted from the last renewal.
 	const ttl = 4 * time.Second
-	ens := testsvc.StartZKEnsembleLinked(t, 3)
+	cutOff(t, testsvc.StartZKEnsembleLinked(t, 3, ""), ttl, testLogger(t))
+}
+
+// TestEnsemble_FollowerCutOff_Matrix runs the cut-off of
+// TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover at session
+// timeouts of 2, 3, 4 and 8 ticks (tickTime 500ms), three times each, and
+// logs by how much the waiter's takeover came after the holder's
+// deadline. At two ticks the settling time (3/10 of the timeout) leaves
+// the leader's half-tick ping only 50ms of slack. A fault matrix of about
+// two minutes: it runs with make faults (BATON_FAULTS=1).
+func TestEnsemble_FollowerCutOff_Matrix(t *testing.T) {
+	if os.Getenv("BATON_FAULTS") == "" {
+		t.Skip("a fault matrix: run it with make faults (BATON_FAULTS=1)")
+	}
+	oneEnsemble(t)
+	ens := testsvc.StartZKEnsembleLinked(t, 3, "")
+	log := testLoggerAt(t, slog.LevelWarn) // twelve runs' debug lines would bury the figures
+	for _, ticks := range []int{2, 3, 4, 8} {
+		ttl := time.Duration(ticks) * 500 * time.Millisecond
+		var margins []string
+		for range 3 {
+			margins = append(margins, cutOff(t, ens, ttl, log).Round(time.Millisecond).String())
+			if err := ens.WaitServing(time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("session timeout %d ticks (%v): the waiter took over %s after the holder's deadline", ticks, ttl, strings.Join(margins, ", "))
+	}
+}
+
+// cutOff runs one cut-off on ens (see
+// TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover) with leases of
+// ttl, its clients logging to log; it fails t unless the waiter took the
+// lock at or after the holder's deadline and the holder stopped by it,
+// and returns how long after it the waiter took the lock. It leaves the
+// link mended and its clients closed.
+func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.Logger) time.Duration {
+	t.Helper()
 	leader, follower := leaderAndFollower(t, ens)
 	link := ens.Link(t, follower, leader)
 	defer link.Unblock()
 	pings := &pingDropper{}
 	pings.drop.Store(true)
-	fl, err := zk.New(connect(t, follower.Addr, ttl, pings.dial), baton.WithTTL(ttl), baton.WithLogger(testLogger(t).With("client", "holder")))
+	fl, err := zk.New(connect(t, follower.Addr, ttl, pings.dial), baton.WithTTL(ttl), baton.WithLogger(log.With("client", "holder")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fl.Close()
-	w := dial(t, []string{leader.Addr}, zk.Settings{}, baton.WithTTL(ttl), baton.WithLogger(testLogger(t).With("client", "waiter")))
+	w := dial(t, []string{leader.Addr}, zk.Settings{}, baton.WithTTL(ttl), baton.WithLogger(log.With("client", "waiter")))
+	defer w.Close()
 	ctx := timeout(t, time.Minute)
 	name := uniqueName(t)
 	la, err := fl.Acquire(ctx, name)
@@ -666,14 +709,16 @@ func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
 	if wt.err != nil {
 		t.Fatalf("waiter: %v", wt.err)
 	}
-	t.Logf("link cut %v after the holder acquired; its work stopped %v after the cut (%v); the waiter took over %v after the holder's deadline",
-		cutAt.Sub(acquired).Round(time.Millisecond), stopped.at.Sub(cutAt).Round(time.Millisecond), la.Err(), wt.at.Sub(deadline).Round(time.Millisecond))
-	if wt.at.Before(deadline) {
-		t.Fatalf("the waiter got the lock %v before the holder's deadline: the leader expired the session first", deadline.Sub(wt.at).Round(time.Millisecond))
+	margin := wt.at.Sub(deadline)
+	t.Logf("TTL %v: link cut %v after the holder acquired; its work stopped %v after the cut (%v); the waiter took over %v after the holder's deadline",
+		ttl, cutAt.Sub(acquired).Round(time.Millisecond), stopped.at.Sub(cutAt).Round(time.Millisecond), la.Err(), margin.Round(time.Millisecond))
+	if margin < 0 {
+		t.Fatalf("the waiter got the lock %v before the holder's deadline: the leader expired the session first", -margin.Round(time.Millisecond))
 	}
 	if !errors.Is(la.Err(), keeper.ErrDeadline) {
 		t.Fatalf("lease lost with %v; want by its local deadline, the cut follower still serving it", la.Err())
 	}
+	return margin
 }
 
 // leaderAndFollower returns the ensemble's leader and one of its
