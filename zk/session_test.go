@@ -609,7 +609,7 @@ func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
 	// half, the most the leader's rounding and ping may add, for the test
 	// to catch a deadline counted from the last renewal.
 	const ttl = 4 * time.Second
-	cutOff(t, testsvc.StartZKEnsembleLinked(t, 3, ""), ttl, testLogger(t))
+	cutOff(t, testsvc.StartZKEnsembleLinked(t, 3), ttl, testLogger(t))
 }
 
 // TestEnsemble_FollowerCutOff_Matrix runs the cut-off of
@@ -624,7 +624,7 @@ func TestEnsemble_FollowerCutOff_Matrix(t *testing.T) {
 		t.Skip("a fault matrix: run it with make faults (BATON_FAULTS=1)")
 	}
 	oneEnsemble(t)
-	ens := testsvc.StartZKEnsembleLinked(t, 3, "")
+	ens := testsvc.StartZKEnsembleLinked(t, 3)
 	log := testLoggerAt(t, slog.LevelWarn) // twelve runs' debug lines would bury the figures
 	for _, ticks := range []int{2, 3, 4, 8} {
 		ttl := time.Duration(ticks) * 500 * time.Millisecond

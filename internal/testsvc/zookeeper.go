@@ -373,17 +373,16 @@ type ZKEnsemble struct {
 // skips like StartZooKeeperWith when Java or the jars are missing.
 func StartZKEnsemble(tb testing.TB, n int) *ZKEnsemble {
 	tb.Helper()
-	return startZKEnsemble(tb, n, false, "")
+	return startZKEnsemble(tb, n, false)
 }
 
 // StartZKEnsembleLinked is StartZKEnsemble with each member's connection
 // to another's quorum port (a follower's to its leader) through a Proxy of
 // its own, for a test that cuts one link and no other: see Link. Leader
-// election goes directly. cfg holds more zoo.cfg lines for every member,
-// which override the defaults, such as "tickTime=200\n".
-func StartZKEnsembleLinked(tb testing.TB, n int, cfg string) *ZKEnsemble {
+// election goes directly.
+func StartZKEnsembleLinked(tb testing.TB, n int) *ZKEnsemble {
 	tb.Helper()
-	return startZKEnsemble(tb, n, true, cfg)
+	return startZKEnsemble(tb, n, true)
 }
 
 // Link returns the proxy that carries from's connections to to's quorum
@@ -398,7 +397,7 @@ func (e *ZKEnsemble) Link(tb testing.TB, from, to *ZKServer) *Proxy {
 	return p
 }
 
-func startZKEnsemble(tb testing.TB, n int, linked bool, cfg string) *ZKEnsemble {
+func startZKEnsemble(tb testing.TB, n int, linked bool) *ZKEnsemble {
 	tb.Helper()
 	java, err := zkJava()
 	if err != nil {
@@ -410,7 +409,7 @@ func startZKEnsemble(tb testing.TB, n int, linked bool, cfg string) *ZKEnsemble 
 		if linked {
 			link = func(target string) *Proxy { return NewProxy(tb, target) }
 		}
-		e, err := startEnsemble(tb.TempDir(), java, n, link, cfg)
+		e, err := startEnsemble(tb.TempDir(), java, n, link)
 		if err == nil {
 			tb.Cleanup(e.Stop)
 			return e
@@ -421,10 +420,10 @@ func startZKEnsemble(tb testing.TB, n int, linked bool, cfg string) *ZKEnsemble 
 	return nil
 }
 
-// startEnsemble writes the configs, with extra's lines last, and starts
-// the servers. With link, each member's config gives the others' quorum
-// ports as proxies made by link, one per pair.
-func startEnsemble(dir, java string, n int, link func(target string) *Proxy, extra string) (*ZKEnsemble, error) {
+// startEnsemble writes the configs and starts the servers. With link,
+// each member's config gives the others' quorum ports as proxies made by
+// link, one per pair.
+func startEnsemble(dir, java string, n int, link func(target string) *Proxy) (*ZKEnsemble, error) {
 	e := &ZKEnsemble{links: map[[2]int]*Proxy{}}
 	ports := make([][3]int, n)
 	for i := range n {
@@ -450,7 +449,7 @@ func startEnsemble(dir, java string, n int, link func(target string) *Proxy, ext
 		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i+1))
 		s := &ZKServer{ID: i + 1, Addr: "127.0.0.1:" + strconv.Itoa(ports[i][0]), java: java, dir: sdir,
 			cfg: filepath.Join(sdir, "zoo.cfg")}
-		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), ports[i][0], members) + extra); err != nil {
+		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), ports[i][0], members)); err != nil {
 			return nil, err
 		}
 		e.Servers = append(e.Servers, s)
