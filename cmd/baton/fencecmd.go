@@ -38,7 +38,7 @@ exist; 'baton fence init' creates them.`,
 			if err != nil {
 				return err
 			}
-			defer closeWithin(g.logger(cmd.ErrOrStderr()), "the fence store "+baton.Redact(store), s.Close)
+			defer closeStore(cmd, g, store, s)
 			fmt.Fprintf(cmd.OutOrStdout(), "fence tables ready in %s\n", baton.Redact(store))
 			return nil
 		},
@@ -55,7 +55,7 @@ exist; 'baton fence init' creates them.`,
 			if err != nil {
 				return err
 			}
-			defer closeWithin(g.logger(cmd.ErrOrStderr()), "the fence store "+baton.Redact(store), s.Close)
+			defer closeStore(cmd, g, store, s)
 			entries, err := s.List(cmd.Context())
 			if err != nil {
 				return err

@@ -123,8 +123,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 	}
 	s.storeAt = "fence store " + baton.Redact(c.fence)
 	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
-		s.store = nil
-		s.Close()
+		s.Close() // s.store is nil: Open returns none with an error
 		return nil, interrupted(cmd.Context(), err, "while opening the "+s.storeAt)
 	}
 	return s, nil

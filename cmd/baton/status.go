@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/backends"
+	"github.com/baton-go/baton/fence"
 )
 
 func newStatus(g *globals) *cobra.Command {
@@ -103,6 +104,12 @@ func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.O
 // hold baton's exit up by the release timeout.
 func closeBackend(cmd *cobra.Command, g *globals, backend string, locker *baton.Locker) {
 	closeWithin(g.logger(cmd.ErrOrStderr()), "the lock service "+baton.Redact(backend), locker.Close)
+}
+
+// closeStore closes s, the fence store at store, waiting closeTimeout at
+// most (see closeWithin).
+func closeStore(cmd *cobra.Command, g *globals, store string, s fence.Store) {
+	closeWithin(g.logger(cmd.ErrOrStderr()), "the fence store "+baton.Redact(store), s.Close)
 }
 
 // withHint adds what to do to an unreachable lock service's error.

@@ -56,7 +56,8 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrInvalidOption) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if code, ok := unavailable(err); ok {
+	code, isUnavailable := unavailable(err)
+	if isUnavailable {
 		if code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED {
 			hint = hintBusy
 		}
@@ -65,7 +66,7 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 	if table, ok := s.missingTable(err); ok {
 		return fmt.Errorf("%s: %w", op, &MissingTableError{Table: table, Where: s.where})
 	}
-	if code, _ := unavailable(err); code == sqlite3.SQLITE_CANTOPEN || code == sqlite3.SQLITE_NOTADB {
+	if code == sqlite3.SQLITE_CANTOPEN || code == sqlite3.SQLITE_NOTADB {
 		// The path names no directory, or no database: a mistake in the
 		// store's URL, which trying again will not mend (so not
 		// unavailable, which wrappers retry).

@@ -52,12 +52,11 @@ type Keeper struct {
 	settled chan struct{} // closed once the deadline counts from a known base
 
 	mu       sync.Mutex
-	pending  *tick     // the scheduled call of tick
-	next     time.Time // when to renew
-	lastErr  error     // the last renewal's error, since the last success
-	lastSent time.Time
-	base     time.Time    // what the deadline counts from; zero while unknown (Settle)
-	last     confirmation // the last confirmation, which the next settles (Settle)
+	pending  *tick        // the scheduled call of tick
+	next     time.Time    // when to renew
+	lastErr  error        // the last renewal's error, since the last success
+	last     confirmation // the last confirmation; with Settle, the next settles it
+	known    bool         // the deadline counts from a known base: Settled is closed
 	deadline time.Time
 	err      error
 }
@@ -67,7 +66,13 @@ type Keeper struct {
 type confirmation struct{ sent, answered time.Time }
 
 // An Option changes how a Keeper counts its deadline.
-type Option func(*Keeper)
+type Option func(*options)
+
+// options are Start's options.
+type options struct {
+	settle time.Duration
+	base   time.Time // what the first deadline counts from; zero: none known
+}
 
 // Settle makes the Keeper count the deadline only from confirmations that
 // the service must have taken in: a confirmed request counts once a later
@@ -77,7 +82,9 @@ type Option func(*Keeper)
 // zero, from none: Settled is closed only once a confirmation counts, and
 // the first renewal is sent d after the answer Start was given, instead of
 // RenewEvery after its send. No renewal is sent sooner than d after the
-// last confirmation's answer, so that each settles the one before.
+// last confirmation's answer, so that each settles the one before. A base
+// must be no older than RenewEvery before the request Start is given: the
+// first renewal comes RenewEvery after that request.
 //
 // It is for a service that answers a request before the part of it that
 // expires the lease has heard of it. A ZooKeeper follower answers a sync
@@ -91,9 +98,9 @@ type Option func(*Keeper)
 // The price is a deadline one renewal shorter: with RenewEvery TTL/3, a
 // renewal has TTL/3 - drift to be confirmed, not 2TTL/3 - drift.
 func Settle(d time.Duration, base time.Time) Option {
-	return func(k *Keeper) {
-		k.settle = d
-		k.base = base
+	return func(o *options) {
+		o.settle = d
+		o.base = base
 	}
 }
 
@@ -109,40 +116,38 @@ func Start(sent time.Time, cfg baton.Config, renew RenewFunc, opts ...Option) *K
 // at sent, on s. cfg gives TTL, RenewEvery, Drift and Logger. With Settle,
 // the request's answer is taken to have come at the call.
 func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc, opts ...Option) *Keeper {
+	o := options{base: sent}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &Keeper{
 		sched: s,
 		ttl:   cfg.TTL, every: cfg.RenewEvery, drift: cfg.Drift,
-		renew:    renew,
-		log:      cfg.Logger,
-		ctx:      ctx,
-		cancel:   cancel,
-		done:     make(chan struct{}),
-		settled:  make(chan struct{}),
-		next:     sent.Add(cfg.RenewEvery),
-		lastSent: sent,
-		base:     sent,
-	}
-	for _, o := range opts {
-		o(k)
+		settle:  o.settle,
+		renew:   renew,
+		log:     cfg.Logger,
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		settled: make(chan struct{}),
+		next:    sent.Add(cfg.RenewEvery),
+		last:    confirmation{sent: sent},
 	}
 	if k.settle > 0 {
-		answered := time.Now()
-		k.last = confirmation{sent, answered}
-		if late := k.base.Add(2 * k.every); !k.base.IsZero() && late.Before(k.next) {
-			k.next = late // a base older than sent: as after a late renewal
-		}
-		if k.base.IsZero() {
-			// Lost unless a confirmation counts before sent's own
-			// deadline: none after can count from earlier.
-			k.deadline = sent.Add(k.ttl - k.drift)
-			k.next = answered.Add(k.settle) // the soonest that can settle it
-		}
-		k.notBeforeSettling()
+		k.last.answered = time.Now()
 	}
-	if !k.base.IsZero() {
-		k.deadline = k.base.Add(k.ttl - k.drift)
+	if o.base.IsZero() {
+		// Settle with no base: lost unless a confirmation counts before
+		// sent's own deadline, since none after can count from earlier;
+		// the first renewal as soon as it can settle sent.
+		k.deadline = sent.Add(k.ttl - k.drift)
+		k.next = k.last.answered.Add(k.settle)
+	} else {
+		k.deadline = o.base.Add(k.ttl - k.drift)
+		k.known = true
 		close(k.settled)
+		k.notBeforeSettling()
 	}
 	if !time.Now().Before(k.deadline) {
 		// Answered at or after the local deadline (a pause between the
@@ -200,7 +205,7 @@ func (k *Keeper) Deadline() time.Time {
 func (k *Keeper) LastRenewal() time.Time {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.lastSent
+	return k.last.sent
 }
 
 // Lose marks the lease lost with cause (wrapped to match
@@ -297,8 +302,8 @@ func (k *Keeper) tick() {
 			return
 		}
 		if k.err == nil { // a loss or stop since the look above leaves the deadline as it was
-			first := k.base.IsZero()
-			k.lastSent, k.base, k.deadline, k.lastErr = sent, base, nd, nil
+			first := !k.known
+			k.known, k.deadline, k.lastErr = true, nd, nil
 			k.last = confirmation{sent, answered}
 			// RenewEvery after this one, but no later than two after
 			// the base: a renewal that came late, after failures, leaves

@@ -487,24 +487,3 @@ func TestKeeper_Settle_LateRecovery_NextComesSooner(t *testing.T) {
 		}
 	})
 }
-
-// TestKeeper_Settle_OldBase_FirstRenewalSooner: Start given a base older
-// than its request by more than RenewEvery sends the first renewal no
-// later than two RenewEvery after the base (here at once, but for the
-// settling time), as after a late renewal.
-func TestKeeper_Settle_OldBase_FirstRenewalSooner(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := config(t) // TTL 3s, RenewEvery 1s, drift 100ms
-		r := &recorder{result: answersAfter(10 * time.Millisecond)}
-		start := time.Now()
-		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, start.Add(-1500*time.Millisecond)))
-		defer k.Stop(baton.ErrReleased)
-		time.Sleep(800 * time.Millisecond)
-		synctest.Wait()
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if len(r.calls) != 1 || r.calls[0].Sub(start) != 700*time.Millisecond {
-			t.Fatalf("renewals %v; want one, 700ms after Start (base + 2 RenewEvery is already 500ms after it)", r.calls)
-		}
-	})
-}

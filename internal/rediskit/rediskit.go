@@ -136,7 +136,7 @@ func QueryOptions(q url.Values) ([]baton.Option, error) {
 	}
 	var opts []baton.Option
 	for _, k := range slices.Sorted(maps.Keys(q)) { // the same error for the same URL
-		v := q[k][len(q[k])-1]
+		v := q[k][0]
 		opt, ok, err := urlparam.Duration(k, v)
 		switch {
 		case err != nil:
