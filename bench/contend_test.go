@@ -38,8 +38,7 @@ func delayed(b *testing.B, oneWay time.Duration, addrs ...string) (proxied []str
 	ps := make([]*testsvc.Proxy, len(addrs))
 	proxied = make([]string, len(addrs))
 	for i, a := range addrs {
-		ps[i] = testsvc.NewProxy(b, a)
-		ps[i].SetLatency(oneWay)
+		ps[i] = testsvc.NewDelayedProxy(b, a, oneWay)
 		proxied[i] = ps[i].Addr()
 	}
 	return proxied, func() {

@@ -39,8 +39,7 @@ func factory(endpoint string) batontest.Factory {
 			if err != nil {
 				t.Fatalf("endpoint %q: %v", endpoint, err)
 			}
-			p := testsvc.NewProxy(t, u.Host)
-			p.SetLatency(latency)
+			p := testsvc.NewDelayedProxy(t, u.Host, latency)
 			u.Host = p.Addr()
 			fl, err := etcd.New(testsvc.Client(t, u.String()), opts...)
 			if err != nil {

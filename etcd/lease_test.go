@@ -279,11 +279,10 @@ func TestNew_TTLNotWholeSeconds(t *testing.T) {
 	}
 }
 
-// TestNew_TTLTooLong: a TTL longer than etcd grants a lease is an option
-// error (the CLI's exit 2), not the server's "too large lease TTL" at the
-// first acquisition, which read as the service unreachable (exit 69).
 // TestNew_TTLTooLong: etcd grants leases up to 9e9s; a TTL a second longer
-// is an option error, the longest one is not.
+// is an option error (the CLI's exit 2), not the server's "too large lease
+// TTL" at the first acquisition, which read as the service unreachable
+// (exit 69); the longest one is not.
 func TestNew_TTLTooLong(t *testing.T) {
 	const longest = 9_000_000_000 * time.Second // etcd's MaxLeaseTTL
 	// New sends nothing: a client of no server will do.
@@ -609,7 +608,10 @@ func TestClose_WatchersExited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	etcd.OnWatchExit(l, func() { time.Sleep(200 * time.Millisecond) }) // read as each watcher starts
+	// Set before the holds: each watcher reads the hook as it starts. The
+	// sleep widens the window a correct Close must wait out; a channel
+	// cannot stand in for it, since Close would then wait on the test.
+	etcd.OnWatchExit(l, func() { time.Sleep(200 * time.Millisecond) })
 	for _, name := range []string{"a", "b"} {
 		if _, err := l.Acquire(timeout(t, 10*time.Second), name); err != nil {
 			t.Fatal(err)

@@ -87,3 +87,14 @@ func TestOpen_Unavailable(t *testing.T) {
 		}
 	}
 }
+
+// TestOpen_SQLiteWrongPath: a sqlite: path in no directory is a mistake in
+// the URL, not an unavailable store (which wrappers retry): the error names
+// the file.
+func TestOpen_SQLiteWrongPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no", "such", "dir.db")
+	_, err := fence.Open(t.Context(), "sqlite:"+path, fence.WithCreate(true))
+	if err == nil || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open in a missing directory: %v; want an error naming %s, not ErrUnavailable", err, path)
+	}
+}

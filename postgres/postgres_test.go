@@ -35,8 +35,7 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := testsvc.NewProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-			p.SetLatency(latency)
+			p := testsvc.NewDelayedProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), latency)
 			host, port, _ := net.SplitHostPort(p.Addr())
 			cfg.ConnConfig.Host = host
 			n, _ := strconv.Atoi(port)

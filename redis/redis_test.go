@@ -75,8 +75,7 @@ func factory(addr string) batontest.Factory {
 			return batontest.Client{Locker: l, Crash: func() { _ = c.Close() }}, nil
 		},
 		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
-			p := testsvc.NewProxy(t, addr)
-			p.SetLatency(latency)
+			p := testsvc.NewDelayedProxy(t, addr, latency)
 			c := client(t, p.Addr())
 			l, err := redis.New(c, opts...)
 			return batontest.Client{Locker: l}, err

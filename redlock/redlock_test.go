@@ -94,8 +94,7 @@ func TestConformance(t *testing.T) {
 		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
 			cs := make([]goredis.UniversalClient, len(nodes))
 			for i, n := range nodes {
-				p := testsvc.NewProxy(t, n.Addr)
-				p.SetLatency(latency)
+				p := testsvc.NewDelayedProxy(t, n.Addr, latency)
 				cs[i] = client(t, p.Addr())
 			}
 			l, err := redlock.New(cs, opts...)

@@ -341,8 +341,7 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 // keeps that deadline.
 func TestFirstHold_DeadlineFromDial(t *testing.T) {
 	const ttl, drift = longTTL, 50 * time.Millisecond
-	proxy := testsvc.NewProxy(t, zkServer.Addr(t))
-	proxy.SetLatency(100 * time.Millisecond)
+	proxy := testsvc.NewDelayedProxy(t, zkServer.Addr(t), 100*time.Millisecond)
 	before := time.Now()
 	fl := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(ttl), baton.WithDrift(drift))
 	la, err := fl.Acquire(timeout(t, 20*time.Second), uniqueName(t))
@@ -387,7 +386,7 @@ func TestFirstHold_NewSessionLostBeforeSettling(t *testing.T) {
 		_, err := fl.Acquire(ctx, name)
 		errc <- err
 	}()
-	<-made
+	awaitMade(t, made, errc)
 	lw, err := w.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatalf("another client's TryAcquire while the first session waits to settle: %v; want the lock, no node in line", err)
@@ -416,12 +415,25 @@ func TestFirstHold_CloseWhileSettling(t *testing.T) {
 		_, err := fl.Acquire(timeout(t, 30*time.Second), uniqueName(t))
 		errc <- err
 	}()
-	<-made
+	awaitMade(t, made, errc)
 	if err := fl.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errc; !errors.Is(err, baton.ErrClosed) {
 		t.Fatalf("Acquire waiting to settle when the Locker closed = %v; want ErrClosed", err)
+	}
+}
+
+// awaitMade waits until the session object is made (made closes), failing
+// t if the acquisition ends first (errc) or takes 30s.
+func awaitMade(t *testing.T, made <-chan struct{}, errc <-chan error) {
+	t.Helper()
+	select {
+	case <-made:
+	case err := <-errc:
+		t.Fatalf("Acquire ended before it made a session object: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no session object made within 30s")
 	}
 }
 
@@ -695,7 +707,11 @@ func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.
 	case <-time.After(3 * ttl):
 		t.Fatalf("the lease outlived the cut by 3 TTL: %v", la.Err())
 	}
-	<-cutDone
+	select {
+	case <-cutDone:
+	default:
+		t.Fatalf("the lease ended before any renewal was confirmed, so before the cut: %v", la.Err())
+	}
 	deadline := la.Deadline()
 	if pings.dropped.Load() == 0 {
 		t.Fatal("no ping was dropped before the cut: the test did not make the case it checks")
@@ -714,6 +730,9 @@ func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.
 		ttl, cutAt.Sub(acquired).Round(time.Millisecond), stopped.at.Sub(cutAt).Round(time.Millisecond), la.Err(), margin.Round(time.Millisecond))
 	if margin < 0 {
 		t.Fatalf("the waiter got the lock %v before the holder's deadline: the leader expired the session first", -margin.Round(time.Millisecond))
+	}
+	if stopped.at.After(wt.at) {
+		t.Fatalf("the holder's work stopped %v after the waiter got the lock", stopped.at.Sub(wt.at).Round(time.Millisecond))
 	}
 	if !errors.Is(la.Err(), keeper.ErrDeadline) {
 		t.Fatalf("lease lost with %v; want by its local deadline, the cut follower still serving it", la.Err())

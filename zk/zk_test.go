@@ -180,8 +180,7 @@ func (cs *clients) factory() batontest.Factory {
 			}}, nil
 		},
 		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
-			p := testsvc.NewProxy(t, cs.addr)
-			p.SetLatency(latency)
+			p := testsvc.NewDelayedProxy(t, cs.addr, latency)
 			fl, err := zk.Dial(timeout(t, 20*time.Second), []string{p.Addr()}, opts...)
 			if err != nil {
 				return batontest.Client{}, err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -471,4 +472,28 @@ func TestElect_ObserveOnRedis(t *testing.T) {
 		t.Fatalf("observer exit %d, stderr %q, after the server was killed; want 69", r.code, r.stderr)
 	}
 	oneLine(t, r)
+}
+
+// TestPrintTerm_LeaderNotPrintable: elect --observe prints a term on one
+// line, a leader that is not printable quoted, with or without a token;
+// --json gives the leader as it is.
+func TestPrintTerm_LeaderNotPrintable(t *testing.T) {
+	const leader = "evil\nnightly  leader x  token 99"
+	for _, token := range []baton.Token{0, 7} {
+		var b strings.Builder
+		if err := printTerm(&b, false, baton.Term{Election: "nightly", Leader: leader, Token: token}); err != nil {
+			t.Fatal(err)
+		}
+		if out := b.String(); strings.Count(out, "\n") != 1 || !strings.Contains(out, strconv.Quote(leader)) {
+			t.Errorf("token %d: %q; want one line, the leader quoted", token, out)
+		}
+		b.Reset()
+		if err := printTerm(&b, true, baton.Term{Election: "nightly", Leader: leader, Token: token}); err != nil {
+			t.Fatal(err)
+		}
+		var j struct{ Leader string }
+		if err := json.Unmarshal([]byte(b.String()), &j); err != nil || j.Leader != leader {
+			t.Errorf("token %d, --json: %q (%v); want the leader as it is", token, b.String(), err)
+		}
+	}
 }

@@ -1129,7 +1129,15 @@ func TestStatus_HolderNotPrintable(t *testing.T) {
 		if lines := strings.Count(r.stdout, "\n"); lines != 2 || !strings.Contains(r.stdout, strconv.Quote(holder)) {
 			t.Errorf("%s: status table:\n%s\nwant a header and one row, the holder quoted", backend, r.stdout)
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		// The run refused for it, and the forced release, name it quoted too.
+		r = runInProcess("run", "--backend", backend, "j9", "--", "true")
+		if r.code != exitNotAcquired || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, strconv.Quote(holder)) {
+			t.Errorf("%s: run while held: exit %d, stderr %q; want %d on one line, the holder quoted", backend, r.code, r.stderr, exitNotAcquired)
+		}
+		r = runInProcess("release", "--backend", backend, "--force", "j9")
+		if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, strconv.Quote(holder)) {
+			t.Errorf("%s: release --force: exit %d, stdout %q; want one line, the holder quoted", backend, r.code, r.stdout)
+		}
 		p.wait(t)
 	}
 }

@@ -45,6 +45,23 @@ func (r *recorder) count() int {
 	return len(r.calls)
 }
 
+// sent returns when each call so far started.
+func (r *recorder) sent() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.calls...)
+}
+
+// notLost fails t if k is lost (or stopped) already.
+func notLost(t *testing.T, k *Keeper, when string) {
+	t.Helper()
+	select {
+	case <-k.Done():
+		t.Fatalf("lost %s: %v", when, k.Err())
+	default:
+	}
+}
+
 func TestKeeper_RenewsEveryInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config(t)
@@ -69,11 +86,7 @@ func TestKeeper_RenewsEveryInterval(t *testing.T) {
 		if got, want := k.Deadline(), r.calls[9].Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
 			t.Errorf("deadline after renewals %v, want send time of last + TTL - drift", got.Sub(start))
 		}
-		select {
-		case <-k.Done():
-			t.Fatalf("lost while renewals succeed: %v", k.Err())
-		default:
-		}
+		notLost(t, k, "while renewals succeed")
 	})
 }
 
@@ -266,9 +279,7 @@ func TestKeeper_SlowRenewal_DeadlineFromSendTime(t *testing.T) {
 		defer k.Stop(baton.ErrReleased)
 		time.Sleep(1600 * time.Millisecond) // the first renewal, sent at 1s, answered at 1.5s
 		synctest.Wait()
-		r.mu.Lock()
-		sent := r.calls[0]
-		r.mu.Unlock()
+		sent := r.sent()[0]
 		if got, want := k.Deadline(), sent.Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
 			t.Fatalf("deadline %v after start, want %v (send time + TTL - drift)", got.Sub(start), want.Sub(start))
 		}
@@ -346,9 +357,7 @@ func TestKeeper_Settle_DeadlineLagsOneRenewal(t *testing.T) {
 		}
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
-		r.mu.Lock()
-		calls := append([]time.Time(nil), r.calls...)
-		r.mu.Unlock()
+		calls := r.sent()
 		if len(calls) != 6 {
 			t.Fatalf("renewals in 6.1s at 1s interval = %d, want 6", len(calls))
 		}
@@ -374,9 +383,7 @@ func TestKeeper_Settle_SlowAnswer_NextWaits(t *testing.T) {
 		defer k.Stop(baton.ErrReleased)
 		time.Sleep(2600 * time.Millisecond)
 		synctest.Wait()
-		r.mu.Lock()
-		calls := append([]time.Time(nil), r.calls...)
-		r.mu.Unlock()
+		calls := r.sent()
 		if len(calls) != 2 {
 			t.Fatalf("renewals in 2.6s = %d, want 2", len(calls))
 		}
@@ -388,11 +395,7 @@ func TestKeeper_Settle_SlowAnswer_NextWaits(t *testing.T) {
 		if got, want := k.Deadline(), calls[0].Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
 			t.Errorf("deadline %v, want the first renewal's send + TTL - drift (%v)", got.Sub(start), want.Sub(start))
 		}
-		select {
-		case <-k.Done():
-			t.Fatalf("lost while renewals succeed: %v", k.Err())
-		default:
-		}
+		notLost(t, k, "while renewals succeed")
 	})
 }
 
@@ -401,42 +404,46 @@ func TestKeeper_Settle_SlowAnswer_NextWaits(t *testing.T) {
 // request; a Keeper whose renewals all fail is lost at that request's
 // deadline and never settles.
 func TestKeeper_Settle_NoBase(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := config(t)
-		r := &recorder{result: answersAfter(10 * time.Millisecond)}
-		start := time.Now()
-		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, time.Time{}))
-		defer k.Stop(baton.ErrReleased)
-		select {
-		case <-k.Settled():
-			t.Fatal("Settled closed before any confirmation counts")
-		default:
-		}
-		<-k.Settled()
-		if got, want := time.Since(start), 710*time.Millisecond; got != want {
-			t.Errorf("settled %v after Start, want %v (the settling time and the answer)", got, want)
-		}
-		if got, want := k.Deadline(), start.Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
-			t.Errorf("deadline %v, want Start's send + TTL - drift (%v)", got.Sub(start), want.Sub(start))
-		}
+	t.Run("settles", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := config(t)
+			r := &recorder{result: answersAfter(10 * time.Millisecond)}
+			start := time.Now()
+			k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, time.Time{}))
+			defer k.Stop(baton.ErrReleased)
+			select {
+			case <-k.Settled():
+				t.Fatal("Settled closed before any confirmation counts")
+			default:
+			}
+			<-k.Settled()
+			if got, want := time.Since(start), 710*time.Millisecond; got != want {
+				t.Errorf("settled %v after Start, want %v (the settling time and the answer)", got, want)
+			}
+			if got, want := k.Deadline(), start.Add(cfg.TTL-cfg.Drift); !got.Equal(want) {
+				t.Errorf("deadline %v, want Start's send + TTL - drift (%v)", got.Sub(start), want.Sub(start))
+			}
+		})
 	})
-	synctest.Test(t, func(t *testing.T) {
-		cfg := config(t)
-		r := &recorder{result: func(context.Context) error { return errors.New("no answer") }}
-		start := time.Now()
-		k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, time.Time{}))
-		<-k.Done()
-		if got, want := time.Since(start), cfg.TTL-cfg.Drift; got != want {
-			t.Errorf("lost %v after Start, want %v", got, want)
-		}
-		if !errors.Is(k.Err(), ErrDeadline) {
-			t.Errorf("Err = %v, want ErrDeadline", k.Err())
-		}
-		select {
-		case <-k.Settled():
-			t.Error("Settled closed though no confirmation counted")
-		default:
-		}
+	t.Run("never answered", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			cfg := config(t)
+			r := &recorder{result: func(context.Context) error { return errors.New("no answer") }}
+			start := time.Now()
+			k := Start(start, cfg, r.renew, Settle(700*time.Millisecond, time.Time{}))
+			<-k.Done()
+			if got, want := time.Since(start), cfg.TTL-cfg.Drift; got != want {
+				t.Errorf("lost %v after Start, want %v", got, want)
+			}
+			if !errors.Is(k.Err(), ErrDeadline) {
+				t.Errorf("Err = %v, want ErrDeadline", k.Err())
+			}
+			select {
+			case <-k.Settled():
+				t.Error("Settled closed though no confirmation counted")
+			default:
+			}
+		})
 	})
 }
 
@@ -465,22 +472,17 @@ func TestKeeper_Settle_LateRecovery_NextComesSooner(t *testing.T) {
 		defer k.Stop(baton.ErrReleased)
 		time.Sleep(6 * time.Second)
 		synctest.Wait()
-		select {
-		case <-k.Done():
-			t.Fatalf("lost after the service came back: %v", k.Err())
-		default:
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
+		notLost(t, k, "after the service came back")
+		calls := r.sent()
 		var retry, next time.Duration
-		for i, c := range r.calls {
-			if at := c.Sub(start); at >= 2700*time.Millisecond && at < 2800*time.Millisecond {
-				retry, next = at, r.calls[i+1].Sub(start)
+		for i, c := range calls {
+			if at := c.Sub(start); at >= 2700*time.Millisecond && at < 2800*time.Millisecond && i+1 < len(calls) {
+				retry, next = at, calls[i+1].Sub(start)
 				break
 			}
 		}
 		if retry == 0 {
-			t.Fatal("no retry in the window where the service came back")
+			t.Fatal("no retry, followed by a renewal, in the window where the service came back")
 		}
 		if want := retry + 10*time.Millisecond + 700*time.Millisecond; next != want {
 			t.Errorf("renewal after the retry at %v sent at %v; want %v (its answer + the settling time)", retry, next, want)

@@ -110,6 +110,15 @@ func NewProxy(tb testing.TB, target string) *Proxy {
 	return p
 }
 
+// NewDelayedProxy is NewProxy with SetLatency(d) from the start: every
+// connection through it is d or more late each way.
+func NewDelayedProxy(tb testing.TB, target string, d time.Duration) *Proxy {
+	tb.Helper()
+	p := NewProxy(tb, target)
+	p.SetLatency(d)
+	return p
+}
+
 // Addr returns the proxy's host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 

@@ -132,8 +132,7 @@ func TestProxy_HoldFirst(t *testing.T) {
 // through it, closed when t ends.
 func delayedConn(t *testing.T, target string, d time.Duration) (*Proxy, net.Conn) {
 	t.Helper()
-	p := NewProxy(t, target)
-	p.SetLatency(d)
+	p := NewDelayedProxy(t, target, d)
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
