@@ -31,7 +31,8 @@ lint:
 bench: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 $(PKGS)
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedisCycle|RedisContended$$' -benchtime 3000x -count 5 .
-	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisPaired -benchtime 400x -count 10 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedisPaired$$' -benchtime 400x -count 10 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisPairedLatency -benchtime 64x -count 4 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisFloor -benchtime 400x -count 6 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedlockContended$$' -benchtime 1000x -count 5 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'ContendedLatency' -benchtime 1000x -count 3 .

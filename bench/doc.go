@@ -12,8 +12,9 @@
 // bench runs them all):
 //
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench 'RedisCycle|RedisContended$' -benchtime 3000x -count 5 .
-//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedisPaired -benchtime 400x -count 10 .
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench 'RedisPaired$' -benchtime 400x -count 10 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedisFloor -benchtime 400x -count 6 .
+//	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedisPairedLatency -benchtime 64x -count 4 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench 'RedlockContended$' -benchtime 1000x -count 5 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench ContendedLatency -benchtime 1000x -count 3 .
 //	cd bench && BATON_REQUIRE_SERVICES=1 go test -run '^$' -bench RedlockPaired -benchtime 100x -count 10 .
@@ -27,8 +28,9 @@
 // of holds over a fair share; RedisContendedLatency and
 // RedlockContendedLatency report the same over a network, each server
 // reached through a proxy that delays every chunk by a one-way latency
-// (and the mean delay it gave); RedisPaired, RedisFloor, RedlockPaired and
-// PostgresVsZooKeeper report two locks' figures in alternating rounds, and
-// their ratio. RedisFloor's baseline is the guide's bare lock (SET NX PX
-// and a compare-and-delete, no lease): the floor of a two-round-trip cycle.
+// (and the mean delay it gave); RedisPaired, RedisPairedLatency (over such
+// a network), RedisFloor, RedlockPaired and PostgresVsZooKeeper report two
+// locks' figures in alternating rounds, and their ratio. RedisFloor's
+// baseline is the guide's bare lock (SET NX PX and a compare-and-delete, no
+// lease): the floor of a two-round-trip cycle.
 package bench

@@ -116,6 +116,24 @@ func BenchmarkRedisPaired(b *testing.B) {
 	benchcycle.Paired(b, newRedisCyclers(b, srv.Addr, "baton", 1), newRedisCyclers(b, srv.Addr, "redislock", 1), 16, "baton", "redislock")
 }
 
+// BenchmarkRedisPairedLatency is BenchmarkRedisPaired over a network: both
+// clients reach the server through a proxy that delays every chunk, both
+// ways, by a one-way latency (see delayed). On loopback a cycle's time is
+// mostly the CPU's (the client's and the server's, on two cores); here it
+// is its round trips', and both locks take two per cycle (SET NX, then a
+// compare-and-delete), the floor: the ratio shows what the lease's work
+// costs once a round trip is no longer free.
+func BenchmarkRedisPairedLatency(b *testing.B) {
+	srv := testsvc.StartRedis(b)
+	for _, oneWay := range latencies {
+		b.Run(fmt.Sprintf("latency=%v", oneWay), func(b *testing.B) {
+			addrs, report := delayed(b, oneWay, srv.Addr, srv.Addr)
+			benchcycle.Paired(b, newRedisCyclers(b, addrs[0], "baton", 1), newRedisCyclers(b, addrs[1], "redislock", 1), 16, "baton", "redislock")
+			report()
+		})
+	}
+}
+
 // guideRelease is the guide's compare-and-delete.
 var guideRelease = goredis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
 

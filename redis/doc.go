@@ -175,7 +175,7 @@
 // swing with the VM's slow spells (baton's five runs: 118µs to 158µs).
 // BenchmarkRedisPaired alternates the two in rounds of 16, so that those
 // spells fall on both: 0.90x (median of ten runs, 0.89x to 0.93x; cd bench
-// && go test -run '^$' -bench RedisPaired -benchtime 400x -count 10 .;
+// && go test -run '^$' -bench 'RedisPaired$' -benchtime 400x -count 10 .;
 // 0.85x on slower days), up from 0.71x before the pipelined first attempt
 // and the shared renewal timer (internal/keeper's Scheduler). What is
 // left, measured in alternating rounds with benchmarks not kept: the
@@ -195,7 +195,25 @@
 // (111µs). So a lease on two round trips costs about 20µs here over the
 // bare lock, which leads redislock by about 10µs: matching redislock means
 // a lease that costs less than half of what this one does (cd bench && go
-// test -run '^$' -bench RedisFloor -benchtime 400x -count 6 .).
+// test -run '^$' -bench RedisFloor -benchtime 400x -count 6 .). A
+// profile on 2026-12-02, a slower day (baton at 0.79x to 0.82x of
+// redislock in alternating rounds), found no one cost to cut: without the
+// two per-cycle request timers (context.WithTimeout), or without the
+// garbage collector (GOGC=off), the cycle took as long; against the bare
+// lock, the claim's pipeline cost about 7%, the release script about 4%
+// (its five keys and EXISTS: Redis spent 7.6µs per EVALSHA against the
+// bare compare-and-delete's 3.3µs), and the hold's bookkeeping the rest
+// (the keeper, the work context, the Locker's tracking: 91 allocations
+// per cycle against the bare lock's 20, and 25 to 35µs more of the
+// client's CPU).
+//
+// Over a network the uncontended cycle is its two round trips and little
+// more. BenchmarkRedisPairedLatency (bench module) alternates the two
+// through proxies that delay every chunk each way: on 2026-12-02, at a
+// mean delay of 1.15ms baton's cycle took 5.06 to 5.30ms against
+// redislock's 4.99 to 5.23ms (0.98x to 0.99x, four runs), at 2.25ms 9.55
+// to 9.79ms against 9.47 to 9.78ms (0.99x to 1.00x) (cd bench && go test
+// -run '^$' -bench RedisPairedLatency -benchtime 64x -count 4 .).
 //
 // Under contention redislock's releasing client takes the lock again at
 // once 97% of the time while the others wait out 10ms back-offs; baton
