@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,6 +31,12 @@ import (
 // tx must be the transaction the writes run in: a *pgxpool.Pool, or a
 // *pgx.Conn or *pgxpool.Conn not in a transaction, is refused with an error matching
 // baton.ErrInvalidOption, as the check would end with its own statement.
+// A check that must raise the fence also needs tx to run at READ
+// COMMITTED, and is refused the same way in a REPEATABLE READ or
+// SERIALIZABLE transaction, whose snapshot, taken at its first statement,
+// would not hold what the older holder committed while the raise waited
+// for it: raise the fence before such a transaction begins (Raise, or
+// FencedLease.Raise), and its checks find the token already there.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
 	if err := needTx(tx); err != nil {
 		return err
@@ -37,8 +44,14 @@ func (s *Store) Check(ctx context.Context, tx Querier, resource string, token ba
 	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
 	}
+	return s.check(ctx, tx, resource, token, false)
+}
+
+// check is Check, in a transaction known to run at READ COMMITTED when rc
+// is true (WithTx's).
+func (s *Store) check(ctx context.Context, tx Querier, resource string, token baton.Token, rc bool) error {
 	var one int32
-	return s.afterHold(ctx, tx, resource, token, tx.QueryRow(ctx, s.sql.hold, resource, int64(token)).Scan(&one))
+	return s.afterHold(ctx, tx, resource, token, tx.QueryRow(ctx, s.sql.hold, resource, int64(token)).Scan(&one), rc)
 }
 
 // needTx refuses the queriers that are known not to be in a transaction.
@@ -64,8 +77,10 @@ func needTx(q Querier) error {
 
 // afterHold finishes a check in tx once the share-locking SELECT (s.sql.hold)
 // has run there and its one row was scanned with error holdErr: nil when the
-// fence holds exactly token; otherwise the upsert decides.
-func (s *Store) afterHold(ctx context.Context, tx Querier, resource string, token baton.Token, holdErr error) error {
+// fence holds exactly token; otherwise the upsert decides, in a
+// transaction that runs at READ COMMITTED (rc says it is known to; else it
+// is asked).
+func (s *Store) afterHold(ctx context.Context, tx Querier, resource string, token baton.Token, holdErr error, rc bool) error {
 	switch {
 	case holdErr == nil:
 		return nil
@@ -73,7 +88,30 @@ func (s *Store) afterHold(ctx context.Context, tx Querier, resource string, toke
 		return s.wrap(ctx, checkOp(resource, token), holdErr, hintNotDone)
 	}
 	// The fence holds another token, or none: raise it or be refused.
-	return s.raise(ctx, tx, resource, token)
+	if err := s.raise(ctx, tx, resource, token); err != nil || rc {
+		return err
+	}
+	return s.needReadCommitted(ctx, tx, resource, token)
+}
+
+// needReadCommitted refuses a raise of the fence in a transaction that
+// does not run at READ COMMITTED, for the caller to roll back (a stale
+// token was refused before: the raise judged it). Its snapshot was taken
+// at its first
+// statement: when the raise then waits for a transaction of the older
+// holder to commit, what that one wrote stays out of the snapshot, and the
+// caller's writes would build on a state without it. The fence's order
+// would hold (those writes committed before the raise), but the newer
+// holder would redo or overwrite them unseen.
+func (s *Store) needReadCommitted(ctx context.Context, tx Querier, resource string, token baton.Token) error {
+	var level string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
+		return s.wrap(ctx, checkOp(resource, token), err, hintNotDone)
+	}
+	if level == "read committed" {
+		return nil
+	}
+	return &baton.OptionError{Option: "fence check transaction", Value: level, Reason: fmt.Sprintf("token %d is new to fence %q, and raising it inside a %s transaction would leave the transaction's snapshot without the older holder's last writes; raise the fence before the transaction begins (FencedLease.Raise, or Store.Raise), or run the transaction at READ COMMITTED (WithTx does)", token, resource, strings.ToUpper(level))}
 }
 
 // checkOp names a check in error messages.

@@ -54,10 +54,18 @@
 // locked until it commits or rolls back: no newer token is accepted while
 // its writes are uncommitted, and no older token passes once a newer one
 // has committed. Transactions with the current token share the lock and run
-// side by side; a raise waits for all of them. Under REPEATABLE READ or
-// SERIALIZABLE, a concurrent raise makes the check fail with a
-// serialization error (SQLSTATE 40001) instead of waiting and re-reading;
-// that too writes nothing, and the caller retries the transaction.
+// side by side; a raise waits for all of them. That is READ COMMITTED's
+// behaviour, and WithTx begins its transactions at READ COMMITTED whatever
+// the default. Under REPEATABLE READ or SERIALIZABLE the order would hold
+// too, but a transaction whose check raised the fence would read with a
+// snapshot taken before the raise waited for the older holder, without
+// what that one committed meanwhile: Check refuses a raise of the fence
+// in such a transaction (an error matching baton.ErrInvalidOption, for the
+// caller to roll back); raise it before the transaction begins, and the
+// transaction's checks only share the row's lock. A stale token is
+// refused as stale there too, or with a serialization error (SQLSTATE
+// 40001) when the newer raise came after the snapshot; either way nothing
+// is written.
 //
 // The guide's idempotent write comes with it: Row and InsertOnce issue
 // INSERT ... ON CONFLICT (key) DO NOTHING, so a redo by the next holder

@@ -85,11 +85,40 @@ func (s *Store) begin(ctx context.Context, resource string, token baton.Token, o
 	if s.sendBatch != nil {
 		return s.beginBatch(ctx, resource, token, op)
 	}
-	tx, err := s.db.Begin(ctx)
+	tx, err := s.beginReadCommitted(ctx)
 	if err != nil {
 		return nil, s.wrap(ctx, op+": begin", err, hintNotDone)
 	}
-	if err := s.Check(ctx, tx, resource, token); err != nil {
+	if err := s.check(ctx, tx, resource, token, true); err != nil {
+		rollback(ctx, tx)
+		return nil, err
+	}
+	return tx, nil
+}
+
+// readCommitted is how WithTx begins its transactions, whatever the
+// database's or the session's default: at READ COMMITTED, every statement
+// reads what was committed before it began. Under REPEATABLE READ or
+// SERIALIZABLE, a transaction whose check raises the fence would read
+// with a snapshot taken at its first statement, before the raise waited
+// for the older holder's transactions to commit: fn would not see their
+// last writes (see Check).
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// beginReadCommitted begins a READ COMMITTED transaction on the Store's DB:
+// in the BEGIN itself where the DB takes options (pgx's own types do), or
+// else with SET TRANSACTION before anything else runs in it.
+func (s *Store) beginReadCommitted(ctx context.Context) (pgx.Tx, error) {
+	if db, ok := s.db.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		return db.BeginTx(ctx, readCommitted)
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
 		rollback(ctx, tx)
 		return nil, err
 	}
@@ -101,7 +130,7 @@ func (s *Store) begin(ctx context.Context, resource string, token baton.Token, o
 // only when the SELECT finds no row.
 func (s *Store) beginBatch(ctx context.Context, resource string, token baton.Token, op string) (pgx.Tx, error) {
 	var b pgx.Batch
-	b.BeginTx(pgx.TxOptions{})
+	b.BeginTx(readCommitted)
 	b.Queue(s.sql.hold, resource, int64(token))
 	br := s.sendBatch(ctx, &b)
 	tx := br.Tx()
@@ -125,7 +154,7 @@ func (s *Store) beginBatch(ctx context.Context, resource string, token baton.Tok
 	case closeErr != nil:
 		err = s.wrap(ctx, checkOp(resource, token), closeErr, hintNotDone)
 	default:
-		err = s.afterHold(ctx, tx, resource, token, holdErr)
+		err = s.afterHold(ctx, tx, resource, token, holdErr, true)
 	}
 	if err != nil {
 		rollback(ctx, tx) // also releases a pool's connection when BEGIN failed
