@@ -41,7 +41,7 @@ const luaNote = `
 -- record appends holder v (empty: free) to the observers' stream o.
 local function record(o, v)
   redis.call('xadd', o, 'MAXLEN', '~', '64', '*', 'v', v)
-  redis.call('pexpire', o, 86400000)
+  redis.call('pexpire', o, '86400000')
 end
 
 -- note records a change of holder for observers, when there are any.
@@ -219,7 +219,7 @@ var stateScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 if redis.call('exists', KEYS[3]) == 0 or redis.call('exists', KEYS[2]) == 0 then
   record(KEYS[2], redis.call('get', KEYS[1]) or '')
 else
-  redis.call('pexpire', KEYS[2], 86400000)
+  redis.call('pexpire', KEYS[2], '86400000')
 end
 redis.call('set', KEYS[3], '1', 'px', ARGV[1])
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]

@@ -30,6 +30,13 @@ package rediskit
 // number made a string (a command's argument, a concatenation) as much
 // again, so times are built from TIME's strings, not from numbers.
 //
+// A number a script computes reaches a command as a string made by
+// string.format('%.0f', x), never as a Lua number: Redis 7.2.0 to 7.2.4
+// write a Lua number argument divisible by 10^8 in exponent form (2e+08),
+// which commands refuse as not an integer (redis/redis#13113), and a
+// script that fails halfway keeps what it wrote (a handoff's key set,
+// its expiry not). redistest.NumberArgs checks the scripts for it.
+//
 //	clock()            the server's time as strings: milliseconds, and
 //	                   microseconds (an arrival score)
 //	entry(e)           SEEN_MS, TTL_MS, ATTEMPT and CHANNEL of entry e, or
@@ -89,12 +96,13 @@ local function join(q, w, v, now, score, ttl, ch)
   local added = redis.call('zadd', q, 'NX', score, v)
   redis.call('hset', w, v, '00 ' .. now .. ' ' .. ttl .. ' ' .. ch)
   if redis.call('pttl', q) < tonumber(ttl) then
-    redis.call('pexpire', q, 2 * ttl)
-    redis.call('pexpire', w, 2 * ttl)
+    local twice = string.format('%.0f', 2 * ttl)
+    redis.call('pexpire', q, twice)
+    redis.call('pexpire', w, twice)
   end
   if added == 0 then
     local r = redis.call('zrank', q, v)
-    for _, h in ipairs(redis.call('zrange', q, r + 1, r + 4)) do
+    for _, h in ipairs(redis.call('zrange', q, string.format('%.0f', r + 1), string.format('%.0f', r + 4))) do
       local e = redis.call('hget', w, h)
       if not (e and live(e, now)) then leave(q, w, h) end
     end
@@ -145,7 +153,7 @@ local function handoff(k, q, w)
     if e and live(e, now) then
       local seen, ttl, n, ch = entry(e)
       redis.call('set', k, h)
-      redis.call('pexpireat', k, math.min(tonumber(seen), tonumber(now)) + tonumber(ttl) + 1)
+      redis.call('pexpireat', k, string.format('%.0f', math.min(tonumber(seen), tonumber(now)) + tonumber(ttl) + 1))
       redis.call('publish', ch, h .. ' ' .. n)
       return h
     end
