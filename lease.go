@@ -66,7 +66,12 @@ func newLease(parent context.Context, name, holder string, h Hold, cfg Config, o
 		// The local deadline passed since the backend's look (a pause):
 		// the lock service may free the lock any moment; no work may start.
 		l.markLost(deadlinePassed(d, "as the lease was granted"), false)
-		owner.untrack(l)
+		// Free it now, as Release would: a caller that sees the loss may
+		// drop the lease without Release, while the hold lives on (a
+		// renewal in flight may have come through, a ZooKeeper node
+		// stays for its session's life). A later Release returns what
+		// this one did.
+		_ = l.Release(parent)
 	}
 	return l
 }

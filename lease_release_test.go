@@ -278,10 +278,12 @@ func TestRun_FnKeepsCallerDeadline(t *testing.T) {
 
 // TestLease_GrantedPastDeadline: a hold whose local deadline passed by the
 // time the Lease is made (a pause after the backend's look) is a lost
-// lease from the start, and Run neither raises its fence nor calls fn on
-// it.
+// lease from the start, its hold released at once (a caller that sees
+// the loss may drop the lease without Release), and Run neither raises
+// its fence nor calls fn on it.
 func TestLease_GrantedPastDeadline(t *testing.T) {
-	hold := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+	releases := 0
+	hold := newFakeHold(func(h *fakeHold) error { releases++; h.end(baton.ErrReleased); return nil })
 	hold.deadline = time.Now().Add(-time.Millisecond)
 	l := fakeLocker(t, hold)
 	defer l.Close()
@@ -289,8 +291,11 @@ func TestLease_GrantedPastDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || lease.Context().Err() == nil {
-		t.Errorf("lease granted past its deadline: Err %v, work context %v; want lost and cancelled", lease.Err(), lease.Context().Err())
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || lease.Context().Err() == nil || releases != 1 {
+		t.Errorf("lease granted past its deadline: Err %v, work context %v, hold released %d times; want lost, cancelled and released once", lease.Err(), lease.Context().Err(), releases)
+	}
+	if err := lease.Release(t.Context()); err != nil || releases != 1 || !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Errorf("Release of a lease lost as granted: %v, hold released %d times, Err %v; want nil, once, still lost", err, releases, lease.Err())
 	}
 
 	released := false
