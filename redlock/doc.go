@@ -89,9 +89,10 @@
 //
 // # What is guaranteed
 //
-//   - While at most a minority of nodes fail, clocks drift less than the
-//     drift margin over a TTL, and no holder pauses past its deadline, at
-//     most one holder per name.
+//   - While at most a minority of nodes fail, and fail by stopping (a node
+//     that answers keeps every key it acknowledged, for its TTL), clocks
+//     drift less than the drift margin over a TTL, and no holder pauses
+//     past its deadline, at most one holder per name.
 //   - The lock is acquired and renewed with a minority of nodes dead or
 //     frozen, and reported unavailable (a *baton.UnavailableError naming
 //     the nodes) when a majority cannot answer: not contended, not
@@ -107,9 +108,16 @@
 //   - Each node expires keys by its wall clock: a clock jump on a majority
 //     of nodes, or on one node while another restarts, can end a lease
 //     early and let a second holder in before the first renews.
-//   - A node that restarts without persistence forgets its keys; if that
-//     turns a majority into a minority, a second client can acquire.
-//     Antirez's advice is to delay a restarted node's return by one TTL.
+//   - A node that loses a key it acknowledged turns a holder's majority
+//     into a minority, and a second client can acquire, though only one
+//     node failed. It loses them when it restarts without persistence, or
+//     with RDB snapshots or appendfsync everysec (the last writes);
+//     when maxmemory-policy evicts (every lock key has a TTL, so a
+//     volatile-* policy evicts them first, and an allkeys-* one may); and
+//     when a replica takes over behind its address (replication is
+//     asynchronous). Run each node with maxmemory-policy noeviction, no
+//     failover, and either appendfsync always or a restart delayed by one
+//     TTL (antirez's advice).
 //
 // # Clock model
 //
