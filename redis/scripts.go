@@ -140,7 +140,8 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 
 // releaseScript frees the lock if it holds ARGV[1] and hands it to the
 // first live waiter, or else takes ARGV[1] out of the wait queue, and when
-// it was first there tells the live waiter now first (an untagged
+// it was the first live waiter there (first in line, or behind entries
+// that all ran out) tells the live waiter now first (an untagged
 // message, which the waiter checks with an attempt: it then looks again
 // at the key's expiry, or takes the lock, free and reserved for the one
 // that left). It returns 1 when the lock was ours. Release, a waiter giving up and Close
@@ -161,15 +162,26 @@ if marks == 0 then
   redis.call('del', k)
   return 1
 end
+local behind = false
 if cur ~= v then
-  local first = redis.call('zrange', q, 0, 0)[1] == v
-  redis.call('zrem', q, v)
-  redis.call('hdel', w, v)
-  if not first then return 0 end
+  local r = redis.call('zrank', q, v)
+  if r and r > 0 then
+    behind = true
+  else
+    redis.call('zrem', q, v)
+    redis.call('hdel', w, v)
+    if not r then return 0 end
+  end
 end
 ` + rediskit.LuaQueue + luaHelpers + `
 if cur ~= v then
-  local h, e = live_head(q, w, (clock()))
+  local now = (clock())
+  local h, e = live_head(q, w, now)
+  if behind then
+    leave(q, w, v)
+    if h ~= v then return 0 end
+    h, e = live_head(q, w, now)
+  end
   if h then redis.call('publish', select(4, entry(e)), h) end
   return 0
 end
