@@ -91,8 +91,12 @@
 //     so): a server clock jumped forward ends every lease early, before
 //     the holder's local deadline. The holder finds out at its next
 //     renewal, at most RenewEvery later; until then two holders can run.
-//     The tests make a key expire early with PEXPIRE key 1 from a third
-//     client, which the holder cannot tell apart from such a jump.
+//     A lock handed to a waiter expires at the waiter's last attempt's
+//     server time plus its TTL, so a jump at any time after that attempt
+//     shortens the handed lease alike, and its holder too finds out at
+//     its first renewal. The tests make a key expire early with PEXPIRE
+//     key 1 from a third client, which the holder cannot tell apart from
+//     such a jump.
 //   - Replication is asynchronous: if the primary fails over before the
 //     replica received the key, the promoted replica grants the lock a
 //     second time (the guide's replica race). Use a single node, or accept
