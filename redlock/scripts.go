@@ -59,7 +59,9 @@ end
 // where one is queued, it puts ours in its place, with its entry, at our
 // score (ARGV[4], one per acquisition, so the old one's too). So nothing
 // of the old values stays behind to block the node, and the waiter keeps
-// its turn.
+// its turn. A K made ours takes ours out of the queue, as every way of
+// taking K does: an undo's handoff would otherwise find ours first in
+// line and hand K back to the value it gave up.
 //
 // First come the cases of a contended lock, before the helpers are
 // defined: K ours already; K held by another, where a waiter joins the
@@ -77,6 +79,7 @@ if #ARGV > 6 then
     local old = ARGV[i]
     if cur == old then
       redis.call('set', k, v, 'px', ARGV[2])
+      leave(q, w, v)
       cur = v
     end
     if redis.call('zrem', q, old) == 1 then

@@ -88,6 +88,14 @@ func TestAcquireScript_OldValues(t *testing.T) {
 		},
 		held: true, key: "new",
 	}, {
+		name: "the key holds an old value, the new one is queued: the key is ours, and ours leaves the queue",
+		setup: func(t *testing.T, s *redistest.Server) {
+			holdFor(t, s, "old")
+			s.Plant(k.q, k.w, "new", 100, live(s, "ch-new"))
+			s.Plant(k.q, k.w, "behind", 200, live(s, "ch-b"))
+		},
+		held: true, queue: []string{"behind"}, key: "new",
+	}, {
 		name: "the new value already queued beside the old: one place, first",
 		setup: func(t *testing.T, s *redistest.Server) {
 			s.Hold(k.lock, "other")
