@@ -67,7 +67,9 @@ type backend struct {
 var _ baton.Backend = (*backend)(nil)
 
 // New returns a Locker on Redlock over clients, one per independent Redis
-// node (not replicas of each other): an odd number, at least 3. It is an
+// node (not replicas of each other): an odd number, at least 3; one
+// client given twice, or two *goredis.Client with one address, are
+// refused, as one server would vote twice. It is an
 // efficiency lock with no fencing token (see the package documentation).
 // The clients stay the caller's: closing the Locker does not close them.
 // Set ContextTimeoutEnabled and MaxRetries: -1 in their options, as Open
@@ -123,12 +125,42 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 		if c == nil {
 			return nil, &baton.OptionError{Option: "redlock node", Value: strconv.Itoa(i), Reason: "is a nil client"}
 		}
+		if j, same := sameClient(clients[:i], c); same {
+			return nil, &baton.OptionError{Option: "redlock nodes", Value: fmt.Sprintf("%d and %d", j, i), Reason: fmt.Sprintf("both reach %s: one server would cast two votes, and make a majority with one other; give each node a server of its own", describe(c))}
+		}
 		w := describe(c)
 		addrs[i] = w
 		b.nodes = append(b.nodes, &node{client: c, where: "redis://" + w, wake: rediswake.New(c, b.channel, 100*time.Millisecond)})
 	}
 	b.where = "redlock://" + strings.Join(addrs, ",")
 	return b, nil
+}
+
+// sameClient returns the index of a client among earlier that is c, or
+// that talks to the same address (as rediskit.HostPort writes it) as c,
+// a *goredis.Client. Two names of one host ("localhost" and "127.0.0.1")
+// still differ: only the servers could tell.
+func sameClient(earlier []goredis.UniversalClient, c goredis.UniversalClient) (int, bool) {
+	for j, e := range earlier {
+		if e == c {
+			return j, true
+		}
+		a, aok := c.(*goredis.Client)
+		b, bok := e.(*goredis.Client)
+		if aok && bok && a.Options().Network == b.Options().Network && canonical(a.Options().Addr) == canonical(b.Options().Addr) {
+			return j, true
+		}
+	}
+	return 0, false
+}
+
+// canonical writes a node's address as rediskit.HostPort does, or leaves
+// it as it is (a socket's path).
+func canonical(addr string) string {
+	if hp, err := rediskit.HostPort(addr); err == nil {
+		return hp
+	}
+	return addr
 }
 
 // describe names the server a client talks to.

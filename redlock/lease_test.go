@@ -226,6 +226,16 @@ func TestNew_Invalid(t *testing.T) {
 		{"two nodes", func() error { _, err := redlock.New(cs[:2]); return err }, "odd number"},
 		{"four nodes", func() error { _, err := redlock.New(append(cs, cs[0])); return err }, "odd number"},
 		{"short TTL", func() error { _, err := redlock.New(cs, baton.WithTTL(200*time.Millisecond)); return err }, "minimum"},
+		// One server reached twice would cast two votes: with one
+		// more, a majority.
+		{"one client twice", func() error {
+			_, err := redlock.New([]goredis.UniversalClient{cs[0], cs[1], cs[0]})
+			return err
+		}, "0 and 2"},
+		{"one server through two clients", func() error {
+			_, err := redlock.New([]goredis.UniversalClient{cs[0], cs[1], client(t, "[::ffff:127.0.0.1]:"+strings.Split(nodes[1].Addr, ":")[1])})
+			return err
+		}, "1 and 2"},
 	} {
 		err := tc.err()
 		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
