@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton/fence/postgres"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +26,23 @@ func newStore(t testing.TB, opts ...postgres.Option) (*postgres.Store, *pgxpool.
 	}
 	t.Cleanup(pool.Close)
 	return s, pool
+}
+
+// freshDatabase returns a fresh database's DSN, a pool on it for the
+// test's own SQL, and a context that ends within a minute: a bug that
+// leaves a transaction open, holding the fence row, then fails the test
+// instead of hanging it.
+func freshDatabase(t *testing.T) (dsn string, admin *pgxpool.Pool, ctx context.Context) {
+	t.Helper()
+	dsn = pg.Database(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	admin, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	return dsn, admin, ctx
 }
 
 // exec runs sql outside any fence.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/postgres"
@@ -26,14 +25,7 @@ type beginOnly struct{ postgres.DB }
 // its check's first statement, would not hold the older holder's row, and
 // its fn would find the table empty.
 func TestStore_WithTx_RepeatableReadDefault(t *testing.T) {
-	dsn := pg.Database(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	admin, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
+	dsn, admin, ctx := freshDatabase(t)
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -133,16 +133,7 @@ func fenceLocked(t *testing.T, ctx context.Context, pool *pgxpool.Pool, resource
 // both paths; a stale token calls no fn and leaves nothing, not even a
 // lock; a check that fails ends the transaction and frees the connection.
 func TestStore_WithTx_ExecModes(t *testing.T) {
-	dsn := pg.Database(t)
-	// A bug that leaves a transaction open, holding the fence row, fails
-	// the test instead of hanging it.
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	admin, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
+	dsn, admin, ctx := freshDatabase(t)
 	modes := []pgx.QueryExecMode{
 		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
 		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
