@@ -102,12 +102,15 @@ func (l *Lease) lost() {
 func (l *Lease) markLost(cause error, byRelease bool) {
 	lost := &LostError{Name: l.name, Token: l.token, Cause: cause}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil && !(byRelease && l.err == ErrReleased) {
+		l.mu.Unlock()
 		return
 	}
 	l.err = lost
 	l.cancelWork(lost) // after a release: already cancelled, with ErrReleased
+	l.mu.Unlock()
+	// Logged after the lock: a log writer that blocks (a stalled pipe)
+	// must not hold up Err, which a supervisor reads to stop the work.
 	l.logger.Warn("lease lost", "lock", l.name, "token", int64(l.token), "err", cause)
 }
 

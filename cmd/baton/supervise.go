@@ -134,8 +134,9 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 
 	var (
 		res     supervised
-		termed  bool             // the group got SIGTERM, from baton or passed on
-		kill    <-chan time.Time // SIGKILL is due
+		termed  bool        // the group got SIGTERM, from baton or passed on
+		kill    *time.Timer // sends SIGKILL when due
+		killed  = make(chan struct{}, 1)
 		stuck   <-chan time.Time // SIGKILL was sent: stop waiting then
 		poll    *time.Ticker     // the main process exited: look at its group
 		pollC   <-chan time.Time
@@ -147,11 +148,20 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		if poll != nil {
 			poll.Stop()
 		}
+		if kill != nil {
+			kill.Stop()
+		}
 	}()
-	// killLater makes SIGKILL due after grace, unless it already is or was sent.
+	// killLater has SIGKILL sent after grace, unless it already is due or
+	// was sent. The timer's own goroutine sends it, and then tells the
+	// loop on killed: a loop held up in a write to a stalled stderr
+	// delays no SIGKILL.
 	killLater := func() {
 		if kill == nil && stuck == nil {
-			kill = time.After(grace)
+			kill = time.AfterFunc(grace, func() {
+				group.kill()
+				killed <- struct{}{}
+			})
 		}
 	}
 	// killedStopped notes that group killed the group it had stopped, whose
@@ -188,13 +198,15 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			if !termed {
 				termed = true
 				if err := group.signal(syscall.SIGTERM); err != nil {
-					fmt.Fprintf(stderr, "baton: %s of %s left after it exited (%s); %v: sent SIGKILL to its group, still stopped\n", processes(n), argv[0], res.status, err)
 					stuck = time.After(killStuck)
+					fmt.Fprintf(stderr, "baton: %s of %s left after it exited (%s); %v: sent SIGKILL to its group, still stopped\n", processes(n), argv[0], res.status, err)
 				} else {
+					killLater()
 					fmt.Fprintf(stderr, "baton: %s of %s still running after it exited (%s); sent SIGTERM to its group (SIGKILL in %v)\n", processes(n), argv[0], res.status, grace)
 				}
+			} else {
+				killLater()
 			}
-			killLater()
 			poll = time.NewTicker(groupPoll)
 			pollC = poll.C
 		case <-pollC:
@@ -248,9 +260,7 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			}
 			killLater()
 			fmt.Fprintf(stderr, "baton: %v: sent SIGTERM to %s (SIGKILL in %v)\n", res.lost, argv[0], grace)
-		case <-kill:
-			kill = nil
-			group.kill()
+		case <-killed:
 			stuck = time.After(killStuck)
 		case <-stuck:
 			fmt.Fprintf(stderr, "baton: warning: %s of %s still alive %v after SIGKILL (stuck in the kernel?); not waiting for them any longer\n", processes(liveInGroup(pgid)), argv[0], killStuck)

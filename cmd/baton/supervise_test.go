@@ -480,3 +480,67 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	t.Cleanup(func() { tty.Close() })
 	return master, tty
 }
+
+// TestRun_StalledStderr_LossStillKills: baton's stderr is a pipe that
+// nobody reads, already full, so every write of baton's blocks; the
+// command ignores SIGTERM. When the lease is lost, the command still gets
+// SIGKILL after --grace: neither the loss's log line (--log-level warn;
+// the Lease writes it after it let go of its lock) nor baton's own
+// message holds up the signals. Once the pipe is read, baton exits 76.
+func TestRun_StalledStderr_LossStillKills(t *testing.T) {
+	backend := etcdBackend(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	fillPipe(t, w)
+	cmd := batonCmd("--log-level", "warn", "run", "--backend", backend, "--grace", "500ms", "invoices", "--", "sh", "-c",
+		fmt.Sprintf(`trap '' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 600`, pidFile))
+	cmd.Stderr = w
+	run := startCmd(t, cmd)
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return "no pid file" })
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if r := runBaton(t, "release", "--force", "--backend", backend, "invoices"); r.code != 0 {
+		t.Fatalf("release --force: %d %s", r.code, r.stderr)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		_, state, ok := proc.Stat(pid)
+		return !ok || state == 'Z'
+	}, func() string { return "the command, which ignores SIGTERM, still runs 30s after the loss" })
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	if res := run.wait(t); res.code != exitLeaseLost {
+		t.Errorf("exit %d, want %d", res.code, exitLeaseLost)
+	}
+}
+
+// fillPipe writes to w until the pipe is full, and leaves w blocking.
+func fillPipe(t *testing.T, w *os.File) {
+	t.Helper()
+	fd := int(w.Fd())
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := syscall.Write(fd, chunk); err != nil {
+			if errors.Is(err, syscall.EAGAIN) {
+				break
+			}
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		t.Fatal(err)
+	}
+}
