@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/baton-go/baton"
 )
@@ -46,7 +47,10 @@ SIGKILL after --grace. The lock is released only once no process of the
 group is left: if COMMAND exits while processes it started still run, they
 get SIGTERM and SIGKILL after --grace, and baton then exits with COMMAND's
 code. Processes that leave the group (setsid, daemons) are neither waited
-for nor stopped. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton while COMMAND runs
+for nor stopped. If baton itself is killed (SIGKILL, the OOM killer), only
+COMMAND's main process dies with it: exec the last command of a script,
+and give what it starts in the background a parent-death signal of its own
+(setpriv --pdeathsig KILL). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton while COMMAND runs
 are passed on to its process group, each SIGTERM or passed-on signal
 followed by SIGCONT so that a stopped process acts on it, and baton then
 exits with COMMAND's code; any of them while baton still waits for the lock
@@ -66,7 +70,8 @@ With --fence, the fence for NAME in that store is raised to the token before
 COMMAND starts: from then on no older holder can write through it. With
 --once RUN_ID, a run already marked done in the fence store is skipped, and
 a run whose COMMAND exits 0 is marked done (fenced: a stale holder cannot),
-before the lock is released and unless the lease was seen lost; a fence
+before the lock is released and unless the lease was seen lost, or baton
+passed a stop signal on to COMMAND (then baton exits 128+N); a fence
 that moved past the token meanwhile leaves it unmarked (exit 77). Each request
 to the fence store is given 10s: one that gets no answer in time makes baton
 exit 69, and SIGINT, SIGTERM, SIGHUP or SIGQUIT while baton waits for one before
@@ -203,7 +208,14 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	if err := lostLate(lease, argv, res, "when it exited"); err != nil {
 		return err
 	}
-	if res.code == 0 && f.once != "" {
+	// A command that stops cleanly on SIGTERM exits 0 halfway through its
+	// run: one that baton passed a stop signal on to is not known to have
+	// finished it. Not marked done, the next try runs it.
+	interrupted := res.code == 0 && f.once != "" && res.signaled
+	if interrupted {
+		fmt.Fprintf(s.stderr, "baton: %s exited 0 after baton passed %s on to it: run %q of %s not marked done, as it may have stopped short; the next try runs it again\n", argv[0], unix.SignalName(res.signal), f.once, name)
+	}
+	if res.code == 0 && f.once != "" && !interrupted {
 		// Detached: the command has done the run, which must be recorded
 		// even when a signal came as it ended.
 		err := s.fenceCall(bg, fmt.Sprintf("mark run %q of %s done", f.once, name), func(ctx context.Context) error {
@@ -227,6 +239,9 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	}
 	if err := lostLate(lease, argv, res, "by the release"); err != nil {
 		return err
+	}
+	if interrupted {
+		return codeOf(128 + int(res.signal))
 	}
 	return codeOf(res.code)
 }

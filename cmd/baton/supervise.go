@@ -24,9 +24,10 @@ import (
 
 // supervised is how a supervised command ended.
 type supervised struct {
-	code     int   // its exit code (128+N if killed by signal N)
-	lost     error // the lease's loss, if that is why it was stopped while its main process ran
-	signaled bool  // baton got one of passedOn and passed it on
+	code     int            // its exit code (128+N if killed by signal N)
+	lost     error          // the lease's loss, if that is why it was stopped while its main process ran
+	signaled bool           // baton got one of passedOn and passed it on
+	signal   syscall.Signal // the first it passed on
 	status   string
 }
 
@@ -177,7 +178,9 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	// passOn hands a signal baton got on to the group, or ends the group
 	// that baton stopped and whose lease ended meanwhile.
 	passOn := func(s os.Signal) {
-		res.signaled = true
+		if !res.signaled {
+			res.signaled, res.signal = true, s.(syscall.Signal)
+		}
 		if err := group.signal(s.(syscall.Signal)); err != nil {
 			// kill %1 sends SIGTERM then SIGCONT to a stopped job.
 			killedStopped(err, fmt.Sprintf("; got %v", s))

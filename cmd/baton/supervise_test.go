@@ -544,3 +544,31 @@ func fillPipe(t *testing.T, w *os.File) {
 		t.Fatal(err)
 	}
 }
+
+// TestRun_Once_InterruptedNotDone: baton gets SIGTERM while a --once run's
+// command works, and passes it on; the command stops cleanly, exit 0,
+// halfway through. The run is not marked done, baton exits 143 and says
+// why, and the next try runs the command again.
+func TestRun_Once_InterruptedNotDone(t *testing.T) {
+	backend := etcdBackend(t)
+	store := initStore(t)
+	dir := t.TempDir()
+	started, marker := filepath.Join(dir, "started"), filepath.Join(dir, "ran")
+	run := startBaton(t, "run", "--backend", backend, "--fence", store, "--once", "night-1", "invoices", "--", "sh", "-c",
+		fmt.Sprintf(`trap 'exit 0' TERM; echo ran >> %s; touch %s; sleep 60 & wait`, marker, started))
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return run.stderr.String() })
+	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := run.wait(t)
+	if r.code != 128+int(syscall.SIGTERM) || !strings.Contains(r.stderr, "not marked done") {
+		t.Fatalf("interrupted run: exit %d, stderr %q; want %d and a line saying it was not marked done", r.code, r.stderr, 128+int(syscall.SIGTERM))
+	}
+	again := runBaton(t, "run", "--backend", backend, "--fence", store, "--once", "night-1", "invoices", "--", "sh", "-c", "echo ran >> "+marker)
+	if again.code != 0 || strings.Contains(again.stderr, "already done") {
+		t.Fatalf("next try: exit %d, stderr %q; want the run done now", again.code, again.stderr)
+	}
+	if b, _ := os.ReadFile(marker); strings.Count(string(b), "ran") != 2 {
+		t.Errorf("command ran %d times, want twice: the interrupted run, then the next try", strings.Count(string(b), "ran"))
+	}
+}
