@@ -186,6 +186,15 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		pause.reset() // the term's command ran
 		switch {
 		case res.signaled || ctx.Err() != nil:
+			// Stopped by a signal: no new term. A leadership lost
+			// meanwhile still says the command ran part of the time
+			// without it.
+			if res.lost != nil {
+				return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (lock service %s); stopped %s (%s)", res.lost, s.backendAt, argv[0], res.status)}
+			}
+			if err := lostLate(lease, argv, res, when); err != nil {
+				return err
+			}
 			return codeOf(res.code)
 		case res.lost != nil:
 			fmt.Fprintf(s.stderr, "baton: leadership of %s lost; stopped %s (%s); campaigning again\n", name, argv[0], res.status)

@@ -497,3 +497,25 @@ func TestPrintTerm_LeaderNotPrintable(t *testing.T) {
 		}
 	}
 }
+
+// TestElect_LostThenSignaled: leadership is lost while the command runs,
+// and the command ignores the SIGTERM that follows; before its SIGKILL
+// comes, baton itself gets SIGTERM. It campaigns no more, and exits 76,
+// the loss, not the SIGKILLed command's 137.
+func TestElect_LostThenSignaled(t *testing.T) {
+	backend := etcdBackend(t)
+	started := filepath.Join(t.TempDir(), "started")
+	run := startBaton(t, "elect", "--backend", backend, "--grace", "2s", "mailer", "--", "sh", "-c",
+		fmt.Sprintf(`trap '' TERM; touch %s; exec sleep 60`, started))
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return run.stderr.String() })
+	if r := runBaton(t, "release", "--force", "--backend", backend, "mailer"); r.code != 0 {
+		t.Fatalf("release --force: %d %s", r.code, r.stderr)
+	}
+	waitFor(t, 30*time.Second, func() bool { return strings.Contains(run.stderr.String(), "sent SIGTERM to") }, func() string { return run.stderr.String() })
+	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := run.wait(t); r.code != exitLeaseLost {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLeaseLost, r.stderr)
+	}
+}
