@@ -19,6 +19,9 @@ func main() { os.Exit(mainCode()) }
 // mainCode is main without os.Exit: the tests run it in the re-executed
 // test binary.
 func mainCode() int {
+	if pgid := os.Getenv(guardEnv); pgid != "" {
+		return runGuard(pgid)
+	}
 	// go-redis logs dial failures through a process-wide logger; baton
 	// reports them as errors on one line instead.
 	goredis.SetLogger(quietRedis{})

@@ -19,6 +19,10 @@ import (
 const mainEnv = "BATON_TEST_AS_BATON"
 
 func TestMain(m *testing.M) {
+	// The guard of a command's group (startGuard) is this binary too.
+	if pgid := os.Getenv(guardEnv); pgid != "" {
+		os.Exit(runGuard(pgid))
+	}
 	// A command started by baton run or elect (it has BATON_TOKEN) may be
 	// this binary in writer mode; otherwise the binary may be baton itself.
 	if db := os.Getenv(writerEnv); db != "" && os.Getenv("BATON_TOKEN") != "" {

@@ -47,10 +47,10 @@ SIGKILL after --grace. The lock is released only once no process of the
 group is left: if COMMAND exits while processes it started still run, they
 get SIGTERM and SIGKILL after --grace, and baton then exits with COMMAND's
 code. Processes that leave the group (setsid, daemons) are neither waited
-for nor stopped. If baton itself is killed (SIGKILL, the OOM killer), only
-COMMAND's main process dies with it: exec the last command of a script,
-and give what it starts in the background a parent-death signal of its own
-(setpriv --pdeathsig KILL). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton while COMMAND runs
+for nor stopped. If baton itself is killed (SIGKILL, the OOM killer),
+COMMAND's group dies with it: its main process by its parent-death signal,
+the rest by a guard, a copy of baton in a group of its own, unless that is
+killed too (pkill -9 baton). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton while COMMAND runs
 are passed on to its process group, each SIGTERM or passed-on signal
 followed by SIGCONT so that a stopped process acts on it, and baton then
 exits with COMMAND's code; any of them while baton still waits for the lock

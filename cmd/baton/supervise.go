@@ -86,8 +86,9 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	// Its own process group, so a loss can stop all of it; and the command
-	// (not what it forks: the kernel signals direct children only) is killed
-	// if baton itself dies, since nothing would renew the lease or stop it.
+	// is killed if baton itself dies, since nothing would renew the lease
+	// or stop it (what it forks, too: the kernel signals direct children
+	// only, and startGuard's guard kills the group).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	sigs := make(chan os.Signal, 4)
@@ -126,6 +127,11 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
 	}
 	pgid := cmd.Process.Pid
+	if release, err := startGuard(pgid); err != nil {
+		fmt.Fprintf(stderr, "baton: warning: %v; should baton die without a say, what %s started would run on\n", err, argv[0])
+	} else {
+		defer release()
+	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	group := &jobControl{pgid: pgid, lease: lease}

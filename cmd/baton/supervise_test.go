@@ -572,3 +572,26 @@ func TestRun_Once_InterruptedNotDone(t *testing.T) {
 		t.Errorf("command ran %d times, want twice: the interrupted run, then the next try", strings.Count(string(b), "ran"))
 	}
 }
+
+// TestRun_KilledBaton_GroupDies: baton is killed outright (SIGKILL) while
+// its command runs a process in the background. The command's main
+// process dies with baton (its parent-death signal), and so does the
+// background process, which no parent-death signal reaches: the group's
+// guard kills it. Else it would run on without a lease.
+func TestRun_KilledBaton_GroupDies(t *testing.T) {
+	backend := etcdBackend(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	run := startBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c",
+		fmt.Sprintf(`sleep 600 & echo "$! $$" > %[1]s.tmp; mv %[1]s.tmp %[1]s; wait`, pidFile))
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
+	pid, pgid := readStraggler(t, pidFile)
+	if err := run.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() bool {
+		_, state, ok := proc.Stat(pid)
+		return (!ok || state == 'Z') && liveInGroup(pgid) == 0
+	}, func() string {
+		return fmt.Sprintf("the command's background process %d (group %d) still runs after baton was killed", pid, pgid)
+	})
+}
