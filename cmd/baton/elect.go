@@ -41,9 +41,10 @@ as COMMAND exited, or by the resignation). As under baton run, elect
 resigns only once no process of COMMAND's group is left (those still
 running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT,
 SIGTERM, SIGHUP and SIGQUIT sent to elect while COMMAND runs are passed on to its
-process group, and elect then exits with COMMAND's code; any of them while
-elect still campaigns makes it exit 130. Ctrl-Z stops COMMAND's group, then
-elect, as under baton run.
+process group, and elect then exits with COMMAND's code, or 76 if leadership
+was lost meanwhile; any of them while elect still campaigns makes it exit
+130. Ctrl-Z stops COMMAND's group, then elect, and a killed elect takes
+COMMAND's group with it, as under baton run.
 
 COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER
 and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and

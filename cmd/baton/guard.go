@@ -10,8 +10,19 @@ import (
 )
 
 // guardEnv, set to a process group's id, starts baton as the guard of that
-// group (see startGuard) instead of as the CLI.
+// group (see startGuard) instead of as the CLI, when its argv[0] is
+// guardName too (a variable left in a user's environment starts no guard).
 const guardEnv = "BATON_INTERNAL_GUARD_PGID"
+
+// guardName is the guard's argv[0] and its name in ps and pkill.
+const guardName = "baton-guard"
+
+// guardOf returns the group id a guard started by startGuard is given, and
+// whether this process is one.
+func guardOf() (string, bool) {
+	pgid := os.Getenv(guardEnv)
+	return pgid, pgid != "" && len(os.Args) > 0 && os.Args[0] == guardName
+}
 
 // startGuard starts a guard for the command's process group pgid: a copy
 // of this binary, in a process group of its own, that waits on a pipe
@@ -27,6 +38,7 @@ func startGuard(pgid int) (release func(), err error) {
 		return nil, err
 	}
 	g := exec.Command("/proc/self/exe")
+	g.Args = []string{guardName}
 	g.Env = append(os.Environ(), guardEnv+"="+strconv.Itoa(pgid))
 	g.Stdin = r
 	// Its own group: neither baton's signals to the command's group nor the
@@ -55,6 +67,8 @@ func runGuard(pgid string) int {
 		fmt.Fprintf(os.Stderr, "baton: %s=%q: not a process group id\n", guardEnv, pgid)
 		return exitUsage
 	}
+	// Named for ps and pkill, which would see "exe".
+	_ = os.WriteFile("/proc/self/comm", []byte(guardName), 0)
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	var b [1]byte
 	if n, _ := os.Stdin.Read(b[:]); n == 1 {

@@ -19,7 +19,7 @@ func main() { os.Exit(mainCode()) }
 // mainCode is main without os.Exit: the tests run it in the re-executed
 // test binary.
 func mainCode() int {
-	if pgid := os.Getenv(guardEnv); pgid != "" {
+	if pgid, ok := guardOf(); ok {
 		return runGuard(pgid)
 	}
 	// go-redis logs dial failures through a process-wide logger; baton

@@ -20,7 +20,7 @@ const mainEnv = "BATON_TEST_AS_BATON"
 
 func TestMain(m *testing.M) {
 	// The guard of a command's group (startGuard) is this binary too.
-	if pgid := os.Getenv(guardEnv); pgid != "" {
+	if pgid, ok := guardOf(); ok {
 		os.Exit(runGuard(pgid))
 	}
 	// A command started by baton run or elect (it has BATON_TOKEN) may be

@@ -211,7 +211,7 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	// A command that stops cleanly on SIGTERM exits 0 halfway through its
 	// run: one that baton passed a stop signal on to is not known to have
 	// finished it. Not marked done, the next try runs it.
-	interrupted := res.code == 0 && f.once != "" && res.signaled
+	interrupted := res.code == 0 && f.once != "" && res.interrupted
 	if interrupted {
 		fmt.Fprintf(s.stderr, "baton: %s exited 0 after baton passed %s on to it: run %q of %s not marked done, as it may have stopped short; the next try runs it again\n", argv[0], unix.SignalName(res.signal), f.once, name)
 	}

@@ -24,11 +24,14 @@ import (
 
 // supervised is how a supervised command ended.
 type supervised struct {
-	code     int            // its exit code (128+N if killed by signal N)
-	lost     error          // the lease's loss, if that is why it was stopped while its main process ran
-	signaled bool           // baton got one of passedOn and passed it on
-	signal   syscall.Signal // the first it passed on
-	status   string
+	code     int   // its exit code (128+N if killed by signal N)
+	lost     error // the lease's loss, if that is why it was stopped while its main process ran
+	signaled bool  // baton got one of passedOn and passed it on
+	// interrupted: baton passed one of passedOn on while the main process
+	// ran, signal the first; it may have stopped short of its end
+	interrupted bool
+	signal      syscall.Signal
+	status      string
 }
 
 // passedOn are the signals baton handles: they end a wait for the lock
@@ -135,6 +138,7 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	group := &jobControl{pgid: pgid, lease: lease}
+	defer group.end() // the SIGKILL timer's callback may run late
 	quit := make(chan struct{})
 	defer close(quit)
 	go group.run(jobs, quit) // ends with supervise
@@ -184,8 +188,9 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	// passOn hands a signal baton got on to the group, or ends the group
 	// that baton stopped and whose lease ended meanwhile.
 	passOn := func(s os.Signal) {
-		if !res.signaled {
-			res.signaled, res.signal = true, s.(syscall.Signal)
+		res.signaled = true
+		if leader != nil && !res.interrupted {
+			res.interrupted, res.signal = true, s.(syscall.Signal)
 		}
 		if err := group.signal(s.(syscall.Signal)); err != nil {
 			// kill %1 sends SIGTERM then SIGCONT to a stopped job.
@@ -296,6 +301,15 @@ type jobControl struct {
 
 	mu     sync.Mutex
 	paused bool // the group was stopped with baton
+	ended  bool // supervise returned: the group's id may be another's
+}
+
+// end makes kill a no-op: supervise returned, so the group is empty (or
+// was sent SIGKILL), and its id may be reused by another group.
+func (j *jobControl) end() {
+	j.mu.Lock()
+	j.ended = true
+	j.mu.Unlock()
 }
 
 // run handles the signals of jobs until quit closes.
@@ -344,11 +358,13 @@ func (j *jobControl) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// kill sends SIGKILL to the group.
+// kill sends SIGKILL to the group, unless supervise returned (see end).
 func (j *jobControl) kill() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
+	if !j.ended {
+		_ = syscall.Kill(-j.pgid, syscall.SIGKILL)
+	}
 }
 
 // killStopped kills the group if it was stopped with baton, and reports
