@@ -36,7 +36,9 @@ import (
 // SERIALIZABLE transaction, whose snapshot, taken at its first statement,
 // would not hold what the older holder committed while the raise waited
 // for it: raise the fence before such a transaction begins (Raise, or
-// FencedLease.Raise), and its checks find the token already there.
+// FencedLease.Raise), and its checks find the token already there. (Such
+// a check asks the transaction's isolation level: a statement more, only
+// when it raises the fence.)
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
 	if err := needTx(tx); err != nil {
 		return err
@@ -108,7 +110,7 @@ func (s *Store) needReadCommitted(ctx context.Context, tx Querier, resource stri
 	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
 		return s.wrap(ctx, checkOp(resource, token), err, hintNotDone)
 	}
-	if level == "read committed" {
+	if level == "read committed" || level == "read uncommitted" { // PostgreSQL runs the latter as the former
 		return nil
 	}
 	return &baton.OptionError{Option: "fence check transaction", Value: level, Reason: fmt.Sprintf("token %d is new to fence %q, and raising it inside a %s transaction would leave the transaction's snapshot without the older holder's last writes; raise the fence before the transaction begins (FencedLease.Raise, or Store.Raise), or run the transaction at READ COMMITTED (WithTx does)", token, resource, strings.ToUpper(level))}
