@@ -145,9 +145,9 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // message, which the waiter checks with an attempt: it then looks again
 // at the key's expiry, or takes the lock, free and reserved for the one
 // that left). It returns 1 when the lock was ours. Release, a waiter giving up and Close
-// all use it. A lock with neither a queue nor an observer, and a waiter
-// leaving, are done with before the helpers are defined (each definition
-// makes a closure, on every run). A holder is never in the queue (each
+// all use it. A lock with neither a queue nor an observer, and a value
+// not in the queue, are done with before the helpers are defined (each
+// definition makes a closure, on every run). A holder is never in the queue (each
 // way of taking the lock leaves it), so a holder's release skips the
 // queue's ZREM and HDEL, and a handoff overwrites the key instead of
 // deleting it first. EXISTS of the queue and the observers' mark counts
