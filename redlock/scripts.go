@@ -145,9 +145,10 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // also takes them all out of the queue, before it looks for a waiter.
 // With ARGV[2] = "1" it hands K to the first live waiter (see
 // rediskit.LuaHandoff), or deletes it when there is none; or, when K was
-// not ours but one of the values was first in the queue, tells the first
-// live waiter that it is first now (it then looks at K's expiry itself: a
-// waiter that is not first sleeps up to RenewEvery). With ARGV[2] = "0"
+// not ours but one of the values was the first live waiter in the queue
+// (first in line, or behind entries that all ran out), tells the live
+// waiter first now (it then looks at K's expiry itself: a waiter that is
+// not first sleeps up to RenewEvery). With ARGV[2] = "0"
 // it is the undo of an acquisition that is first in line and tries again
 // at once: it deletes K when no other live waiter is first there, and
 // else hands K to that waiter, whom no one would tell otherwise (taking K
@@ -167,15 +168,24 @@ if redis.call('exists', q) == 0 then
   redis.call('del', k)
   return 1
 end
-local first = false
+local first, behind = false, false
 if ARGV[1] == '1' then
   local h = not ours and redis.call('zrange', q, 0, 0)[1]
   for i = 3, #ARGV do
     if h == ARGV[i] then first = true end
-    if redis.call('zrem', q, ARGV[i]) == 1 then redis.call('hdel', w, ARGV[i]) end
+  end
+  if not ours and not first and ARGV[2] == '1' then
+    for i = 3, #ARGV do
+      if redis.call('zscore', q, ARGV[i]) then behind = true end
+    end
+  end
+  if not behind then
+    for i = 3, #ARGV do
+      if redis.call('zrem', q, ARGV[i]) == 1 then redis.call('hdel', w, ARGV[i]) end
+    end
   end
 end
-if not ours and not (first and ARGV[2] == '1') then
+if not ours and not ((first or behind) and ARGV[2] == '1') then
   return 0
 end
 ` + rediskit.LuaQueue + luaHelpers + rediskit.LuaHandoff + `
@@ -193,6 +203,15 @@ if ours then
   end
   if not handoff(k, q, w) then redis.call('del', k) end
   return 1
+end
+if behind then
+  local h = live_head(q, w, (clock()))
+  local head = false
+  for i = 3, #ARGV do
+    if h == ARGV[i] then head = true end
+    leave(q, w, ARGV[i])
+  end
+  if not head then return 0 end
 end
 notify_head(q, w)
 return 0
