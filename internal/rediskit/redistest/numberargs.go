@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -32,6 +33,17 @@ func NumberArgs(script string) []string {
 			}
 		}
 		i = end
+	}
+}
+
+// NoNumberArgs fails tb for each of scripts, by name, that passes a
+// number it computes to a command as a Lua number (see NumberArgs).
+func NoNumberArgs(tb testing.TB, scripts map[string]*goredis.Script) {
+	tb.Helper()
+	for name, s := range scripts {
+		if got := NumberArgs(Source(s)); len(got) > 0 {
+			tb.Errorf("%s script: arguments that reach a command as Lua numbers: %q; make them strings with string.format('%%.0f', x)", name, got)
+		}
 	}
 }
 
