@@ -19,8 +19,8 @@ func main() { os.Exit(mainCode()) }
 // mainCode is main without os.Exit: the tests run it in the re-executed
 // test binary.
 func mainCode() int {
-	if pgid, ok := guardOf(); ok {
-		return runGuard(pgid)
+	if isGuard() {
+		return runGuard()
 	}
 	// go-redis logs dial failures through a process-wide logger; baton
 	// reports them as errors on one line instead.

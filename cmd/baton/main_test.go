@@ -20,8 +20,8 @@ const mainEnv = "BATON_TEST_AS_BATON"
 
 func TestMain(m *testing.M) {
 	// The guard of a command's group (startGuard) is this binary too.
-	if pgid, ok := guardOf(); ok {
-		os.Exit(runGuard(pgid))
+	if isGuard() {
+		os.Exit(runGuard())
 	}
 	// A command started by baton run or elect (it has BATON_TOKEN) may be
 	// this binary in writer mode; otherwise the binary may be baton itself.

@@ -126,14 +126,18 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	if err := leaseErr(lease); err != nil {
 		return supervised{}, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; %s not started", err, argv[0])}
 	}
+	g, err := startGuard()
+	if err != nil {
+		fmt.Fprintf(stderr, "baton: warning: %v; should baton die without a say, what %s starts would run on\n", err, argv[0])
+	} else {
+		defer g.release()
+	}
 	if err := cmd.Start(); err != nil {
 		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
 	}
 	pgid := cmd.Process.Pid
-	if release, err := startGuard(pgid); err != nil {
-		fmt.Fprintf(stderr, "baton: warning: %v; should baton die without a say, what %s started would run on\n", err, argv[0])
-	} else {
-		defer release()
+	if g != nil {
+		g.watch(pgid)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
