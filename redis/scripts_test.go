@@ -163,8 +163,8 @@ func TestReleaseScript_LeaverBehindDeadEntries(t *testing.T) {
 	s.Message(next, "next") // untagged: the waiter checks with an attempt
 	s.Told(last, "ch-last", false)
 
-	s.Plant(k.q, k.w, "leaver2", 5, fmt.Sprintf("00 %d 30000 1 ch-leaver2", now))
-	release("leaver2") // behind next, which lives
+	s.Plant(k.q, k.w, "leaver2", 3.5, fmt.Sprintf("00 %d 30000 1 ch-leaver2", now))
+	release("leaver2") // behind next, which lives, and before last
 	if q := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); !slices.Equal(q, []string{"next", "last"}) {
 		t.Errorf("queue after a waiter behind a live one left: %q, want [next last]", q)
 	}

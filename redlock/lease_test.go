@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -233,7 +234,7 @@ func TestNew_Invalid(t *testing.T) {
 			return err
 		}, "0 and 2"},
 		{"one server through two clients", func() error {
-			_, err := redlock.New([]goredis.UniversalClient{cs[0], cs[1], client(t, "[::ffff:127.0.0.1]:"+strings.Split(nodes[1].Addr, ":")[1])})
+			_, err := redlock.New([]goredis.UniversalClient{cs[0], cs[1], client(t, net.JoinHostPort("::ffff:127.0.0.1", port(t, nodes[1].Addr)))})
 			return err
 		}, "1 and 2"},
 	} {
@@ -242,6 +243,16 @@ func TestNew_Invalid(t *testing.T) {
 			t.Errorf("%s: %v, want an option error saying %q", tc.desc, err, tc.want)
 		}
 	}
+}
+
+// port returns addr's port.
+func port(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func TestOpen_InspectForceRelease(t *testing.T) {

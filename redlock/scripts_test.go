@@ -374,7 +374,7 @@ func TestUnlockScript_LeaverBehindDeadEntries(t *testing.T) {
 	s.Message(next, "next")
 	s.Told(last, "ch-last", false)
 
-	s.Plant(k.q, k.w, "late", 5, fmt.Sprintf("00 %d 30000 1 ch-late", now))
+	s.Plant(k.q, k.w, "late", 3.5, fmt.Sprintf("00 %d 30000 1 ch-late", now)) // behind next, before last
 	if n := unlock(t, s, "1", "1", "late"); n != 0 {
 		t.Fatalf("a waiter's leave answered %d, want 0", n)
 	}

@@ -499,14 +499,14 @@ func TestPrintTerm_LeaderNotPrintable(t *testing.T) {
 }
 
 // TestElect_LostThenSignaled: leadership is lost while the command runs,
-// and the command ignores the SIGTERM that follows; before its SIGKILL
-// comes, baton itself gets SIGTERM. It campaigns no more, and exits 76,
-// the loss, not the SIGKILLed command's 137.
+// and the command lets the SIGTERM that follows pass; then baton itself
+// gets SIGTERM, passes it on, and the command exits 3 on this second one.
+// elect campaigns no more, and exits 76, the loss, not the command's 3.
 func TestElect_LostThenSignaled(t *testing.T) {
 	backend := etcdBackend(t)
 	started := filepath.Join(t.TempDir(), "started")
-	run := startBaton(t, "elect", "--backend", backend, "--grace", "2s", "mailer", "--", "sh", "-c",
-		fmt.Sprintf(`trap '' TERM; touch %s; exec sleep 60`, started))
+	run := startBaton(t, "elect", "--backend", backend, "--grace", "60s", "mailer", "--", "sh", "-c",
+		fmt.Sprintf(`n=0; trap 'n=$((n+1)); [ $n -ge 2 ] && exit 3' TERM; touch %s; while :; do sleep 60 & wait $!; done`, started))
 	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, func() string { return run.stderr.String() })
 	if r := runBaton(t, "release", "--force", "--backend", backend, "mailer"); r.code != 0 {
 		t.Fatalf("release --force: %d %s", r.code, r.stderr)

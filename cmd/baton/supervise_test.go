@@ -585,6 +585,12 @@ func TestRun_KilledBaton_GroupDies(t *testing.T) {
 		fmt.Sprintf(`sleep 600 & echo "$! $$" > %[1]s.tmp; mv %[1]s.tmp %[1]s; wait`, pidFile))
 	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
 	pid, pgid := readStraggler(t, pidFile)
+	var guard int
+	waitFor(t, 30*time.Second, func() bool {
+		var ok bool
+		guard, ok = childNamed(run.cmd.Process.Pid, guardName)
+		return ok
+	}, func() string { return "baton has no child named " + guardName })
 	if err := run.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -594,4 +600,36 @@ func TestRun_KilledBaton_GroupDies(t *testing.T) {
 	}, func() string {
 		return fmt.Sprintf("the command's background process %d (group %d) still runs after baton was killed", pid, pgid)
 	})
+	waitFor(t, 30*time.Second, func() bool {
+		_, state, ok := proc.Stat(guard)
+		return !ok || state == 'Z'
+	}, func() string { return fmt.Sprintf("the guard %d still runs after it killed the group", guard) })
+}
+
+// childNamed returns the pid of a child of ppid whose name (comm) is name.
+func childNamed(ppid int, name string) (int, bool) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses
+		open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || end < open {
+			continue
+		}
+		var pid, parent int
+		var state string
+		if _, err := fmt.Sscan(string(b[:open]), &pid); err != nil {
+			continue
+		}
+		if _, err := fmt.Sscan(string(b[end+1:]), &state, &parent); err != nil {
+			continue
+		}
+		if parent == ppid && string(b[open+1:end]) == name {
+			return pid, true
+		}
+	}
+	return 0, false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,15 +57,27 @@ func TestStore_WithTx_RepeatableReadDefault(t *testing.T) {
 				t.Fatal(err)
 			}
 			written, commit := make(chan struct{}), make(chan struct{})
-			olderDone := make(chan error, 1)
+			letCommit := sync.OnceFunc(func() { close(commit) })
+			olderDone, newerDone := make(chan error, 1), make(chan error, 1)
+			// A failure midway lets the older transaction commit, and
+			// waits for both transactions before the pools close.
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer letCommit()
+			wg.Add(1)
 			go func() {
+				defer wg.Done()
 				olderDone <- older.WithTx(ctx, res, 5, func(ctx context.Context, tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES (1, 5)`); err != nil {
 						return err
 					}
 					close(written)
-					<-commit
-					return nil
+					select {
+					case <-commit:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
 				})
 			}()
 			select {
@@ -73,8 +86,9 @@ func TestStore_WithTx_RepeatableReadDefault(t *testing.T) {
 				t.Fatalf("the older holder's transaction ended before its write: %v", err)
 			}
 			seen := make(chan int, 1)
-			newerDone := make(chan error, 1)
+			wg.Add(1)
 			go func() {
+				defer wg.Done()
 				newerDone <- newer.WithTx(ctx, res, 6, func(ctx context.Context, tx pgx.Tx) error {
 					var n int
 					if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil {
@@ -98,7 +112,7 @@ func TestStore_WithTx_RepeatableReadDefault(t *testing.T) {
 					}
 				}
 			}
-			close(commit)
+			letCommit()
 			if err := <-olderDone; err != nil {
 				t.Fatal(err)
 			}

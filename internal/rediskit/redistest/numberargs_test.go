@@ -21,6 +21,7 @@ func TestNumberArgs(t *testing.T) {
 		{`redis.call('set', k, tonumber(x))`, []string{"tonumber(x)"}},
 		{`redis.call('pexpire', o, '86400000')`, nil},
 		{`redis.call('pexpire', k, string.format('%.0f', 2 * ttl))`, nil},
+		{`redis.call('pexpire', k, string.format('%.0f', r) + 1)`, []string{"string.format('%.0f', r) + 1"}},
 		{`redis.call('xrevrange', o, '+', '-', 'COUNT', 1)[1]`, nil},
 		{`redis.call('zrange', q, 0, 0)`, nil},
 		{`redis.call('publish', ch, h .. ' ' .. n)`, nil},
