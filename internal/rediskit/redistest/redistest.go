@@ -610,6 +610,18 @@ func HeldThrough(ctx context.Context, c goredis.Cmdable, key, holder string, dea
 	return nil
 }
 
+// HandedThrough is HeldThrough on a key that a release may still be on
+// its way to hand to holder (a Redlock node the majority did not need):
+// it waits for holder's value there until ctx ends, then looks.
+func HandedThrough(ctx context.Context, c goredis.Cmdable, key, holder string, deadline time.Time) error {
+	for {
+		if v, err := c.Get(ctx, key).Result(); (err == nil && rediskit.HolderOf(v) == holder) || ctx.Err() != nil {
+			return HeldThrough(context.WithoutCancel(ctx), c, key, holder, deadline)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // SetUser makes (or makes again) the ACL user app, password pw, with
 // rules, on each of cs.
 func SetUser(tb testing.TB, cs []goredis.UniversalClient, rules ...string) {
