@@ -28,6 +28,19 @@ type hold struct {
 	unhook func() bool        // stops relaying the session's end
 	cancel context.CancelFunc // ends the watcher
 	exited chan struct{}
+
+	detached sync.Once // see detach
+}
+
+// detach drops the hold from the backend's and from its session's users,
+// once: at Release, or as soon as the watcher finds the key gone, since a
+// caller may drop a lost lease without Release (a retired session would
+// otherwise renew on for it until Close).
+func (h *hold) detach() {
+	h.detached.Do(func() {
+		h.b.untrack(h)
+		h.b.leave(h.s)
+	})
 }
 
 // newHold starts following the hold's liveness: the session's end is
@@ -96,6 +109,7 @@ func (h *hold) watch(ctx context.Context) {
 				if ev.Type == mvccpb.DELETE {
 					if ctx.Err() == nil {
 						h.lose(fmt.Errorf("%w: lock key %s was deleted: by another client (a forced release), or with its session's lease, which expired (this process stopped or cut off past the TTL)", baton.ErrLeaseLost, h.key))
+						h.detach()
 					}
 					return
 				}
@@ -116,6 +130,7 @@ func (h *hold) watch(ctx context.Context) {
 		if err == nil {
 			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != h.rev {
 				h.lose(fmt.Errorf("%w: lock key %s is gone", baton.ErrLeaseLost, h.key))
+				h.detach()
 				return
 			}
 			from = g.Header.Revision + 1
@@ -142,7 +157,7 @@ func (h *hold) watch(ctx context.Context) {
 func (h *hold) Release(ctx context.Context) error {
 	h.stopWatch()
 	h.b.untrack(h)
-	defer h.b.leave(h.s)
+	defer h.detach()
 	h.mu.Lock()
 	prior := h.err
 	h.mu.Unlock()
