@@ -2,7 +2,6 @@ package redis
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -136,38 +135,14 @@ func TestScripts_NoNumberArgs(t *testing.T) {
 	redistest.NoNumberArgs(t, map[string]*goredis.Script{"acquire": acquireScript, "release": releaseScript, "renew": renewScript, "force": forceScript, "state": stateScript})
 }
 
-// TestReleaseScript_LeaverBehindDeadEntries: a waiter that gives up while
-// first among the live ones, behind entries that ran out, tells the live
-// waiter behind it, as one first in line does: else the lock, free and
-// reserved for the one that left, would wait for that waiter's next timed
-// attempt (RenewEvery). One that leaves behind a live waiter tells nobody.
+// TestReleaseScript_LeaverBehindDeadEntries: see
+// redistest.LeaverBehindDeadEntries.
 func TestReleaseScript_LeaverBehindDeadEntries(t *testing.T) {
-	s, k := redistest.Start(t), scriptKeys
-	now := s.NowMS()
-	s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("00 %d 1000 1 ch-dead", now-5000))
-	s.Plant(k.q, k.w, "leaver", 2, fmt.Sprintf("00 %d 30000 1 ch-leaver", now))
-	s.Plant(k.q, k.w, "next", 3, fmt.Sprintf("00 %d 30000 2 ch-next", now))
-	s.Plant(k.q, k.w, "last", 4, fmt.Sprintf("00 %d 30000 3 ch-last", now))
-	next, last := s.Subscribe("ch-next"), s.Subscribe("ch-last")
-
-	release := func(v string) {
+	k := scriptKeys
+	redistest.LeaverBehindDeadEntries(t, k.q, k.w, func(s *redistest.Server, v string) {
 		t.Helper()
 		if n, err := releaseScript.Run(s.Ctx, s.C, k.all(), v).Int(); err != nil || n != 0 {
 			t.Fatalf("release of %s, a waiter: %d, %v; want 0", v, n, err)
 		}
-	}
-	release("leaver")
-	if q := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); !slices.Equal(q, []string{"next", "last"}) {
-		t.Errorf("queue after the first live waiter left: %q, want [next last]", q)
-	}
-	s.Message(next, "next") // untagged: the waiter checks with an attempt
-	s.Told(last, "ch-last", false)
-
-	s.Plant(k.q, k.w, "leaver2", 3.5, fmt.Sprintf("00 %d 30000 1 ch-leaver2", now))
-	release("leaver2") // behind next, which lives, and before last
-	if q := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); !slices.Equal(q, []string{"next", "last"}) {
-		t.Errorf("queue after a waiter behind a live one left: %q, want [next last]", q)
-	}
-	s.Told(next, "ch-next", false)
-	s.Told(last, "ch-last", false)
+	})
 }

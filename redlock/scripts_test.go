@@ -353,34 +353,15 @@ func TestScripts_NoNumberArgs(t *testing.T) {
 	redistest.NoNumberArgs(t, map[string]*goredis.Script{"acquire": acquireScript, "unlock": unlockScript, "renew": renewScript, "force": forceScript})
 }
 
-// TestUnlockScript_LeaverBehindDeadEntries: a waiter that gives up while
-// first among the live ones, behind entries that ran out, tells the live
-// waiter behind it, as one first in line does; one that leaves behind a
-// live waiter tells nobody.
+// TestUnlockScript_LeaverBehindDeadEntries: see
+// redistest.LeaverBehindDeadEntries; the waiter leaves with its current
+// value and one it gave up (only the latter queued).
 func TestUnlockScript_LeaverBehindDeadEntries(t *testing.T) {
-	s, k := redistest.Start(t), scriptKeys
-	now := s.NowMS()
-	s.Plant(k.q, k.w, "dead", 1, fmt.Sprintf("00 %d 1000 1 ch-dead", now-5000))
-	s.Plant(k.q, k.w, "old", 2, fmt.Sprintf("00 %d 30000 1 ch-me", now))
-	s.Plant(k.q, k.w, "next", 3, fmt.Sprintf("00 %d 30000 2 ch-next", now))
-	s.Plant(k.q, k.w, "last", 4, fmt.Sprintf("00 %d 30000 3 ch-last", now))
-	next, last := s.Subscribe("ch-next"), s.Subscribe("ch-last")
-	if n := unlock(t, s, "1", "1", "me", "old"); n != 0 {
-		t.Fatalf("a waiter's leave answered %d, want 0", n)
-	}
-	if q := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); fmt.Sprint(q) != "[next last]" {
-		t.Errorf("queue after the first live waiter left: %v, want [next last]", q)
-	}
-	s.Message(next, "next")
-	s.Told(last, "ch-last", false)
-
-	s.Plant(k.q, k.w, "late", 3.5, fmt.Sprintf("00 %d 30000 1 ch-late", now)) // behind next, before last
-	if n := unlock(t, s, "1", "1", "late"); n != 0 {
-		t.Fatalf("a waiter's leave answered %d, want 0", n)
-	}
-	if q := s.C.ZRange(s.Ctx, k.q, 0, -1).Val(); fmt.Sprint(q) != "[next last]" {
-		t.Errorf("queue after a waiter behind a live one left: %v, want [next last]", q)
-	}
-	s.Told(next, "ch-next", false)
-	s.Told(last, "ch-last", false)
+	k := scriptKeys
+	redistest.LeaverBehindDeadEntries(t, k.q, k.w, func(s *redistest.Server, v string) {
+		t.Helper()
+		if n := unlock(t, s, "1", "1", "me", v); n != 0 {
+			t.Fatalf("a waiter's leave answered %d, want 0", n)
+		}
+	})
 }

@@ -45,6 +45,24 @@ func readStraggler(t *testing.T, pidFile string) (pid, pgid int) {
 	return pid, pgid
 }
 
+// waitPid waits for the pid file that a command writes (to file.tmp, then
+// renamed) and returns the pid in it; say tells what went wrong when it
+// never comes. The pid is killed when the test ends, whatever happened.
+func waitPid(t *testing.T, file string, say func() string) int {
+	t.Helper()
+	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(file); return err == nil }, say)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %q", b)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
 // checkGroupGone fails if pid, or any process of group pgid, is still alive
 // (a zombie is not).
 func checkGroupGone(t *testing.T, pid, pgid int) {
@@ -215,12 +233,7 @@ func TestRun_StoppedCommandEnds(t *testing.T) {
 	backend := etcdBackend(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	run := startBaton(t, "run", "--backend", backend, "invoices", "--", "sh", "-c", fmt.Sprintf(`echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 60`, pidFile))
-	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
-	b, _ := os.ReadFile(pidFile)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("pid file %q", b)
-	}
+	pid := waitPid(t, pidFile, func() string { return run.stderr.String() })
 	if err := syscall.Kill(-pid, syscall.SIGTTIN); err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +273,7 @@ func TestRun_CtrlZ_StopsCommandToo(t *testing.T) {
 				ttl = "2s"
 			}
 			run := startBaton(t, "run", "--backend", backend, "--ttl", ttl, name, "--", "sh", "-c", fmt.Sprintf(`trap 'touch %[2]s; exit 0' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; sleep 60 & wait`, pidFile, termFile))
-			waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return run.stderr.String() })
-			b, _ := os.ReadFile(pidFile)
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatalf("pid file %q", b)
-			}
+			pid := waitPid(t, pidFile, func() string { return run.stderr.String() })
 			baton := run.cmd.Process.Pid
 			if err := syscall.Kill(baton, syscall.SIGTSTP); err != nil {
 				t.Fatal(err)
@@ -501,16 +509,7 @@ func TestRun_StalledStderr_LossStillKills(t *testing.T) {
 		fmt.Sprintf(`trap '' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 600`, pidFile))
 	cmd.Stderr = w
 	run := startCmd(t, cmd)
-	waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(pidFile); return err == nil }, func() string { return "no pid file" })
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	pid := waitPid(t, pidFile, func() string { return "no pid file" })
 	if r := runBaton(t, "release", "--force", "--backend", backend, "invoices"); r.code != 0 {
 		t.Fatalf("release --force: %d %s", r.code, r.stderr)
 	}

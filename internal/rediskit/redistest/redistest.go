@@ -148,6 +148,39 @@ func (s *Server) Acquire(script *goredis.Script, keys []string, args ...any) red
 	return r
 }
 
+// LeaverBehindDeadEntries checks a wait queue's leave (leave makes
+// waiter v give up, by a script that answers it was not the holder): a
+// waiter that gives up while first among the live ones, behind entries
+// that ran out (in the queue q, with entries w), tells the live waiter
+// behind it, as one first in line does, with an untagged message; else
+// the lock, free and reserved for the one that left, would wait for that
+// waiter's next timed attempt (RenewEvery). One that leaves behind a live
+// waiter tells nobody, neither the waiter before it nor the one after.
+func LeaverBehindDeadEntries(t *testing.T, q, w string, leave func(s *Server, v string)) {
+	t.Helper()
+	s := Start(t)
+	now := s.NowMS()
+	s.Plant(q, w, "dead", 1, fmt.Sprintf("00 %d 1000 1 ch-dead", now-5000))
+	s.Plant(q, w, "leaver", 2, fmt.Sprintf("00 %d 30000 1 ch-leaver", now))
+	s.Plant(q, w, "next", 3, fmt.Sprintf("00 %d 30000 2 ch-next", now))
+	s.Plant(q, w, "last", 4, fmt.Sprintf("00 %d 30000 3 ch-last", now))
+	next, last := s.Subscribe("ch-next"), s.Subscribe("ch-last")
+	leave(s, "leaver")
+	if got := s.C.ZRange(s.Ctx, q, 0, -1).Val(); fmt.Sprint(got) != "[next last]" {
+		t.Errorf("queue after the first live waiter left: %q, want [next last]", got)
+	}
+	s.Message(next, "next") // untagged: the waiter checks with an attempt
+	s.Told(last, "ch-last", false)
+
+	s.Plant(q, w, "late", 3.5, fmt.Sprintf("00 %d 30000 1 ch-late", now)) // behind next, before last
+	leave(s, "late")
+	if got := s.C.ZRange(s.Ctx, q, 0, -1).Val(); fmt.Sprint(got) != "[next last]" {
+		t.Errorf("queue after a waiter behind a live one left: %q, want [next last]", got)
+	}
+	s.Told(next, "ch-next", false)
+	s.Told(last, "ch-last", false)
+}
+
 // ForceOnlyTheValueRead checks a force-release script (KEYS keys, the lock
 // first; ARGV[1] the value read; 1 when it deleted): it deletes the lock
 // only while it holds the value the operator read, so a copy of the
