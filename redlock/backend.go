@@ -136,18 +136,20 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 	return b, nil
 }
 
-// sameClient returns the index of a client among earlier that is c, or
-// that talks to the same address (as rediskit.HostPort writes it) as c,
-// a *goredis.Client. Two names of one host ("localhost" and "127.0.0.1")
-// still differ: only the servers could tell.
+// sameClient returns the index of a client among earlier that talks to
+// the same server as c, when both are *goredis.Client: one and the same,
+// or one address (as rediskit.HostPort writes it). Two names of one host
+// ("localhost" and "127.0.0.1") still differ: only the servers could
+// tell. Other clients are not compared (an interface comparison panics on
+// a type that is not comparable).
 func sameClient(earlier []goredis.UniversalClient, c goredis.UniversalClient) (int, bool) {
+	a, ok := c.(*goredis.Client)
+	if !ok {
+		return 0, false
+	}
+	network, addr := a.Options().Network, canonical(a.Options().Addr)
 	for j, e := range earlier {
-		if e == c {
-			return j, true
-		}
-		a, aok := c.(*goredis.Client)
-		b, bok := e.(*goredis.Client)
-		if aok && bok && a.Options().Network == b.Options().Network && canonical(a.Options().Addr) == canonical(b.Options().Addr) {
+		if b, ok := e.(*goredis.Client); ok && (b == a || b.Options().Network == network && canonical(b.Options().Addr) == addr) {
 			return j, true
 		}
 	}

@@ -212,10 +212,10 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	// run: one that baton passed a stop signal on to is not known to have
 	// finished it. Not marked done, the next try runs it.
 	interrupted := res.code == 0 && f.once != "" && res.interrupted
-	if interrupted {
+	switch {
+	case interrupted:
 		fmt.Fprintf(s.stderr, "baton: %s exited 0 after baton passed %s on to it: run %q of %s not marked done, as it may have stopped short; the next try runs it again\n", argv[0], unix.SignalName(res.signal), f.once, name)
-	}
-	if res.code == 0 && f.once != "" && !interrupted {
+	case res.code == 0 && f.once != "":
 		// Detached: the command has done the run, which must be recorded
 		// even when a signal came as it ended.
 		err := s.fenceCall(bg, fmt.Sprintf("mark run %q of %s done", f.once, name), func(ctx context.Context) error {

@@ -99,12 +99,11 @@ func (s *Store) afterHold(ctx context.Context, tx Querier, resource string, toke
 // needReadCommitted refuses a raise of the fence in a transaction that
 // does not run at READ COMMITTED, for the caller to roll back (a stale
 // token was refused before: the raise judged it). Its snapshot was taken
-// at its first
-// statement: when the raise then waits for a transaction of the older
-// holder to commit, what that one wrote stays out of the snapshot, and the
-// caller's writes would build on a state without it. The fence's order
-// would hold (those writes committed before the raise), but the newer
-// holder would redo or overwrite them unseen.
+// at its first statement: when the raise then waits for a transaction of
+// the older holder to commit, what that one wrote stays out of the
+// snapshot, and the caller's writes would build on a state without it.
+// The fence's order would hold (those writes committed before the raise),
+// but the newer holder would redo or overwrite them unseen.
 func (s *Store) needReadCommitted(ctx context.Context, tx Querier, resource string, token baton.Token) error {
 	var level string
 	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
