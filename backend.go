@@ -69,7 +69,9 @@ type Hold interface {
 	// release finds (or found just before) that the hold was lost, which
 	// Lease.Release then records as the lease's loss. ctx bounds
 	// the request as given: Lease.Release passes one detached from the
-	// caller's cancellation and bounded by the release timeout.
+	// caller's cancellation and bounded by the release timeout. A caller
+	// may drop a lost hold without Release: the backend lets go of it at
+	// its loss (it renews it no more, and does not keep it for Close).
 	Release(ctx context.Context) error
 }
 

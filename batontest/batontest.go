@@ -48,6 +48,12 @@ type Factory struct {
 	// deadline. (A ZooKeeper holder cut off until its session expires may
 	// well reach its deadline first.)
 	ExpireSeenByRenewal bool
+	// Holds, when set, returns how many holds l's backend keeps: renews,
+	// or would end at Close. The lost-lease case checks with it that a
+	// lease lost and dropped without Release, which the Lease's
+	// documentation allows, costs its Locker nothing after its loss. The
+	// case skips without it (or without Expire).
+	Holds func(l *baton.Locker) int
 	// Rounds is the number of rounds of the race; default 500.
 	Rounds int
 	// Observe says the backend implements baton.Observer, so elections can
@@ -91,6 +97,7 @@ func Run(t *testing.T, f Factory) {
 		{"Release_AfterForcedRelease_IsALoss", s.releaseAfterForce},
 		{"Lease_RenewedFor5TTL", s.renewal},
 		{"Lease_Lost", s.loss},
+		{"Lease_LostDropped_LetGo", s.lostDropped},
 		{"Lease_CrashedHolder_TakenOver", s.crash},
 		{"Lease_DeadlineFromSend_UnderLatency", s.deadlineFromSend},
 		{"Token_Increases", s.tokenOrder},

@@ -449,6 +449,36 @@ func (s *suite) loss(t *testing.T) {
 	mustAcquire(t, s.locker(t), name)
 }
 
+// lostDropped: a lease lost on the service and dropped by its caller
+// without Release, as the Lease's documentation allows, is let go by the
+// backend: it no longer counts among the holds it renews or would end at
+// Close (before, a lost hold stayed there until Close, and on etcd its
+// session renewed on for it).
+func (s *suite) lostDropped(t *testing.T) {
+	if s.f.Expire == nil || s.f.Holds == nil {
+		t.Skip("backend has no Expire or no Holds hook")
+	}
+	l := s.locker(t)
+	lease := mustAcquire(t, l, lockName(t))
+	if n := s.f.Holds(l); n != 1 {
+		t.Fatalf("%d holds with one lease, want 1", n)
+	}
+	s.f.Expire(t, lease)
+	waitDone(t, lease, 3*s.f.TTL)
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("Err after the lease's end on the service = %v, want ErrLeaseLost", lease.Err())
+	}
+	// The backend drops the hold once the loss is found, on the goroutine
+	// that found it, which may finish just after Done is closed.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.f.Holds(l) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the backend still keeps the lost hold 10s after its loss, though nobody will release it")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // deadlineFromSend: behind a network of 100ms each way, a lease's
 // deadline is never later than a round trip (200ms) before the moment it
 // is read, plus the TTL, less the drift: it counts from the send of a

@@ -24,6 +24,7 @@ func factory(endpoint string) batontest.Factory {
 	return batontest.Factory{
 		TTL:               2 * time.Second,
 		Fenced:            true,
+		Holds:             func(l *baton.Locker) int { return len(etcd.Watchers(l)) },
 		Observe:           true,
 		HearsExpiryAtOnce: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {

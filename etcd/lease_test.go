@@ -632,36 +632,3 @@ func TestClose_WatchersExited(t *testing.T) {
 		}
 	}
 }
-
-// TestLease_LostDropped_Detached: a lease whose key someone else deleted
-// is lost, and its caller drops it without Release, as the Lease's
-// documentation allows: the backend lets go of the hold all the same
-// (it counted among its holds, and its session's users, until Close, so a
-// retired session renewed on for it).
-func TestLease_LostDropped_Detached(t *testing.T) {
-	srv := testsvc.StartEtcd(t)
-	l := newLocker(t, srv.Endpoint)
-	admin := testsvc.Client(t, srv.Endpoint)
-	lease, err := l.Acquire(timeout(t, 10*time.Second), "dropped")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(etcd.Watchers(l.Locker())); n != 1 {
-		t.Fatalf("%d holds, want 1", n)
-	}
-	if _, err := admin.Delete(timeout(t, 10*time.Second), lease.Key()); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-lease.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lease was not found lost within 10s of its key's deletion")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(etcd.Watchers(l.Locker())) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the backend still counts the lost hold 10s after its loss, though nobody will release it")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

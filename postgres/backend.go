@@ -224,7 +224,8 @@ func (b *backend) failWithin(ctx context.Context, what string, err error, bound 
 
 // Close ends every hold (freeing its lease row, so the next waiter gets the
 // lock at once), stops the listener and every observer (closing their
-// channels) and closes the pool if Dial made it.
+// channels) and closes the pool if Dial made it. A lost hold is not among
+// them (dropped at its loss), as Close would not free its row anyway.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -269,13 +270,18 @@ func (b *backend) Close() error {
 	return err
 }
 
+// track adds h to the holds Close ends, unless it is closed; a hold lost
+// already is not added, as its keeper's OnLoss may have dropped it before
+// (its loss is seen here, under the lock, or its drop comes after).
 func (b *backend) track(h *hold) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return false
 	}
-	b.holds[h] = struct{}{}
+	if h.kp.Err() == nil {
+		b.holds[h] = struct{}{}
+	}
 	return true
 }
 

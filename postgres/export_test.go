@@ -38,3 +38,11 @@ func Claim(ctx context.Context, l *baton.Locker, name string, ticket int64) (*in
 
 // StatementTimeout is statementTimeout: Dial's statement_timeout.
 var StatementTimeout = statementTimeout
+
+// Holds returns how many holds l's backend keeps (renews, or ends at Close).
+func Holds(l *baton.Locker) int {
+	b := l.Backend().(*backend)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.holds)
+}

@@ -29,7 +29,7 @@ type hold struct {
 
 func newHold(b *backend, name string, token baton.Token, sent time.Time) *hold {
 	h := &hold{b: b, name: name, token: token}
-	h.kp = b.sched.Start(sent, b.cfg, h.renew)
+	h.kp = b.sched.Start(sent, b.cfg, h.renew, keeper.OnLoss(func() { b.untrack(h) }))
 	return h
 }
 

@@ -22,6 +22,7 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 	return batontest.Factory{
 		TTL:     postgres.MinTTL,
 		Fenced:  true,
+		Holds:   postgres.Holds,
 		Observe: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
 			cfg, err := pgxpool.ParseConfig(dsn)

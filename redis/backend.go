@@ -165,7 +165,9 @@ func (b *backend) unavailable(ctx context.Context, what string, err error, bound
 
 // Close ends every hold, freeing its key on the server (and handing it to
 // the next waiter), all at once, each within the release timeout; stops
-// waking waiters, and closes the client if Open made it.
+// waking waiters, and closes the client if Open made it. A lost hold is
+// not among them (dropped at its loss): its key, if still ours, expires
+// with its TTL, as after a crash, unless the caller releases it.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -192,13 +194,18 @@ func (b *backend) Close() error {
 	return err
 }
 
+// track adds h to the holds Close ends, unless it is closed; a hold lost
+// already is not added, as its keeper's OnLoss may have dropped it before
+// (its loss is seen here, under the lock, or its drop comes after).
 func (b *backend) track(h *hold) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return false
 	}
-	b.holds[h] = struct{}{}
+	if h.kp.Err() == nil {
+		b.holds[h] = struct{}{}
+	}
 	return true
 }
 

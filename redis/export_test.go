@@ -40,3 +40,11 @@ var (
 
 // StateScriptHash is the SHA1 an observer's read of the lock names.
 var StateScriptHash = stateScript.Hash()
+
+// Holds returns how many holds l's backend keeps (renews, or ends at Close).
+func Holds(l *baton.Locker) int {
+	b := l.Backend().(*backend)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.holds)
+}

@@ -26,7 +26,7 @@ type hold struct {
 
 func newHold(b *backend, k keys, value string, sent time.Time) *hold {
 	h := &hold{b: b, k: k, value: value}
-	h.kp = b.sched.Start(sent, b.cfg, h.renew)
+	h.kp = b.sched.Start(sent, b.cfg, h.renew, keeper.OnLoss(func() { b.untrack(h) }))
 	return h
 }
 

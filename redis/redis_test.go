@@ -83,6 +83,7 @@ func factory(addr string) batontest.Factory {
 		// The key disappears as if its TTL ran out (or the server's clock
 		// jumped); the holder can only tell at its next renewal.
 		ExpireSeenByRenewal: true,
+		Holds:               redis.Holds,
 		Expire: func(t testing.TB, l *baton.Lease) {
 			if err := client(t, addr).Del(timeout(t, 5*time.Second), l.Key()).Err(); err != nil {
 				t.Fatalf("DEL %s: %v", l.Key(), err)

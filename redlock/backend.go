@@ -356,7 +356,9 @@ func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []e
 
 // Close ends every hold (freeing its keys on every node), all at once, each
 // within the release timeout; stops the subscriptions, and closes the
-// clients if Open made them.
+// clients if Open made them. A lost hold is not among them (dropped at its
+// loss): its keys, where still ours, expire with their TTL, unless the
+// caller releases it.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -383,13 +385,18 @@ func (b *backend) Close() error {
 	return errors.Join(errs...)
 }
 
+// track adds h to the holds Close ends, unless it is closed; a hold lost
+// already is not added, as its keeper's OnLoss may have dropped it before
+// (its loss is seen here, under the lock, or its drop comes after).
 func (b *backend) track(h *hold) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return false
 	}
-	b.holds[h] = struct{}{}
+	if h.kp.Err() == nil {
+		b.holds[h] = struct{}{}
+	}
 	return true
 }
 

@@ -76,3 +76,11 @@ func OnWake(l *baton.Locker, fn func(value string)) {
 		n.wake.OnSignal(fn)
 	}
 }
+
+// Holds returns how many holds l's backend keeps (renews, or ends at Close).
+func Holds(l *baton.Locker) int {
+	b := l.Backend().(*backend)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.holds)
+}

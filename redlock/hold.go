@@ -38,7 +38,7 @@ type hold struct {
 
 func newHold(b *backend, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) *hold {
 	h := &hold{b: b, k: k, value: value, olds: olds, settled: settled}
-	h.kp = b.sched.Start(start, b.cfg, h.renew)
+	h.kp = b.sched.Start(start, b.cfg, h.renew, keeper.OnLoss(func() { b.untrack(h) }))
 	return h
 }
 

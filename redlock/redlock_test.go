@@ -71,7 +71,8 @@ func timeout(tb testing.TB, d time.Duration) context.Context {
 func TestConformance(t *testing.T) {
 	nodes := testsvc.StartRedisNodes(t, 5)
 	batontest.Run(t, batontest.Factory{
-		TTL: 2 * time.Second,
+		TTL:   2 * time.Second,
+		Holds: redlock.Holds,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
 			cs := clients(t, nodes)
 			l, err := redlock.New(cs, opts...)

@@ -153,6 +153,7 @@ func (cs *clients) factory() batontest.Factory {
 	return batontest.Factory{
 		TTL:               suiteTTL,
 		Fenced:            true,
+		Holds:             func(l *baton.Locker) int { n, _ := zk.Following(l); return n },
 		Observe:           true,
 		HearsExpiryAtOnce: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {

@@ -49,6 +49,7 @@ type Keeper struct {
 	done     chan struct{}
 
 	settle  time.Duration // see Settle; 0 counts every confirmation at once
+	onLoss  func()        // see OnLoss; nil: none
 	settled chan struct{} // closed once the deadline counts from a known base
 
 	mu       sync.Mutex
@@ -72,6 +73,19 @@ type Option func(*options)
 type options struct {
 	settle time.Duration
 	base   time.Time // what the first deadline counts from; zero: none known
+	onLoss func()
+}
+
+// OnLoss has the Keeper call f once if the lease is lost, never when Stop
+// ends it first: from the goroutine that found the loss (the Scheduler's
+// call, Lose's caller, or Start's, when the answer came past the
+// deadline), after Done is closed and every renewal in flight has ended (a
+// renewal cut off by the deadline may run on), and before Stop returns. A
+// backend drops a lost hold from the ones it keeps with it, as a caller
+// may let a lost lease go without Release: nothing of the Keeper's runs
+// after f. f must not call Stop or Lose.
+func OnLoss(f func()) Option {
+	return func(o *options) { o.onLoss = f }
 }
 
 // Settle makes the Keeper count the deadline only from confirmations that
@@ -125,6 +139,7 @@ func (s *Scheduler) Start(sent time.Time, cfg baton.Config, renew RenewFunc, opt
 		sched: s,
 		ttl:   cfg.TTL, every: cfg.RenewEvery, drift: cfg.Drift,
 		settle:  o.settle,
+		onLoss:  o.onLoss,
 		renew:   renew,
 		log:     cfg.Logger,
 		ctx:     ctx,
@@ -216,7 +231,7 @@ func (k *Keeper) Lose(cause error) {
 	if !errors.Is(cause, baton.ErrLeaseLost) {
 		cause = fmt.Errorf("%w: %w", baton.ErrLeaseLost, cause)
 	}
-	k.finish(cause)
+	k.lost(cause)
 	k.wait()
 }
 
@@ -244,19 +259,30 @@ func (k *Keeper) wait() {
 // Done and Err agree.
 var errStopped = errors.New("renewal stopped")
 
-// finish ends the Keeper with cause, unless it ended already.
-func (k *Keeper) finish(cause error) {
+// finish ends the Keeper with cause, unless it ended already; it reports
+// whether this call ended it.
+func (k *Keeper) finish(cause error) bool {
 	if cause == nil {
 		cause = errStopped
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.err != nil {
-		return
+		return false
 	}
 	k.err = cause
 	close(k.done)
 	k.cancel()
+	return true
+}
+
+// lost ends the Keeper with a loss, cause, unless it ended already, and
+// then calls OnLoss's function.
+func (k *Keeper) lost(cause error) {
+	if k.finish(cause) && k.onLoss != nil {
+		k.renewals.Wait()
+		k.onLoss()
+	}
 }
 
 // tick is called by the Scheduler: it reports a passed deadline, or
@@ -320,7 +346,7 @@ func (k *Keeper) tick() {
 		}
 		k.mu.Unlock()
 	case errors.Is(err, baton.ErrLeaseLost):
-		k.finish(err)
+		k.lost(err)
 		return
 	default:
 		k.log.Warn("lease renewal failed; retrying until the local deadline", "err", err, "deadline_in", time.Until(deadline).Round(time.Millisecond))
@@ -411,8 +437,8 @@ func (k *Keeper) renewOnce(deadline time.Time) (answered time.Time, ok bool, err
 func (k *Keeper) lose(lastErr error) {
 	last := k.LastRenewal().Format(time.StampMilli)
 	if lastErr != nil {
-		k.finish(fmt.Errorf("%w: %w (last renewal sent at %s; last error: %w)", baton.ErrLeaseLost, ErrDeadline, last, lastErr))
+		k.lost(fmt.Errorf("%w: %w (last renewal sent at %s; last error: %w)", baton.ErrLeaseLost, ErrDeadline, last, lastErr))
 		return
 	}
-	k.finish(fmt.Errorf("%w: %w (last renewal sent at %s)", baton.ErrLeaseLost, ErrDeadline, last))
+	k.lost(fmt.Errorf("%w: %w (last renewal sent at %s)", baton.ErrLeaseLost, ErrDeadline, last))
 }

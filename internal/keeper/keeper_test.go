@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -488,4 +489,68 @@ func TestKeeper_Settle_LateRecovery_NextComesSooner(t *testing.T) {
 			t.Errorf("renewal after the retry at %v sent at %v; want %v (its answer + the settling time)", retry, next, want)
 		}
 	})
+}
+
+// TestKeeper_OnLoss: OnLoss's function is called once for each way a
+// lease is lost (a refusal, the deadline, Lose, an answer past the
+// deadline at Start), by the time Stop returns, and never for a Stop, nor
+// again for a Stop after the loss.
+func TestKeeper_OnLoss(t *testing.T) {
+	refused := errors.Join(baton.ErrLeaseLost, errors.New("lease not found"))
+	failed := errors.New("connection refused")
+	for _, tc := range []struct {
+		name     string
+		start    func(cfg baton.Config) time.Time
+		result   func(context.Context) error
+		lose     bool // the test calls Lose after 1.5s
+		stop     bool // the test calls Stop after 1.5s, before any loss
+		wantLoss bool
+	}{
+		{name: "refused", result: func(context.Context) error { return refused }, wantLoss: true},
+		{name: "deadline", result: func(context.Context) error { return failed }, wantLoss: true},
+		{name: "deadline, renewal ignoring its ctx", result: func(context.Context) error { time.Sleep(5 * time.Second); return nil }, wantLoss: true},
+		{name: "lose", lose: true, wantLoss: true},
+		{name: "past deadline at start", start: func(cfg baton.Config) time.Time { return time.Now().Add(-cfg.TTL) }, wantLoss: true},
+		{name: "stop", stop: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := config(t)
+				start := time.Now()
+				if tc.start != nil {
+					start = tc.start(cfg)
+				}
+				var calls, inFlight int  // at the call
+				var running atomic.Int32 // renewals
+				renew := func(ctx context.Context) error {
+					running.Add(1)
+					defer running.Add(-1)
+					return (&recorder{result: tc.result}).renew(ctx)
+				}
+				k := Start(start, cfg, renew, OnLoss(func() { calls++; inFlight = int(running.Load()) }))
+				time.Sleep(1500 * time.Millisecond)
+				switch {
+				case tc.lose:
+					k.Lose(errors.New("key deleted"))
+				case tc.stop:
+					k.Stop(baton.ErrReleased)
+				}
+				time.Sleep(2 * cfg.TTL)
+				k.Stop(baton.ErrClosed)
+				want := 0
+				if tc.wantLoss {
+					want = 1
+				}
+				if calls != want {
+					t.Fatalf("OnLoss's function called %d times (Err %v), want %d", calls, k.Err(), want)
+				}
+				if inFlight != 0 {
+					t.Fatalf("OnLoss's function called with %d renewals in flight, want none", inFlight)
+				}
+				if lost := errors.Is(k.Err(), baton.ErrLeaseLost); lost != tc.wantLoss {
+					t.Fatalf("Err = %v; lost %v, want %v", k.Err(), lost, tc.wantLoss)
+				}
+			})
+		})
+	}
 }
