@@ -143,6 +143,19 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	go func() { _ = cmd.Wait(); close(exited) }()
 	group := &jobControl{pgid: pgid, lease: lease}
 	defer group.end() // the SIGKILL timer's callback may run late
+	// A panic from here on (a fault of baton's) goes on only once the
+	// group is dead: the callers' deferred releases would free the lock
+	// while it ran. Deferred after end, so it runs first.
+	defer func() {
+		if p := recover(); p != nil {
+			group.kill()
+			<-exited
+			for t := time.Now(); liveInGroup(pgid) > 0 && time.Since(t) < killStuck; {
+				time.Sleep(groupPoll)
+			}
+			panic(p)
+		}
+	}()
 	quit := make(chan struct{})
 	defer close(quit)
 	go group.run(jobs, quit) // ends with supervise

@@ -632,3 +632,32 @@ func childNamed(ppid int, name string) (int, bool) {
 	}
 	return 0, false
 }
+
+// panicWriter panics at its first write: a fault of baton's own while the
+// command runs.
+type panicWriter struct{}
+
+func (panicWriter) Write([]byte) (int, error) { panic("a fault of baton's") }
+
+// TestSupervise_Panic_KillsGroupFirst: a panic inside supervise while part
+// of the command's group runs (here, writing that a process outlived the
+// main one) goes on only once the group is dead: on its way out, the
+// callers' deferred releases free the lock, and nothing of the command may
+// run on then. Before, the process left behind ran on for 30s.
+func TestSupervise_Panic_KillsGroupFirst(t *testing.T) {
+	lease := fakeLease(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		// The straggler's stderr is not the pipe to panicWriter, which
+		// cmd.Wait would wait to see closed.
+		argv := []string{"sh", "-c", fmt.Sprintf(`(trap '' TERM; exec sleep 30 2>/dev/null) & echo "$! $$" > %[1]s.tmp; mv %[1]s.tmp %[1]s; exit 0`, pidFile)}
+		_, _ = supervise(t.Context(), lease, argv, os.Environ(), 10*time.Second, nil, nil, panicWriter{}, slog.New(slog.DiscardHandler))
+	}()
+	if recovered != "a fault of baton's" {
+		t.Fatalf("supervise recovered %v, want the writer's panic to go on", recovered)
+	}
+	pid, pgid := readStraggler(t, pidFile)
+	checkGroupGone(t, pid, pgid)
+}
