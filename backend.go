@@ -20,7 +20,9 @@ type Backend interface {
 	// it makes one attempt and returns an error wrapping ErrNotAcquired
 	// (ideally a *NotAcquiredError) when another holder has the lock. With
 	// req.Wait true it blocks until the lock is held or ctx ends. It never
-	// returns a Hold whose lease is already dead.
+	// returns a Hold whose lease it knows to be dead; one lost just after
+	// its look (a pause, a loss the service reports at once) comes with
+	// Context cancelled, which the Lease then reports.
 	Acquire(ctx context.Context, req Request) (Hold, error)
 	// Close ends every hold and frees the backend's resources.
 	Close() error
@@ -64,10 +66,10 @@ type Hold interface {
 	// the TTL, minus the drift margin, on the monotonic clock.
 	Deadline() time.Time
 	// Release frees the lock if it is still ours; it never frees another
-	// holder's. Releasing a released hold returns nil, and so does
-	// releasing a lost one, or an error matching ErrLeaseLost when the
-	// release finds (or found just before) that the hold was lost, which
-	// Lease.Release then records as the lease's loss. ctx bounds
+	// holder's. Releasing a lost hold returns nil, or an error matching
+	// ErrLeaseLost when the release finds (or found just before) that the
+	// hold was lost, which Lease.Release then records as the lease's loss.
+	// A later Release returns nil or what the first returned. ctx bounds
 	// the request as given: Lease.Release passes one detached from the
 	// caller's cancellation and bounded by the release timeout. A caller
 	// may drop a lost hold without Release: the backend lets go of it at

@@ -42,9 +42,10 @@ type Observer interface {
 // Campaign blocks until this process leads the election name, ctx ends, or
 // the lock service fails (an error wrapping ErrUnavailable: a loop that
 // leads whenever it can campaigns again after a pause, as right after a
-// partition). It never reports leadership on a session that has already
-// died. Resign by releasing the lease; leadership lost is reported by the
-// lease like any loss.
+// partition). It never reports leadership on a session it knew had died;
+// a lease granted past its local deadline (a pause of this process) comes
+// lost already, its context cancelled (see Acquire). Resign by releasing
+// the lease; leadership lost is reported by the lease like any loss.
 func (l *Locker) Campaign(ctx context.Context, name string) (*Lease, error) {
 	return l.Acquire(ctx, name)
 }

@@ -186,9 +186,10 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // values) and bounded by the release timeout, so it frees the lock at once
 // even when ctx is already cancelled. It is idempotent: later calls return
 // the first call's result. Releasing a lost lease returns nil, unless the
-// request that frees its key fails (a lease lost by its local deadline
-// still frees its key, which the service may not have freed yet): then
-// the release's error, as for a lease that holds. Err still reports the
+// release itself found the local deadline passed (before the hold's timer
+// said so) and the request that frees its key, which the service may not
+// have freed yet, fails: then the release's error, as for a lease that
+// holds. Err still reports the
 // loss, also one that only the release finds: the local
 // deadline passed before the release, or the lock key was deleted by
 // someone else, which the backend had not yet noticed. In the latter case

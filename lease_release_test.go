@@ -323,3 +323,26 @@ var errRaised = errors.New("fence raised")
 type raiseFails struct{}
 
 func (raiseFails) Raise(context.Context, string, baton.Token) error { return errRaised }
+
+// TestNewLocker_ConfigByHand: a Config built by hand, with no Logger, makes
+// a Locker that acquires, logs a loss and releases without a nil logger's
+// panic.
+func TestNewLocker_ConfigByHand(t *testing.T) {
+	hold := newFakeHold(func(h *fakeHold) error { h.end(baton.ErrReleased); return nil })
+	hold.deadline = time.Now().Add(time.Minute)
+	cfg := baton.Config{TTL: 3 * time.Second, RenewEvery: time.Second, Drift: 100 * time.Millisecond, ReleaseTimeout: time.Second, RequestTimeout: time.Second}
+	if err := cfg.Validate(0); err != nil {
+		t.Fatal(err)
+	}
+	l := baton.NewLocker(&fakeBackend{hold: hold}, cfg)
+	defer l.Close()
+	lease, err := l.Acquire(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.end(errGone) // logged as the lease's loss
+	<-lease.Done()
+	if err := lease.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

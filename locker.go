@@ -35,6 +35,9 @@ type Locker struct {
 // NewLocker wraps a backend built with cfg. Backend packages call it; most
 // programs get a Locker from a backend's constructor or from Open.
 func NewLocker(b Backend, cfg Config) *Locker {
+	if cfg.Logger == nil { // a Config built by hand
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	closing, shut := context.WithCancelCause(context.Background())
 	return &Locker{b: b, cfg: cfg, closing: closing, shut: shut, leases: map[*Lease]struct{}{}}
 }
@@ -52,6 +55,11 @@ func (l *Locker) Config() Config { return l.cfg }
 // service that answers, that is one more round trip; against one that
 // does not, Acquire returns up to the release timeout after ctx ended
 // (the place then goes with the waiter's session, key or entry TTL).
+//
+// The lease it returns may be lost already: if this process paused between
+// the service's answer and the lease's making, past its local deadline,
+// its work context is cancelled and its hold released at once. Check
+// Context or Err before the work starts, as Run does.
 func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 	return l.acquire(ctx, name, true)
 }

@@ -79,8 +79,9 @@ type options struct {
 // OnLoss has the Keeper call f once if the lease is lost, never when Stop
 // ends it first: from the goroutine that found the loss (the Scheduler's
 // call, Lose's caller, or Start's, when the answer came past the
-// deadline), after Done is closed and every renewal in flight has ended (a
-// renewal cut off by the deadline may run on), and before Stop returns. A
+// deadline), after Done is closed and every call and renewal in flight has
+// ended (so f waits for a renewal that ignores its cut-off context), and
+// before Lose returns, or Stop if the Scheduler's call found the loss. A
 // backend drops a lost hold from the ones it keeps with it, as a caller
 // may let a lost lease go without Release: nothing of the Keeper's runs
 // after f. f must not call Stop or Lose.
@@ -231,7 +232,13 @@ func (k *Keeper) Lose(cause error) {
 	if !errors.Is(cause, baton.ErrLeaseLost) {
 		cause = fmt.Errorf("%w: %w", baton.ErrLeaseLost, cause)
 	}
-	k.lost(cause)
+	if k.finish(cause) {
+		k.wait() // a call of tick that looked before the loss may still renew
+		if k.onLoss != nil {
+			k.onLoss()
+		}
+		return
+	}
 	k.wait()
 }
 
@@ -277,7 +284,8 @@ func (k *Keeper) finish(cause error) bool {
 }
 
 // lost ends the Keeper with a loss, cause, unless it ended already, and
-// then calls OnLoss's function.
+// then calls OnLoss's function. It is called from the Scheduler's call of
+// tick (the only one) or from Start, where only renewals can be in flight.
 func (k *Keeper) lost(cause error) {
 	if k.finish(cause) && k.onLoss != nil {
 		k.renewals.Wait()

@@ -510,6 +510,7 @@ func TestKeeper_OnLoss(t *testing.T) {
 		{name: "deadline", result: func(context.Context) error { return failed }, wantLoss: true},
 		{name: "deadline, renewal ignoring its ctx", result: func(context.Context) error { time.Sleep(5 * time.Second); return nil }, wantLoss: true},
 		{name: "lose", lose: true, wantLoss: true},
+		{name: "lose, renewal in flight", result: func(context.Context) error { time.Sleep(5 * time.Second); return nil }, lose: true, wantLoss: true},
 		{name: "past deadline at start", start: func(cfg baton.Config) time.Time { return time.Now().Add(-cfg.TTL) }, wantLoss: true},
 		{name: "stop", stop: true},
 	} {
@@ -532,6 +533,9 @@ func TestKeeper_OnLoss(t *testing.T) {
 				switch {
 				case tc.lose:
 					k.Lose(errors.New("key deleted"))
+					if calls != 1 {
+						t.Fatalf("OnLoss's function called %d times by the time Lose returned, want 1", calls)
+					}
 				case tc.stop:
 					k.Stop(baton.ErrReleased)
 				}
