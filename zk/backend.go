@@ -157,12 +157,15 @@ func newBackend(conn *zkgo.Conn, cs *connState, set Settings, opts []baton.Optio
 }
 
 // start launches the backend's own goroutines: the reaper, and, for a
-// connection made elsewhere, the poller that follows its state.
+// connection made elsewhere, the poller that follows its state, from the
+// state it is in now. Dial's connection is followed by its event callback
+// from the start: a state read here could be recorded after a newer one
+// the callback recorded, and pass for a change.
 func (b *backend) start() {
-	b.cs.record(b.conn.State())
 	b.workers.Add(1)
 	go b.reaper.run()
 	if b.polling {
+		b.cs.record(b.conn.State())
 		b.workers.Add(1)
 		go b.poll()
 	}

@@ -148,7 +148,12 @@
 // the timeout on the same session, the lost lease is not resumed behind the
 // work's back: its node is deleted, so the next waiter gets the lock, and
 // the holder must acquire again, for a new token. Waiters keep waiting
-// across a reconnection. Settings.ContinueWhileSuspended (URL:
+// across a reconnection that comes before the local deadline of the
+// session object they wait on: one that comes later (the deadline can be
+// as little as a third of the session timeout, less the drift, after the
+// outage began) ends their waits with an error matching
+// baton.ErrLeaseLost, their nodes deleted, though the server's session may
+// live on. Settings.ContinueWhileSuspended (URL:
 // on-suspend=continue) keeps the work going instead, until the local
 // deadline or the session's expiry, and keeps the lease if the session
 // reconnects in time, as it does when it moves to another server of an
@@ -186,7 +191,13 @@
 //   - TTLLeft in status is unknown (-1): only the server knows how long a
 //     session has left.
 //   - Sequence numbers past 2^31 wrap on the server; an election node that
-//     sees two billion candidates must be re-created (tokens do not care).
+//     sees two billion candidates must be re-created before then: past the
+//     wrap, candidates are no longer in the order they came, and two may
+//     each find themselves first. Tokens keep rising; a fence still
+//     refuses the older holder.
+//   - A TryAcquire whose node is first in line just as the connection
+//     drops waits for the connection, up to the session's local deadline,
+//     rather than answering at once.
 //   - A Locker from New follows its connection's state by polling it every
 //     few milliseconds, so a disconnection shorter than that can go unseen;
 //     it cannot cost the session, and Dial sees every one.
