@@ -33,11 +33,10 @@ type Locker struct {
 }
 
 // NewLocker wraps a backend built with cfg. Backend packages call it; most
-// programs get a Locker from a backend's constructor or from Open.
+// programs get a Locker from a backend's constructor or from Open. Fields
+// a Config built by hand leaves zero get NewConfig's defaults.
 func NewLocker(b Backend, cfg Config) *Locker {
-	if cfg.Logger == nil { // a Config built by hand
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.fill()
 	closing, shut := context.WithCancelCause(context.Background())
 	return &Locker{b: b, cfg: cfg, closing: closing, shut: shut, leases: map[*Lease]struct{}{}}
 }

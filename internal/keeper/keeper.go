@@ -232,14 +232,11 @@ func (k *Keeper) Lose(cause error) {
 	if !errors.Is(cause, baton.ErrLeaseLost) {
 		cause = fmt.Errorf("%w: %w", baton.ErrLeaseLost, cause)
 	}
-	if k.finish(cause) {
-		k.wait() // a call of tick that looked before the loss may still renew
-		if k.onLoss != nil {
-			k.onLoss()
-		}
-		return
+	ended := k.finish(cause)
+	k.wait() // a call of tick that looked before the loss may still renew
+	if ended && k.onLoss != nil {
+		k.onLoss()
 	}
-	k.wait()
 }
 
 // Stop ends renewal, waits for a renewal in flight and, unless the lease was
