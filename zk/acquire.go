@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
 
@@ -25,23 +26,10 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	if err != nil {
 		return nil, err
 	}
-	// No request may hold an acquisition past its session's end.
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.k.Context(), func() { cancel(errSessionEnded) })
-	defer stop()
-	h, err := b.acquire(sctx, s, req)
-	if err != nil && errors.Is(context.Cause(sctx), errSessionEnded) {
-		return nil, fmt.Errorf("ZooKeeper session ended while acquiring: %w", s.k.Err())
-	}
-	return h, err
+	return b.acquire(ctx, s, req)
 }
 
-// errSessionEnded cancels the requests of an acquisition whose session
-// ended.
-var errSessionEnded = errors.New("ZooKeeper session ended")
-
-func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (baton.Hold, error) {
+func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_ baton.Hold, err error) {
 	dir := b.lockDir(req.Name)
 	listed := b.observe()
 	own, cands, err := b.createAndList(ctx, dir, holderval.Encode(req.Holder))
@@ -51,7 +39,14 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 	ours := own.path[len(dir)+1:]
 	kept := false // our node is a hold's, or already deleted
 	defer func() {
-		if !kept {
+		switch {
+		case kept:
+		case errors.Is(err, errStayedDown):
+			// The node went with the session; a delete would wait for
+			// the connection. The reaper deletes it if the session
+			// lived on all the same.
+			b.reaper.add(own.path)
+		default:
 			b.dropCandidate(ctx, own.path)
 		}
 	}()
@@ -62,12 +57,20 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		pos, pred := predecessor(cands, ours)
 		switch {
 		case pos < 0:
-			if err := b.lost(s, b.observe()); err != nil {
+			if err := b.changed(s, b.observe()); err != nil {
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: our node %s was deleted by another client while acquiring", baton.ErrLeaseLost, own.path)
 		case pos == 0:
-			h, err := b.grant(ctx, s, req.Name, own, listed)
+			if s.k.Err() != nil {
+				// The session object ended while we waited (its local
+				// deadline passed during an outage), but our node, first
+				// in line, shows that the server's session lives on.
+				if s, err = b.resume(ctx, s); err != nil {
+					return nil, err
+				}
+			}
+			h, err := b.grant(ctx, s, req, own, listed)
 			if err != nil {
 				return nil, err
 			}
@@ -104,8 +107,10 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 // grant makes the hold once our node is first. It returns a nil hold,
 // asking for another look, when the connection dropped since we listed:
 // unless ContinueWhileSuspended is set, a lock is only granted on a
-// connection that has not dropped since the look that showed it free.
-func (b *backend) grant(ctx context.Context, s *session, name string, own created, listed snap) (baton.Hold, error) {
+// connection that has not dropped since the look that showed it free. A
+// waiting acquisition that finds the connection down waits for it as
+// waitPredecessor does; a TryAcquire, at most until s's local deadline.
+func (b *backend) grant(ctx context.Context, s *session, req baton.Request, own created, listed snap) (baton.Hold, error) {
 	v := b.observe()
 	if err := b.lost(s, v); err != nil {
 		return nil, err
@@ -115,16 +120,23 @@ func (b *backend) grant(ctx context.Context, s *session, name string, own create
 			if hk := b.hooks.Load(); hk != nil && hk.awaitingConnection != nil {
 				hk.awaitingConnection()
 			}
-			if err := b.waitConnected(ctx, s.k.Deadline()); err != nil {
-				switch {
-				case ctx.Err() != nil:
-					return nil, context.Cause(ctx) // the caller's, not a loss
-				case errors.Is(err, zkgo.ErrClosing):
-					return nil, baton.ErrClosed
-				}
-				return nil, fmt.Errorf("%w: %w: the connection did not come back while acquiring", baton.ErrLeaseLost, ErrSuspended)
+			var err error
+			if req.Wait {
+				err = b.waitSession(ctx, s)
+			} else {
+				err = b.waitConnected(ctx, s.k.Deadline())
 			}
-			return nil, nil
+			switch {
+			case err == nil:
+				return nil, nil
+			case ctx.Err() != nil:
+				return nil, context.Cause(ctx) // the caller's, not a loss
+			case errors.Is(err, zkgo.ErrClosing):
+				return nil, baton.ErrClosed
+			case errors.Is(err, baton.ErrLeaseLost):
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %w: the connection did not come back while acquiring", baton.ErrLeaseLost, ErrSuspended)
 		}
 		if v.mark.drops != listed.mark.drops {
 			return nil, nil
@@ -139,6 +151,23 @@ func (b *backend) grant(ctx context.Context, s *session, name string, own create
 		h.forget() // lost already, before it was tracked
 	}
 	return h, nil
+}
+
+// resume returns a live session object for an acquisition whose session
+// object s ended while it waited, when the server's session is the same:
+// the one its node lives on.
+func (b *backend) resume(ctx context.Context, s *session) (*session, error) {
+	if err := b.changed(s, b.observe()); err != nil {
+		return nil, err
+	}
+	s2, err := b.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s2.id != s.id {
+		return nil, fmt.Errorf("%w: %w (session 0x%x)", baton.ErrLeaseLost, ErrSessionExpired, s.id)
+	}
+	return s2, nil
 }
 
 // notAcquired deletes our node and reads the holder's, both at once, for
@@ -171,9 +200,12 @@ func (b *backend) dropCandidate(ctx context.Context, path string) {
 
 // waitPredecessor returns when the candidate at pred is gone (gone true)
 // or changed, or the connection came back after a drop (both: look
-// again), and with an error when ctx ends or the session is lost. A
-// disconnection alone does not end the wait: go-zookeeper sets the watch
-// again on reconnection, and the session may well survive.
+// again), and with an error when ctx ends, the backend closes, or the
+// server's session is lost: s's session expired or was replaced (our node
+// went with it), or the connection stayed down for the session timeout
+// (see outage). A disconnection alone does not end the wait: go-zookeeper
+// sets the watch again on reconnection, and the session may well survive,
+// also past s's local deadline, which bounds holds, not waits.
 func (b *backend) waitPredecessor(ctx context.Context, s *session, ours, pred string) (gone bool, err error) {
 	w, ok, err := b.watchNode(ctx, pred)
 	if err != nil {
@@ -182,10 +214,15 @@ func (b *backend) waitPredecessor(ctx context.Context, s *session, ours, pred st
 	if !ok {
 		return true, nil // gone already
 	}
+	if hk := b.hooks.Load(); hk != nil && hk.watching != nil {
+		hk.watching(ours, pred)
+	}
 	start := b.observe()
+	var down outage
+	defer down.stop()
 	for {
 		v := b.observe()
-		if err := b.lost(s, v); err != nil {
+		if err := b.changed(s, v); err != nil {
 			return false, err
 		}
 		if v.connected() && v.mark.drops != start.mark.drops {
@@ -197,15 +234,77 @@ func (b *backend) waitPredecessor(ctx context.Context, s *session, ours, pred st
 				hk.predecessorEvent(ours, pred)
 			}
 			if ev.Type == zkgo.EventNotWatching {
-				if err := b.lost(s, b.observe()); err != nil {
+				if err := b.changed(s, b.observe()); err != nil {
 					return false, err
 				}
 			}
 			return ev.Type == zkgo.EventNodeDeleted, nil
 		case <-v.changed:
-		case <-s.k.Done():
+		case <-down.see(v, b.cfg.TTL):
+			return false, down.err(b.cfg.TTL)
+		case <-b.life.Done():
+			return false, baton.ErrClosed
 		case <-ctx.Done():
 			return false, context.Cause(ctx)
 		}
 	}
 }
+
+// waitSession waits until the connection has s's session again, and
+// fails as waitPredecessor does when it cannot.
+func (b *backend) waitSession(ctx context.Context, s *session) error {
+	var down outage
+	defer down.stop()
+	for {
+		v := b.observe()
+		if err := b.changed(s, v); err != nil {
+			return err
+		}
+		if v.connected() {
+			return nil
+		}
+		select {
+		case <-v.changed:
+		case <-down.see(v, b.cfg.TTL):
+			return down.err(b.cfg.TTL)
+		case <-b.life.Done():
+			return zkgo.ErrClosing
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// outage times a disconnection as a waiter sees it, from the first look
+// that found the connection down. Once it has lasted the session timeout,
+// the server heard nothing from the session for that long, and has
+// expired it (or will, as soon as a new leader's fresh timeouts run out):
+// the waiter's node is gone, and its place in line with it.
+type outage struct{ t *time.Timer }
+
+// see returns a channel that receives when the connection, found down in
+// v, has been down for ttl; nil while it is up.
+func (o *outage) see(v snap, ttl time.Duration) <-chan time.Time {
+	if v.connected() {
+		o.stop()
+		return nil
+	}
+	if o.t == nil {
+		o.t = time.NewTimer(ttl)
+	}
+	return o.t.C
+}
+
+func (o *outage) stop() {
+	if o.t != nil {
+		o.t.Stop()
+		o.t = nil
+	}
+}
+
+func (o *outage) err(ttl time.Duration) error {
+	return fmt.Errorf("%w: %w: %w (%v) while waiting", baton.ErrLeaseLost, ErrSuspended, errStayedDown, ttl)
+}
+
+// errStayedDown is an outage's: the server has expired the session.
+var errStayedDown = errors.New("the connection stayed down for the session timeout")

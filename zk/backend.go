@@ -68,6 +68,9 @@ type hooks struct {
 	// predecessorEvent is called each time a waiter's watch on its
 	// predecessor fires.
 	predecessorEvent func(waiter, predecessor string)
+	// watching is called each time a waiter has set its watch on its
+	// predecessor, before it waits.
+	watching func(waiter, predecessor string)
 	// releaseDelete is called by a Release that ended its hold, before
 	// it deletes the node.
 	releaseDelete func()

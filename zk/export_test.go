@@ -35,6 +35,12 @@ func OnPredecessorEvent(l *baton.Locker, fn func(waiter, predecessor string)) {
 	backendOf(l).hooks.Store(&hooks{predecessorEvent: fn})
 }
 
+// OnWatching calls fn each time one of l's waiters has set its watch on
+// its predecessor, before it waits. It keeps the other hooks set.
+func OnWatching(l *baton.Locker, fn func(waiter, predecessor string)) {
+	setHook(l, func(h *hooks) { h.watching = fn })
+}
+
 // OnReleaseDelete calls fn in each Release that ended its hold, before it
 // deletes the node.
 func OnReleaseDelete(l *baton.Locker, fn func()) {
@@ -131,3 +137,15 @@ func AwaitingSettled(l *baton.Locker) bool {
 // SettleTime is how long after a confirmation's answer a sync must be sent
 // to settle it (see keeper.Settle), for a session timeout of ttl.
 func SettleTime(ttl time.Duration) time.Duration { return settleTime(ttl) }
+
+// SessionObjectDone returns a channel closed when the session object l's
+// backend uses now ends, or nil when it has none.
+func SessionObjectDone(l *baton.Locker) <-chan struct{} {
+	b := backendOf(l)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sess == nil {
+		return nil
+	}
+	return b.sess.k.Done()
+}

@@ -24,7 +24,9 @@ var (
 	// SUSPENDED) and Settings.ContinueWhileSuspended is off: the holder
 	// could no longer know that it held the lock, so its work was stopped
 	// at once, before the server could expire the session and hand the lock
-	// to someone else.
+	// to someone else. A waiting acquisition fails with it when the
+	// connection stayed down for the session timeout: its place in line
+	// went with the session.
 	ErrSuspended = errors.New("connection to ZooKeeper lost (SUSPENDED)")
 
 	// ErrSessionExpired means the server expired the session (Curator's

@@ -330,6 +330,160 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 	})
 }
 
+// TestWaiter_OutlastsSessionObject cuts a waiter off (a proxy that stops
+// forwarding) until its session object's local deadline has passed, well
+// before the server could expire the session, then lets it through
+// again. The waiter's node, on the session that lives on, keeps its place
+// in line: the waiter gets the lock at the holder's release, on a fresh
+// session object, and does not fail with a lost lease.
+func TestWaiter_OutlastsSessionObject(t *testing.T) {
+	addr := zkServer.Addr(t)
+	ctx := timeout(t, time.Minute)
+	b := dial(t, []string{addr}, zk.Settings{})
+	proxy := testsvc.NewProxy(t, addr)
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{})
+	watching := make(chan struct{}, 8)
+	zk.OnWatching(w.Locker(), func(string, string) { watching <- struct{}{} })
+	name := uniqueName(t)
+
+	lb, err := b.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		l   *baton.FencedLease
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		l, err := w.Acquire(ctx, name)
+		got <- outcome{l, err}
+	}()
+	select {
+	case <-watching:
+	case o := <-got:
+		t.Fatalf("the waiter did not wait: %v", o.err)
+	}
+	sid := zk.ConnOf(w.Locker()).SessionID()
+	ended := zk.SessionObjectDone(w.Locker())
+	if ended == nil {
+		t.Fatal("the waiter's backend has no session object")
+	}
+
+	// Block right after a renewal: the session object's deadline counts
+	// from the one before (the last it settled), while the server counts
+	// from this one, a renewal interval later. So the object ends a third
+	// of the session timeout before the server could expire the session,
+	// which the reconnection (a second after go-zookeeper notices the
+	// drop, two thirds of the timeout after the block) comes well within.
+	renewed := make(chan struct{}, 1)
+	zk.OnRenewed(w.Locker(), func() {
+		select {
+		case renewed <- struct{}{}:
+		default:
+		}
+	})
+	for range 2 { // one that began before the hook may be half done
+		select {
+		case <-renewed:
+		case <-ctx.Done():
+			t.Fatal("no renewal of the waiter's session")
+		}
+	}
+	proxy.Block()
+	blocked := time.Now()
+	select {
+	case <-ended:
+	case <-time.After(longTTL):
+		t.Fatalf("the waiter's session object did not end within %v of the block", longTTL)
+	}
+	proxy.Unblock()
+	t.Logf("the waiter's session object ended %v after the block", time.Since(blocked).Round(time.Millisecond))
+	for st := zk.StatusOf(w.Locker()); !st.Connected; st = zk.StatusOf(w.Locker()) {
+		select {
+		case <-st.Changed:
+		case <-ctx.Done():
+			t.Fatal("the waiter's connection did not come back")
+		}
+	}
+	if got := zk.ConnOf(w.Locker()).SessionID(); got != sid {
+		t.Fatalf("session changed from 0x%x to 0x%x; the test wants it to survive", sid, got)
+	}
+	select {
+	case o := <-got:
+		t.Fatalf("the waiter stopped waiting while its session lived on: %v", o.err)
+	default:
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	select {
+	case o = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock within 10s of the release")
+	}
+	if o.err != nil {
+		t.Fatalf("the waiter, after its session object ended: %v", o.err)
+	}
+	if err := o.l.Err(); err != nil {
+		t.Fatalf("the waiter's lease: %v", err)
+	}
+	if o.l.Token() <= lb.Token() {
+		t.Errorf("tokens: holder %d, waiter %d; want rising", lb.Token(), o.l.Token())
+	}
+	if err := o.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWaiter_OutageForSessionTimeout cuts a waiter off for good: once the
+// connection has been down for the session timeout, by when the server
+// has expired the session and the waiter's node with it, the waiter stops
+// waiting with a lost lease, cause ErrSuspended, and does not hang until
+// its context ends.
+func TestWaiter_OutageForSessionTimeout(t *testing.T) {
+	addr := zkServer.Addr(t)
+	ctx := timeout(t, time.Minute)
+	b := dial(t, []string{addr}, zk.Settings{})
+	proxy := testsvc.NewProxy(t, addr)
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(suiteTTL))
+	watching := make(chan struct{}, 8)
+	zk.OnWatching(w.Locker(), func(string, string) { watching <- struct{}{} })
+	name := uniqueName(t)
+
+	lb, err := b.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Release(ctx)
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-watching:
+	case err := <-got:
+		t.Fatalf("the waiter did not wait: %v", err)
+	}
+	proxy.Block()
+	blocked := time.Now()
+	select {
+	case err := <-got:
+		if !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, zk.ErrSuspended) {
+			t.Fatalf("the waiter, cut off: %v; want a lost lease, cause zk.ErrSuspended", err)
+		}
+		t.Logf("the waiter stopped %v after the block (session timeout %v): %v", time.Since(blocked).Round(time.Millisecond), suiteTTL, err)
+	case <-time.After(4 * suiteTTL):
+		t.Fatalf("the waiter still waits %v after it was cut off", 4*suiteTTL)
+	}
+	proxy.Unblock()
+}
+
 // TestFirstHold_DeadlineFromDial: Dial makes the session object at once,
 // without waiting for a renewal to settle the session's first request,
 // its deadline counted from when go-zookeeper began to dial (the server
