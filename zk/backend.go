@@ -61,6 +61,10 @@ type backend struct {
 	// it before the reaper's last pass.
 	unsettled int
 	idle      chan struct{}
+	// lastPass is set when Close, on a borrowed connection, is done
+	// waiting for them: a node such work leaves after it is deleted by
+	// that work itself, as the reaper makes its last pass.
+	lastPass bool
 }
 
 // hooks let tests observe the recipe from inside.
@@ -229,7 +233,9 @@ func (b *backend) lockDir(name string) string { return b.root + "/" + name }
 // nodes are deleted one by one, each bounded by the release timeout, and
 // when the connection is down, Close waits for it to come back and delete
 // them, for at most one TTL (the session timeout) of the connection being
-// down, after which the server has ended the session and the nodes.
+// down, after which the server has ended the session and the nodes. A
+// create an acquisition gave up on that is answered after Close has
+// returned has its node deleted when the answer comes.
 func (b *backend) Close() error {
 	connected := b.owned && b.observe().connected()
 	b.mu.Lock()
@@ -272,6 +278,9 @@ func (b *backend) Close() error {
 			}
 		}
 		b.awaitSettled(ctx)
+		b.mu.Lock()
+		b.lastPass = true
+		b.mu.Unlock()
 		b.reaper.drain(ctx)
 		cancel()
 		b.outwaitSession()
@@ -299,21 +308,19 @@ func (b *backend) Close() error {
 // the caller keeps its connection. So Close waits for the connection to
 // be back, then deletes them in one pass, or until the connection has
 // been down for one TTL (the session timeout, as New asks), by when the
-// server has ended the session and its nodes, or the session expired.
-// On a connection that is up it makes that one pass at once.
+// server has ended the session and its nodes. On a connection that is up
+// it makes that one pass at once. After an expiry, the pass is made on
+// the new session, which a create go-zookeeper held unsent across the
+// expiry may have made a node on (the old session's nodes are gone: their
+// deletes find nothing).
 func (b *backend) outwaitSession() {
 	if b.reaper.pending() == 0 {
 		return
 	}
-	start := b.observe()
 	limit := time.NewTimer(b.cfg.TTL)
 	defer limit.Stop()
 	for {
 		v := b.observe()
-		if v.mark.expiries != start.mark.expiries || v.state == zkgo.StateExpired {
-			b.reaper.forget() // gone with the session
-			return
-		}
 		if v.connected() {
 			// One pass, as on a connection that never dropped: what it
 			// leaves (a create whose answer was lost, not found yet) is

@@ -153,11 +153,3 @@ func (r *reaper) drain(ctx context.Context) {
 		r.pass(ctx)
 	}
 }
-
-// forget drops every pending node: the session that owned them ended.
-func (r *reaper) forget() {
-	r.mu.Lock()
-	clear(r.paths)
-	clear(r.guids)
-	r.mu.Unlock()
-}

@@ -355,7 +355,12 @@ func (b *backend) findGUID(ctx context.Context, dir, guid string) (created, bool
 
 // abandonCreate hands a create we stopped waiting for to the reaper once
 // go-zookeeper has answered it: the node it made, or, if the answer was
-// lost, the GUID to look for.
+// lost, the GUID to look for. A node answered after Close gave up waiting
+// for it (on a borrowed connection, whose session lives on) is deleted
+// here, as the reaper makes its last pass or has stopped: else it would
+// stand in line, or hold the lock, for as long as the caller keeps the
+// connection. (A lost answer then leaves a GUID nobody looks for: the
+// node, if the create ran, lasts as long as the session.)
 func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 	if !b.calls.add(!b.owned) {
 		return // closing: the connection, and with it the session, ends
@@ -365,11 +370,23 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 		defer b.calls.done()
 		defer settled()
 		r := <-ch
-		switch {
-		case r.v.path != "":
-			b.reaper.add(r.v.path)
-		case errors.Is(r.err, zkgo.ErrConnectionClosed), errors.Is(r.err, zkgo.ErrClosing):
-			b.reaper.addGUID(dir, guid)
+		if r.v.path == "" && !errors.Is(r.err, zkgo.ErrConnectionClosed) && !errors.Is(r.err, zkgo.ErrClosing) {
+			return // no node made
+		}
+		b.mu.Lock()
+		late := b.lastPass
+		if !late { // before Close's last pass, which finds it
+			if r.v.path != "" {
+				b.reaper.add(r.v.path)
+			} else {
+				b.reaper.addGUID(dir, guid)
+			}
+		}
+		b.mu.Unlock()
+		if late && r.v.path != "" {
+			if err := b.conn.Delete(r.v.path, -1); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
+				b.cfg.Logger.Warn("could not delete the node of a create answered after Close; it goes with the session", "path", r.v.path, "err", err)
+			}
 		}
 	}()
 }

@@ -539,6 +539,73 @@ func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
 	closedClean(t, closed, admin, dir, "the abandoned create's node")
 }
 
+// TestClose_Borrowed_CreateAnsweredAfterClose: a create that an
+// acquisition stopped waiting for, answered only after Close gave up
+// waiting for it (the release timeout) and returned, on a borrowed
+// connection whose session lives on: its node is deleted when the answer
+// comes. Otherwise it would stand in line, here behind another client's
+// hold, for as long as the caller keeps the connection.
+func TestClose_Borrowed_CreateAnsweredAfterClose(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	proxy := testsvc.NewProxy(t, addr)
+	conn := connect(t, proxy.Addr(), longTTL, nil)
+	fl := lockerOn(t, conn, longTTL, baton.WithReleaseTimeout(500*time.Millisecond))
+	ctx := timeout(t, time.Minute)
+	// Another client holds the lock: the election node stays, and our
+	// node would stand in line behind its.
+	lo, err := dial(t, []string{addr}, zk.Settings{}).Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lo.Release(ctx)
+
+	held := proxy.HoldFirst([]byte(dir + "/"))
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tried := make(chan error, 1)
+	go func() {
+		_, err := fl.TryAcquire(tctx, name)
+		tried <- err
+	}()
+	select {
+	case <-held.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create was not caught")
+	}
+	cancel()
+	if err := <-tried; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire whose create is held, cancelled: %v; want context.Canceled", err)
+	}
+	if err := fl.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	_, st, err := admin.Exists(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Release()
+	// The create lands (a child more), then its node goes (one more).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		_, now, err := admin.Exists(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.Cversion >= st.Cversion+2 && now.NumChildren == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the answer: children %v (%d changes since Close); the late create's node is left behind", children(t, admin, dir), now.Cversion-st.Cversion)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if kids := children(t, admin, dir); len(kids) != 1 || dir+"/"+kids[0] != lo.Key() {
+		t.Fatalf("children %v; want only the holder's, %s", kids, lo.Key())
+	}
+}
+
 // closedClean waits for a Close's result on closed and checks that it
 // left no node in dir, whose must-go node what names.
 func closedClean(t *testing.T, closed <-chan error, admin *zkgo.Conn, dir, what string) {
