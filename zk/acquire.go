@@ -66,6 +66,9 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_
 				// The session object ended while we waited (its local
 				// deadline passed during an outage), but our node, first
 				// in line, shows that the server's session lives on.
+				if err := b.awaitConnection(ctx, s, req.Wait); err != nil {
+					return nil, err
+				}
 				if s, err = b.resume(ctx, s); err != nil {
 					return nil, err
 				}
@@ -105,38 +108,27 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_
 }
 
 // grant makes the hold once our node is first. It returns a nil hold,
-// asking for another look, when the connection dropped since we listed:
-// unless ContinueWhileSuspended is set, a lock is only granted on a
-// connection that has not dropped since the look that showed it free. A
-// waiting acquisition that finds the connection down waits for it as
-// waitPredecessor does; a TryAcquire, at most until s's local deadline.
+// asking for another look, when the connection dropped since we listed
+// (unless ContinueWhileSuspended is set, a lock is only granted on a
+// connection that has not dropped since the look that showed it free),
+// and when s ended since (the next look resumes on a fresh one).
 func (b *backend) grant(ctx context.Context, s *session, req baton.Request, own created, listed snap) (baton.Hold, error) {
 	v := b.observe()
-	if err := b.lost(s, v); err != nil {
+	if err := b.changed(s, v); err != nil {
 		return nil, err
+	}
+	if s.k.Err() != nil {
+		return nil, nil
 	}
 	if !b.set.ContinueWhileSuspended {
 		if !v.connected() {
 			if hk := b.hooks.Load(); hk != nil && hk.awaitingConnection != nil {
 				hk.awaitingConnection()
 			}
-			var err error
-			if req.Wait {
-				err = b.waitSession(ctx, s)
-			} else {
-				err = b.waitConnected(ctx, s.k.Deadline())
-			}
-			switch {
-			case err == nil:
-				return nil, nil
-			case ctx.Err() != nil:
-				return nil, context.Cause(ctx) // the caller's, not a loss
-			case errors.Is(err, zkgo.ErrClosing):
-				return nil, baton.ErrClosed
-			case errors.Is(err, baton.ErrLeaseLost):
+			if err := b.awaitConnection(ctx, s, req.Wait); err != nil {
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: %w: the connection did not come back while acquiring", baton.ErrLeaseLost, ErrSuspended)
+			return nil, nil
 		}
 		if v.mark.drops != listed.mark.drops {
 			return nil, nil
@@ -151,6 +143,29 @@ func (b *backend) grant(ctx context.Context, s *session, req baton.Request, own 
 		h.forget() // lost already, before it was tracked
 	}
 	return h, nil
+}
+
+// awaitConnection waits until the connection has s's session again: a
+// waiting acquisition for as long as waitSession does, a TryAcquire at
+// most until s's local deadline.
+func (b *backend) awaitConnection(ctx context.Context, s *session, wait bool) error {
+	var err error
+	if wait {
+		err = b.waitSession(ctx, s)
+	} else {
+		err = b.waitConnected(ctx, s.k.Deadline())
+	}
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return context.Cause(ctx) // the caller's, not a loss
+	case errors.Is(err, zkgo.ErrClosing):
+		return baton.ErrClosed
+	case errors.Is(err, baton.ErrLeaseLost):
+		return err
+	}
+	return fmt.Errorf("%w: %w: the connection did not come back while acquiring", baton.ErrLeaseLost, ErrSuspended)
 }
 
 // resume returns a live session object for an acquisition whose session

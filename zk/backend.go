@@ -105,7 +105,9 @@ func New(conn *zkgo.Conn, opts ...baton.Option) (*baton.FencedLocker, error) {
 // does not close conn. That includes the node of a create an acquisition
 // stopped waiting for, once its answer comes: Close waits up to the
 // release timeout for that answer before its last pass over the nodes to
-// delete (one answered later is left to the session).
+// delete, and one answered later deletes its node itself when the answer
+// comes (one whose answer is lost then, to a connection that dropped, is
+// left to the session).
 //
 // baton.WithTTL must be the session timeout conn negotiated with the
 // server: go-zookeeper does not report it for a connection made elsewhere,

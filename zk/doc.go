@@ -147,15 +147,19 @@
 // the server could expire the session. If the connection comes back within
 // the timeout on the same session, the lost lease is not resumed behind the
 // work's back: its node is deleted, so the next waiter gets the lock, and
-// the holder must acquire again, for a new token. Waiters keep their
-// place in line for as long as the server's session may live: across any
-// reconnection on the same session, also one after the local deadline of
-// the session object they began on (a waiter whose node comes first then
-// takes the lock on a fresh one, confirmed by a request). A waiter stops
-// when the session expired, or when the connection has stayed down for
-// the session timeout, by when the server has expired it (an error
-// matching baton.ErrLeaseLost and ErrSuspended; its node goes with the
-// session). Settings.ContinueWhileSuspended (URL:
+// the holder must acquire again, for a new token. A waiter keeps its
+// place in line while the server's session may live: while it watches the
+// candidate ahead, and while its node, come first, waits for the
+// connection, it outlasts any outage the session survives, also one past
+// the local deadline of the session object it began on (it then takes the
+// lock on a fresh one, confirmed by a request). It stops when the session
+// expired, or when the connection has stayed down for the session
+// timeout, by when the server has expired it (an error matching
+// baton.ErrLeaseLost and ErrSuspended; its node goes with the session).
+// A listing or a watch it makes meanwhile (after the candidate ahead went,
+// or after a reconnection) waits for a connection that dropped again for
+// at most the request timeout, and then fails as the service failing.
+// Settings.ContinueWhileSuspended (URL:
 // on-suspend=continue) keeps the work going instead, until the local
 // deadline or the session's expiry, and keeps the lease if the session
 // reconnects in time, as it does when it moves to another server of an

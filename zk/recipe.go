@@ -385,7 +385,7 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 		b.mu.Unlock()
 		if late && r.v.path != "" {
 			if err := b.conn.Delete(r.v.path, -1); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
-				b.cfg.Logger.Warn("could not delete the node of a create answered after Close; it goes with the session", "path", r.v.path, "err", err)
+				b.cfg.Logger.Warn("could not delete the node of a create answered after Close; it lasts as long as the session", "path", r.v.path, "err", err)
 			}
 		}
 	}()

@@ -437,6 +437,112 @@ func TestWaiter_OutlastsSessionObject(t *testing.T) {
 	}
 }
 
+// TestWaiter_FirstWhileCutOff_OutlastsSessionObject: a waiter whose node
+// comes first while its connection is down waits for the connection past
+// its session object's local deadline, for as long as the server's session
+// may live, then takes the lock on a fresh session object, on the same
+// session.
+func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	a := dial(t, []string{addr}, zk.Settings{})
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{})
+	ctx := timeout(t, time.Minute)
+	la, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// When A's node goes, W's connection is cut before W looks again; its
+	// redials hang until Unblock. The server last heard from W then.
+	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) {
+		proxy.Block()
+		proxy.Cut()
+		for st := zk.StatusOf(w.Locker()); st.Connected; st = zk.StatusOf(w.Locker()) {
+			<-st.Changed
+		}
+	})
+	awaiting := make(chan struct{}, 1)
+	zk.OnAwaitingConnection(w.Locker(), func() {
+		select {
+		case awaiting <- struct{}{}:
+		default:
+		}
+	})
+	type outcome struct {
+		l   *baton.FencedLease
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		l, err := w.Acquire(ctx, name)
+		got <- outcome{l, err}
+	}()
+	waitWatchers(t, addr, lockDir(name), 1) // W watches A's node
+	sid := zk.ConnOf(w.Locker()).SessionID()
+	// A's release, and with it the cut, right after a renewal of W's
+	// session: W's session object counts its deadline from the renewal
+	// before, the server from this one (see TestWaiter_OutlastsSessionObject).
+	renewed := make(chan struct{}, 1)
+	zk.OnRenewed(w.Locker(), func() {
+		select {
+		case renewed <- struct{}{}:
+		default:
+		}
+	})
+	for range 2 {
+		select {
+		case <-renewed:
+		case <-ctx.Done():
+			t.Fatal("no renewal of W's session")
+		}
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-awaiting:
+	case o := <-got:
+		t.Fatalf("W did not wait for its connection: %v", o.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("W's node, first, did not wait for the connection")
+	}
+	cut := time.Now()
+	ended := zk.SessionObjectDone(w.Locker())
+	select {
+	case <-ended:
+	case <-time.After(longTTL):
+		t.Fatalf("W's session object did not end within %v of the cut", longTTL)
+	}
+	t.Logf("W's session object ended %v after the cut (session timeout %v)", time.Since(cut).Round(time.Millisecond), longTTL)
+	select {
+	case o := <-got:
+		t.Fatalf("W stopped waiting for its connection while its session may live: %v", o.err)
+	default:
+	}
+	proxy.Unblock()
+	var o outcome
+	select {
+	case o = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("W did not get the lock within 20s of the connection's return")
+	}
+	if o.err != nil {
+		t.Fatalf("W, after the connection came back: %v", o.err)
+	}
+	defer o.l.Release(ctx)
+	if got := zk.ConnOf(w.Locker()).SessionID(); got != sid {
+		t.Fatalf("session changed from 0x%x to 0x%x; the test wants it to survive", sid, got)
+	}
+	if err := o.l.Err(); err != nil {
+		t.Fatalf("W's lease: %v", err)
+	}
+	if o.l.Token() <= la.Token() {
+		t.Errorf("tokens: A %d, W %d; want rising", la.Token(), o.l.Token())
+	}
+}
+
 // TestWaiter_OutageForSessionTimeout cuts a waiter off for good: once the
 // connection has been down for the session timeout, by when the server
 // has expired the session and the waiter's node with it, the waiter stops
@@ -447,7 +553,7 @@ func TestWaiter_OutageForSessionTimeout(t *testing.T) {
 	ctx := timeout(t, time.Minute)
 	b := dial(t, []string{addr}, zk.Settings{})
 	proxy := testsvc.NewProxy(t, addr)
-	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(suiteTTL))
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(disconnectTTL))
 	watching := make(chan struct{}, 8)
 	zk.OnWatching(w.Locker(), func(string, string) { watching <- struct{}{} })
 	name := uniqueName(t)
@@ -477,9 +583,9 @@ func TestWaiter_OutageForSessionTimeout(t *testing.T) {
 		if !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, zk.ErrSuspended) {
 			t.Fatalf("the waiter, cut off: %v; want a lost lease, cause zk.ErrSuspended", err)
 		}
-		t.Logf("the waiter stopped %v after the block (session timeout %v): %v", time.Since(blocked).Round(time.Millisecond), suiteTTL, err)
-	case <-time.After(4 * suiteTTL):
-		t.Fatalf("the waiter still waits %v after it was cut off", 4*suiteTTL)
+		t.Logf("the waiter stopped %v after the block (session timeout %v): %v", time.Since(blocked).Round(time.Millisecond), disconnectTTL, err)
+	case <-time.After(4 * disconnectTTL):
+		t.Fatalf("the waiter still waits %v after it was cut off", 4*disconnectTTL)
 	}
 	proxy.Unblock()
 }
