@@ -32,7 +32,11 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_ baton.Hold, err error) {
 	dir := b.lockDir(req.Name)
 	listed := b.observe()
-	own, cands, err := b.createAndList(ctx, dir, holderval.Encode(req.Holder))
+	var waiter *session // a waiting acquisition's reads outlast an outage
+	if req.Wait {
+		waiter = s
+	}
+	own, cands, err := b.createAndList(ctx, dir, holderval.Encode(req.Holder), waiter)
 	if own.path == "" {
 		return nil, err
 	}
@@ -72,6 +76,9 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_
 				if s, err = b.resume(ctx, s); err != nil {
 					return nil, err
 				}
+				if req.Wait {
+					waiter = s
+				}
 			}
 			h, err := b.grant(ctx, s, req, own, listed)
 			if err != nil {
@@ -101,7 +108,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_
 			}
 		}
 		listed = b.observe()
-		if cands, err = b.listCandidates(ctx, dir); err != nil {
+		if cands, err = b.listCandidates(ctx, dir, waiter); err != nil {
 			return nil, err
 		}
 	}
@@ -222,7 +229,7 @@ func (b *backend) dropCandidate(ctx context.Context, path string) {
 // sets the watch again on reconnection, and the session may well survive,
 // also past s's local deadline, which bounds holds, not waits.
 func (b *backend) waitPredecessor(ctx context.Context, s *session, ours, pred string) (gone bool, err error) {
-	w, ok, err := b.watchNode(ctx, pred)
+	w, ok, err := b.watchNode(ctx, pred, s)
 	if err != nil {
 		return false, err
 	}

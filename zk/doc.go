@@ -148,17 +148,14 @@
 // the timeout on the same session, the lost lease is not resumed behind the
 // work's back: its node is deleted, so the next waiter gets the lock, and
 // the holder must acquire again, for a new token. A waiter keeps its
-// place in line while the server's session may live: while it watches the
-// candidate ahead, and while its node, come first, waits for the
-// connection, it outlasts any outage the session survives, also one past
-// the local deadline of the session object it began on (it then takes the
-// lock on a fresh one, confirmed by a request). It stops when the session
-// expired, or when the connection has stayed down for the session
-// timeout, by when the server has expired it (an error matching
-// baton.ErrLeaseLost and ErrSuspended; its node goes with the session).
-// A listing or a watch it makes meanwhile (after the candidate ahead went,
-// or after a reconnection) waits for a connection that dropped again for
-// at most the request timeout, and then fails as the service failing.
+// place in line while the server's session may live: once its node is in
+// line, it outlasts any outage the session survives (its listings and
+// watches are repeated until they are answered), also one past the local
+// deadline of the session object it began on (it then takes the lock on a
+// fresh one, confirmed by a request). It stops when the session expired,
+// or when the connection has stayed down for the session timeout, by when
+// the server has expired it (an error matching baton.ErrLeaseLost and
+// ErrSuspended; its node goes with the session).
 // Settings.ContinueWhileSuspended (URL:
 // on-suspend=continue) keeps the work going instead, until the local
 // deadline or the session's expiry, and keeps the lease if the session

@@ -79,7 +79,7 @@ func (b *backend) catchUp(ctx context.Context) error {
 func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, error) {
 	dir := b.lockDir(name)
 	for range 5 {
-		cands, err := b.listCandidates(ctx, dir)
+		cands, err := b.listCandidates(ctx, dir, nil)
 		if err != nil {
 			return baton.LockInfo{}, err
 		}

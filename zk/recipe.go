@@ -13,6 +13,8 @@ import (
 	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
+
+	"github.com/baton-go/baton"
 )
 
 // The recipe, as the ZooKeeper documentation and the guide describe it:
@@ -103,16 +105,19 @@ func predecessor(cands []candidate, ours string) (pos int, pred candidate) {
 }
 
 // listCandidates lists the election node dir's candidates in order. An
-// election node that does not exist has none.
-func (b *backend) listCandidates(ctx context.Context, dir string) ([]candidate, error) {
-	kids, err := retryRead(b, ctx, func() ([]string, error) {
+// election node that does not exist has none. A waiter's listing (waiter
+// not nil) waits out an outage as waitRead does.
+func (b *backend) listCandidates(ctx context.Context, dir string, waiter *session) ([]candidate, error) {
+	kids, err := readFor(b, ctx, waiter, func() ([]string, error) {
 		kids, _, err := b.conn.Children(dir)
 		return kids, err
 	})
-	if errors.Is(err, zkgo.ErrNoNode) {
+	switch {
+	case errors.Is(err, zkgo.ErrNoNode):
 		return nil, nil
-	}
-	if err != nil {
+	case err != nil && waiter != nil && errors.Is(err, baton.ErrLeaseLost):
+		return nil, err // waitRead's: the session ended, or stayed cut off
+	case err != nil:
 		return nil, b.fail(ctx, "list candidates of "+dir, err)
 	}
 	return orderCandidates(kids), nil
@@ -128,19 +133,49 @@ type watched struct {
 // watchNode reads path and sets a one-time watch on it, which fires when
 // the node is deleted or its data changes. It returns ok false, and sets no
 // watch, when the node does not exist: a getData watch, unlike an exists
-// watch, is never left behind on a missing node.
-func (b *backend) watchNode(ctx context.Context, path string) (w watched, ok bool, err error) {
-	w, err = retryRead(b, ctx, func() (watched, error) {
+// watch, is never left behind on a missing node. A waiter's read (waiter
+// not nil) waits out an outage as waitRead does.
+func (b *backend) watchNode(ctx context.Context, path string, waiter *session) (w watched, ok bool, err error) {
+	w, err = readFor(b, ctx, waiter, func() (watched, error) {
 		data, stat, ch, err := b.conn.GetW(path)
 		return watched{data: data, stat: stat, watch: ch}, err
 	})
-	if errors.Is(err, zkgo.ErrNoNode) {
+	switch {
+	case errors.Is(err, zkgo.ErrNoNode):
 		return watched{}, false, nil
-	}
-	if err != nil {
+	case err != nil && waiter != nil && errors.Is(err, baton.ErrLeaseLost):
+		return watched{}, false, err // waitRead's
+	case err != nil:
 		return watched{}, false, b.fail(ctx, "watch "+path, err)
 	}
 	return w, true, nil
+}
+
+// readFor is waitRead for a waiting acquisition on waiter, and retryRead
+// when waiter is nil.
+func readFor[T any](b *backend, ctx context.Context, waiter *session, fn func() (T, error)) (T, error) {
+	if waiter == nil {
+		return retryRead(b, ctx, fn)
+	}
+	return waitRead(b, ctx, waiter, fn)
+}
+
+// waitRead runs a read of a waiting acquisition on session s, repeating it
+// while the connection is down or the read goes unanswered, for as long
+// as the server's session may live (see waitSession): the acquisition's
+// node keeps its place in line meanwhile. A read that goes unanswered on a
+// connection that stays up is repeated too: go-zookeeper drops a
+// connection that hears nothing for two thirds of the session timeout.
+func waitRead[T any](b *backend, ctx context.Context, s *session, fn func() (T, error)) (T, error) {
+	for {
+		v, err := call(b, ctx, fn)
+		if err == nil || !isConnErr(err) || errors.Is(err, zkgo.ErrClosing) || ctx.Err() != nil {
+			return v, err
+		}
+		if werr := b.waitSession(ctx, s); werr != nil {
+			return v, werr
+		}
+	}
 }
 
 // retryRead runs a read, repeating it while the connection is down (a
@@ -211,8 +246,10 @@ type created struct {
 // GUID of its own, so that a copy of an earlier one landing late is never
 // taken for ours: the reaper looks for the earlier GUID for a while
 // (reaper.addGUID). When it gives up (ctx ended, no answer), whatever the
-// create did is handed to the reaper, so no node is left behind.
-func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (created, []candidate, error) {
+// create did is handed to the reaper, so no node is left behind. Once our
+// node is made, a waiting acquisition's listing (waiter not nil) waits out
+// an outage (see waitRead).
+func (b *backend) createAndList(ctx context.Context, dir string, data []byte, waiter *session) (created, []candidate, error) {
 	var last error
 	for range 5 {
 		guid := newGUID()
@@ -249,7 +286,7 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (c
 					}
 				}
 			}
-			cands, err := b.listCandidates(ctx, dir)
+			cands, err := b.listCandidates(ctx, dir, waiter)
 			return own, cands, err
 		case errors.Is(err, zkgo.ErrNoNode):
 			if err := b.ensureDir(ctx, dir); err != nil {
@@ -263,7 +300,7 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte) (c
 				return created{}, nil, b.fail(ctx, "find our node after the connection dropped", ferr)
 			}
 			if found {
-				cands, err := b.listCandidates(ctx, dir)
+				cands, err := b.listCandidates(ctx, dir, waiter)
 				return own, cands, err
 			}
 			b.reaper.addGUID(dir, guid) // in case it lands after the look

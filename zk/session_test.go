@@ -543,6 +543,91 @@ func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
 	}
 }
 
+// TestWaiter_ListingOutlastsRequestTimeout: a waiter whose predecessor
+// (itself a waiter) gave up lists the candidates again, and its connection
+// goes silent just then, for longer than the request timeout: the waiter
+// repeats the listing until the connection is back, keeping its place in
+// line, and takes the lock at the holder's release.
+func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	const requestTimeout = time.Second
+	h := dial(t, []string{addr}, zk.Settings{})
+	x := dial(t, []string{addr}, zk.Settings{})
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithRequestTimeout(requestTimeout))
+	ctx := timeout(t, time.Minute)
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xctx, xcancel := context.WithCancel(ctx)
+	defer xcancel()
+	xdone := make(chan error, 1)
+	go func() {
+		_, err := x.Acquire(xctx, name)
+		xdone <- err
+	}()
+	waitChildren(t, adminConn(t, addr), lockDir(name), 2)
+
+	// When X's node goes, W's connection goes silent before W lists.
+	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) { proxy.Block() })
+	watching := make(chan struct{}, 8)
+	zk.OnWatching(w.Locker(), func(string, string) { watching <- struct{}{} })
+	type outcome struct {
+		l   *baton.FencedLease
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		l, err := w.Acquire(ctx, name)
+		got <- outcome{l, err}
+	}()
+	select {
+	case <-watching: // W watches X
+	case o := <-got:
+		t.Fatalf("W did not wait: %v", o.err)
+	}
+	sid := zk.ConnOf(w.Locker()).SessionID()
+	xcancel()
+	if err := <-xdone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("X, cancelled: %v", err)
+	}
+	select {
+	case o := <-got:
+		t.Fatalf("W stopped waiting when its listing went unanswered: %v", o.err)
+	case <-time.After(3 * requestTimeout):
+	}
+	proxy.Unblock()
+	select {
+	case <-watching: // W watches H
+	case o := <-got:
+		t.Fatalf("W, after its connection came back: %v", o.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("W did not watch H within 20s of the connection's return")
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	select {
+	case o = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("W did not get the lock within 20s of H's release")
+	}
+	if o.err != nil {
+		t.Fatalf("W: %v", o.err)
+	}
+	defer o.l.Release(ctx)
+	if got := zk.ConnOf(w.Locker()).SessionID(); got != sid {
+		t.Fatalf("W's session changed from 0x%x to 0x%x; the test wants it to survive", sid, got)
+	}
+	if o.l.Token() <= lh.Token() {
+		t.Errorf("tokens: H %d, W %d; want rising", lh.Token(), o.l.Token())
+	}
+}
+
 // TestWaiter_OutageForSessionTimeout cuts a waiter off for good: once the
 // connection has been down for the session timeout, by when the server
 // has expired the session and the waiter's node with it, the waiter stops
