@@ -21,22 +21,22 @@ import (
 // acquisition costs one request and a release another, where zk.Lock
 // takes three in all; a handoff to the next in line costs nothing beyond
 // the watch event.
-func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+func (b *backend) Acquire(ctx context.Context, req baton.Request) (_ baton.Hold, err error) {
 	s, err := b.session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return b.acquire(ctx, s, req)
-}
-
-func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_ baton.Hold, err error) {
+	// waiter is the session a waiting acquisition's reads outlast an
+	// outage on (see retryRead); nil for TryAcquire.
+	waiter := func() *session {
+		if req.Wait {
+			return s
+		}
+		return nil
+	}
 	dir := b.lockDir(req.Name)
 	listed := b.observe()
-	var waiter *session // a waiting acquisition's reads outlast an outage
-	if req.Wait {
-		waiter = s
-	}
-	own, cands, err := b.createAndList(ctx, dir, holderval.Encode(req.Holder), waiter)
+	own, cands, err := b.createAndList(ctx, dir, holderval.Encode(req.Holder), waiter())
 	if own.path == "" {
 		return nil, err
 	}
@@ -76,9 +76,6 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_
 				if s, err = b.resume(ctx, s); err != nil {
 					return nil, err
 				}
-				if req.Wait {
-					waiter = s
-				}
 			}
 			h, err := b.grant(ctx, s, req, own, listed)
 			if err != nil {
@@ -108,7 +105,7 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (_
 			}
 		}
 		listed = b.observe()
-		if cands, err = b.listCandidates(ctx, dir, waiter); err != nil {
+		if cands, err = b.listCandidates(ctx, dir, waiter()); err != nil {
 			return nil, err
 		}
 	}

@@ -33,7 +33,7 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	}
 	heldOnly := len(names) == 0
 	if heldOnly {
-		kids, err := retryRead(b, ctx, func() ([]string, error) {
+		kids, err := retryRead(b, ctx, nil, func() ([]string, error) {
 			kids, _, err := b.conn.Children(b.root)
 			return kids, err
 		})
@@ -68,7 +68,7 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 // the current one; a forced release acts on it). A sync brings the server
 // up to the leader for every path, not only the one it names.
 func (b *backend) catchUp(ctx context.Context) error {
-	if _, err := retryRead(b, ctx, func() (string, error) { return b.conn.Sync("/") }); err != nil {
+	if _, err := retryRead(b, ctx, nil, func() (string, error) { return b.conn.Sync("/") }); err != nil {
 		return b.fail(ctx, "sync", err)
 	}
 	return nil
@@ -152,7 +152,7 @@ type head struct {
 // readHead reads the candidate node at path; ok is false when it is gone
 // (released meanwhile).
 func (b *backend) readHead(ctx context.Context, path string) (h head, ok bool, err error) {
-	got, err := retryRead(b, ctx, func() (watched, error) {
+	got, err := retryRead(b, ctx, nil, func() (watched, error) {
 		data, stat, err := b.conn.Get(path)
 		return watched{data: data, stat: stat}, err
 	})

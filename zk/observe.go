@@ -150,7 +150,7 @@ func (b *backend) leaderW(ctx context.Context, name, dir string) (baton.Term, <-
 		watch <-chan zkgo.Event
 	}
 	for range 5 {
-		l, err := retryRead(b, ctx, func() (listing, error) {
+		l, err := retryRead(b, ctx, nil, func() (listing, error) {
 			kids, _, ch, err := b.conn.ChildrenW(dir)
 			return listing{kids, ch}, err
 		})
@@ -192,7 +192,7 @@ func retryRead2[A, B any](b *backend, ctx context.Context, fn func() (A, B, erro
 		a A
 		b B
 	}
-	p, err := retryRead(b, ctx, func() (pair, error) {
+	p, err := retryRead(b, ctx, nil, func() (pair, error) {
 		a, bb, err := fn()
 		return pair{a, bb}, err
 	})

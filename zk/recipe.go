@@ -106,9 +106,9 @@ func predecessor(cands []candidate, ours string) (pos int, pred candidate) {
 
 // listCandidates lists the election node dir's candidates in order. An
 // election node that does not exist has none. A waiter's listing (waiter
-// not nil) waits out an outage as waitRead does.
+// not nil) waits out an outage (see retryRead).
 func (b *backend) listCandidates(ctx context.Context, dir string, waiter *session) ([]candidate, error) {
-	kids, err := readFor(b, ctx, waiter, func() ([]string, error) {
+	kids, err := retryRead(b, ctx, waiter, func() ([]string, error) {
 		kids, _, err := b.conn.Children(dir)
 		return kids, err
 	})
@@ -116,7 +116,7 @@ func (b *backend) listCandidates(ctx context.Context, dir string, waiter *sessio
 	case errors.Is(err, zkgo.ErrNoNode):
 		return nil, nil
 	case err != nil && waiter != nil && errors.Is(err, baton.ErrLeaseLost):
-		return nil, err // waitRead's: the session ended, or stayed cut off
+		return nil, err // waitSession's: the session ended, or stayed cut off
 	case err != nil:
 		return nil, b.fail(ctx, "list candidates of "+dir, err)
 	}
@@ -134,9 +134,9 @@ type watched struct {
 // the node is deleted or its data changes. It returns ok false, and sets no
 // watch, when the node does not exist: a getData watch, unlike an exists
 // watch, is never left behind on a missing node. A waiter's read (waiter
-// not nil) waits out an outage as waitRead does.
+// not nil) waits out an outage (see retryRead).
 func (b *backend) watchNode(ctx context.Context, path string, waiter *session) (w watched, ok bool, err error) {
-	w, err = readFor(b, ctx, waiter, func() (watched, error) {
+	w, err = retryRead(b, ctx, waiter, func() (watched, error) {
 		data, stat, ch, err := b.conn.GetW(path)
 		return watched{data: data, stat: stat, watch: ch}, err
 	})
@@ -144,48 +144,35 @@ func (b *backend) watchNode(ctx context.Context, path string, waiter *session) (
 	case errors.Is(err, zkgo.ErrNoNode):
 		return watched{}, false, nil
 	case err != nil && waiter != nil && errors.Is(err, baton.ErrLeaseLost):
-		return watched{}, false, err // waitRead's
+		return watched{}, false, err // waitSession's
 	case err != nil:
 		return watched{}, false, b.fail(ctx, "watch "+path, err)
 	}
 	return w, true, nil
 }
 
-// readFor is waitRead for a waiting acquisition on waiter, and retryRead
-// when waiter is nil.
-func readFor[T any](b *backend, ctx context.Context, waiter *session, fn func() (T, error)) (T, error) {
-	if waiter == nil {
-		return retryRead(b, ctx, fn)
-	}
-	return waitRead(b, ctx, waiter, fn)
-}
-
-// waitRead runs a read of a waiting acquisition on session s, repeating it
-// while the connection is down or the read goes unanswered, for as long
-// as the server's session may live (see waitSession): the acquisition's
-// node keeps its place in line meanwhile. A read that goes unanswered on a
-// connection that stays up is repeated too: go-zookeeper drops a
-// connection that hears nothing for two thirds of the session timeout.
-func waitRead[T any](b *backend, ctx context.Context, s *session, fn func() (T, error)) (T, error) {
+// retryRead runs a read, repeating it while the connection is down (a
+// read is safe to repeat), not once the backend is closing: for at most
+// the request timeout, or, for a waiting acquisition on session waiter
+// (not nil), for as long as the server's session may live (see
+// waitSession), its node keeping its place in line meanwhile. A waiter's
+// read that goes unanswered on a connection that stays up is repeated
+// too: go-zookeeper drops a connection that hears nothing for two thirds
+// of the session timeout.
+func retryRead[T any](b *backend, ctx context.Context, waiter *session, fn func() (T, error)) (T, error) {
+	deadline := time.Now().Add(b.cfg.RequestTimeout)
 	for {
 		v, err := call(b, ctx, fn)
 		if err == nil || !isConnErr(err) || errors.Is(err, zkgo.ErrClosing) || ctx.Err() != nil {
 			return v, err
 		}
-		if werr := b.waitSession(ctx, s); werr != nil {
-			return v, werr
+		if waiter != nil {
+			if werr := b.waitSession(ctx, waiter); werr != nil {
+				return v, werr
+			}
+			continue
 		}
-	}
-}
-
-// retryRead runs a read, repeating it while the connection is down (a
-// read is safe to repeat), for at most the request timeout; not once the
-// backend is closing.
-func retryRead[T any](b *backend, ctx context.Context, fn func() (T, error)) (T, error) {
-	deadline := time.Now().Add(b.cfg.RequestTimeout)
-	for {
-		v, err := call(b, ctx, fn)
-		if err == nil || !isConnErr(err) || errors.Is(err, errNoAnswer) || errors.Is(err, zkgo.ErrClosing) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		if errors.Is(err, errNoAnswer) || !time.Now().Before(deadline) {
 			return v, err
 		}
 		if werr := b.waitConnected(ctx, deadline); werr != nil {
@@ -248,7 +235,7 @@ type created struct {
 // (reaper.addGUID). When it gives up (ctx ended, no answer), whatever the
 // create did is handed to the reaper, so no node is left behind. Once our
 // node is made, a waiting acquisition's listing (waiter not nil) waits out
-// an outage (see waitRead).
+// an outage (see retryRead).
 func (b *backend) createAndList(ctx context.Context, dir string, data []byte, waiter *session) (created, []candidate, error) {
 	var last error
 	for range 5 {
@@ -356,7 +343,7 @@ func (b *backend) create(prefix, dir string, data []byte) (created, error) {
 // may be a follower that has not yet applied a create the leader already
 // committed.
 func (b *backend) findGUID(ctx context.Context, dir, guid string) (created, bool, error) {
-	kids, err := retryRead(b, ctx, func() ([]string, error) {
+	kids, err := retryRead(b, ctx, nil, func() ([]string, error) {
 		if _, err := b.conn.Sync(dir); err != nil && !errors.Is(err, zkgo.ErrNoNode) {
 			return nil, err
 		}
@@ -375,7 +362,7 @@ func (b *backend) findGUID(ctx context.Context, dir, guid string) (created, bool
 			continue
 		}
 		path := dir + "/" + k
-		stat, err := retryRead(b, ctx, func() (*zkgo.Stat, error) {
+		stat, err := retryRead(b, ctx, nil, func() (*zkgo.Stat, error) {
 			_, stat, err := b.conn.Get(path)
 			return stat, err
 		})

@@ -502,23 +502,7 @@ func TestClose_Borrowed_AbandonedCreateReaped(t *testing.T) {
 	}
 	_ = l.Release(context.Background())
 
-	held := proxy.HoldFirst([]byte(dir + "/"))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	tried := make(chan error, 1)
-	go func() {
-		_, err := fl.TryAcquire(ctx, name)
-		tried <- err
-	}()
-	select {
-	case <-held.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the create was not caught")
-	}
-	cancel()
-	if err := <-tried; !errors.Is(err, context.Canceled) {
-		t.Fatalf("TryAcquire whose create is held, cancelled: %v; want context.Canceled", err)
-	}
+	held := abandonHeldCreate(t, context.Background(), proxy, fl, name)
 	closed := make(chan error, 1)
 	go func() { closed <- fl.Close() }()
 	// The answer comes only once Close waits for it, before its last pass
@@ -562,23 +546,7 @@ func TestClose_Borrowed_CreateAnsweredAfterClose(t *testing.T) {
 	}
 	defer lo.Release(ctx)
 
-	held := proxy.HoldFirst([]byte(dir + "/"))
-	tctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	tried := make(chan error, 1)
-	go func() {
-		_, err := fl.TryAcquire(tctx, name)
-		tried <- err
-	}()
-	select {
-	case <-held.Caught():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the create was not caught")
-	}
-	cancel()
-	if err := <-tried; !errors.Is(err, context.Canceled) {
-		t.Fatalf("TryAcquire whose create is held, cancelled: %v; want context.Canceled", err)
-	}
+	held := abandonHeldCreate(t, ctx, proxy, fl, name)
 	if err := fl.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -604,6 +572,33 @@ func TestClose_Borrowed_CreateAnsweredAfterClose(t *testing.T) {
 	if kids := children(t, admin, dir); len(kids) != 1 || dir+"/"+kids[0] != lo.Key() {
 		t.Fatalf("children %v; want only the holder's, %s", kids, lo.Key())
 	}
+}
+
+// abandonHeldCreate has fl's TryAcquire of name send its create, which
+// proxy holds back, then cancels the TryAcquire: it returns the held
+// create of an acquisition that stopped waiting for its answer. The
+// election node must exist already, so that the first request naming it
+// is the create.
+func abandonHeldCreate(t *testing.T, ctx context.Context, proxy *testsvc.Proxy, fl *baton.FencedLocker, name string) *testsvc.Held {
+	t.Helper()
+	held := proxy.HoldFirst([]byte(lockDir(name) + "/"))
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tried := make(chan error, 1)
+	go func() {
+		_, err := fl.TryAcquire(tctx, name)
+		tried <- err
+	}()
+	select {
+	case <-held.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create was not caught")
+	}
+	cancel()
+	if err := <-tried; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire whose create is held, cancelled: %v; want context.Canceled", err)
+	}
+	return held
 }
 
 // closedClean waits for a Close's result on closed and checks that it

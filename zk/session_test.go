@@ -330,54 +330,67 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 	})
 }
 
-// TestWaiter_OutlastsSessionObject cuts a waiter off (a proxy that stops
-// forwarding) until its session object's local deadline has passed, well
-// before the server could expire the session, then lets it through
-// again. The waiter's node, on the session that lives on, keeps its place
-// in line: the waiter gets the lock at the holder's release, on a fresh
-// session object, and does not fail with a lost lease.
-func TestWaiter_OutlastsSessionObject(t *testing.T) {
-	addr := zkServer.Addr(t)
-	ctx := timeout(t, time.Minute)
-	b := dial(t, []string{addr}, zk.Settings{})
-	proxy := testsvc.NewProxy(t, addr)
-	w := dial(t, []string{proxy.Addr()}, zk.Settings{})
-	watching := make(chan struct{}, 8)
-	zk.OnWatching(w.Locker(), func(string, string) { watching <- struct{}{} })
-	name := uniqueName(t)
+// acquired is the outcome of an acquisition run in the background.
+type acquired struct {
+	l   *baton.FencedLease
+	err error
+}
 
-	lb, err := b.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type outcome struct {
-		l   *baton.FencedLease
-		err error
-	}
-	got := make(chan outcome, 1)
+// acquireAsync runs fl.Acquire(ctx, name) in a goroutine; its outcome comes
+// on the channel.
+func acquireAsync(ctx context.Context, fl *baton.FencedLocker, name string) <-chan acquired {
+	got := make(chan acquired, 1)
 	go func() {
-		l, err := w.Acquire(ctx, name)
-		got <- outcome{l, err}
+		l, err := fl.Acquire(ctx, name)
+		got <- acquired{l, err}
 	}()
+	return got
+}
+
+// waitingOn returns a channel that receives each time one of fl's waiters
+// has set its watch on its predecessor.
+func waitingOn(fl *baton.FencedLocker) <-chan struct{} {
+	watching := make(chan struct{}, 8)
+	zk.OnWatching(fl.Locker(), func(string, string) { watching <- struct{}{} })
+	return watching
+}
+
+// awaitWatching waits for watching (see waitingOn), and fails t when the
+// acquisition's outcome comes first, or nothing within 20s; what names
+// the step.
+func awaitWatching(t *testing.T, watching <-chan struct{}, got <-chan acquired, what string) {
+	t.Helper()
 	select {
 	case <-watching:
 	case o := <-got:
-		t.Fatalf("the waiter did not wait: %v", o.err)
+		t.Fatalf("%s: the waiter did not wait: %v", what, o.err)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: the waiter set no watch within 20s", what)
 	}
-	sid := zk.ConnOf(w.Locker()).SessionID()
-	ended := zk.SessionObjectDone(w.Locker())
-	if ended == nil {
-		t.Fatal("the waiter's backend has no session object")
-	}
+}
 
-	// Block right after a renewal: the session object's deadline counts
-	// from the one before (the last it settled), while the server counts
-	// from this one, a renewal interval later. So the object ends a third
-	// of the session timeout before the server could expire the session,
-	// which the reconnection (a second after go-zookeeper notices the
-	// drop, two thirds of the timeout after the block) comes well within.
+// stillWaiting fails t when the acquisition's outcome has come; what says
+// what it waits through.
+func stillWaiting(t *testing.T, got <-chan acquired, what string) {
+	t.Helper()
+	select {
+	case o := <-got:
+		t.Fatalf("the waiter stopped waiting %s: %v", what, o.err)
+	default:
+	}
+}
+
+// afterRenewals waits for two renewals of fl's session, the second sent
+// right after the first's answer: a session object counts its deadline
+// from the renewal before the last (the last it settled), while the server
+// counts from the last. A cut right after it makes the object end a third
+// of the session timeout before the server could expire the session,
+// which a reconnection (a second after go-zookeeper notices the drop, two
+// thirds of the timeout after the cut) comes well within.
+func afterRenewals(t *testing.T, ctx context.Context, fl *baton.FencedLocker) {
+	t.Helper()
 	renewed := make(chan struct{}, 1)
-	zk.OnRenewed(w.Locker(), func() {
+	zk.OnRenewed(fl.Locker(), func() {
 		select {
 		case renewed <- struct{}{}:
 		default:
@@ -390,6 +403,64 @@ func TestWaiter_OutlastsSessionObject(t *testing.T) {
 			t.Fatal("no renewal of the waiter's session")
 		}
 	}
+}
+
+// awaitHeldAfter waits up to within for a waiter's outcome on got and
+// fails t unless it is a live lease, on fl's session sid still, with a
+// token above before's (the holder it waited for); the lease is released
+// when t ends.
+func awaitHeldAfter(t *testing.T, got <-chan acquired, within time.Duration, fl *baton.FencedLocker, sid int64, before *baton.FencedLease) {
+	t.Helper()
+	var o acquired
+	select {
+	case o = <-got:
+	case <-time.After(within):
+		t.Fatalf("the waiter did not get the lock within %v", within)
+	}
+	if o.err != nil {
+		t.Fatalf("the waiter: %v", o.err)
+	}
+	t.Cleanup(func() { _ = o.l.Release(context.Background()) })
+	if id := zk.ConnOf(fl.Locker()).SessionID(); id != sid {
+		t.Fatalf("the waiter's session changed from 0x%x to 0x%x; the test wants it to survive", sid, id)
+	}
+	if err := o.l.Err(); err != nil {
+		t.Fatalf("the waiter's lease: %v", err)
+	}
+	if o.l.Token() <= before.Token() {
+		t.Errorf("tokens: holder %d, waiter %d; want rising", before.Token(), o.l.Token())
+	}
+}
+
+// TestWaiter_OutlastsSessionObject cuts a waiter off (a proxy that stops
+// forwarding) until its session object's local deadline has passed, well
+// before the server could expire the session, then lets it through
+// again. The waiter's node, on the session that lives on, keeps its place
+// in line: the waiter gets the lock at the holder's release, on a fresh
+// session object, and does not fail with a lost lease.
+func TestWaiter_OutlastsSessionObject(t *testing.T) {
+	addr := zkServer.Addr(t)
+	ctx := timeout(t, time.Minute)
+	b := dial(t, []string{addr}, zk.Settings{})
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{})
+	watching := waitingOn(w)
+	name := uniqueName(t)
+
+	lb, err := b.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(ctx, w, name)
+	awaitWatching(t, watching, got, "behind the holder")
+	sid := zk.ConnOf(w.Locker()).SessionID()
+	ended := zk.SessionObjectDone(w.Locker())
+	if ended == nil {
+		t.Fatal("the waiter's backend has no session object")
+	}
+
+	afterRenewals(t, ctx, w)
 	proxy.Block()
 	blocked := time.Now()
 	select {
@@ -409,32 +480,11 @@ func TestWaiter_OutlastsSessionObject(t *testing.T) {
 	if got := zk.ConnOf(w.Locker()).SessionID(); got != sid {
 		t.Fatalf("session changed from 0x%x to 0x%x; the test wants it to survive", sid, got)
 	}
-	select {
-	case o := <-got:
-		t.Fatalf("the waiter stopped waiting while its session lived on: %v", o.err)
-	default:
-	}
+	stillWaiting(t, got, "while its session lived on")
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var o outcome
-	select {
-	case o = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter did not get the lock within 10s of the release")
-	}
-	if o.err != nil {
-		t.Fatalf("the waiter, after its session object ended: %v", o.err)
-	}
-	if err := o.l.Err(); err != nil {
-		t.Fatalf("the waiter's lease: %v", err)
-	}
-	if o.l.Token() <= lb.Token() {
-		t.Errorf("tokens: holder %d, waiter %d; want rising", lb.Token(), o.l.Token())
-	}
-	if err := o.l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	awaitHeldAfter(t, got, 10*time.Second, w, sid, lb)
 }
 
 // TestWaiter_FirstWhileCutOff_OutlastsSessionObject: a waiter whose node
@@ -470,34 +520,10 @@ func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
 		default:
 		}
 	})
-	type outcome struct {
-		l   *baton.FencedLease
-		err error
-	}
-	got := make(chan outcome, 1)
-	go func() {
-		l, err := w.Acquire(ctx, name)
-		got <- outcome{l, err}
-	}()
+	got := acquireAsync(ctx, w, name)
 	waitWatchers(t, addr, lockDir(name), 1) // W watches A's node
 	sid := zk.ConnOf(w.Locker()).SessionID()
-	// A's release, and with it the cut, right after a renewal of W's
-	// session: W's session object counts its deadline from the renewal
-	// before, the server from this one (see TestWaiter_OutlastsSessionObject).
-	renewed := make(chan struct{}, 1)
-	zk.OnRenewed(w.Locker(), func() {
-		select {
-		case renewed <- struct{}{}:
-		default:
-		}
-	})
-	for range 2 {
-		select {
-		case <-renewed:
-		case <-ctx.Done():
-			t.Fatal("no renewal of W's session")
-		}
-	}
+	afterRenewals(t, ctx, w) // then A's release, and with it the cut
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -516,31 +542,9 @@ func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
 		t.Fatalf("W's session object did not end within %v of the cut", longTTL)
 	}
 	t.Logf("W's session object ended %v after the cut (session timeout %v)", time.Since(cut).Round(time.Millisecond), longTTL)
-	select {
-	case o := <-got:
-		t.Fatalf("W stopped waiting for its connection while its session may live: %v", o.err)
-	default:
-	}
+	stillWaiting(t, got, "for its connection while its session may live")
 	proxy.Unblock()
-	var o outcome
-	select {
-	case o = <-got:
-	case <-time.After(20 * time.Second):
-		t.Fatal("W did not get the lock within 20s of the connection's return")
-	}
-	if o.err != nil {
-		t.Fatalf("W, after the connection came back: %v", o.err)
-	}
-	defer o.l.Release(ctx)
-	if got := zk.ConnOf(w.Locker()).SessionID(); got != sid {
-		t.Fatalf("session changed from 0x%x to 0x%x; the test wants it to survive", sid, got)
-	}
-	if err := o.l.Err(); err != nil {
-		t.Fatalf("W's lease: %v", err)
-	}
-	if o.l.Token() <= la.Token() {
-		t.Errorf("tokens: A %d, W %d; want rising", la.Token(), o.l.Token())
-	}
+	awaitHeldAfter(t, got, 20*time.Second, w, sid, la)
 }
 
 // TestWaiter_ListingOutlastsRequestTimeout: a waiter whose predecessor
@@ -564,35 +568,20 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 	}
 	xctx, xcancel := context.WithCancel(ctx)
 	defer xcancel()
-	xdone := make(chan error, 1)
-	go func() {
-		_, err := x.Acquire(xctx, name)
-		xdone <- err
-	}()
+	xgot := acquireAsync(xctx, x, name)
 	waitChildren(t, adminConn(t, addr), lockDir(name), 2)
 
-	// When X's node goes, W's connection goes silent before W lists.
-	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) { proxy.Block() })
-	watching := make(chan struct{}, 8)
-	zk.OnWatching(w.Locker(), func(string, string) { watching <- struct{}{} })
-	type outcome struct {
-		l   *baton.FencedLease
-		err error
-	}
-	got := make(chan outcome, 1)
-	go func() {
-		l, err := w.Acquire(ctx, name)
-		got <- outcome{l, err}
-	}()
-	select {
-	case <-watching: // W watches X
-	case o := <-got:
-		t.Fatalf("W did not wait: %v", o.err)
-	}
+	// When X's node goes, and only then, W's connection goes silent
+	// before W lists.
+	var once sync.Once
+	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) { once.Do(proxy.Block) })
+	watching := waitingOn(w)
+	got := acquireAsync(ctx, w, name)
+	awaitWatching(t, watching, got, "behind X")
 	sid := zk.ConnOf(w.Locker()).SessionID()
 	xcancel()
-	if err := <-xdone; !errors.Is(err, context.Canceled) {
-		t.Fatalf("X, cancelled: %v", err)
+	if o := <-xgot; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("X, cancelled: %v", o.err)
 	}
 	select {
 	case o := <-got:
@@ -600,32 +589,11 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 	case <-time.After(3 * requestTimeout):
 	}
 	proxy.Unblock()
-	select {
-	case <-watching: // W watches H
-	case o := <-got:
-		t.Fatalf("W, after its connection came back: %v", o.err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("W did not watch H within 20s of the connection's return")
-	}
+	awaitWatching(t, watching, got, "behind H, after the connection came back")
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var o outcome
-	select {
-	case o = <-got:
-	case <-time.After(20 * time.Second):
-		t.Fatal("W did not get the lock within 20s of H's release")
-	}
-	if o.err != nil {
-		t.Fatalf("W: %v", o.err)
-	}
-	defer o.l.Release(ctx)
-	if got := zk.ConnOf(w.Locker()).SessionID(); got != sid {
-		t.Fatalf("W's session changed from 0x%x to 0x%x; the test wants it to survive", sid, got)
-	}
-	if o.l.Token() <= lh.Token() {
-		t.Errorf("tokens: H %d, W %d; want rising", lh.Token(), o.l.Token())
-	}
+	awaitHeldAfter(t, got, 20*time.Second, w, sid, lh)
 }
 
 // TestWaiter_OutageForSessionTimeout cuts a waiter off for good: once the
@@ -638,9 +606,9 @@ func TestWaiter_OutageForSessionTimeout(t *testing.T) {
 	ctx := timeout(t, time.Minute)
 	b := dial(t, []string{addr}, zk.Settings{})
 	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
 	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(disconnectTTL))
-	watching := make(chan struct{}, 8)
-	zk.OnWatching(w.Locker(), func(string, string) { watching <- struct{}{} })
+	watching := waitingOn(w)
 	name := uniqueName(t)
 
 	lb, err := b.Acquire(ctx, name)
@@ -648,31 +616,22 @@ func TestWaiter_OutageForSessionTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lb.Release(ctx)
-	got := make(chan error, 1)
-	go func() {
-		l, err := w.Acquire(ctx, name)
-		if err == nil {
-			_ = l.Release(ctx)
-		}
-		got <- err
-	}()
-	select {
-	case <-watching:
-	case err := <-got:
-		t.Fatalf("the waiter did not wait: %v", err)
-	}
+	got := acquireAsync(ctx, w, name)
+	awaitWatching(t, watching, got, "behind the holder")
 	proxy.Block()
 	blocked := time.Now()
 	select {
-	case err := <-got:
-		if !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, zk.ErrSuspended) {
-			t.Fatalf("the waiter, cut off: %v; want a lost lease, cause zk.ErrSuspended", err)
+	case o := <-got:
+		if o.err == nil {
+			_ = o.l.Release(ctx)
 		}
-		t.Logf("the waiter stopped %v after the block (session timeout %v): %v", time.Since(blocked).Round(time.Millisecond), disconnectTTL, err)
+		if !errors.Is(o.err, baton.ErrLeaseLost) || !errors.Is(o.err, zk.ErrSuspended) {
+			t.Fatalf("the waiter, cut off: %v; want a lost lease, cause zk.ErrSuspended", o.err)
+		}
+		t.Logf("the waiter stopped %v after the block (session timeout %v): %v", time.Since(blocked).Round(time.Millisecond), disconnectTTL, o.err)
 	case <-time.After(4 * disconnectTTL):
 		t.Fatalf("the waiter still waits %v after it was cut off", 4*disconnectTTL)
 	}
-	proxy.Unblock()
 }
 
 // TestFirstHold_DeadlineFromDial: Dial makes the session object at once,
