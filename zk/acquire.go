@@ -70,10 +70,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (_ baton.Hold,
 				// The session object ended while we waited (its local
 				// deadline passed during an outage), but our node, first
 				// in line, shows that the server's session lives on.
-				if err := b.awaitConnection(ctx, s, req.Wait); err != nil {
-					return nil, err
-				}
-				if s, err = b.resume(ctx, s); err != nil {
+				if s, err = b.resume(ctx, s, req.Wait); err != nil {
 					return nil, err
 				}
 			}
@@ -126,9 +123,6 @@ func (b *backend) grant(ctx context.Context, s *session, req baton.Request, own 
 	}
 	if !b.set.ContinueWhileSuspended {
 		if !v.connected() {
-			if hk := b.hooks.Load(); hk != nil && hk.awaitingConnection != nil {
-				hk.awaitingConnection()
-			}
 			if err := b.awaitConnection(ctx, s, req.Wait); err != nil {
 				return nil, err
 			}
@@ -153,6 +147,9 @@ func (b *backend) grant(ctx context.Context, s *session, req baton.Request, own 
 // waiting acquisition for as long as waitSession does, a TryAcquire at
 // most until s's local deadline.
 func (b *backend) awaitConnection(ctx context.Context, s *session, wait bool) error {
+	if hk := b.hooks.Load(); hk != nil && hk.awaitingConnection != nil && !b.observe().connected() {
+		hk.awaitingConnection()
+	}
 	var err error
 	if wait {
 		err = b.waitSession(ctx, s)
@@ -164,7 +161,7 @@ func (b *backend) awaitConnection(ctx context.Context, s *session, wait bool) er
 		return nil
 	case ctx.Err() != nil:
 		return context.Cause(ctx) // the caller's, not a loss
-	case errors.Is(err, zkgo.ErrClosing):
+	case errors.Is(err, zkgo.ErrClosing), errors.Is(err, baton.ErrClosed):
 		return baton.ErrClosed
 	case errors.Is(err, baton.ErrLeaseLost):
 		return err
@@ -173,20 +170,35 @@ func (b *backend) awaitConnection(ctx context.Context, s *session, wait bool) er
 }
 
 // resume returns a live session object for an acquisition whose session
-// object s ended while it waited, when the server's session is the same:
-// the one its node lives on.
-func (b *backend) resume(ctx context.Context, s *session) (*session, error) {
-	if err := b.changed(s, b.observe()); err != nil {
-		return nil, err
+// object s ended while it waited, once the connection has s's session
+// again (see awaitConnection), when the server's session is the same: the
+// one its node lives on. Making the session object costs a request, and
+// may wait for its first renewal to settle it (see session); a waiting
+// acquisition whose connection fails again meanwhile waits for it again.
+func (b *backend) resume(ctx context.Context, s *session, wait bool) (*session, error) {
+	for {
+		if err := b.awaitConnection(ctx, s, wait); err != nil {
+			return nil, err
+		}
+		if err := b.changed(s, b.observe()); err != nil {
+			return nil, err
+		}
+		before := b.observe()
+		s2, err := b.session(ctx)
+		now := b.observe()
+		var ue *baton.UnavailableError
+		switch {
+		case err == nil && s2.id != s.id:
+			return nil, fmt.Errorf("%w: %w (session 0x%x)", baton.ErrLeaseLost, ErrSessionExpired, s.id)
+		case err == nil:
+			return s2, nil
+		case !wait || ctx.Err() != nil || !errors.As(err, &ue):
+			return nil, err
+		case now.connected() && now.mark == before.mark:
+			return nil, err // the connection held: not an outage to wait out
+		}
+		b.cfg.Logger.Warn("the connection failed again as a waiting acquisition resumed its session; waiting for it", "session", fmt.Sprintf("0x%x", s.id), "err", err)
 	}
-	s2, err := b.session(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if s2.id != s.id {
-		return nil, fmt.Errorf("%w: %w (session 0x%x)", baton.ErrLeaseLost, ErrSessionExpired, s.id)
-	}
-	return s2, nil
 }
 
 // notAcquired deletes our node and reads the holder's, both at once, for
@@ -270,26 +282,39 @@ func (b *backend) waitPredecessor(ctx context.Context, s *session, ours, pred st
 }
 
 // waitSession waits until the connection has s's session again, and
-// fails as waitPredecessor does when it cannot.
+// fails as waitPredecessor does when it cannot (see outlast).
 func (b *backend) waitSession(ctx context.Context, s *session) error {
 	var down outage
 	defer down.stop()
+	_, err := outlast[struct{}](b, ctx, s, nil, &down)
+	return err
+}
+
+// outlast waits for ch's result, or, with ch nil, for the connection to
+// have s's session again, for as long as the server's session may live.
+// It fails with a loss when s's session expired or was replaced, or the
+// connection stayed down for the session timeout (see outage), with
+// baton.ErrClosed when the backend closes, and with ctx's cause when ctx
+// ends. down times the outage; the caller stops it.
+func outlast[T any](b *backend, ctx context.Context, s *session, ch <-chan result[T], down *outage) (result[T], error) {
 	for {
 		v := b.observe()
 		if err := b.changed(s, v); err != nil {
-			return err
+			return result[T]{}, err
 		}
-		if v.connected() {
-			return nil
+		if ch == nil && v.connected() {
+			return result[T]{}, nil
 		}
 		select {
+		case r := <-ch:
+			return r, nil
 		case <-v.changed:
 		case <-down.see(v, b.cfg.TTL):
-			return down.err(b.cfg.TTL)
+			return result[T]{}, down.err(b.cfg.TTL)
 		case <-b.life.Done():
-			return zkgo.ErrClosing
+			return result[T]{}, baton.ErrClosed
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return result[T]{}, context.Cause(ctx)
 		}
 	}
 }

@@ -81,6 +81,9 @@ type hooks struct {
 	// awaitingConnection is called by an acquisition whose node came
 	// first while the connection was down, before it waits for it.
 	awaitingConnection func()
+	// waiterRead is called each time a waiting acquisition sends a read
+	// (see waitRead).
+	waiterRead func()
 	// observed is called with each term an observation queues for its
 	// reader.
 	observed func(baton.Term)

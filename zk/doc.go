@@ -149,13 +149,20 @@
 // work's back: its node is deleted, so the next waiter gets the lock, and
 // the holder must acquire again, for a new token. A waiter keeps its
 // place in line while the server's session may live: once its node is in
-// line, it outlasts any outage the session survives (its listings and
-// watches are repeated until they are answered), also one past the local
-// deadline of the session object it began on (it then takes the lock on a
-// fresh one, confirmed by a request). It stops when the session expired,
-// or when the connection has stayed down for the session timeout, by when
-// the server has expired it (an error matching baton.ErrLeaseLost and
-// ErrSuspended; its node goes with the session).
+// line, it outlasts any outage the session survives (a listing or a watch
+// is waited for without the request timeout, and sent again after a
+// connection error once the connection has the session back), also one
+// past the local deadline of the session object it began on (it then
+// takes the lock on a fresh one, confirmed by a request, which may wait
+// for a renewal to settle it, about three tenths of the session timeout
+// later). It stops
+// when the session expired, or when the connection has stayed down for
+// the session timeout, by when the server has expired it (an error
+// matching baton.ErrLeaseLost and ErrSuspended; its node goes with the
+// session). That timeout counts from when the waiter finds the connection
+// down: go-zookeeper notices a silent connection only after two thirds of
+// the session timeout, so the waiter can stop that much after the server
+// expired the session.
 // Settings.ContinueWhileSuspended (URL:
 // on-suspend=continue) keeps the work going instead, until the local
 // deadline or the session's expiry, and keeps the lease if the session
@@ -200,7 +207,10 @@
 //     refuses the older holder.
 //   - A TryAcquire whose node is first in line just as the connection
 //     drops waits for the connection, up to the session's local deadline,
-//     rather than answering at once.
+//     rather than answering at once; one whose session object ended just
+//     then (its local deadline passed) also waits for a fresh one to be
+//     confirmed, and may wait for it to be settled, about three tenths of
+//     the session timeout.
 //   - A Locker from New follows its connection's state by polling it every
 //     few milliseconds, so a disconnection shorter than that can go unseen;
 //     it cannot cost the session, and Dial sees every one.

@@ -54,6 +54,12 @@ func OnAwaitingConnection(l *baton.Locker, fn func()) {
 	setHook(l, func(h *hooks) { h.awaitingConnection = fn })
 }
 
+// OnWaiterRead calls fn each time one of l's waiting acquisitions sends
+// a listing or a watch. It keeps the other hooks set.
+func OnWaiterRead(l *baton.Locker, fn func()) {
+	setHook(l, func(h *hooks) { h.waiterRead = fn })
+}
+
 // OnRenewed calls fn in each renewal that confirmed l's session, as soon
 // as its answers came. It keeps the other hooks set.
 func OnRenewed(l *baton.Locker, fn func()) {

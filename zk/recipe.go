@@ -115,8 +115,8 @@ func (b *backend) listCandidates(ctx context.Context, dir string, waiter *sessio
 	switch {
 	case errors.Is(err, zkgo.ErrNoNode):
 		return nil, nil
-	case err != nil && waiter != nil && errors.Is(err, baton.ErrLeaseLost):
-		return nil, err // waitSession's: the session ended, or stayed cut off
+	case err != nil && waiter != nil && (errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrClosed)):
+		return nil, err // waitRead's: the session ended, or stayed cut off, or Close
 	case err != nil:
 		return nil, b.fail(ctx, "list candidates of "+dir, err)
 	}
@@ -143,8 +143,8 @@ func (b *backend) watchNode(ctx context.Context, path string, waiter *session) (
 	switch {
 	case errors.Is(err, zkgo.ErrNoNode):
 		return watched{}, false, nil
-	case err != nil && waiter != nil && errors.Is(err, baton.ErrLeaseLost):
-		return watched{}, false, err // waitSession's
+	case err != nil && waiter != nil && (errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrClosed)):
+		return watched{}, false, err // waitRead's
 	case err != nil:
 		return watched{}, false, b.fail(ctx, "watch "+path, err)
 	}
@@ -154,31 +154,83 @@ func (b *backend) watchNode(ctx context.Context, path string, waiter *session) (
 // retryRead runs a read, repeating it while the connection is down (a
 // read is safe to repeat), not once the backend is closing: for at most
 // the request timeout, or, for a waiting acquisition on session waiter
-// (not nil), for as long as the server's session may live (see
-// waitSession), its node keeping its place in line meanwhile. A waiter's
-// read that goes unanswered on a connection that stays up is repeated
-// too: go-zookeeper drops a connection that hears nothing for two thirds
-// of the session timeout.
+// (not nil), for as long as the server's session may live (see waitRead).
 func retryRead[T any](b *backend, ctx context.Context, waiter *session, fn func() (T, error)) (T, error) {
+	if waiter != nil {
+		return waitRead(b, ctx, waiter, fn)
+	}
 	deadline := time.Now().Add(b.cfg.RequestTimeout)
-	for {
+	for tries := 0; ; tries++ {
+		before := b.observe()
 		v, err := call(b, ctx, fn)
 		if err == nil || !isConnErr(err) || errors.Is(err, zkgo.ErrClosing) || ctx.Err() != nil {
 			return v, err
 		}
-		if waiter != nil {
-			if werr := b.waitSession(ctx, waiter); werr != nil {
-				return v, werr
-			}
-			continue
-		}
 		if errors.Is(err, errNoAnswer) || !time.Now().Before(deadline) {
+			return v, err
+		}
+		if werr := b.afterFailure(ctx, before, tries); werr != nil {
 			return v, err
 		}
 		if werr := b.waitConnected(ctx, deadline); werr != nil {
 			return v, err
 		}
 	}
+}
+
+// waitRead is a read of a waiting acquisition, whose node keeps its place
+// in line while the server's session s may live: it waits for the read's
+// answer as long as outlast does, with no request timeout, and sends the
+// read again after a connection error, once the connection has s's
+// session again. go-zookeeper answers every request: when the server
+// does, or when the connection drops, which it makes happen when it hears
+// nothing for two thirds of the session timeout. So a slow server is
+// waited for, and a silent one leads to one read sent again per
+// reconnection, not one per request timeout.
+func waitRead[T any](b *backend, ctx context.Context, s *session, fn func() (T, error)) (T, error) {
+	var down outage // one, across reads sent again: the outage is the connection's
+	defer down.stop()
+	for tries := 0; ; tries++ {
+		before := b.observe()
+		if hk := b.hooks.Load(); hk != nil && hk.waiterRead != nil {
+			hk.waiterRead()
+		}
+		r, err := outlast(b, ctx, s, async(b, fn), &down)
+		switch {
+		case err != nil:
+			return r.v, err
+		case r.err == nil || !isConnErr(r.err) || errors.Is(r.err, zkgo.ErrClosing):
+			return r.v, r.err
+		}
+		if err := b.afterFailure(ctx, before, tries); err != nil {
+			return r.v, err
+		}
+		if _, err := outlast[struct{}](b, ctx, s, nil, &down); err != nil {
+			return r.v, err
+		}
+	}
+}
+
+// afterFailure paces a request sent again after a connection error: when
+// the connection's state has not changed since before, taken just before
+// the failed request was sent, it waits for a change, at most a pause
+// that doubles with each failure in a row (tries), from 50ms up to 1s.
+// go-zookeeper may answer a request whose write failed before it marks
+// the connection down; sent again at once, the request could fail the
+// same way, again and again. It fails only when ctx ends (with its
+// cause) or the backend closes (baton.ErrClosed).
+func (b *backend) afterFailure(ctx context.Context, before snap, tries int) error {
+	t := time.NewTimer(min(50*time.Millisecond<<min(tries, 5), time.Second))
+	defer t.Stop()
+	select {
+	case <-before.changed: // at once when it changed already
+	case <-t.C:
+	case <-b.life.Done():
+		return baton.ErrClosed
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return nil
 }
 
 // waitConnected waits until the connection has a session again, ctx ends
@@ -279,8 +331,9 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			if err := b.ensureDir(ctx, dir); err != nil {
 				return created{}, nil, err
 			}
-		case errors.Is(err, zkgo.ErrConnectionClosed):
-			// Sent, and the answer lost: the node may exist.
+		case errors.Is(err, zkgo.ErrConnectionClosed), isSocketErr(err):
+			// Sent, or perhaps sent, and the answer lost: the node may
+			// exist.
 			own, found, ferr := b.findGUID(ctx, dir, guid)
 			if ferr != nil {
 				b.reaper.addGUID(dir, guid)

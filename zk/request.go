@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
@@ -149,8 +152,20 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 }
 
 // isConnErr reports whether err says the request may not have reached the
-// server, or its answer did not come back.
+// server, or its answer did not come back. Besides go-zookeeper's own
+// errors, that is the socket's: go-zookeeper hands a request whose write
+// failed (a reset or broken connection, a write deadline) the error as it
+// is, and closes the connection after.
 func isConnErr(err error) bool {
 	return errors.Is(err, zkgo.ErrConnectionClosed) || errors.Is(err, zkgo.ErrNoServer) ||
-		errors.Is(err, errNoAnswer) || errors.Is(err, zkgo.ErrClosing)
+		errors.Is(err, errNoAnswer) || errors.Is(err, zkgo.ErrClosing) || isSocketErr(err)
+}
+
+// isSocketErr reports whether err is the socket's: a request whose write
+// failed, which may have left in part (the server drops a part of a
+// request with the connection) or, for all we know, in full.
+func isSocketErr(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }

@@ -3,6 +3,11 @@ package zk
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 
 	zkgo "github.com/go-zookeeper/zk"
@@ -17,5 +22,35 @@ func TestFail_SessionExpired(t *testing.T) {
 	err := b.fail(context.Background(), "acquire x", zkgo.ErrSessionExpired)
 	if !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, ErrSessionExpired) {
 		t.Errorf("fail(session expired) = %v; want it to match baton.ErrLeaseLost and zk.ErrSessionExpired", err)
+	}
+}
+
+// TestIsConnErr: go-zookeeper's connection errors, and the socket's that
+// it hands a request whose write failed, say the request may not have
+// been answered; the server's answers and the caller's deadline do not.
+func TestIsConnErr(t *testing.T) {
+	write := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{zkgo.ErrConnectionClosed, true},
+		{zkgo.ErrNoServer, true},
+		{zkgo.ErrClosing, true},
+		{errNoAnswer, true},
+		{write, true},
+		{fmt.Errorf("list: %w", write), true},
+		{syscall.ECONNRESET, true},
+		{io.EOF, true},
+		{net.ErrClosed, true},
+		{zkgo.ErrNoNode, false},
+		{zkgo.ErrSessionExpired, false},
+		{zkgo.ErrNoAuth, false},
+		{context.DeadlineExceeded, false}, // a net.Error, but the caller's
+		{context.Canceled, false},
+	} {
+		if got := isConnErr(c.err); got != c.want {
+			t.Errorf("isConnErr(%v) = %v; want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package zk_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -491,26 +494,55 @@ func TestWaiter_OutlastsSessionObject(t *testing.T) {
 // comes first while its connection is down waits for the connection past
 // its session object's local deadline, for as long as the server's session
 // may live, then takes the lock on a fresh session object, on the same
-// session.
+// session. It comes first on a session object still live (the wait is
+// grant's), or on one that ended already (the wait is resume's). In the
+// last case, the connection may fail again just as the waiter makes its
+// fresh session object (its sync is lost with the connection, and the
+// next goes unanswered): the waiter waits for the connection again.
 func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		ended, drop bool // the session object ends before the waiter looks; the resume's sync is cut off
+	}{{"object-live", false, false}, {"object-ended", true, false}, {"object-ended/resume-cut-off", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			firstWhileCutOff(t, c.ended, c.drop)
+		})
+	}
+}
+
+// syncRoot is the body of go-zookeeper's sync of "/": opcode 9, the path.
+var syncRoot = []byte{0, 0, 0, 9, 0, 0, 0, 1, '/'}
+
+func firstWhileCutOff(t *testing.T, objectEnded, dropResume bool) {
 	addr := zkServer.Addr(t)
 	name := uniqueName(t)
 	proxy := testsvc.NewProxy(t, addr)
 	defer proxy.Unblock()
 	a := dial(t, []string{addr}, zk.Settings{})
-	w := dial(t, []string{proxy.Addr()}, zk.Settings{})
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithRequestTimeout(time.Second))
 	ctx := timeout(t, time.Minute)
 	la, err := a.Acquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// When A's node goes, W's connection is cut before W looks again; its
-	// redials hang until Unblock. The server last heard from W then.
+	// redials hang until Unblock. The server last heard from W then. With
+	// objectEnded, W looks only once its session object has ended.
+	var cut time.Time
 	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) {
+		ended := zk.SessionObjectDone(w.Locker())
 		proxy.Block()
 		proxy.Cut()
+		cut = time.Now()
 		for st := zk.StatusOf(w.Locker()); st.Connected; st = zk.StatusOf(w.Locker()) {
 			<-st.Changed
+		}
+		if objectEnded {
+			select {
+			case <-ended:
+			case <-time.After(longTTL):
+			}
 		}
 	})
 	awaiting := make(chan struct{}, 1)
@@ -524,6 +556,7 @@ func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
 	waitWatchers(t, addr, lockDir(name), 1) // W watches A's node
 	sid := zk.ConnOf(w.Locker()).SessionID()
 	afterRenewals(t, ctx, w) // then A's release, and with it the cut
+	ended := zk.SessionObjectDone(w.Locker())
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -534,8 +567,6 @@ func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("W's node, first, did not wait for the connection")
 	}
-	cut := time.Now()
-	ended := zk.SessionObjectDone(w.Locker())
 	select {
 	case <-ended:
 	case <-time.After(longTTL):
@@ -543,15 +574,40 @@ func TestWaiter_FirstWhileCutOff_OutlastsSessionObject(t *testing.T) {
 	}
 	t.Logf("W's session object ended %v after the cut (session timeout %v)", time.Since(cut).Round(time.Millisecond), longTTL)
 	stillWaiting(t, got, "for its connection while its session may live")
+	if dropResume {
+		// W's session object ended, so no renewal sends a sync: the
+		// first sync is the resume's.
+		held := proxy.HoldFirst(syncRoot)
+		proxy.Unblock()
+		select {
+		case <-held.Caught():
+		case o := <-got:
+			t.Fatalf("W did not resume with a sync: %v", o.err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("W sent no sync once the connection was back")
+		}
+		proxy.Block()
+		proxy.Cut()
+		held.Release() // to a connection cut: never delivered
+		select {
+		case <-awaiting:
+		case o := <-got:
+			t.Fatalf("W stopped waiting when its connection failed again as it resumed: %v", o.err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("W did not wait for the connection again")
+		}
+		stillWaiting(t, got, "when its connection failed again as it resumed")
+	}
 	proxy.Unblock()
 	awaitHeldAfter(t, got, 20*time.Second, w, sid, la)
 }
 
 // TestWaiter_ListingOutlastsRequestTimeout: a waiter whose predecessor
 // (itself a waiter) gave up lists the candidates again, and its connection
-// goes silent just then, for longer than the request timeout: the waiter
-// repeats the listing until the connection is back, keeping its place in
-// line, and takes the lock at the holder's release.
+// goes silent just then, for longer than the request timeout (not long
+// enough for go-zookeeper to drop it): the waiter waits for the listing's
+// answer, sending it once, not once per request timeout, keeps its place
+// in line, and takes the lock at the holder's release.
 func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 	addr := zkServer.Addr(t)
 	name := uniqueName(t)
@@ -572,10 +628,19 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 	waitChildren(t, adminConn(t, addr), lockDir(name), 2)
 
 	// When X's node goes, and only then, W's connection goes silent
-	// before W lists.
+	// before W lists. Its reads are counted from then.
 	var once sync.Once
-	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) { once.Do(proxy.Block) })
+	var silent atomic.Bool
+	var reads atomic.Int32
+	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) {
+		once.Do(func() { proxy.Block(); silent.Store(true) })
+	})
 	watching := waitingOn(w)
+	zk.OnWaiterRead(w.Locker(), func() {
+		if silent.Load() {
+			reads.Add(1)
+		}
+	})
 	got := acquireAsync(ctx, w, name)
 	awaitWatching(t, watching, got, "behind X")
 	sid := zk.ConnOf(w.Locker()).SessionID()
@@ -588,12 +653,143 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 		t.Fatalf("W stopped waiting when its listing went unanswered: %v", o.err)
 	case <-time.After(3 * requestTimeout):
 	}
+	if n := reads.Load(); n != 1 {
+		t.Errorf("W sent %d listings while its connection was silent for %v; want 1, waited for", n, 3*requestTimeout)
+	}
 	proxy.Unblock()
 	awaitWatching(t, watching, got, "behind H, after the connection came back")
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	awaitHeldAfter(t, got, 20*time.Second, w, sid, lh)
+}
+
+// TestWaiter_ListingWriteFails_ListsAgain: a waiter's listing whose write
+// fails with the socket's own error (a broken pipe, which go-zookeeper
+// hands the request as it is, before it drops the connection) is sent
+// again once the connection has the session back: the waiter keeps its
+// place in line and takes the lock at the holder's release.
+func TestWaiter_ListingWriteFails_ListsAgain(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	h := dial(t, []string{addr}, zk.Settings{})
+	x := dial(t, []string{addr}, zk.Settings{})
+	var br breakingDialer
+	w, err := zk.New(connect(t, addr, longTTL, br.dial), baton.WithTTL(longTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx := timeout(t, time.Minute)
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xctx, xcancel := context.WithCancel(ctx)
+	defer xcancel()
+	xgot := acquireAsync(xctx, x, name)
+	waitChildren(t, adminConn(t, addr), lockDir(name), 2)
+
+	// When X's node goes, W's next listing fails as it is written. W's
+	// reads are counted from then.
+	var reads atomic.Int32
+	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) { br.armed.Store(true) })
+	watching := waitingOn(w)
+	zk.OnWaiterRead(w.Locker(), func() {
+		if br.armed.Load() || br.broken.Load() > 0 {
+			reads.Add(1)
+		}
+	})
+	got := acquireAsync(ctx, w, name)
+	awaitWatching(t, watching, got, "behind X")
+	sid := zk.ConnOf(w.Locker()).SessionID()
+	xcancel()
+	if o := <-xgot; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("X, cancelled: %v", o.err)
+	}
+	awaitWatching(t, watching, got, "behind H, after its listing failed")
+	if br.broken.Load() != 1 {
+		t.Fatalf("%d listings failed as they were written; the test wants 1", br.broken.Load())
+	}
+	// The listing that failed, the one sent again once the connection
+	// had the session back, and the watch on H. One more listing if
+	// go-zookeeper marked the connection down only after afterFailure's
+	// pause (it is then flushed unsent), none for each time W looked.
+	if n := reads.Load(); n != 3 && n != 4 {
+		t.Errorf("W sent %d reads from its failed listing to its watch on H; want 3, or 4", n)
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitHeldAfter(t, got, 20*time.Second, w, sid, lh)
+}
+
+// TestCreate_WriteFails_CreatesAgain: a create whose write fails with the
+// socket's own error may have left, for all the client knows: the
+// acquisition looks for its node by its GUID once the connection is back,
+// creates again when it is not there, and gets the lock, with no node
+// left behind.
+func TestCreate_WriteFails_CreatesAgain(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	br := breakingDialer{op: opMulti}
+	fl, err := zk.New(connect(t, addr, longTTL, br.dial), baton.WithTTL(longTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	ctx := timeout(t, time.Minute)
+	br.armed.Store(true)
+	l, err := fl.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("acquire after the create's write failed: %v", err)
+	}
+	if br.broken.Load() != 1 {
+		t.Fatalf("%d creates failed as they were written; the test wants 1", br.broken.Load())
+	}
+	kids, _, err := adminConn(t, addr).Children(lockDir(name))
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("candidates while held: %v, %v; want ours alone", kids, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// breakingDialer dials connections on which, once armed, the next request
+// with opcode op (0: a listing, getChildren2) fails as it is written, with
+// a broken pipe, and the connection closes.
+type breakingDialer struct {
+	op     int32
+	armed  atomic.Bool
+	broken atomic.Int32
+}
+
+func (d *breakingDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &breakingConn{Conn: c, d: d}, nil
+}
+
+type breakingConn struct {
+	net.Conn
+	d *breakingDialer
+}
+
+// opGetChildren2 is ZooKeeper's opcode for a listing with its stat.
+const opGetChildren2 = 12
+
+func (c *breakingConn) Write(b []byte) (int, error) {
+	// A request is [len][xid][opcode]...; go-zookeeper writes one per call.
+	op := cmp.Or(c.d.op, opGetChildren2)
+	if len(b) < 12 || int32(binary.BigEndian.Uint32(b[8:12])) != op || !c.d.armed.CompareAndSwap(true, false) {
+		return c.Conn.Write(b)
+	}
+	c.d.broken.Add(1)
+	_ = c.Conn.Close()
+	return 0, &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
 }
 
 // TestWaiter_OutageForSessionTimeout cuts a waiter off for good: once the
