@@ -221,7 +221,12 @@
 //     lock when the candidate ahead goes, while the candidate behind it
 //     takes the lock too, until that confirmation ends its lease. Writes
 //     through a fence are safe meanwhile: the later holder's token is
-//     higher.
+//     higher. The confirmation's exists goes out with its sync, each on a
+//     goroutine of its own, so it may reach the server first: a follower
+//     that has not yet applied a delete the leader made answers it that
+//     the node is there, and the next confirmation finds it gone (up to
+//     twice RenewEvery). Sent after the sync's answer, it would add a
+//     round trip to every confirmation, and hold up the deadline it moves.
 //   - A waiter that gives up leaves its watch on its predecessor's node on
 //     the server until that node goes (go-zookeeper cannot remove a watch);
 //     the event then reaches a client that ignores it.
