@@ -602,22 +602,16 @@ func firstWhileCutOff(t *testing.T, objectEnded, dropResume bool) {
 	awaitHeldAfter(t, got, 20*time.Second, w, sid, la)
 }
 
-// TestWaiter_ListingOutlastsRequestTimeout: a waiter whose predecessor
-// (itself a waiter) gave up lists the candidates again, and its connection
-// goes silent just then, for longer than the request timeout (not long
-// enough for go-zookeeper to drop it): the waiter waits for the listing's
-// answer, sending it once, not once per request timeout, keeps its place
-// in line, and takes the lock at the holder's release.
-func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
-	addr := zkServer.Addr(t)
+// behindLeaver has H take a lock, X wait for it, and w wait behind X, then
+// X give up: w, its predecessor gone, lists the candidates again. onGone
+// runs in w as it sees X's node go, before it lists, onRead each time w
+// sends a listing or a watch. It returns, once X has given up, H's lease,
+// w's session id, and w's outcome and watch notices (see waitingOn).
+func behindLeaver(t *testing.T, ctx context.Context, addr string, w *baton.FencedLocker, onGone, onRead func()) (lh *baton.FencedLease, sid int64, got <-chan acquired, watching <-chan struct{}) {
+	t.Helper()
 	name := uniqueName(t)
-	proxy := testsvc.NewProxy(t, addr)
-	defer proxy.Unblock()
-	const requestTimeout = time.Second
 	h := dial(t, []string{addr}, zk.Settings{})
 	x := dial(t, []string{addr}, zk.Settings{})
-	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithRequestTimeout(requestTimeout))
-	ctx := timeout(t, time.Minute)
 	lh, err := h.Acquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -627,27 +621,44 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 	xgot := acquireAsync(xctx, x, name)
 	waitChildren(t, adminConn(t, addr), lockDir(name), 2)
 
+	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) { onGone() })
+	watching = waitingOn(w)
+	zk.OnWaiterRead(w.Locker(), onRead)
+	got = acquireAsync(ctx, w, name)
+	awaitWatching(t, watching, got, "behind X")
+	sid = zk.ConnOf(w.Locker()).SessionID()
+	xcancel()
+	if o := <-xgot; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("X, cancelled: %v", o.err)
+	}
+	return lh, sid, got, watching
+}
+
+// TestWaiter_ListingOutlastsRequestTimeout: a waiter whose predecessor
+// (itself a waiter) gave up lists the candidates again, and its connection
+// goes silent just then, for longer than the request timeout (not long
+// enough for go-zookeeper to drop it): the waiter waits for the listing's
+// answer, sending it once, not once per request timeout, keeps its place
+// in line, and takes the lock at the holder's release.
+func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	const requestTimeout = time.Second
+	w := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithRequestTimeout(requestTimeout))
+	ctx := timeout(t, time.Minute)
 	// When X's node goes, and only then, W's connection goes silent
 	// before W lists. Its reads are counted from then.
 	var once sync.Once
 	var silent atomic.Bool
 	var reads atomic.Int32
-	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) {
-		once.Do(func() { proxy.Block(); silent.Store(true) })
-	})
-	watching := waitingOn(w)
-	zk.OnWaiterRead(w.Locker(), func() {
-		if silent.Load() {
-			reads.Add(1)
-		}
-	})
-	got := acquireAsync(ctx, w, name)
-	awaitWatching(t, watching, got, "behind X")
-	sid := zk.ConnOf(w.Locker()).SessionID()
-	xcancel()
-	if o := <-xgot; !errors.Is(o.err, context.Canceled) {
-		t.Fatalf("X, cancelled: %v", o.err)
-	}
+	lh, sid, got, watching := behindLeaver(t, ctx, addr, w,
+		func() { once.Do(func() { proxy.Block(); silent.Store(true) }) },
+		func() {
+			if silent.Load() {
+				reads.Add(1)
+			}
+		})
 	select {
 	case o := <-got:
 		t.Fatalf("W stopped waiting when its listing went unanswered: %v", o.err)
@@ -671,9 +682,6 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 // place in line and takes the lock at the holder's release.
 func TestWaiter_ListingWriteFails_ListsAgain(t *testing.T) {
 	addr := zkServer.Addr(t)
-	name := uniqueName(t)
-	h := dial(t, []string{addr}, zk.Settings{})
-	x := dial(t, []string{addr}, zk.Settings{})
 	var br breakingDialer
 	w, err := zk.New(connect(t, addr, longTTL, br.dial), baton.WithTTL(longTTL))
 	if err != nil {
@@ -681,40 +689,25 @@ func TestWaiter_ListingWriteFails_ListsAgain(t *testing.T) {
 	}
 	defer w.Close()
 	ctx := timeout(t, time.Minute)
-	lh, err := h.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	xctx, xcancel := context.WithCancel(ctx)
-	defer xcancel()
-	xgot := acquireAsync(xctx, x, name)
-	waitChildren(t, adminConn(t, addr), lockDir(name), 2)
-
 	// When X's node goes, W's next listing fails as it is written. W's
 	// reads are counted from then.
+	var once sync.Once
 	var reads atomic.Int32
-	zk.OnPredecessorEvent(w.Locker(), func(_, _ string) { br.armed.Store(true) })
-	watching := waitingOn(w)
-	zk.OnWaiterRead(w.Locker(), func() {
-		if br.armed.Load() || br.broken.Load() > 0 {
-			reads.Add(1)
-		}
-	})
-	got := acquireAsync(ctx, w, name)
-	awaitWatching(t, watching, got, "behind X")
-	sid := zk.ConnOf(w.Locker()).SessionID()
-	xcancel()
-	if o := <-xgot; !errors.Is(o.err, context.Canceled) {
-		t.Fatalf("X, cancelled: %v", o.err)
-	}
+	lh, sid, got, watching := behindLeaver(t, ctx, addr, w,
+		func() { once.Do(func() { br.armed.Store(true) }) },
+		func() {
+			if br.armed.Load() || br.broken.Load() > 0 {
+				reads.Add(1)
+			}
+		})
 	awaitWatching(t, watching, got, "behind H, after its listing failed")
 	if br.broken.Load() != 1 {
 		t.Fatalf("%d listings failed as they were written; the test wants 1", br.broken.Load())
 	}
 	// The listing that failed, the one sent again once the connection
-	// had the session back, and the watch on H. One more listing if
+	// had the session back, and the watch on H; one listing more if
 	// go-zookeeper marked the connection down only after afterFailure's
-	// pause (it is then flushed unsent), none for each time W looked.
+	// pause (that one is then flushed unsent).
 	if n := reads.Load(); n != 3 && n != 4 {
 		t.Errorf("W sent %d reads from its failed listing to its watch on H; want 3, or 4", n)
 	}
