@@ -19,6 +19,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/failkit"
+	"github.com/baton-go/baton/internal/holdset"
 	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/pgkit"
@@ -56,8 +57,9 @@ type backend struct {
 	lisMu sync.Mutex // held while the listener starts
 	lis   *listener  // started by the first wait; guarded by lisMu
 
+	holds holdset.Set[*hold] // ended by Close
+
 	mu        sync.Mutex
-	holds     map[*hold]struct{}
 	observers map[*observer]context.CancelCauseFunc // stopped by Close
 	closed    bool
 }
@@ -123,7 +125,6 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 		channel: "baton." + hex.EncodeToString(id[:]),
 		sched:   keeper.NewScheduler(),
 		now:     time.Now,
-		holds:   map[*hold]struct{}{},
 
 		observers: map[*observer]context.CancelCauseFunc{},
 	}
@@ -233,10 +234,6 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	holds := make([]*hold, 0, len(b.holds))
-	for h := range b.holds {
-		holds = append(holds, h)
-	}
 	observers := make([]*observer, 0, len(b.observers))
 	for o, stop := range b.observers {
 		stop(baton.ErrClosed)
@@ -246,6 +243,7 @@ func (b *backend) Close() error {
 	for _, o := range observers {
 		<-o.done
 	}
+	holds, _ := b.holds.Close()
 	b.lisMu.Lock() // waits for a listener being started
 	lis := b.lis
 	b.lis = nil
@@ -270,19 +268,10 @@ func (b *backend) Close() error {
 	return err
 }
 
-// track adds h to the holds Close ends, unless it is closed; a hold lost
-// already is not added, as its keeper's OnLoss may have dropped it before
-// (its loss is seen here, under the lock, or its drop comes after).
+// track adds h to the holds Close ends, unless it is closed (see
+// holdset.Set.Track).
 func (b *backend) track(h *hold) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	if h.kp.Err() == nil {
-		b.holds[h] = struct{}{}
-	}
-	return true
+	return b.holds.Track(h, func() bool { return h.kp.Err() != nil })
 }
 
 // trackObserver registers o, stopped by Close with stop.
@@ -302,11 +291,7 @@ func (b *backend) untrackObserver(o *observer) {
 	b.mu.Unlock()
 }
 
-func (b *backend) untrack(h *hold) {
-	b.mu.Lock()
-	delete(b.holds, h)
-	b.mu.Unlock()
-}
+func (b *backend) untrack(h *hold) { b.holds.Drop(h) }
 
 // slots hands out a Locker's rows in the waiters table (see createSQL): a
 // waiting acquisition takes one, and gives it back when it returns, for

@@ -41,8 +41,5 @@ var StatementTimeout = statementTimeout
 
 // Holds returns how many holds l's backend keeps (renews, or ends at Close).
 func Holds(l *baton.Locker) int {
-	b := l.Backend().(*backend)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.holds)
+	return len(l.Backend().(*backend).holds.Holds())
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/failkit"
+	"github.com/baton-go/baton/internal/holdset"
 	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/rediskit"
@@ -44,9 +45,7 @@ type backend struct {
 
 	undos sync.WaitGroup // undos of unanswered claims (see claim), awaited by Close
 
-	mu     sync.Mutex
-	holds  map[*hold]struct{}
-	closed bool
+	holds holdset.Set[*hold] // ended by Close
 }
 
 var _ baton.Backend = (*backend)(nil)
@@ -100,7 +99,6 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 		prefix: prefix,
 		where:  describe(client),
 		sched:  keeper.NewScheduler(),
-		holds:  map[*hold]struct{}{},
 	}
 	b.wake = rediswake.New(client, rediskit.NewWakeChannel(), 10*time.Millisecond)
 	return b, nil
@@ -169,17 +167,10 @@ func (b *backend) unavailable(ctx context.Context, what string, err error, bound
 // not among them (dropped at its loss): its key, if still ours, expires
 // with its TTL, as after a crash, unless the caller releases it.
 func (b *backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	holds, first := b.holds.Close()
+	if !first {
 		return nil
 	}
-	b.closed = true
-	holds := make([]*hold, 0, len(b.holds))
-	for h := range b.holds {
-		holds = append(holds, h)
-	}
-	b.mu.Unlock()
 
 	err := parallel.Join(holds, func(h *hold) error {
 		ctx, cancel := b.cleanup(context.Background())
@@ -194,26 +185,13 @@ func (b *backend) Close() error {
 	return err
 }
 
-// track adds h to the holds Close ends, unless it is closed; a hold lost
-// already is not added, as its keeper's OnLoss may have dropped it before
-// (its loss is seen here, under the lock, or its drop comes after).
+// track adds h to the holds Close ends, unless it is closed (see
+// holdset.Set.Track).
 func (b *backend) track(h *hold) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	if h.kp.Err() == nil {
-		b.holds[h] = struct{}{}
-	}
-	return true
+	return b.holds.Track(h, func() bool { return h.kp.Err() != nil })
 }
 
-func (b *backend) untrack(h *hold) {
-	b.mu.Lock()
-	delete(b.holds, h)
-	b.mu.Unlock()
-}
+func (b *backend) untrack(h *hold) { b.holds.Drop(h) }
 
 // cleanup returns a context for a cleanup request that must run even when
 // the caller gave up: detached from ctx's cancellation and bounded by the

@@ -43,8 +43,5 @@ var StateScriptHash = stateScript.Hash()
 
 // Holds returns how many holds l's backend keeps (renews, or ends at Close).
 func Holds(l *baton.Locker) int {
-	b := l.Backend().(*backend)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.holds)
+	return len(l.Backend().(*backend).holds.Holds())
 }

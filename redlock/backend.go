@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/holdset"
 	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/rediskit"
@@ -59,9 +60,7 @@ type backend struct {
 
 	bg sync.WaitGroup // node requests abandoned at their deadline
 
-	mu     sync.Mutex
-	holds  map[*hold]struct{}
-	closed bool
+	holds holdset.Set[*hold] // ended by Close
 }
 
 var _ baton.Backend = (*backend)(nil)
@@ -118,7 +117,6 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 		nodeTimeout: min(cfg.RequestTimeout, cfg.TTL/nodeTimeoutShare),
 		channel:     rediskit.NewWakeChannel(),
 		sched:       keeper.NewScheduler(),
-		holds:       map[*hold]struct{}{},
 	}
 	addrs := make([]string, len(clients))
 	for i, c := range clients {
@@ -360,17 +358,10 @@ func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []e
 // loss): its keys, where still ours, expire with their TTL, unless the
 // caller releases it.
 func (b *backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	holds, first := b.holds.Close()
+	if !first {
 		return nil
 	}
-	b.closed = true
-	holds := make([]*hold, 0, len(b.holds))
-	for h := range b.holds {
-		holds = append(holds, h)
-	}
-	b.mu.Unlock()
 
 	errs := []error{parallel.Join(holds, func(h *hold) error { return h.end(context.Background(), baton.ErrClosed) })}
 	for _, n := range b.nodes {
@@ -385,26 +376,13 @@ func (b *backend) Close() error {
 	return errors.Join(errs...)
 }
 
-// track adds h to the holds Close ends, unless it is closed; a hold lost
-// already is not added, as its keeper's OnLoss may have dropped it before
-// (its loss is seen here, under the lock, or its drop comes after).
+// track adds h to the holds Close ends, unless it is closed (see
+// holdset.Set.Track).
 func (b *backend) track(h *hold) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false
-	}
-	if h.kp.Err() == nil {
-		b.holds[h] = struct{}{}
-	}
-	return true
+	return b.holds.Track(h, func() bool { return h.kp.Err() != nil })
 }
 
-func (b *backend) untrack(h *hold) {
-	b.mu.Lock()
-	delete(b.holds, h)
-	b.mu.Unlock()
-}
+func (b *backend) untrack(h *hold) { b.holds.Drop(h) }
 
 // releaseTimeout bounds a release on every node.
 func (b *backend) releaseTimeout() time.Duration {

@@ -40,10 +40,7 @@ var RenewScriptHash = renewScript.Hash()
 // RenewalRefused reports whether a renewal of one of l's holds was refused
 // by enough nodes to deny it a majority, as the hold has recorded it.
 func RenewalRefused(l *baton.Locker) bool {
-	b := l.Backend().(*backend)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for h := range b.holds {
+	for _, h := range l.Backend().(*backend).holds.Holds() {
 		if h.refused.Load() != nil {
 			return true
 		}
@@ -79,8 +76,5 @@ func OnWake(l *baton.Locker, fn func(value string)) {
 
 // Holds returns how many holds l's backend keeps (renews, or ends at Close).
 func Holds(l *baton.Locker) int {
-	b := l.Backend().(*backend)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.holds)
+	return len(l.Backend().(*backend).holds.Holds())
 }
