@@ -379,15 +379,25 @@ func (c *cutConn) Read(b []byte) (int, error) {
 // GUID finds it again after the reconnection, so the acquisition holds
 // with that node and no second one is left behind (an unprotected
 // recipe would create another, and the first would hold the lock forever
-// while the session lives).
+// while the session lives). With ContinueWhileSuspended off, as with it:
+// the drop came before the acquisition looked at the candidates, so it
+// may take the lock once it has looked again.
 func TestRecipe_LostCreateReply(t *testing.T) {
+	for _, set := range []zk.Settings{{}, {ContinueWhileSuspended: true}} {
+		t.Run(fmt.Sprintf("continue-while-suspended=%v", set.ContinueWhileSuspended), func(t *testing.T) {
+			lostCreateReply(t, set)
+		})
+	}
+}
+
+func lostCreateReply(t *testing.T, set zk.Settings) {
 	addr := zkServer.Addr(t)
 	name := uniqueName(t)
 	dir := lockDir(name)
 	admin := adminConn(t, addr)
 	d := &cutDialer{}
 	conn := d.connect(t, addr)
-	fl, err := zk.Settings{ContinueWhileSuspended: true}.New(conn, baton.WithTTL(longTTL))
+	fl, err := set.New(conn, baton.WithTTL(longTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
