@@ -41,26 +41,28 @@ are never passed on to an inner run's COMMAND.
 
 COMMAND runs in its own process group, in the background as far as the
 terminal goes: a COMMAND that reads from the terminal is stopped by the
-kernel, so give it its input from elsewhere (< /dev/null, a file, a pipe).
-If the lease is lost while COMMAND runs, the group gets SIGTERM at once and
-SIGKILL after --grace. The lock is released only once no process of the
-group is left: if COMMAND exits while processes it started still run, they
-get SIGTERM and SIGKILL after --grace, and baton then exits with COMMAND's
-code. Processes that leave the group (setsid, daemons) are neither waited
-for nor stopped. If baton itself is killed (SIGKILL, the OOM killer),
-COMMAND's group dies with it: its main process by its parent-death signal,
-the rest by a guard, a copy of baton in a group of its own, unless that is
-killed too (pkill -9 baton). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to baton while COMMAND runs
-are passed on to its process group, each SIGTERM or passed-on signal
-followed by SIGCONT so that a stopped process acts on it, and baton then
-exits with COMMAND's code; any of them while baton still waits for the lock
-makes it exit 130. A signal ignored when baton started (SIGHUP under nohup)
-stays ignored. Ctrl-Z (SIGTSTP, and SIGTTIN or SIGTTOU) stops COMMAND's group,
-then baton; continued, baton continues COMMAND only while the lease holds
-(a lease that ran out meanwhile is lost: COMMAND gets SIGKILL, still stopped,
-and baton exits 76; so does a signal sent to baton then, instead of being
-passed on). A background baton whose message to the terminal raises SIGTTOU
-(stty tostop) stops the same way, COMMAND's group first.
+kernel, so give it its input from elsewhere (< /dev/null, a file, a pipe). If
+the lease is lost while COMMAND runs, the group gets SIGTERM at once and
+SIGKILL after --grace. The lock is released only once no process of the group
+is left: if COMMAND exits while processes it started still run, they get
+SIGTERM and SIGKILL after --grace, and baton then exits with COMMAND's code.
+Processes that leave the group (setsid, daemons) are neither waited for nor
+stopped; as a container's PID 1, baton does not reap the orphans they leave
+behind: run it under an init (docker run --init, tini). If baton itself is
+killed (SIGKILL, the OOM killer), COMMAND's group dies with it: its main
+process by its parent-death signal, the rest by a guard, a copy of baton in a
+group of its own, unless that is killed too (pkill -9 baton). SIGINT, SIGTERM,
+SIGHUP and SIGQUIT sent to baton while COMMAND runs are passed on to its
+process group, each SIGTERM or passed-on signal followed by SIGCONT so that a
+stopped process acts on it, and baton then exits with COMMAND's code; any of
+them while baton still waits for the lock makes it exit 130. A signal ignored
+when baton started (SIGHUP under nohup) stays ignored. Ctrl-Z (SIGTSTP, and
+SIGTTIN or SIGTTOU) stops COMMAND's group, then baton; continued, baton
+continues COMMAND only while the lease holds (a lease that ran out meanwhile
+is lost: COMMAND gets SIGKILL, still stopped, and baton exits 76; so does a
+signal sent to baton then, instead of being passed on). A background baton
+whose message to the terminal raises SIGTTOU (stty tostop) stops the same way,
+COMMAND's group first.
 
 The loss is seen at the lease's local deadline, just before the lock service
 may free the lock, so the --grace that follows runs past the lease: without
