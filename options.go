@@ -44,7 +44,9 @@ type Config struct {
 	// ReleaseTimeout bounds Release. Default DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
 	// RequestTimeout bounds each request to the lock service (not a whole
-	// wait for a contended lock). Default DefaultRequestTimeout.
+	// wait for a contended lock; on ZooKeeper, a waiter's reads once its
+	// node is in line are waited for as long as its session may live).
+	// Default DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// Prefix is where locks live on the lock service: a key prefix on etcd
 	// and Redis, a parent node on ZooKeeper. Each backend documents its
@@ -100,8 +102,8 @@ func WithReleaseTimeout(d time.Duration) Option {
 	return func(c *Config) { c.ReleaseTimeout, c.given = d, c.given|givenReleaseTimeout }
 }
 
-// WithRequestTimeout bounds each request to the lock service. Default 5s;
-// d must be positive.
+// WithRequestTimeout bounds each request to the lock service (see
+// Config.RequestTimeout). Default 5s; d must be positive.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *Config) { c.RequestTimeout, c.given = d, c.given|givenRequestTimeout }
 }

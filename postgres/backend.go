@@ -234,6 +234,7 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	holds, _ := b.holds.Close() // with b.closed: from now on, acquisitions get ErrClosed
 	observers := make([]*observer, 0, len(b.observers))
 	for o, stop := range b.observers {
 		stop(baton.ErrClosed)
@@ -243,7 +244,6 @@ func (b *backend) Close() error {
 	for _, o := range observers {
 		<-o.done
 	}
-	holds, _ := b.holds.Close()
 	b.lisMu.Lock() // waits for a listener being started
 	lis := b.lis
 	b.lis = nil

@@ -169,7 +169,7 @@ func retryRead[T any](b *backend, ctx context.Context, waiter *session, fn func(
 		if errors.Is(err, errNoAnswer) || !time.Now().Before(deadline) {
 			return v, err
 		}
-		if werr := b.afterFailure(ctx, before, tries); werr != nil {
+		if werr := b.afterFailure(ctx, before, tries, deadline); werr != nil {
 			return v, err
 		}
 		if werr := b.waitConnected(ctx, deadline); werr != nil {
@@ -182,11 +182,13 @@ func retryRead[T any](b *backend, ctx context.Context, waiter *session, fn func(
 // in line while the server's session s may live: it waits for the read's
 // answer as long as outlast does, with no request timeout, and sends the
 // read again after a connection error, once the connection has s's
-// session again. go-zookeeper answers every request: when the server
-// does, or when the connection drops, which it makes happen when it hears
-// nothing for two thirds of the session timeout. So a slow server is
-// waited for, and a silent one leads to one read sent again per
-// reconnection, not one per request timeout.
+// session again. go-zookeeper answers every request it sent: when the
+// server does, or when the connection drops, which it makes happen when
+// it hears nothing for two thirds of the session timeout; one still
+// queued unsent it sends once connected again, or fails with ErrNoServer
+// when it starts over its list of servers. So a slow server is waited
+// for, and a silent one leads to one read sent again per reconnection,
+// not one per request timeout.
 func waitRead[T any](b *backend, ctx context.Context, s *session, fn func() (T, error)) (T, error) {
 	var down outage // one, across reads sent again: the outage is the connection's
 	defer down.stop()
@@ -199,10 +201,12 @@ func waitRead[T any](b *backend, ctx context.Context, s *session, fn func() (T, 
 		switch {
 		case err != nil:
 			return r.v, err
+		case errors.Is(r.err, zkgo.ErrClosing) && b.calls.closing():
+			return r.v, baton.ErrClosed // refused by start: our Close drains
 		case r.err == nil || !isConnErr(r.err) || errors.Is(r.err, zkgo.ErrClosing):
 			return r.v, r.err
 		}
-		if err := b.afterFailure(ctx, before, tries); err != nil {
+		if err := b.afterFailure(ctx, before, tries, time.Time{}); err != nil {
 			return r.v, err
 		}
 		if _, err := outlast[struct{}](b, ctx, s, nil, &down); err != nil {
@@ -217,10 +221,15 @@ func waitRead[T any](b *backend, ctx context.Context, s *session, fn func() (T, 
 // that doubles with each failure in a row (tries), from 50ms up to 1s.
 // go-zookeeper may answer a request whose write failed before it marks
 // the connection down; sent again at once, the request could fail the
-// same way, again and again. It fails only when ctx ends (with its
-// cause) or the backend closes (baton.ErrClosed).
-func (b *backend) afterFailure(ctx context.Context, before snap, tries int) error {
-	t := time.NewTimer(min(50*time.Millisecond<<min(tries, 5), time.Second))
+// same way, again and again. The pause ends by deadline, unless that is
+// zero. It fails only when ctx ends (with its cause) or the backend
+// closes (baton.ErrClosed).
+func (b *backend) afterFailure(ctx context.Context, before snap, tries int, deadline time.Time) error {
+	pause := min(50*time.Millisecond<<min(tries, 5), time.Second)
+	if !deadline.IsZero() {
+		pause = min(pause, time.Until(deadline))
+	}
+	t := time.NewTimer(pause)
 	defer t.Stop()
 	select {
 	case <-before.changed: // at once when it changed already
@@ -307,8 +316,8 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			})
 		}
 		own, err := await(b, ctx, cc)
-		if err != nil && own.path != "" && !errors.Is(err, zkgo.ErrConnectionClosed) {
-			b.reaper.add(own.path) // made, but not read back (see create)
+		if err != nil && own.path != "" && !errors.Is(err, zkgo.ErrConnectionClosed) && !isSocketErr(err) {
+			b.reaper.add(own.path) // made, but not read back (see create); not one findGUID may find below
 		}
 		switch {
 		case err == nil:
@@ -447,7 +456,7 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 		defer b.calls.done()
 		defer settled()
 		r := <-ch
-		if r.v.path == "" && !errors.Is(r.err, zkgo.ErrConnectionClosed) && !errors.Is(r.err, zkgo.ErrClosing) {
+		if r.v.path == "" && !errors.Is(r.err, zkgo.ErrConnectionClosed) && !errors.Is(r.err, zkgo.ErrClosing) && !isSocketErr(r.err) {
 			return // no node made
 		}
 		b.mu.Lock()

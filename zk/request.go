@@ -64,6 +64,13 @@ func (f *flights) drain() {
 
 func (f *flights) done() { f.wg.Done() }
 
+// closing reports whether Close has begun.
+func (f *flights) closing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.draining || f.closed
+}
+
 // closeWait lets no more goroutines start and waits for those running,
 // at most bound when it is not 0. On a connection the caller keeps,
 // go-zookeeper may hold a request queued while it shakes hands with a

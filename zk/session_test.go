@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/keeper"
@@ -748,6 +751,65 @@ func TestCreate_WriteFails_CreatesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCreate_DirNotWritable: an election node whose ACL lets clients
+// create children but not write it refuses the create's multi (its empty
+// write to the election node); a plain create and a read of our node do
+// instead. When that read's write fails with the socket's error, the
+// create's node is found again by its GUID and held, and not also handed
+// to the reaper, which would delete it under the hold.
+func TestCreate_DirNotWritable(t *testing.T) {
+	for _, breakRead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read-write-fails=%v", breakRead), func(t *testing.T) {
+			addr := zkServer.Addr(t)
+			admin := adminConn(t, addr)
+			name := uniqueName(t)
+			dir := lockDir(name)
+			for _, p := range []string{"/" + strings.Split(zk.DefaultRoot, "/")[1], zk.DefaultRoot} {
+				if _, err := admin.Create(p, nil, 0, zkgo.WorldACL(zkgo.PermAll)); err != nil && !errors.Is(err, zkgo.ErrNodeExists) {
+					t.Fatal(err)
+				}
+			}
+			if _, err := admin.Create(dir, nil, 0, zkgo.WorldACL(zkgo.PermCreate|zkgo.PermRead|zkgo.PermDelete)); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = admin.Delete(dir, -1) })
+			br := breakingDialer{op: opGetData}
+			fl, err := zk.New(connect(t, addr, disconnectTTL, br.dial), baton.WithTTL(disconnectTTL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			ctx := timeout(t, time.Minute)
+			br.armed.Store(breakRead)
+			l, err := fl.Acquire(ctx, name)
+			if err != nil {
+				t.Fatalf("acquire under an election node we may not write: %v", err)
+			}
+			defer l.Release(ctx)
+			if breakRead && br.broken.Load() != 1 {
+				t.Fatalf("%d reads failed as they were written; the test wants 1", br.broken.Load())
+			}
+			_, stat, err := admin.Get(l.Key())
+			if err != nil {
+				t.Fatalf("our node %s: %v", l.Key(), err)
+			}
+			if l.Token() != baton.Token(stat.Czxid) {
+				t.Errorf("token %d; want our node's czxid %d", l.Token(), stat.Czxid)
+			}
+			if n := zk.ReaperPending(fl.Locker()); n != 0 {
+				t.Errorf("the reaper has %d nodes to delete; want none: our node is held", n)
+			}
+			afterRenewals(t, ctx, fl) // one that found our node gone would end the lease
+			if err := l.Err(); err != nil {
+				t.Fatalf("lease after two renewals: %v", err)
+			}
+		})
+	}
+}
+
+// opGetData is ZooKeeper's opcode for a read of a node's data.
+const opGetData = 4
 
 // breakingDialer dials connections on which, once armed, the next request
 // with opcode op (0: a listing, getChildren2) fails as it is written, with

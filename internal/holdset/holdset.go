@@ -13,9 +13,10 @@ type Set[H comparable] struct {
 }
 
 // Track adds h, and reports false, adding nothing, once Close has begun.
-// A hold that lost reports lost already is not added: its keeper's loss
-// callback, which Drops it, may have run before. lost is called under
-// the Set's lock, so a loss is either seen here or Dropped after.
+// A hold for which lost reports true is not added: it was lost already,
+// and its keeper's loss callback, which Drops it, may have run before.
+// lost is called under the Set's lock, so a loss is either seen here or
+// Dropped after.
 func (s *Set[H]) Track(h H, lost func() bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,6 +2,7 @@ package holdset
 
 import (
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -33,5 +34,43 @@ func TestSet(t *testing.T) {
 	}
 	if holds, first := s.Close(); first || len(holds) != 0 {
 		t.Fatalf("second Close = %v, %v; want none, false", holds, first)
+	}
+}
+
+// TestSet_Concurrent: holds tracked and dropped from many goroutines while
+// Close runs: every hold Track accepted and nobody dropped is among
+// Close's, none after Close is, and every later Track is refused.
+func TestSet_Concurrent(t *testing.T) {
+	var s Set[int]
+	const n = 64
+	accepted := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			accepted[i] = s.Track(i, func() bool { return false })
+			if accepted[i] && i%2 == 1 {
+				s.Drop(i)
+			}
+		})
+	}
+	holds, first := s.Close()
+	wg.Wait()
+	if !first {
+		t.Fatal("first Close reported not first")
+	}
+	closed := map[int]bool{}
+	for _, h := range holds {
+		closed[h] = true
+	}
+	for i := range n {
+		switch {
+		case closed[i] && !accepted[i]:
+			t.Errorf("hold %d is among Close's, but Track refused it", i)
+		case i%2 == 0 && accepted[i] && !closed[i]:
+			t.Errorf("hold %d was tracked and not dropped, but Close missed it", i)
+		}
+	}
+	if s.Track(n, func() bool { return false }) {
+		t.Error("Track after Close = true")
 	}
 }
