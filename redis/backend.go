@@ -46,6 +46,8 @@ type backend struct {
 	undos sync.WaitGroup // undos of unanswered claims (see claim), awaited by Close
 
 	holds holdset.Set[*hold] // ended by Close
+
+	obsTTL, obsRefresh time.Duration // observerTTL and observerRefresh, but in tests
 }
 
 var _ baton.Backend = (*backend)(nil)
@@ -99,6 +101,9 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 		prefix: prefix,
 		where:  describe(client),
 		sched:  keeper.NewScheduler(),
+
+		obsTTL:     observerTTL,
+		obsRefresh: observerRefresh,
 	}
 	b.wake = rediswake.New(client, rediskit.NewWakeChannel(), 10*time.Millisecond)
 	return b, nil

@@ -2,11 +2,19 @@ package redis
 
 import (
 	"context"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 )
+
+// SetObserverTiming shortens how long l's observers' registration lasts
+// (ttl) and how often they renew it (refresh), before l observes.
+func SetObserverTiming(l *baton.Locker, ttl, refresh time.Duration) {
+	b := l.Backend().(*backend)
+	b.obsTTL, b.obsRefresh = ttl, refresh
+}
 
 // OnWake has fn called each time one of l's waiters was handed a wake-up
 // message (value is the waiter's).

@@ -809,6 +809,64 @@ func TestObserve_RegistrationLapsed(t *testing.T) {
 	}
 }
 
+// TestObserve_SlowReader_KeepsRegistration: a reader away for several
+// times the observers' registration TTL misses no change: the
+// observation, waiting to hand it a term, renews the registration, so the
+// scripts go on writing changes to the stream. Before, the registration
+// lapsed while the reader was away, and of the changes made then only the
+// last holder was reported.
+func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	const ttl = 300 * time.Millisecond
+	obs := newLocker(t, srv.Addr)
+	redis.SetObserverTiming(obs, ttl, ttl/3)
+	lockers := map[string]*baton.Locker{}
+	for _, h := range []string{"a", "b", "c"} {
+		lockers[h] = newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder(h))
+	}
+	ctx := timeout(t, 30*time.Second)
+	terms, err := obs.Observe(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 10*time.Second) }
+	if got := next(); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	acquire := func(h string) *baton.Lease {
+		t.Helper()
+		l, err := lockers[h].Acquire(ctx, "slow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	la := acquire("a")
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The reader is away: the Locker's relay holds a's term, and the
+	// observation waits to hand it the next one, no leader.
+	reg := "{" + la.Key() + "}:n"
+	for range 3 {
+		time.Sleep(ttl) // a lower bound: the registration must outlast it
+		if n := c.Exists(ctx, reg).Val(); n != 1 {
+			t.Fatalf("the registration lapsed while the reader was away")
+		}
+	}
+	if err := acquire("b").Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lc := acquire("c")
+	defer lc.Release(ctx)
+	for _, want := range []string{"a", "-", "b", "-", "c"} {
+		if got := next(); got != want {
+			t.Fatalf("term %q, want %q: terms a, none, b, none, c in order", got, want)
+		}
+	}
+}
+
 // waitBlockedXRead waits until a client of the server is blocked in XREAD.
 func waitBlockedXRead(t *testing.T, c *goredis.Client) {
 	t.Helper()

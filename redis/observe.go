@@ -14,34 +14,36 @@ import (
 var _ baton.Observer = (*backend)(nil)
 
 // observerTTL is how long an observer's registration ({K}:n) lasts; an
-// observer renews it every observerRefresh at most, so the scripts keep
-// writing changes to the stream while anyone observes.
+// observer renews it every observerRefresh at most, also while its reader
+// is away, so the scripts keep writing changes to the stream while anyone
+// observes. A backend keeps them in obsTTL and obsRefresh, which tests
+// shorten.
 const (
 	observerTTL     = time.Minute
 	observerRefresh = 20 * time.Second
 )
 
 // Observe implements baton.Observer. While someone observes a lock (its
-// registration key {K}:n lives), the scripts that give the lock to a
-// holder or free it append the change to the lock's stream {K}:o, so an
-// observer reads every such change in order with XREAD. When the
-// registration had lapsed (no observer looked for observerTTL, or the key
-// was lost to a failover or an eviction), changes made meanwhile are not in
-// the stream: the next observer to look appends the holder there is then,
-// so every observer goes on from the holder there is, having missed the
-// terms in between. The stream's cap (about 64 entries) is the other such
-// limit. A lease that
-// expires writes nothing; the observer reads the lock's state again when
-// the holder's PTTL runs out, and when the holder it finds is not the last
-// one the stream named and no change is waiting in the stream, the old
-// holder's key must have expired: it reports a term with no leader, then
-// the holder it found, if any. That holder took the key with a claim (a
-// plain SET, see Acquire), whose note follows in a moment unless its
-// client died first; while the lock is free the observer reads its state
-// every observerRefresh, which bounds how late such a holder is reported.
-// A claim that finds a waiter queued gives it the key with a release one
-// round trip later: an observer that looked in between reports the
-// claimer as a holder for that moment.
+// registration key {K}:n lives), the scripts that give the lock to a holder
+// or free it append the change to the lock's stream {K}:o, so an observer
+// reads every such change in order with XREAD. When the registration had
+// lapsed (the key was lost to a failover or an eviction, or no observer
+// could reach Redis for observerTTL), changes made meanwhile are not in the
+// stream: the next observer to look appends the holder there is then, so
+// every observer goes on from the holder there is, having missed the terms
+// in between. An observer whose reader is away keeps the registration
+// alive (see send): the stream's cap (about 64 entries) is the limit on
+// what a slow reader can miss. A lease that expires writes nothing; the observer reads the lock's
+// state again when the holder's PTTL runs out, and when the holder it finds
+// is not the last one the stream named and no change is waiting in the
+// stream, the old holder's key must have expired: it reports a term with no
+// leader, then the holder it found, if any. That holder took the key with a
+// claim (a plain SET, see Acquire), whose note follows in a moment unless
+// its client died first; while the lock is free the observer reads its state
+// every observerRefresh, which bounds how late such a holder is reported. A
+// claim that finds a waiter queued gives it the key with a release one round
+// trip later: an observer that looked in between reports the claimer as a
+// holder for that moment.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -66,7 +68,7 @@ type lockState struct {
 func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 	octx, cancel := b.op(ctx)
 	defer cancel()
-	res, err := stateScript.Run(octx, b.client, []string{k.lock, k.o, k.n}, observerTTL.Milliseconds()).Slice()
+	res, err := stateScript.Run(octx, b.client, []string{k.lock, k.o, k.n}, b.obsTTL.Milliseconds()).Slice()
 	if err != nil {
 		return lockState{}, b.fail(ctx, "read lock state", err)
 	}
@@ -117,12 +119,12 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	}()
 	defer close(ch) // first: the DEL above does not hold the caller up
 	cur, last, pttl := st.value, st.last, st.pttl
-	if !send(ctx, ch, b.term(k.name, cur)) {
+	if !b.send(ctx, k, ch, b.term(k.name, cur)) {
 		return
 	}
 	for {
 		// Wait for the next change, or for the holder's key to run out.
-		block := observerRefresh
+		block := b.obsRefresh
 		if cur != "" && pttl >= 0 { // a key without a TTL (set by hand) never runs out
 			block = min(block, max(pttl+5*time.Millisecond, 10*time.Millisecond))
 		}
@@ -142,7 +144,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 				v, _ := m.Values["v"].(string)
 				if v != cur {
 					cur = v
-					if !send(ctx, ch, b.term(k.name, cur)) {
+					if !b.send(ctx, k, ch, b.term(k.name, cur)) {
 						return
 					}
 				}
@@ -159,22 +161,39 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			// the last one it named: that one expired, and the key is
 			// free or was claimed since by a plain SET whose note has
 			// not come (or never will: its client died in between).
-			if cur != "" && !send(ctx, ch, b.term(k.name, "")) {
+			if cur != "" && !b.send(ctx, k, ch, b.term(k.name, "")) {
 				return
 			}
 			cur = now.value
-			if cur != "" && !send(ctx, ch, b.term(k.name, cur)) {
+			if cur != "" && !b.send(ctx, k, ch, b.term(k.name, cur)) {
 				return
 			}
 		}
 	}
 }
 
-func send(ctx context.Context, ch chan<- baton.Term, t baton.Term) bool {
+// send sends t on ch, unless ctx ends first. While the reader is away, it
+// renews the observers' registration every observerRefresh, so that the
+// scripts go on writing changes to the stream for this observer: a slow
+// reader then misses a change only past the stream's cap.
+func (b *backend) send(ctx context.Context, k keys, ch chan<- baton.Term, t baton.Term) bool {
 	select {
 	case ch <- t:
 		return true
 	case <-ctx.Done():
 		return false
+	default:
+	}
+	tick := time.NewTicker(b.obsRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case ch <- t:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			_, _ = b.state(ctx, k) // a failure shows at the next read
+		}
 	}
 }
