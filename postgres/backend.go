@@ -62,6 +62,9 @@ type backend struct {
 	mu        sync.Mutex
 	observers map[*observer]context.CancelCauseFunc // stopped by Close
 	closed    bool
+
+	obsQueue   int          // maxQueued, but in tests
+	obsDecided atomic.Int64 // terms this Locker's observers decided, for tests
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -127,6 +130,7 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 		now:     time.Now,
 
 		observers: map[*observer]context.CancelCauseFunc{},
+		obsQueue:  maxQueued,
 	}
 	if err := b.checkIsolation(ctx); err != nil {
 		return nil, err

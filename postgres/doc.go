@@ -327,7 +327,8 @@
 //     elsewhere in the database that stops reading, for hours), those
 //     commits fail, as hand-offs already would. Observers read
 //     notifications as they come, whether or not their channel is read:
-//     terms wait for a slow reader in memory, not in that queue.
+//     terms wait for a slow reader in memory, not in that queue, up to
+//     1,024 of them (then the oldest go).
 //   - A holder longer than 500 characters (written by hand: Lockers'
 //     are at most 200 bytes) is cut in the NOTIFY; reads show it whole.
 //

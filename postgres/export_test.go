@@ -39,6 +39,13 @@ func Claim(ctx context.Context, l *baton.Locker, name string, ticket int64) (*in
 // StatementTimeout is statementTimeout: Dial's statement_timeout.
 var StatementTimeout = statementTimeout
 
+// SetObserverQueue lowers how many terms l's observers keep for a reader
+// that has not taken them, before l observes.
+func SetObserverQueue(l *baton.Locker, n int) { l.Backend().(*backend).obsQueue = n }
+
+// Decided returns how many terms l's observers have decided so far.
+func Decided(l *baton.Locker) int64 { return l.Backend().(*backend).obsDecided.Load() }
+
 // Holds returns how many holds l's backend keeps (renews, or ends at Close).
 func Holds(l *baton.Locker) int {
 	return len(l.Backend().(*backend).holds.Holds())

@@ -106,7 +106,7 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 // (deliver). The first never waits for the caller to read: a listening
 // connection that stops reading holds back PostgreSQL's notification
 // queue, shared by the whole database, and once it is full every NOTIFY
-// fails. Terms wait in memory instead, in order.
+// fails. Terms wait in memory instead, in order, up to maxQueued.
 type observer struct {
 	b     *backend
 	name  string
@@ -278,19 +278,22 @@ func (o *observer) deliver(ctx context.Context, stop context.CancelCauseFunc, ch
 		o.b.untrackObserver(o)
 		close(o.done)
 	}()
-	send := func() bool {
-		o.mu.Lock()
-		terms := o.queue
-		o.queue = nil
-		o.mu.Unlock()
-		for _, t := range terms {
+	send := func() bool { // every term queued, one at a time: emit may drop the oldest meanwhile
+		for {
+			o.mu.Lock()
+			if len(o.queue) == 0 {
+				o.mu.Unlock()
+				return true
+			}
+			t := o.queue[0]
+			o.queue = o.queue[1:]
+			o.mu.Unlock()
 			select {
 			case ch <- t:
 			case <-ctx.Done():
 				return false
 			}
 		}
-		return true
 	}
 	for send() {
 		select {
@@ -517,12 +520,25 @@ func (o *observer) apply(s rowState, read bool) {
 
 func (o *observer) leads() bool { return !o.cur.NoLeader() }
 
+// maxQueued is how many terms an observer keeps for a reader that has not
+// taken them yet (besides the one it is sending); beyond it, the oldest
+// go. A backend keeps it in obsQueue, which tests lower.
+const maxQueued = 1024
+
 // emit decides the next term and hands it to deliver.
 func (o *observer) emit(t baton.Term) {
 	o.cur = t
+	o.b.obsDecided.Add(1)
 	o.mu.Lock()
+	full := len(o.queue) >= o.b.obsQueue
+	if full {
+		o.queue = o.queue[1:]
+	}
 	o.queue = append(o.queue, t)
 	o.mu.Unlock()
+	if full {
+		o.b.cfg.Logger.Warn("an observer's reader is far behind; its oldest term not taken is dropped", "election", o.name, "queued", o.b.obsQueue)
+	}
 	select {
 	case o.ready <- struct{}{}:
 	default:

@@ -522,21 +522,18 @@ func TestObserve_LockerClosed(t *testing.T) {
 	}
 }
 
-// TestObserve_SlowReader_LosesNothing: terms decided while nobody reads
-// wait, in order.
-func TestObserve_SlowReader_LosesNothing(t *testing.T) {
-	const ttl = 5 * time.Second
-	dsn := pg.Database(t)
-	x := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("x"))
-	y := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("y"))
-	terms := observe(t, x, "slow")
+// alternate has x and y take and release the lock name in turns, n times
+// in all, and returns the terms an observer should see: each holder, then
+// no leader.
+func alternate(t *testing.T, x, y *baton.FencedLocker, name string, n int) []string {
+	t.Helper()
 	var want []string
-	for i := range 10 {
+	for i := range n {
 		l, who := x, "x"
 		if i%2 == 1 {
 			l, who = y, "y"
 		}
-		lease, err := l.Acquire(timeout(t, 10*time.Second), "slow")
+		lease, err := l.Acquire(timeout(t, 10*time.Second), name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -545,8 +542,57 @@ func TestObserve_SlowReader_LosesNothing(t *testing.T) {
 		}
 		want = append(want, who, "-")
 	}
+	return want
+}
+
+// TestObserve_SlowReader_LosesNothing: terms decided while nobody reads
+// wait, in order.
+func TestObserve_SlowReader_LosesNothing(t *testing.T) {
+	const ttl = 5 * time.Second
+	dsn := pg.Database(t)
+	x := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("x"))
+	y := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("y"))
+	terms := observe(t, x, "slow")
+	want := alternate(t, x, y, "slow", 10)
 	expectTerms(t, terms, 5*time.Second, append([]string{"-"}, want...)...)
 	expectQuiet(t, terms, 100*time.Millisecond)
+}
+
+// TestObserve_SlowReader_QueueCapped: a reader far behind gets the terms
+// its observation kept, up to its cap, the latest in order, and not the
+// older ones, which went first.
+func TestObserve_SlowReader_QueueCapped(t *testing.T) {
+	const ttl = 5 * time.Second
+	const capped = 4
+	dsn := pg.Database(t)
+	x := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("x"))
+	y := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("y"))
+	postgres.SetObserverQueue(x.Locker(), capped)
+	terms := observe(t, x, "capped")
+	want := alternate(t, x, y, "capped", 10)
+	// Every term decided (the first and 20 more), while nobody read.
+	for deadline := time.Now().Add(10 * time.Second); postgres.Decided(x.Locker()) < int64(1+len(want)); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the observation decided %d terms in 10s; want %d", postgres.Decided(x.Locker()), 1+len(want))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The reader, back: the first term (which the Locker's relay took
+	// before the reader left), the one the observation was sending, and
+	// the last four it kept.
+	var got []string
+	for len(got) < 2+capped {
+		select {
+		case tm := <-terms:
+			got = append(got, who(tm))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("observed %q, then nothing for 5s", got)
+		}
+	}
+	expectQuiet(t, terms, 200*time.Millisecond)
+	if got[0] != "-" || strings.Join(got[2:], " ") != strings.Join(want[len(want)-capped:], " ") {
+		t.Fatalf("observed %q; want no leader, any one term, then the last %d of %q", got, capped, want)
+	}
 }
 
 // TestObserve_WriterSearchPath: the observers' trigger finds its table
