@@ -14,9 +14,12 @@ import (
 var _ baton.Observer = (*backend)(nil)
 
 // Observe implements baton.Observer: it lists the election node's
-// candidates with a children watch, reads the first one (the leader), and
-// looks again each time the watch fires, sending a term whenever the
-// leader's node is another one (no leader when there is no candidate).
+// candidates, reads the first one (the leader) with a watch on its node,
+// and looks again each time the watch fires, sending a term whenever the
+// leader's node is another one. With no candidate, that is no leader, and
+// the watch is on the election node's children. Candidates that join and
+// leave behind a leader wake no observer: each costs an observer nothing,
+// and a change of leader one event and two reads.
 //
 // ZooKeeper watches fire once and must be set again, and go-zookeeper
 // v1.0.4 has no persistent watches (ZooKeeper 3.6's AddWatch), so a leader
@@ -141,18 +144,27 @@ func (b *backend) observed(t baton.Term) {
 	}
 }
 
-// leaderW reads the election's leader and sets a watch that fires when the
-// candidates change (or, while the election node does not exist, when it
-// is created).
+// leaderW reads the election's leader and sets a watch that fires when
+// the leader may have changed: on the leader's node while there is one,
+// so that candidates joining and leaving behind it wake no observer (the
+// leader changes only when its node goes: a candidate created later has a
+// higher sequence number); else on the election node's children, for the
+// next candidate (or, while the election node does not exist, on its
+// creation).
 func (b *backend) leaderW(ctx context.Context, name, dir string) (baton.Term, <-chan zkgo.Event, error) {
 	type listing struct {
 		kids  []string
 		watch <-chan zkgo.Event
 	}
-	for range 5 {
+	watchKids := false // the last listing found no candidate: list with a watch
+	for range 6 {
 		l, err := retryRead(b, ctx, nil, func() (listing, error) {
-			kids, _, ch, err := b.conn.ChildrenW(dir)
-			return listing{kids, ch}, err
+			if watchKids {
+				kids, _, ch, err := b.conn.ChildrenW(dir)
+				return listing{kids, ch}, err
+			}
+			kids, _, err := b.conn.Children(dir)
+			return listing{kids: kids}, err
 		})
 		if errors.Is(err, zkgo.ErrNoNode) {
 			ok, w, err := retryRead2(b, ctx, func() (bool, <-chan zkgo.Event, error) {
@@ -172,16 +184,20 @@ func (b *backend) leaderW(ctx context.Context, name, dir string) (baton.Term, <-
 		}
 		cands := orderCandidates(l.kids)
 		if len(cands) == 0 {
-			return baton.Term{Election: name}, l.watch, nil
+			if l.watch != nil {
+				return baton.Term{Election: name}, l.watch, nil
+			}
+			watchKids = true
+			continue
 		}
-		h, ok, err := b.readHead(ctx, dir+"/"+cands[0].name)
+		h, w, ok, err := b.readHead(ctx, dir+"/"+cands[0].name, true)
 		if err != nil {
 			return baton.Term{}, nil, err
 		}
 		if !ok {
-			continue // the leader left meanwhile; the watch has fired too
+			continue // the leader left meanwhile
 		}
-		return baton.Term{Election: name, Leader: h.holder, Token: h.token, Key: h.path, Since: h.since}, l.watch, nil
+		return baton.Term{Election: name, Leader: h.holder, Token: h.token, Key: h.path, Since: h.since}, w, nil
 	}
 	return baton.Term{}, nil, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("election %q keeps changing leader; look again", name)}
 }

@@ -2,6 +2,7 @@ package zk_test
 
 import (
 	"context"
+	"fmt"
 	"path"
 	"slices"
 	"testing"
@@ -56,6 +57,66 @@ func TestObserve_Handoff(t *testing.T) {
 	if got := next(); got != "-" {
 		t.Fatalf("after the last release the term is %q, want no leader", got)
 	}
+}
+
+// TestObserve_NoHerd: candidates that join and leave behind the leader
+// send an observer no watch event (it watches the leader's node, not the
+// election node's children); the leader's release sends it one, and the
+// next in line is reported.
+func TestObserve_NoHerd(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	dir := lockDir(name)
+	admin := adminConn(t, addr)
+	ctx := timeout(t, time.Minute)
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
+	var seen eventCounter // the observer's watch events, on the wire
+	obs := lockerOn(t, connect(t, addr, longTTL, seen.dial), longTTL)
+	la, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string { t.Helper(); return batontest.NextLeader(t, terms, 10*time.Second) }
+	if got := next(); got != "a" {
+		t.Fatalf("first term %q, want a", got)
+	}
+	const waiters = 4
+	outcomes := make([]<-chan acquired, waiters)
+	cancels := make([]context.CancelFunc, waiters)
+	for i := range waiters {
+		w := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder(fmt.Sprintf("w%d", i)))
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cancels[i] = cancel
+		outcomes[i] = acquireAsync(wctx, w, name)
+		waitChildren(t, admin, dir, i+2) // in line in a known order
+	}
+	for _, i := range []int{1, 3} { // two leave
+		cancels[i]()
+		<-outcomes[i]
+	}
+	waitChildren(t, admin, dir, 1+waiters-2)
+	if n := seen.n.Load(); n != 0 {
+		t.Errorf("the observer got %d watch events while candidates joined and left behind the leader; want none", n)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "w0" {
+		t.Fatalf("after a's release the term is %q, want w0", got)
+	}
+	if n := seen.n.Load(); n != 1 {
+		t.Errorf("the observer got %d watch events for one change of leader; want 1", n)
+	}
+	o := <-outcomes[0]
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	_ = o.l.Release(ctx)
 }
 
 // TestObserve_SlowReader: a reader that takes no term while leaders come
