@@ -33,9 +33,11 @@ type Observer interface {
 	// change of leader in order, including to no leader. The channel is
 	// unbuffered; a slow reader loses no change, within the backend's
 	// stated limits: the observation follows on while the reader is away
-	// (Redis keeps the last 64 changes for it, ZooKeeper queues up to
-	// 1,024 terms). It is closed when ctx ends, or when the backend can no
-	// longer observe (the caller can tell the two apart by ctx.Err()).
+	// (etcd keeps the changes in its history, and reads the keys again
+	// once it was compacted; Redis keeps the last 64 changes; ZooKeeper and
+	// PostgreSQL queue up to 1,024 terms, then drop the oldest). It is
+	// closed when ctx ends, when the Locker closes, or when the backend can
+	// no longer observe: ctx.Err() tells the first apart from the others.
 	Observe(ctx context.Context, name string) (<-chan Term, error)
 }
 
