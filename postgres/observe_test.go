@@ -578,20 +578,19 @@ func TestObserve_SlowReader_QueueCapped(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// The reader, back: the first term (which the Locker's relay took
-	// before the reader left), the one the observation was sending, and
-	// the last four it kept.
+	// before the reader left), the one the observation was sending (if
+	// it had begun to), and the last four it kept.
 	var got []string
-	for len(got) < 2+capped {
+	for quiet := false; !quiet; {
 		select {
 		case tm := <-terms:
 			got = append(got, who(tm))
-		case <-time.After(5 * time.Second):
-			t.Fatalf("observed %q, then nothing for 5s", got)
+		case <-time.After(500 * time.Millisecond):
+			quiet = true
 		}
 	}
-	expectQuiet(t, terms, 200*time.Millisecond)
-	if got[0] != "-" || strings.Join(got[2:], " ") != strings.Join(want[len(want)-capped:], " ") {
-		t.Fatalf("observed %q; want no leader, any one term, then the last %d of %q", got, capped, want)
+	if n := len(got); n < 1+capped || n > 2+capped || got[0] != "-" || strings.Join(got[n-capped:], " ") != strings.Join(want[len(want)-capped:], " ") {
+		t.Fatalf("observed %q; want no leader, perhaps one term, then the last %d of %q", got, capped, want)
 	}
 }
 

@@ -818,9 +818,9 @@ func TestObserve_RegistrationLapsed(t *testing.T) {
 func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	c := client(t, srv.Addr)
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Second
 	obs := newLocker(t, srv.Addr)
-	redis.SetObserverTiming(obs, ttl, ttl/3)
+	redis.SetObserverTiming(obs, ttl, ttl/4)
 	lockers := map[string]*baton.Locker{}
 	for _, h := range []string{"a", "b", "c"} {
 		lockers[h] = newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder(h))

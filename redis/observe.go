@@ -119,7 +119,8 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	}()
 	defer close(ch) // first: the DEL above does not hold the caller up
 	cur, last, pttl := st.value, st.last, st.pttl
-	if !b.send(ctx, k, ch, b.term(k.name, cur)) {
+	renewed := time.Now() // the registration's last renewal (Observe's state read)
+	if !b.send(ctx, k, &renewed, ch, b.term(k.name, cur)) {
 		return
 	}
 	for {
@@ -144,7 +145,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 				v, _ := m.Values["v"].(string)
 				if v != cur {
 					cur = v
-					if !b.send(ctx, k, ch, b.term(k.name, cur)) {
+					if !b.send(ctx, k, &renewed, ch, b.term(k.name, cur)) {
 						return
 					}
 				}
@@ -155,17 +156,18 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 		if err != nil {
 			return
 		}
+		renewed = time.Now()
 		pttl = now.pttl
 		if now.value != cur && now.last == last {
 			// No change is waiting in the stream, yet the holder is not
 			// the last one it named: that one expired, and the key is
 			// free or was claimed since by a plain SET whose note has
 			// not come (or never will: its client died in between).
-			if cur != "" && !b.send(ctx, k, ch, b.term(k.name, "")) {
+			if cur != "" && !b.send(ctx, k, &renewed, ch, b.term(k.name, "")) {
 				return
 			}
 			cur = now.value
-			if cur != "" && !b.send(ctx, k, ch, b.term(k.name, cur)) {
+			if cur != "" && !b.send(ctx, k, &renewed, ch, b.term(k.name, cur)) {
 				return
 			}
 		}
@@ -173,10 +175,12 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 }
 
 // send sends t on ch, unless ctx ends first. While the reader is away, it
-// renews the observers' registration every observerRefresh, so that the
-// scripts go on writing changes to the stream for this observer: a slow
-// reader then misses a change only past the stream's cap.
-func (b *backend) send(ctx context.Context, k keys, ch chan<- baton.Term, t baton.Term) bool {
+// renews the observers' registration once observerRefresh has passed
+// since the last renewal (renewed, which it updates), also across the
+// sends of one batch, so that the scripts go on writing changes to the
+// stream for this observer: a slow reader then misses a change only past
+// the stream's cap.
+func (b *backend) send(ctx context.Context, k keys, renewed *time.Time, ch chan<- baton.Term, t baton.Term) bool {
 	select {
 	case ch <- t:
 		return true
@@ -184,16 +188,18 @@ func (b *backend) send(ctx context.Context, k keys, ch chan<- baton.Term, t bato
 		return false
 	default:
 	}
-	tick := time.NewTicker(b.obsRefresh)
-	defer tick.Stop()
+	timer := time.NewTimer(time.Until(renewed.Add(b.obsRefresh)))
+	defer timer.Stop()
 	for {
 		select {
 		case ch <- t:
 			return true
 		case <-ctx.Done():
 			return false
-		case <-tick.C:
+		case <-timer.C:
 			_, _ = b.state(ctx, k) // a failure shows at the next read
+			*renewed = time.Now()
+			timer.Reset(b.obsRefresh)
 		}
 	}
 }

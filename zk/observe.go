@@ -21,16 +21,17 @@ var _ baton.Observer = (*backend)(nil)
 // leave behind a leader wake no observer: each costs an observer nothing,
 // and a change of leader one event and two reads.
 //
-// ZooKeeper watches fire once and must be set again, and go-zookeeper
-// v1.0.4 has no persistent watches (ZooKeeper 3.6's AddWatch), so a leader
-// whose whole term is shorter than one round trip between the watch firing
-// and the next listing can go unseen; terms are always reported in order,
-// and every term that outlasts that round trip is reported, also to a
-// slow reader: the observation goes on meanwhile and keeps up to 1,024
-// terms it has not taken (then the oldest go). An observation whose
-// connection stays down for the session timeout (the TTL) ends: the
-// session, and its watch, are gone, and the leader is unknown; the reader
-// gets the terms queued before, then the channel closes.
+// ZooKeeper watches fire once and must be set again, and go-zookeeper v1.0.4
+// has no persistent watches (ZooKeeper 3.6's AddWatch), so a leader whose
+// whole term is shorter than the round trip between the watch firing and the
+// next watch set can go unseen (two round trips when the election empties: a
+// listing, then one with a watch on the children); terms are always reported
+// in order, and every term that outlasts that time is reported, also to a
+// slow reader: the observation goes on meanwhile and keeps up to 1,024 terms
+// it has not taken (then the oldest go). An observation whose connection
+// stays down for the session timeout (the TTL) ends: the session, and its
+// watch, are gone, and the leader is unknown; the reader gets the terms
+// queued before, then the channel closes.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
