@@ -701,6 +701,37 @@ func TestObserve_CloseWithServerAway(t *testing.T) {
 	}
 }
 
+// TestObserve_FrozenServer_Ends: an observation whose server stops
+// answering (frozen: its socket stays open) ends within RenewEvery and the
+// request timeout, not reporting the last leader on for the 30s that
+// go-redis gives a read blocked for observerRefresh.
+func TestObserve_FrozenServer_Ends(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	const ttl, requestTimeout = time.Second, 300 * time.Millisecond
+	l := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithRequestTimeout(requestTimeout))
+	terms, err := l.Observe(timeout(t, time.Minute), "frozen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 5*time.Second); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	waitBlocked(t, client(t, srv.Addr))
+	srv.Pause()
+	defer srv.Resume()
+	paused := time.Now()
+	limit := l.Config().RenewEvery + requestTimeout
+	select {
+	case tm, ok := <-terms:
+		if ok {
+			t.Fatalf("a term with the server frozen: %+v", tm)
+		}
+		t.Logf("the observation ended %v after the freeze (RenewEvery + request timeout: %v)", time.Since(paused).Round(time.Millisecond), limit)
+	case <-time.After(limit + 2*time.Second):
+		t.Fatalf("the observation still runs %v after the server froze", limit+2*time.Second)
+	}
+}
+
 // waitBlocked waits until a client of c's server is blocked (an
 // observer's XREAD).
 func waitBlocked(t *testing.T, c *goredis.Client) {

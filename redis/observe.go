@@ -31,19 +31,22 @@ const (
 // could reach Redis for observerTTL), changes made meanwhile are not in the
 // stream: the next observer to look appends the holder there is then, so
 // every observer goes on from the holder there is, having missed the terms
-// in between. An observer whose reader is away keeps the registration
-// alive (see send): the stream's cap (about 64 entries) is the limit on
-// what a slow reader can miss. A lease that expires writes nothing; the observer reads the lock's
-// state again when the holder's PTTL runs out, and when the holder it finds
-// is not the last one the stream named and no change is waiting in the
-// stream, the old holder's key must have expired: it reports a term with no
-// leader, then the holder it found, if any. That holder took the key with a
-// claim (a plain SET, see Acquire), whose note follows in a moment unless
-// its client died first; while the lock is free the observer reads its state
-// every observerRefresh, which bounds how late such a holder is reported. A
-// claim that finds a waiter queued gives it the key with a release one round
-// trip later: an observer that looked in between reports the claimer as a
-// holder for that moment.
+// in between. An observer whose reader is away keeps the registration alive
+// (see send): the stream's cap (about 64 entries) is the limit on what a
+// slow reader can miss. A lease that expires writes nothing; the observer
+// reads the lock's state again when the holder's PTTL runs out, and when the
+// holder it finds is not the last one the stream named and no change is
+// waiting in the stream, the old holder's key must have expired: it reports
+// a term with no leader, then the holder it found, if any. That holder took
+// the key with a claim (a plain SET, see Acquire), whose note follows in a
+// moment unless its client died first; while the lock is free the observer
+// reads its state every RenewEvery (at most observerRefresh), which bounds
+// how late such a holder is reported. A claim that finds a waiter queued
+// gives it the key with a release one round trip later: an observer that
+// looked in between reports the claimer as a holder for that moment. An
+// observation whose server stops answering ends within RenewEvery and the
+// request timeout (on a client with ContextTimeoutEnabled, as Open's; else
+// go-redis ends the blocked read 10s after its block).
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -124,12 +127,18 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 		return
 	}
 	for {
-		// Wait for the next change, or for the holder's key to run out.
-		block := b.obsRefresh
+		// Wait for the next change, or for the holder's key to run out,
+		// at most RenewEvery: a server that stops answering ends the
+		// observation within RenewEvery and the request timeout (on a
+		// client with ContextTimeoutEnabled, as Open's; go-redis ends a
+		// blocked read 10s after its block otherwise).
+		block := min(b.obsRefresh, b.cfg.RenewEvery)
 		if cur != "" && pttl >= 0 { // a key without a TTL (set by hand) never runs out
 			block = min(block, max(pttl+5*time.Millisecond, 10*time.Millisecond))
 		}
-		res, err := b.client.XRead(ctx, &goredis.XReadArgs{Streams: []string{k.o, quit, last, "0-0"}, Block: block, Count: 64}).Result()
+		rctx, cancel := context.WithTimeout(ctx, block+b.cfg.RequestTimeout)
+		res, err := b.client.XRead(rctx, &goredis.XReadArgs{Streams: []string{k.o, quit, last, "0-0"}, Block: block, Count: 64}).Result()
+		cancel()
 		if ctx.Err() != nil {
 			return
 		}
