@@ -32,9 +32,11 @@ const (
 	passingMax = time.Second
 )
 
-// errNotObservable means the lock table cannot be observed until someone
-// changes it: it is missing, or lacks the observers' triggers.
-var errNotObservable = errors.New("elections on this lock table cannot be observed")
+// ErrNotObservable means the lock table cannot be observed until someone
+// changes it: it is missing, or lacks the observers' triggers and this
+// user may not add them. Observe returns it without baton.ErrUnavailable:
+// trying again will not help until the table's owner runs Init.
+var ErrNotObservable = errors.New("elections on this lock table cannot be observed")
 
 // Observe implements baton.Observer: it reports the terms of the election
 // name (the lock of that name), the current one at once, then every change
@@ -91,7 +93,11 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 		o.drop()
 		b.untrackObserver(o)
 		close(o.done)
-		err = b.fail(octx, fmt.Sprintf("observe %q", name), err)
+		if errors.Is(err, ErrNotObservable) && octx.Err() == nil {
+			err = fmt.Errorf("%s: observe %q: %w", b.where, name, err)
+		} else {
+			err = b.fail(octx, fmt.Sprintf("observe %q", name), err)
+		}
 		stop(nil)
 		return nil, err
 	}
@@ -202,7 +208,7 @@ func (o *observer) connect(ctx context.Context) error {
 		return err
 	}
 	if oid == nil {
-		return fmt.Errorf("%w: the lock table %s does not exist; create it with postgres.Init", errNotObservable, o.b.n.table)
+		return fmt.Errorf("%w: the lock table %s does not exist; create it with postgres.Init", ErrNotObservable, o.b.n.table)
 	}
 	if triggers != 2 {
 		// The first observer of the table adds the triggers that notify
@@ -210,7 +216,7 @@ func (o *observer) connect(ctx context.Context) error {
 		if err := o.addTriggers(cctx, conn); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
-				return fmt.Errorf("%w: the lock table %s lacks the triggers that notify observers, and this user may not add them (%v); add them as the table's owner: postgres.Init, or one `baton elect --observe NAME` run as the owner", errNotObservable, o.b.n.table, err)
+				return fmt.Errorf("%w: the lock table %s lacks the triggers that notify observers, and this user may not add them (%v); add them as the table's owner: postgres.Init, or one `baton elect --observe NAME` run as the owner", ErrNotObservable, o.b.n.table, err)
 			}
 			return fmt.Errorf("add the observers' triggers to %s: %w", o.b.n.table, err) // transient: a lock wait, a lost connection
 		}
@@ -553,7 +559,7 @@ func (o *observer) term(s rowState) baton.Term {
 // a timeout, a closed connection, the server restarting or short of
 // resources. Others (a table gone, a privilege missing) stay.
 func transient(err error) bool {
-	if errors.Is(err, errNotObservable) {
+	if errors.Is(err, ErrNotObservable) {
 		return false
 	}
 	var pgErr *pgconn.PgError

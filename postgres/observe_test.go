@@ -473,8 +473,8 @@ func TestObserve_NoTriggers(t *testing.T) {
 		t.Fatalf("Acquire without the observers' triggers: %v", err)
 	}
 	_, err = app.Observe(timeout(t, 10*time.Second), "x")
-	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "postgres.Init") {
-		t.Fatalf("Observe without the triggers: %v; want ErrUnavailable, naming postgres.Init", err)
+	if !errors.Is(err, postgres.ErrNotObservable) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "postgres.Init") {
+		t.Fatalf("Observe without the triggers: %v; want ErrNotObservable, not ErrUnavailable (trying again will not help), naming postgres.Init", err)
 	}
 	if err := postgres.Init(timeout(t, 10*time.Second), admin, ""); err != nil {
 		t.Fatal(err)
