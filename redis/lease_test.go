@@ -732,6 +732,36 @@ func TestObserve_FrozenServer_Ends(t *testing.T) {
 	}
 }
 
+// TestObserve_StreamWentBack: after a failover to a replica that lacked
+// the stream's last entries, its end is below the entry the observer read
+// last, and entries added after it would come with lower IDs than that
+// one, which its XREAD would never return. The observer goes on from the
+// stream's end and reports the holder there is.
+func TestObserve_StreamWentBack(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	la, next := observedHold(t, srv.Addr, "failover")
+	ctx := timeout(t, 10*time.Second)
+	// What the replica had: b holds the lock, and the stream's last entry
+	// is an old one, with an ID below every one the observer read.
+	stream := "{" + la.Key() + "}:o"
+	b := rediskit.NewValue("b")
+	if _, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.Del(ctx, stream)
+		p.XAdd(ctx, &goredis.XAddArgs{Stream: stream, ID: "1-1", Values: []string{"v", b}})
+		p.Set(ctx, la.Key(), b, 5*time.Second)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got != "-" {
+		t.Fatalf("after the failover the term is %q, want no leader (a's term ended unseen)", got)
+	}
+	if got := next(); got != "b" {
+		t.Fatalf("then the term is %q, want b", got)
+	}
+}
+
 // waitBlocked waits until a client of c's server is blocked (an
 // observer's XREAD).
 func waitBlocked(t *testing.T, c *goredis.Client) {

@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -167,6 +169,13 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 		}
 		renewed = time.Now()
 		pttl = now.pttl
+		if streamIDLess(now.last, last) {
+			// The stream went back (a failover to a replica that had not
+			// got its last entries, or a server whose clock is behind):
+			// entries after its new end would come with IDs below ours,
+			// which XREAD from ours would never return. Go on from its end.
+			last = now.last
+		}
 		if now.value != cur && now.last == last {
 			// No change is waiting in the stream, yet the holder is not
 			// the last one it named: that one expired, and the key is
@@ -181,6 +190,24 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			}
 		}
 	}
+}
+
+// streamIDLess reports whether stream entry ID a ("ms-seq") comes before
+// b. An ID that does not parse is not less.
+func streamIDLess(a, b string) bool {
+	ams, aseq, aok := parseStreamID(a)
+	bms, bseq, bok := parseStreamID(b)
+	return aok && bok && (ams < bms || ams == bms && aseq < bseq)
+}
+
+func parseStreamID(id string) (ms, seq uint64, ok bool) {
+	m, s, found := strings.Cut(id, "-")
+	if !found {
+		return 0, 0, false
+	}
+	ms, err1 := strconv.ParseUint(m, 10, 64)
+	seq, err2 := strconv.ParseUint(s, 10, 64)
+	return ms, seq, err1 == nil && err2 == nil
 }
 
 // send sends t on ch, unless ctx ends first. While the reader is away, it

@@ -146,3 +146,25 @@ func TestReleaseScript_LeaverBehindDeadEntries(t *testing.T) {
 		}
 	})
 }
+
+// TestStreamIDLess: stream entry IDs compare by milliseconds, then by
+// sequence, as numbers; IDs that do not parse never compare less.
+func TestStreamIDLess(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"1-0", "2-0", true},
+		{"2-0", "1-0", false},
+		{"5-1", "5-2", true},
+		{"5-2", "5-2", false},
+		{"9-0", "10-0", true}, // as numbers, not strings
+		{"0-0", "1700000000000-0", true},
+		{"x", "1-0", false},
+		{"1-0", "", false},
+	} {
+		if got := streamIDLess(c.a, c.b); got != c.want {
+			t.Errorf("streamIDLess(%q, %q) = %v; want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
