@@ -20,7 +20,8 @@ var _ baton.Observer = (*backend)(nil)
 // create revision changes. Unlike concurrency.Election.Observe, it reports a term
 // with no leader when the last key goes, and it ends when the cluster stops
 // answering (a quorum read every RenewEvery), where a watch would stay open
-// and silent, reporting a leader that may be long gone.
+// and silent, reporting a leader that may be long gone; the change it was
+// handing a slow reader then still reaches it first.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -62,9 +63,23 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 	probed := make(chan struct{})
 	go func() { defer close(probed); b.probe(octx, pfx, end) }()
 	defer func() { end(); <-probed }()
+	// send hands the reader a term, unless the observation ends first.
+	// One that ends because the cluster stopped answering still hands
+	// over the term it was sending: that change happened, and is the last
+	// the observation knows; only the caller's end (ctx) drops it.
+	caller := ctx
+	send := func(t baton.Term) bool {
+		if sendTerm(octx, ch, t) {
+			return true
+		}
+		if caller.Err() == nil {
+			sendTerm(caller, ch, t)
+		}
+		return false
+	}
 	ctx = octx
 	cur := term(name, keys)
-	if !send(ctx, ch, cur) {
+	if !send(cur) {
 		return
 	}
 	for {
@@ -100,7 +115,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 				}
 				if next := term(name, keys); next.Key != cur.Key {
 					cur = next
-					if !send(ctx, ch, cur) {
+					if !send(cur) {
 						return
 					}
 				}
@@ -125,7 +140,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		}
 		if next := term(name, keys); next.Key != cur.Key {
 			cur = next
-			if !send(ctx, ch, cur) {
+			if !send(cur) {
 				return
 			}
 		}
@@ -169,7 +184,7 @@ func term(name string, keys map[string]*mvccpb.KeyValue) baton.Term {
 	return baton.Term{Election: name, Leader: v.Holder, Token: baton.Token(first.CreateRevision), Key: string(first.Key), Since: v.Since}
 }
 
-func send(ctx context.Context, ch chan<- baton.Term, t baton.Term) bool {
+func sendTerm(ctx context.Context, ch chan<- baton.Term, t baton.Term) bool {
 	select {
 	case ch <- t:
 		return true

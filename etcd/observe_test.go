@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -180,5 +181,46 @@ func TestObserve_ClusterGone(t *testing.T) {
 		t.Logf("the observation ended %v after the member stopped", time.Since(stopped).Round(time.Millisecond))
 	case <-time.After(cfg.RenewEvery + cfg.RequestTimeout + 5*time.Second):
 		t.Fatal("the observation goes on with the only member stopped")
+	}
+}
+
+// TestObserve_ClusterGone_KeepsSeenTerm: a reader away while the leader
+// changed, and then the cluster stopped answering, still gets the change
+// the observation had seen and was waiting to hand it, then the end; the
+// observation used to drop it as it ended.
+func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	h := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
+	g := newLocker(t, srv.Endpoint, baton.WithHolder("g"))
+	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second))
+	ctx := timeout(t, 60*time.Second)
+	lh, err := h.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; tm.Leader != "h" {
+		t.Fatalf("first term %+v, want h", tm)
+	}
+	// The reader is away: the Locker's relay takes the next term (no
+	// leader), and the observation waits to hand it the one after (g).
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Acquire(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	cfg := obs.Locker().Config()
+	time.Sleep(cfg.RenewEvery + cfg.RequestTimeout + time.Second) // the bound in which the observation ends
+	var got []string
+	for tm := range terms {
+		got = append(got, tm.Leader)
+	}
+	if want := []string{"", "g"}; !slices.Equal(got, want) {
+		t.Fatalf("after the cluster went, the reader got leaders %q, then the end; want %q", got, want)
 	}
 }
