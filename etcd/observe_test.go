@@ -119,17 +119,7 @@ func TestObserve_MemberLosesLeader(t *testing.T) {
 	holder := newLocker(t, ms[0].Endpoint, baton.WithHolder("h"))
 	obs := newLocker(t, ms[2].Endpoint, baton.WithHolder("obs"))
 	ctx := timeout(t, 60*time.Second)
-	lease, err := holder.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	terms, err := obs.Observe(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tm := <-terms; tm.Leader != "h" {
-		t.Fatalf("first term %+v, want h leading", tm)
-	}
+	lease, terms := heldAndObserved(t, ctx, holder, obs)
 	_ = lease.Release(ctx)
 	if tm := <-terms; !tm.NoLeader() {
 		t.Fatalf("term after release %+v, want no leader", tm)
@@ -160,16 +150,7 @@ func TestObserve_ClusterGone(t *testing.T) {
 	holder := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
 	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second))
 	ctx := timeout(t, 60*time.Second)
-	if _, err := holder.Acquire(ctx, "job"); err != nil {
-		t.Fatal(err)
-	}
-	terms, err := obs.Observe(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tm := <-terms; tm.Leader != "h" {
-		t.Fatalf("first term %+v, want h", tm)
-	}
+	_, terms := heldAndObserved(t, ctx, holder, obs)
 	srv.Stop()
 	stopped := time.Now()
 	cfg := obs.Locker().Config()
@@ -194,17 +175,7 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 	g := newLocker(t, srv.Endpoint, baton.WithHolder("g"))
 	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second))
 	ctx := timeout(t, 60*time.Second)
-	lh, err := h.Acquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	terms, err := obs.Observe(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tm := <-terms; tm.Leader != "h" {
-		t.Fatalf("first term %+v, want h", tm)
-	}
+	lh, terms := heldAndObserved(t, ctx, h, obs)
 	// The reader is away: the Locker's relay takes the next term (no
 	// leader), and the observation waits to hand it the one after (g).
 	if err := lh.Release(ctx); err != nil {
@@ -223,4 +194,23 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 	if want := []string{"", "g"}; !slices.Equal(got, want) {
 		t.Fatalf("after the cluster went, the reader got leaders %q, then the end; want %q", got, want)
 	}
+}
+
+// heldAndObserved has holder take the lock "job" and obs observe it, and
+// checks the first term: holder's, named "h". It returns the lease and the
+// terms.
+func heldAndObserved(t *testing.T, ctx context.Context, holder, obs *baton.FencedLocker) (*baton.FencedLease, <-chan baton.Term) {
+	t.Helper()
+	lease, err := holder.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; tm.Leader != "h" {
+		t.Fatalf("first term %+v, want h leading", tm)
+	}
+	return lease, terms
 }
