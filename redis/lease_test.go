@@ -674,16 +674,7 @@ func TestObserve_CloseWithServerAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	terms, err := l.Observe(context.Background(), "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := batontest.NextLeader(t, terms, 5*time.Second); got != "-" {
-		t.Fatalf("first term %q, want no leader", got)
-	}
-	waitBlocked(t, client(t, srv.Addr))
-	srv.Pause()
-	defer srv.Resume()
+	terms := observeThenFreeze(t, context.Background(), l, srv, "idle")
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	select {
@@ -709,16 +700,7 @@ func TestObserve_FrozenServer_Ends(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	const ttl, requestTimeout = time.Second, 300 * time.Millisecond
 	l := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithRequestTimeout(requestTimeout))
-	terms, err := l.Observe(timeout(t, time.Minute), "frozen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := batontest.NextLeader(t, terms, 5*time.Second); got != "-" {
-		t.Fatalf("first term %q, want no leader", got)
-	}
-	waitBlocked(t, client(t, srv.Addr))
-	srv.Pause()
-	defer srv.Resume()
+	terms := observeThenFreeze(t, timeout(t, time.Minute), l, srv, "frozen")
 	paused := time.Now()
 	limit := l.Config().RenewEvery + requestTimeout
 	select {
@@ -760,6 +742,24 @@ func TestObserve_StreamWentBack(t *testing.T) {
 	if got := next(); got != "b" {
 		t.Fatalf("then the term is %q, want b", got)
 	}
+}
+
+// observeThenFreeze has l observe name, a free lock, on srv, and once the
+// observer's read is blocked on the server, freezes the server until t
+// ends. It returns the terms after the first (no leader).
+func observeThenFreeze(t *testing.T, ctx context.Context, l *baton.Locker, srv *testsvc.Redis, name string) <-chan baton.Term {
+	t.Helper()
+	terms, err := l.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 5*time.Second); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	waitBlocked(t, client(t, srv.Addr))
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	return terms
 }
 
 // waitBlocked waits until a client of c's server is blocked (an
