@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/obsend"
 )
 
 var _ baton.Observer = (*backend)(nil)
@@ -98,6 +99,9 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 				if noLeader || errors.Is(err, rpctypes.ErrCompacted) {
 					break // read the keys again below
 				}
+				if ctx.Err() == nil {
+					obsend.Warn(b.cfg.Logger, "its watch failed", "election", name, "err", err)
+				}
 				return
 			}
 			for i, ev := range wr.Events {
@@ -136,6 +140,9 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		// fresh read; one that fails ends the observation.
 		var err error
 		if keys, rev, err = b.snapshot(ctx, pfx); err != nil {
+			if ctx.Err() == nil {
+				obsend.Warn(b.cfg.Logger, "it could not read the election's keys again", "election", name, "err", err)
+			}
 			return
 		}
 		if next := term(name, keys); next.Key != cur.Key {
@@ -163,6 +170,7 @@ func (b *backend) probe(ctx context.Context, pfx string, end context.CancelFunc)
 		_, err := b.client.Get(octx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err != nil && ctx.Err() == nil {
+			obsend.Warn(b.cfg.Logger, "the cluster did not answer a quorum read", "prefix", pfx, "err", err)
 			end()
 			return
 		}

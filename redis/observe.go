@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/obsend"
 	"github.com/baton-go/baton/internal/rediskit"
 )
 
@@ -145,6 +146,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			return
 		}
 		if err != nil && !errors.Is(err, goredis.Nil) {
+			obsend.Warn(b.cfg.Logger, "Redis did not answer its read of the changes", "election", k.name, "err", err)
 			return
 		}
 		for _, s := range res {
@@ -165,6 +167,9 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 		// Look at the key: an expired holder left no entry.
 		now, err := b.state(ctx, k)
 		if err != nil {
+			if ctx.Err() == nil {
+				obsend.Warn(b.cfg.Logger, "Redis did not answer its read of the lock", "election", k.name, "err", err)
+			}
 			return
 		}
 		renewed = time.Now()

@@ -9,6 +9,7 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/obsend"
 )
 
 var _ baton.Observer = (*backend)(nil)
@@ -92,6 +93,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			}
 			continue
 		case <-down.C:
+			obsend.Warn(b.cfg.Logger, "the connection stayed down for the session timeout", "election", name, "ttl", b.cfg.TTL)
 			flush(ctx, b.life, ch, queue)
 			return
 		case _, ok := <-watch:
@@ -99,6 +101,9 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 				// The connection closed, or a new session lost the
 				// watch: look again below, once connected.
 				if err := b.waitConnected(ctx, time.Now().Add(b.cfg.RequestTimeout)); err != nil {
+					if ctx.Err() == nil && b.life.Err() == nil {
+						obsend.Warn(b.cfg.Logger, "its watch ended and the connection did not come back", "election", name, "err", err)
+					}
 					flush(ctx, b.life, ch, queue)
 					return
 				}
@@ -106,6 +111,9 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 		}
 		next, w, err := b.leaderW(ctx, name, dir)
 		if err != nil {
+			if ctx.Err() == nil && b.life.Err() == nil {
+				obsend.Warn(b.cfg.Logger, "it could not read the election", "election", name, "err", err)
+			}
 			flush(ctx, b.life, ch, queue)
 			return
 		}

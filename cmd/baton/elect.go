@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/obsend"
 )
 
 // electFlags are baton elect's flags: the shared ones and its own.
@@ -284,7 +288,9 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
-	locker, err := openBackend(cmd, g, f.backend, lookOptions(f.backend)...)
+	logger := g.logger(cmd.ErrOrStderr())
+	ended := &endReason{Handler: logger.Handler(), held: &heldReason{}}
+	locker, err := openLogged(cmd, slog.New(ended), f.backend, lookOptions(f.backend)...)
 	if err != nil {
 		return err
 	}
@@ -303,10 +309,73 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	if ctx.Err() != nil {
 		return nil // interrupted: the normal way to stop observing
 	}
-	// The backend gave up: the service stopped answering, or the session
-	// the observation was made on ended (exit 69, as a service that is
-	// unreachable at the start).
-	return &baton.UnavailableError{Where: "lock service " + baton.Redact(f.backend), Err: fmt.Errorf("observation of %s ended: the lock service stopped answering, or the session the observation was made on ended", name)}
+	// The backend gave up: the service stopped answering, the session the
+	// observation was made on ended, or the election can no longer be
+	// observed (exit 69, as a service that is unreachable at the start),
+	// as the backend's warning, held back for this one line, says.
+	why := ended.reason()
+	if why == "" {
+		why = "the lock service stopped answering, or the session the observation was made on ended"
+	}
+	return &baton.UnavailableError{Where: "lock service " + baton.Redact(f.backend), Err: fmt.Errorf("observation of %s ended: %s", name, why)}
+}
+
+// endReason is a slog.Handler that holds back a backend's warning that an
+// observation ended (see obsend), keeping its reason for baton's one line
+// at any log level, and passes every other record on as the log level
+// says.
+type endReason struct {
+	slog.Handler
+	held *heldReason // shared with the handlers WithAttrs and WithGroup make
+}
+
+// heldReason is the first reason an endReason held back.
+type heldReason struct {
+	mu  sync.Mutex
+	why string
+}
+
+// Enabled lets warnings through whatever the log level, to look for the
+// one that says why the observation ended.
+func (e *endReason) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelWarn || e.Handler.Enabled(ctx, level)
+}
+
+func (e *endReason) Handle(ctx context.Context, r slog.Record) error {
+	why, ok := strings.CutPrefix(r.Message, obsend.Prefix)
+	if !ok {
+		if !e.Handler.Enabled(ctx, r.Level) {
+			return nil
+		}
+		return e.Handler.Handle(ctx, r)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			why += ": " + a.Value.String()
+			return false
+		}
+		return true
+	})
+	e.held.mu.Lock()
+	if e.held.why == "" {
+		e.held.why = why
+	}
+	e.held.mu.Unlock()
+	return nil
+}
+
+func (e *endReason) WithAttrs(as []slog.Attr) slog.Handler {
+	return &endReason{Handler: e.Handler.WithAttrs(as), held: e.held}
+}
+
+func (e *endReason) WithGroup(name string) slog.Handler {
+	return &endReason{Handler: e.Handler.WithGroup(name), held: e.held}
+}
+
+func (e *endReason) reason() string {
+	e.held.mu.Lock()
+	defer e.held.mu.Unlock()
+	return e.held.why
 }
 
 func printTerm(w io.Writer, asJSON bool, t baton.Term) error {

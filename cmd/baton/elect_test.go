@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/sqlite"
+	"github.com/baton-go/baton/internal/obsend"
 	"github.com/baton-go/baton/internal/proc"
 	"github.com/baton-go/baton/internal/testsvc"
 )
@@ -452,7 +454,8 @@ func TestElect_FenceAhead(t *testing.T) {
 // TestElect_ObserveOnRedis: on a backend without tokens the leader's line
 // shows none (not "token 0"), and an observation the backend gives up on
 // (the server killed) ends with exit 69 and one line, as a service that is
-// unreachable from the start does.
+// unreachable from the start does, saying why (the backend's warning,
+// held back for it).
 func TestElect_ObserveOnRedis(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	obs := startBaton(t, "elect", "--observe", "--backend", srv.URL(), "mailer")
@@ -468,8 +471,8 @@ func TestElect_ObserveOnRedis(t *testing.T) {
 
 	srv.Kill()
 	r := obs.wait(t)
-	if r.code != exitUnavailable || !strings.Contains(r.stderr, "observation of mailer ended") {
-		t.Fatalf("observer exit %d, stderr %q, after the server was killed; want 69", r.code, r.stderr)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "observation of mailer ended: Redis did not answer") {
+		t.Fatalf("observer exit %d, stderr %q, after the server was killed; want 69, saying why the observation ended", r.code, r.stderr)
 	}
 	oneLine(t, r)
 }
@@ -517,5 +520,26 @@ func TestElect_LostThenSignaled(t *testing.T) {
 	}
 	if r := run.wait(t); r.code != exitLeaseLost {
 		t.Fatalf("exit %d, want %d; stderr %q", r.code, exitLeaseLost, r.stderr)
+	}
+}
+
+// TestEndReason: the handler elect --observe logs through holds back a
+// backend's warning that the observation ended, whatever the log level,
+// also from a logger made With attributes, and keeps the first reason with
+// its error; other records pass as the log level says.
+func TestEndReason(t *testing.T) {
+	var out strings.Builder
+	base := slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelError})
+	e := &endReason{Handler: base, held: &heldReason{}}
+	l := slog.New(e)
+	l.Warn("some other warning")
+	l.Error("an error")
+	obsend.Warn(l.With("client", "x"), "the server went away", "election", "job", "err", errors.New("EOF"))
+	obsend.Warn(l, "a later reason")
+	if got, want := e.reason(), "the server went away: EOF"; got != want {
+		t.Errorf("reason %q; want %q", got, want)
+	}
+	if s := out.String(); !strings.Contains(s, "an error") || strings.Contains(s, "some other warning") || strings.Contains(s, obsend.Prefix) {
+		t.Errorf("printed %q; want the error only", s)
 	}
 }

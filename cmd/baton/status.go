@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -94,7 +95,12 @@ var openers = backends.All()
 // openBackend opens the backend URL with the logger, saying what to do when
 // it cannot be reached.
 func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.Option) (*baton.Locker, error) {
-	opts = append(opts, baton.WithLogger(g.logger(cmd.ErrOrStderr())))
+	return openLogged(cmd, g.logger(cmd.ErrOrStderr()), backend, opts...)
+}
+
+// openLogged is openBackend with the Locker's logger.
+func openLogged(cmd *cobra.Command, logger *slog.Logger, backend string, opts ...baton.Option) (*baton.Locker, error) {
+	opts = append(opts, baton.WithLogger(logger))
 	locker, err := openers.Open(cmd.Context(), backend, opts...)
 	return locker, withHint(backend, interrupted(cmd.Context(), err, "while connecting to "+baton.Redact(backend)))
 }
