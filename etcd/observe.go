@@ -62,7 +62,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 	// one that fails ends the observation, through octx.
 	octx, end := context.WithCancel(ctx)
 	probed := make(chan struct{})
-	go func() { defer close(probed); b.probe(octx, pfx, end) }()
+	go func() { defer close(probed); b.probe(octx, name, pfx, end) }()
 	defer func() { end(); <-probed }()
 	// send hands the reader a term, unless the observation ends first.
 	// One that ends because the cluster stopped answering still hands
@@ -157,7 +157,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 // probe, owned by observe, ends the observation (end) when the cluster
 // does not answer a quorum read of the election's keys within the request
 // timeout, asking every RenewEvery until ctx ends.
-func (b *backend) probe(ctx context.Context, pfx string, end context.CancelFunc) {
+func (b *backend) probe(ctx context.Context, name, pfx string, end context.CancelFunc) {
 	tick := time.NewTicker(b.cfg.RenewEvery)
 	defer tick.Stop()
 	for {
@@ -170,7 +170,7 @@ func (b *backend) probe(ctx context.Context, pfx string, end context.CancelFunc)
 		_, err := b.client.Get(octx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			obsend.Warn(b.cfg.Logger, "the cluster did not answer a quorum read", "prefix", pfx, "err", err)
+			obsend.Warn(b.cfg.Logger, "the cluster did not answer a quorum read", "election", name, "err", err)
 			end()
 			return
 		}

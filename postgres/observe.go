@@ -61,11 +61,11 @@ var ErrNotObservable = errors.New("elections on this lock table cannot be observ
 // closing the channel, when ctx ends, when the Locker is closed, when
 // the table can no longer be observed (dropped, or a privilege revoked),
 // or when the database has not answered for one TTL; a lost connection is
-// made again meanwhile. Observe fails (with an error wrapping
-// baton.ErrUnavailable) when the database cannot be reached, or when the
-// lease table lacks the observers' triggers and this user may not add them
-// (only the table's owner may: run Init, or one Observe, as the owner; the
-// CLI's `baton elect --observe NAME` is one).
+// made again meanwhile. Observe fails with an error wrapping
+// baton.ErrUnavailable when the database cannot be reached, and with
+// ErrNotObservable when the lease table lacks the observers' triggers and
+// this user may not add them (only the table's owner may: run Init, or one
+// Observe, as the owner; the CLI's `baton elect --observe NAME` is one).
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err

@@ -693,22 +693,23 @@ func TestObserve_CloseWithServerAway(t *testing.T) {
 }
 
 // TestObserve_FrozenServer_Ends: an observation whose server stops
-// answering (frozen: its socket stays open) ends within RenewEvery and the
-// request timeout, not reporting the last leader on for the 30s that
-// go-redis gives a read blocked for observerRefresh.
+// answering (frozen: its socket stays open) ends within RenewEvery and
+// twice the request timeout (its read, then its look at the key), not
+// reporting the last leader on for the 30s that go-redis gives a read
+// blocked for observerRefresh.
 func TestObserve_FrozenServer_Ends(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	const ttl, requestTimeout = time.Second, 300 * time.Millisecond
 	l := newLocker(t, srv.Addr, baton.WithTTL(ttl), baton.WithRequestTimeout(requestTimeout))
 	terms := observeThenFreeze(t, timeout(t, time.Minute), l, srv, "frozen")
 	paused := time.Now()
-	limit := l.Config().RenewEvery + requestTimeout
+	limit := l.Config().RenewEvery + 2*requestTimeout
 	select {
 	case tm, ok := <-terms:
 		if ok {
 			t.Fatalf("a term with the server frozen: %+v", tm)
 		}
-		t.Logf("the observation ended %v after the freeze (RenewEvery + request timeout: %v)", time.Since(paused).Round(time.Millisecond), limit)
+		t.Logf("the observation ended %v after the freeze (RenewEvery + 2 x request timeout: %v)", time.Since(paused).Round(time.Millisecond), limit)
 	case <-time.After(limit + 2*time.Second):
 		t.Fatalf("the observation still runs %v after the server froze", limit+2*time.Second)
 	}

@@ -47,9 +47,9 @@ const (
 // how late such a holder is reported. A claim that finds a waiter queued
 // gives it the key with a release one round trip later: an observer that
 // looked in between reports the claimer as a holder for that moment. An
-// observation whose server stops answering ends within RenewEvery and the
-// request timeout (on a client with ContextTimeoutEnabled, as Open's; else
-// go-redis ends the blocked read 10s after its block).
+// observation whose server stops answering ends within RenewEvery and
+// twice the request timeout (on a client with ContextTimeoutEnabled, as
+// Open's; else go-redis ends the blocked read 10s after its block).
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -132,20 +132,28 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	for {
 		// Wait for the next change, or for the holder's key to run out,
 		// at most RenewEvery: a server that stops answering ends the
-		// observation within RenewEvery and the request timeout (on a
-		// client with ContextTimeoutEnabled, as Open's; go-redis ends a
-		// blocked read 10s after its block otherwise).
+		// observation within RenewEvery and twice the request timeout
+		// (the read's, then the look's at the key; on a client with
+		// ContextTimeoutEnabled, as Open's: go-redis ends a blocked read
+		// 10s after its block otherwise).
 		block := min(b.obsRefresh, b.cfg.RenewEvery)
 		if cur != "" && pttl >= 0 { // a key without a TTL (set by hand) never runs out
-			block = min(block, max(pttl+5*time.Millisecond, 10*time.Millisecond))
+			block = min(block, pttl+5*time.Millisecond)
 		}
+		block = max(block, 10*time.Millisecond) // BLOCK counts whole ms; 0 would wait for ever
 		rctx, cancel := context.WithTimeout(ctx, block+b.cfg.RequestTimeout)
 		res, err := b.client.XRead(rctx, &goredis.XReadArgs{Streams: []string{k.o, quit, last, "0-0"}, Block: block, Count: 64}).Result()
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && !errors.Is(err, goredis.Nil) {
+		switch {
+		case err == nil, errors.Is(err, goredis.Nil):
+		case rediskit.TimedOut(err):
+			// A late answer, or none: the look at the key below, bounded
+			// by the request timeout, says whether Redis still answers.
+			res = nil
+		default:
 			obsend.Warn(b.cfg.Logger, "Redis did not answer its read of the changes", "election", k.name, "err", err)
 			return
 		}

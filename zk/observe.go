@@ -93,7 +93,9 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			}
 			continue
 		case <-down.C:
-			obsend.Warn(b.cfg.Logger, "the connection stayed down for the session timeout", "election", name, "ttl", b.cfg.TTL)
+			if ctx.Err() == nil && b.life.Err() == nil {
+				obsend.Warn(b.cfg.Logger, "the connection stayed down for the session timeout", "election", name, "ttl", b.cfg.TTL)
+			}
 			flush(ctx, b.life, ch, queue)
 			return
 		case _, ok := <-watch:

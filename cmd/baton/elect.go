@@ -65,7 +65,9 @@ rebuilt): elect exits 77, saying so, since no later term would fare better.
 With --observe, elect does not campaign: it prints the current leader and
 then every change of leader, including "no leader", one line each (with the
 leader's token on fenced backends), until interrupted (exit 0) or until the
-lock service stops answering or the observation's session ends (exit 69).`,
+lock service stops answering or the observation's session ends (exit 69,
+saying why). A PostgreSQL lock table that cannot be observed at the start
+(no observers' triggers, which this user may not add) is exit 1.`,
 		Example: `  # on every server: one runs the mailer at a time
   baton elect --backend etcd://10.0.0.1:2379 mailer -- ./mailer
 
