@@ -99,9 +99,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 				if noLeader || errors.Is(err, rpctypes.ErrCompacted) {
 					break // read the keys again below
 				}
-				if ctx.Err() == nil {
-					obsend.Warn(b.cfg.Logger, "its watch failed", "election", name, "err", err)
-				}
+				obsend.Warn(ctx, b.cfg.Logger, "its watch failed", "election", name, "err", err)
 				return
 			}
 			for i, ev := range wr.Events {
@@ -140,9 +138,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		// fresh read; one that fails ends the observation.
 		var err error
 		if keys, rev, err = b.snapshot(ctx, pfx); err != nil {
-			if ctx.Err() == nil {
-				obsend.Warn(b.cfg.Logger, "it could not read the election's keys again", "election", name, "err", err)
-			}
+			obsend.Warn(ctx, b.cfg.Logger, "it could not read the election's keys again", "election", name, "err", err)
 			return
 		}
 		if next := term(name, keys); next.Key != cur.Key {
@@ -170,7 +166,7 @@ func (b *backend) probe(ctx context.Context, name, pfx string, end context.Cance
 		_, err := b.client.Get(octx, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			obsend.Warn(b.cfg.Logger, "the cluster did not answer a quorum read", "election", name, "err", err)
+			obsend.Warn(ctx, b.cfg.Logger, "the cluster did not answer a quorum read", "election", name, "err", err)
 			end()
 			return
 		}

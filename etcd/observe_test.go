@@ -2,12 +2,16 @@ package etcd_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/obsend"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -173,7 +177,8 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	h := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
 	g := newLocker(t, srv.Endpoint, baton.WithHolder("g"))
-	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second))
+	stopped := &stopSignal{stopped: make(chan struct{})}
+	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second), baton.WithLogger(slog.New(stopped)))
 	ctx := timeout(t, 60*time.Second)
 	lh, terms := heldAndObserved(t, ctx, h, obs)
 	// The reader is away: the Locker's relay takes the next term (no
@@ -185,8 +190,11 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	cfg := obs.Locker().Config()
-	time.Sleep(cfg.RenewEvery + cfg.RequestTimeout + time.Second) // the bound in which the observation ends
+	select {
+	case <-stopped.stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the observation did not end within 30s of the cluster's stop")
+	}
 	var got []string
 	for tm := range terms {
 		got = append(got, tm.Leader)
@@ -214,3 +222,22 @@ func heldAndObserved(t *testing.T, ctx context.Context, holder, obs *baton.Fence
 	}
 	return lease, terms
 }
+
+// stopSignal is a slog.Handler that closes stopped at a backend's warning
+// that an observation ended (see obsend), and drops every record.
+type stopSignal struct {
+	once    sync.Once
+	stopped chan struct{}
+}
+
+func (s *stopSignal) Enabled(context.Context, slog.Level) bool { return true }
+
+func (s *stopSignal) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, obsend.Prefix) {
+		s.once.Do(func() { close(s.stopped) })
+	}
+	return nil
+}
+
+func (s *stopSignal) WithAttrs([]slog.Attr) slog.Handler { return s }
+func (s *stopSignal) WithGroup(string) slog.Handler      { return s }

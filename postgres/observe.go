@@ -259,7 +259,7 @@ func (o *observer) run(ctx context.Context) {
 		case err == nil:
 			down = time.Time{}
 		case !transient(err):
-			obsend.Warn(o.b.cfg.Logger, "it can no longer observe", "lock", o.name, "table", o.b.n.table, "err", err)
+			obsend.Warn(ctx, o.b.cfg.Logger, "it can no longer observe", "lock", o.name, "table", o.b.n.table, "err", err)
 			return
 		case o.conn != nil:
 			o.b.cfg.Logger.Warn("election observer lost its connection; reconnecting", "lock", o.name, "err", err)
@@ -268,7 +268,7 @@ func (o *observer) run(ctx context.Context) {
 		case down.IsZero():
 			down = time.Now()
 		case time.Since(down) >= o.b.cfg.TTL:
-			obsend.Warn(o.b.cfg.Logger, "the database did not answer for a TTL", "lock", o.name, "ttl", o.b.cfg.TTL, "err", err)
+			obsend.Warn(ctx, o.b.cfg.Logger, "the database did not answer for a TTL", "lock", o.name, "ttl", o.b.cfg.TTL, "err", err)
 			return
 		}
 	}

@@ -154,7 +154,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			// by the request timeout, says whether Redis still answers.
 			res = nil
 		default:
-			obsend.Warn(b.cfg.Logger, "Redis did not answer its read of the changes", "election", k.name, "err", err)
+			obsend.Warn(ctx, b.cfg.Logger, "Redis did not answer its read of the changes", "election", k.name, "err", err)
 			return
 		}
 		for _, s := range res {
@@ -175,9 +175,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 		// Look at the key: an expired holder left no entry.
 		now, err := b.state(ctx, k)
 		if err != nil {
-			if ctx.Err() == nil {
-				obsend.Warn(b.cfg.Logger, "Redis did not answer its read of the lock", "election", k.name, "err", err)
-			}
+			obsend.Warn(ctx, b.cfg.Logger, "Redis did not answer its read of the lock", "election", k.name, "err", err)
 			return
 		}
 		renewed = time.Now()

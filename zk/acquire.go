@@ -180,10 +180,10 @@ func (b *backend) resume(ctx context.Context, s *session, wait bool) (*session, 
 		if err := b.awaitConnection(ctx, s, wait); err != nil {
 			return nil, err
 		}
-		if err := b.changed(s, b.observe()); err != nil {
+		before := b.observe()
+		if err := b.changed(s, before); err != nil {
 			return nil, err
 		}
-		before := b.observe()
 		s2, err := b.session(ctx)
 		now := b.observe()
 		var ue *baton.UnavailableError

@@ -86,7 +86,7 @@ func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, err
 		if len(cands) == 0 {
 			return baton.LockInfo{Name: name}, nil
 		}
-		h, _, ok, err := b.readHead(ctx, dir+"/"+cands[0].name, false)
+		h, ok, err := b.readHead(ctx, dir+"/"+cands[0].name)
 		if err != nil {
 			return baton.LockInfo{}, err
 		}
@@ -150,27 +150,27 @@ type head struct {
 }
 
 // readHead reads the candidate node at path; ok is false when it is gone
-// (released meanwhile). With watch, it sets a one-time watch on the node,
-// which fires when it goes (or its data changes).
-func (b *backend) readHead(ctx context.Context, path string, watch bool) (h head, w <-chan zkgo.Event, ok bool, err error) {
+// (released meanwhile).
+func (b *backend) readHead(ctx context.Context, path string) (h head, ok bool, err error) {
 	got, err := retryRead(b, ctx, nil, func() (watched, error) {
-		if watch {
-			data, stat, ch, err := b.conn.GetW(path)
-			return watched{data: data, stat: stat, watch: ch}, err
-		}
 		data, stat, err := b.conn.Get(path)
 		return watched{data: data, stat: stat}, err
 	})
 	if errors.Is(err, zkgo.ErrNoNode) {
-		return head{}, nil, false, nil
+		return head{}, false, nil
 	}
 	if err != nil {
-		return head{}, nil, false, b.fail(ctx, "read "+path, err)
+		return head{}, false, b.fail(ctx, "read "+path, err)
 	}
+	return headOf(path, got), true, nil
+}
+
+// headOf is what the candidate node at path, read as got, says.
+func headOf(path string, got watched) head {
 	v := holderval.Decode(got.data)
-	h = head{path: path, holder: v.Holder, since: v.Since, token: baton.Token(got.stat.Czxid)}
+	h := head{path: path, holder: v.Holder, since: v.Since, token: baton.Token(got.stat.Czxid)}
 	if h.since.IsZero() {
 		h.since = time.UnixMilli(got.stat.Ctime)
 	}
-	return h, got.watch, true, nil
+	return h
 }

@@ -93,9 +93,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			}
 			continue
 		case <-down.C:
-			if ctx.Err() == nil && b.life.Err() == nil {
-				obsend.Warn(b.cfg.Logger, "the connection stayed down for the session timeout", "election", name, "ttl", b.cfg.TTL)
-			}
+			obsend.Warn(ctx, b.cfg.Logger, "the connection stayed down for the session timeout", "election", name, "ttl", b.cfg.TTL)
 			flush(ctx, b.life, ch, queue)
 			return
 		case _, ok := <-watch:
@@ -103,8 +101,8 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 				// The connection closed, or a new session lost the
 				// watch: look again below, once connected.
 				if err := b.waitConnected(ctx, time.Now().Add(b.cfg.RequestTimeout)); err != nil {
-					if ctx.Err() == nil && b.life.Err() == nil {
-						obsend.Warn(b.cfg.Logger, "its watch ended and the connection did not come back", "election", name, "err", err)
+					if b.life.Err() == nil { // not our Close
+						obsend.Warn(ctx, b.cfg.Logger, "its watch ended and the connection did not come back", "election", name, "err", err)
 					}
 					flush(ctx, b.life, ch, queue)
 					return
@@ -113,8 +111,8 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 		}
 		next, w, err := b.leaderW(ctx, name, dir)
 		if err != nil {
-			if ctx.Err() == nil && b.life.Err() == nil {
-				obsend.Warn(b.cfg.Logger, "it could not read the election", "election", name, "err", err)
+			if b.life.Err() == nil { // not our Close
+				obsend.Warn(ctx, b.cfg.Logger, "it could not read the election", "election", name, "err", err)
 			}
 			flush(ctx, b.life, ch, queue)
 			return
@@ -201,14 +199,16 @@ func (b *backend) leaderW(ctx context.Context, name, dir string) (baton.Term, <-
 			watchKids = true
 			continue
 		}
-		h, w, ok, err := b.readHead(ctx, dir+"/"+cands[0].name, true)
+		path := dir + "/" + cands[0].name
+		w, ok, err := b.watchNode(ctx, path, nil)
 		if err != nil {
 			return baton.Term{}, nil, err
 		}
 		if !ok {
 			continue // the leader left meanwhile
 		}
-		return baton.Term{Election: name, Leader: h.holder, Token: h.token, Key: h.path, Since: h.since}, w, nil
+		h := headOf(path, w)
+		return baton.Term{Election: name, Leader: h.holder, Token: h.token, Key: h.path, Since: h.since}, w.watch, nil
 	}
 	return baton.Term{}, nil, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("election %q keeps changing leader; look again", name)}
 }

@@ -115,10 +115,8 @@ func (b *backend) listCandidates(ctx context.Context, dir string, waiter *sessio
 	switch {
 	case errors.Is(err, zkgo.ErrNoNode):
 		return nil, nil
-	case err != nil && waiter != nil && (errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrClosed)):
-		return nil, err // waitRead's: the session ended, or stayed cut off, or Close
 	case err != nil:
-		return nil, b.fail(ctx, "list candidates of "+dir, err)
+		return nil, b.readFailed(ctx, "list candidates of "+dir, waiter, err)
 	}
 	return orderCandidates(kids), nil
 }
@@ -143,12 +141,20 @@ func (b *backend) watchNode(ctx context.Context, path string, waiter *session) (
 	switch {
 	case errors.Is(err, zkgo.ErrNoNode):
 		return watched{}, false, nil
-	case err != nil && waiter != nil && (errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrClosed)):
-		return watched{}, false, err // waitRead's
 	case err != nil:
-		return watched{}, false, b.fail(ctx, "watch "+path, err)
+		return watched{}, false, b.readFailed(ctx, "watch "+path, waiter, err)
 	}
 	return w, true, nil
+}
+
+// readFailed classifies err, a failed read of what: a waiting
+// acquisition's (waiter not nil) own ends, its session lost or Close (see
+// waitRead), as they are; any other as fail does.
+func (b *backend) readFailed(ctx context.Context, what string, waiter *session, err error) error {
+	if waiter != nil && (errors.Is(err, baton.ErrLeaseLost) || errors.Is(err, baton.ErrClosed)) {
+		return err
+	}
+	return b.fail(ctx, what, err)
 }
 
 // retryRead runs a read, repeating it while the connection is down (a

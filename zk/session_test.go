@@ -686,11 +686,7 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 func TestWaiter_ListingWriteFails_ListsAgain(t *testing.T) {
 	addr := zkServer.Addr(t)
 	var br breakingDialer
-	w, err := zk.New(connect(t, addr, longTTL, br.dial), baton.WithTTL(longTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := lockerOn(t, connect(t, addr, longTTL, br.dial), longTTL)
 	ctx := timeout(t, time.Minute)
 	// When X's node goes, W's next listing fails as it is written. W's
 	// reads are counted from then.
@@ -729,11 +725,7 @@ func TestCreate_WriteFails_CreatesAgain(t *testing.T) {
 	addr := zkServer.Addr(t)
 	name := uniqueName(t)
 	br := breakingDialer{op: opMulti}
-	fl, err := zk.New(connect(t, addr, longTTL, br.dial), baton.WithTTL(longTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.Close()
+	fl := lockerOn(t, connect(t, addr, longTTL, br.dial), longTTL)
 	ctx := timeout(t, time.Minute)
 	br.armed.Store(true)
 	l, err := fl.Acquire(ctx, name)
@@ -775,11 +767,7 @@ func TestCreate_DirNotWritable(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = admin.Delete(dir, -1) })
 			br := breakingDialer{op: opGetData}
-			fl, err := zk.New(connect(t, addr, disconnectTTL, br.dial), baton.WithTTL(disconnectTTL))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fl.Close()
+			fl := lockerOn(t, connect(t, addr, disconnectTTL, br.dial), disconnectTTL)
 			ctx := timeout(t, time.Minute)
 			br.armed.Store(breakRead)
 			l, err := fl.Acquire(ctx, name)

@@ -526,7 +526,8 @@ func TestElect_LostThenSignaled(t *testing.T) {
 // TestEndReason: the handler elect --observe logs through holds back a
 // backend's warning that the observation ended, whatever the log level,
 // also from a logger made With attributes, and keeps the first reason with
-// its error; other records pass as the log level says.
+// its error (none comes once the observation's ctx has ended); other
+// records pass as the log level says.
 func TestEndReason(t *testing.T) {
 	var out strings.Builder
 	base := slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelError})
@@ -534,8 +535,11 @@ func TestEndReason(t *testing.T) {
 	l := slog.New(e)
 	l.Warn("some other warning")
 	l.Error("an error")
-	obsend.Warn(l.With("client", "x"), "the server went away", "election", "job", "err", errors.New("EOF"))
-	obsend.Warn(l, "a later reason")
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	obsend.Warn(ended, l, "the caller's end, which is no news")
+	obsend.Warn(context.Background(), l.With("client", "x"), "the server went away", "election", "job", "err", errors.New("EOF"))
+	obsend.Warn(context.Background(), l, "a later reason")
 	if got, want := e.reason(), "the server went away: EOF"; got != want {
 		t.Errorf("reason %q; want %q", got, want)
 	}
