@@ -41,6 +41,8 @@ type backend struct {
 	// the next one lists in the same round trip (see createAndList).
 	crowded atomic.Bool
 
+	obsQueue int // how many terms an observation keeps for a slow reader: maxQueued, but in tests
+
 	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
 
 	// closedConnected says the connection was one Dial made, and up (as
@@ -162,6 +164,8 @@ func newBackend(conn *zkgo.Conn, cs *connState, set Settings, opts []baton.Optio
 		where: where,
 		cs:    cs,
 		holds: map[*hold]struct{}{},
+
+		obsQueue: maxQueued,
 	}
 	b.life, b.end = context.WithCancel(context.Background())
 	b.reaper = newReaper(b)

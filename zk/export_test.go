@@ -103,6 +103,10 @@ func Following(l *baton.Locker) (holds, listeners int) {
 	return holds, listeners
 }
 
+// SetObserverQueue lowers how many terms l's observations keep for a
+// reader that has not taken them, before l observes.
+func SetObserverQueue(l *baton.Locker, n int) { backendOf(l).obsQueue = n }
+
 // OnObserved calls fn with each term one of l's observations queues for
 // its reader, keeping the other hooks set.
 func OnObserved(l *baton.Locker, fn func(baton.Term)) {

@@ -48,7 +48,8 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 }
 
 // maxQueued is how many terms follow keeps for a reader that has not
-// taken them yet; beyond it, the oldest go.
+// taken them yet; beyond it, the oldest go. A backend keeps it in
+// obsQueue, which tests lower.
 const maxQueued = 1024
 
 // follow is owned by Observe's caller through ctx; it closes ch when ctx
@@ -120,8 +121,8 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 		watch = w
 		if next.Key != cur.Key {
 			cur = next
-			if len(queue) == maxQueued {
-				b.cfg.Logger.Warn("an observer's reader is far behind; its oldest term not taken is dropped", "election", name, "queued", maxQueued)
+			if len(queue) >= b.obsQueue {
+				b.cfg.Logger.Warn("an observer's reader is far behind; its oldest term not taken is dropped", "election", name, "queued", b.obsQueue)
 				queue = queue[1:]
 			}
 			queue = append(queue, cur)

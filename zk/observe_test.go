@@ -164,6 +164,65 @@ func TestObserve_SlowReader(t *testing.T) {
 	}
 }
 
+// TestObserve_SlowReader_QueueCapped: the terms an observation keeps for
+// a reader that is away are capped (1,024; 4 here), the oldest going
+// first, and the observation goes on: the reader, back, gets the term
+// the Locker's relay took before it left (if the relay took one), then
+// the last four, then the next leader.
+func TestObserve_SlowReader_QueueCapped(t *testing.T) {
+	const capped = 4
+	servers := []string{zkServer.Addr(t)}
+	a := dial(t, servers, zk.Settings{}, baton.WithHolder("a"))
+	obs := dial(t, servers, zk.Settings{})
+	zk.SetObserverQueue(obs.Locker(), capped)
+	name := uniqueName(t)
+	terms, nextQueued := observeQueued(t, obs, name)
+	want := []string{nextQueued().Key} // no leader yet
+	cycle := func() {
+		t.Helper()
+		l, err := a.Acquire(timeout(t, 10*time.Second), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, nextQueued().Key)
+		if err := l.Release(timeout(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, nextQueued().Key)
+	}
+	for range 5 { // ten terms more, while the reader takes none
+		cycle()
+	}
+	var got []string
+	read := func() string {
+		t.Helper()
+		select {
+		case tm := <-terms:
+			got = append(got, tm.Key)
+			return tm.Key
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the reader got %q, then nothing for 10s", got)
+			return ""
+		}
+	}
+	// The first term read is the relay's, or already the first kept.
+	if read() == want[0] {
+		read()
+	}
+	for range capped - 1 {
+		read()
+	}
+	kept := want[len(want)-capped:]
+	if !slices.Equal(got[len(got)-capped:], kept) {
+		t.Fatalf("the reader got %q; want perhaps %q, then the last %d terms %q", got, want[0], capped, kept)
+	}
+	// Nothing else was kept: the next term is the next leader's.
+	cycle()
+	if k := read(); k != want[len(want)-2] {
+		t.Fatalf("after the kept terms the reader got %q; want the next leader's, %q", k, want[len(want)-2])
+	}
+}
+
 // TestObserve_SlowReader_EndsWithQueue: an observation cut off from
 // ZooKeeper ends once its connection was down for the session timeout
 // (the watch went with the session; go-zookeeper would keep it open and
