@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
 	"github.com/baton-go/baton/internal/obsend"
@@ -201,6 +203,64 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 	}
 	if want := []string{"", "g"}; !slices.Equal(got, want) {
 		t.Fatalf("after the cluster went, the reader got leaders %q, then the end; want %q", got, want)
+	}
+}
+
+// TestObserve_Compacted_ReadsAgain: an observation whose next revision was
+// compacted away before its watch began (here: while it waited for its
+// reader to take the first term) reads the keys again and goes on, with
+// the leader the compaction hid; it used to end on the watch's
+// ErrCompacted. The backend's own Observe is used, without the Locker's
+// relay, which would take the first term at once.
+func TestObserve_Compacted_ReadsAgain(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	h := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
+	obs := newLocker(t, srv.Endpoint)
+	ctx := timeout(t, 60*time.Second)
+	terms, err := obs.Locker().Backend().(baton.Observer).Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh, err := h.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The acquisition's revision is the one the watch would begin at:
+	// one more, and the compaction takes it away.
+	c := testsvc.Client(t, srv.Endpoint)
+	resp, err := c.Put(ctx, "elsewhere", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 2 {
+		select {
+		case tm, ok := <-terms:
+			if !ok {
+				t.Fatalf("the observation ended after leaders %q; want it to read the keys again and report h", got)
+			}
+			got = append(got, tm.Leader)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("leaders %q, then nothing for 10s; want no leader, then h", got)
+		}
+	}
+	if want := []string{"", "h"}; !slices.Equal(got, want) {
+		t.Fatalf("leaders %q; want %q", got, want)
+	}
+	// And it follows on, on a watch from the revision it read at.
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tm := <-terms:
+		if !tm.NoLeader() {
+			t.Fatalf("after h's release, term %+v; want no leader", tm)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("h's release was not observed")
 	}
 }
 
