@@ -34,8 +34,9 @@ type Observer interface {
 	// unbuffered; a slow reader loses no change, within the backend's
 	// stated limits: the observation follows on while the reader is away
 	// (etcd keeps the changes in its history, and reads the keys again
-	// once it was compacted; Redis keeps the last 64 changes; ZooKeeper and
-	// PostgreSQL queue up to 1,024 terms, then drop the oldest). It is
+	// once it was compacted; Redis keeps at least the last 64 changes;
+	// ZooKeeper and PostgreSQL queue up to 1,024 terms; each drops the
+	// oldest past its cap, and logs a warning saying so). It is
 	// closed when ctx ends, when the Locker closes, or when the backend can
 	// no longer observe: ctx.Err() tells the first apart from the others.
 	Observe(ctx context.Context, name string) (<-chan Term, error)

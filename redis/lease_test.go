@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -881,7 +882,8 @@ func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	c := client(t, srv.Addr)
 	const ttl = time.Second
-	obs := newLocker(t, srv.Addr)
+	missed := &trimWarnings{missed: make(chan int64, 4)}
+	obs := newLocker(t, srv.Addr, baton.WithLogger(slog.New(missed)))
 	redis.SetObserverTiming(obs, ttl, ttl/4)
 	lockers := map[string]*baton.Locker{}
 	for _, h := range []string{"a", "b", "c"} {
@@ -927,6 +929,101 @@ func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 			t.Fatalf("term %q, want %q: terms a, none, b, none, c in order", got, want)
 		}
 	}
+	// Once it reads the stream again, the observation has looked at the
+	// key after c's term: had it counted a gap, it would have said so.
+	waitBlockedXRead(t, c)
+	select {
+	case n := <-missed.missed:
+		t.Fatalf("a warning of %d changes missed, with none missed", n)
+	default:
+	}
+}
+
+// TestObserve_SlowReader_PastTheCap: a reader that falls further behind
+// than the change stream's cap misses the changes trimmed before it read
+// them, and the observation says how many, once it has caught up; before,
+// they went unsaid. Every change counts: the terms the reader got and the
+// changes the warning names add up to the entries added to the stream
+// (but one, see below).
+func TestObserve_SlowReader_PastTheCap(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	missed := &trimWarnings{missed: make(chan int64, 4)}
+	obs := newLocker(t, srv.Addr, baton.WithLogger(slog.New(missed)))
+	a := newLocker(t, srv.Addr, baton.WithHolder("a"))
+	z := newLocker(t, srv.Addr, baton.WithHolder("z"))
+	ctx := timeout(t, 60*time.Second)
+	terms, err := obs.Observe(ctx, "far")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "-" {
+		t.Fatalf("first term %q, want no leader", got)
+	}
+	stream := "{" + redis.DefaultPrefix + "far}:o"
+	added := func() int64 {
+		t.Helper()
+		info, err := c.XInfoStream(ctx, stream).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.EntriesAdded
+	}
+	before := added()
+	// The reader is away for 150 holds, 300 changes: past the cap of 64
+	// entries and the hundred more that trimming by whole nodes may keep.
+	for range 150 {
+		l, err := a.Acquire(ctx, "far")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lz, err := z.Acquire(ctx, "far")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lz.Release(ctx)
+	changes := added() - before
+	got := 0
+	for last := ""; last != "z"; got++ {
+		last = batontest.NextLeader(t, terms, 10*time.Second)
+	}
+	select {
+	case n := <-missed.missed:
+		// The first change read after the gap may be a release, when
+		// the last term the reader got said the lock was free: it
+		// makes no term.
+		if d := changes - int64(got) - n; d != 0 && d != 1 {
+			t.Fatalf("the reader got %d terms and the warning says %d changes were missed; the stream had %d changes", got, n, changes)
+		}
+		t.Logf("%d changes: %d terms read, %d missed", changes, got, n)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the reader got %d terms of %d changes, and no warning of the changes missed", got, changes)
+	}
+}
+
+// trimWarnings is a slog.Handler that sends on missed the count of each
+// warning that an observer's reader missed trimmed changes, and drops
+// every record.
+type trimWarnings struct{ missed chan int64 }
+
+func (w *trimWarnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *trimWarnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *trimWarnings) WithGroup(string) slog.Handler            { return w }
+
+func (w *trimWarnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "trimmed") {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "missed" {
+				w.missed <- a.Value.Int64()
+			}
+			return true
+		})
+	}
+	return nil
 }
 
 // waitBlockedXRead waits until a client of the server is blocked in XREAD.

@@ -35,9 +35,13 @@ const (
 // stream: the next observer to look appends the holder there is then, so
 // every observer goes on from the holder there is, having missed the terms
 // in between. An observer whose reader is away keeps the registration alive
-// (see send): the stream's cap (about 64 entries) is the limit on what a
-// slow reader can miss. A lease that expires writes nothing; the observer
-// reads the lock's state again when the holder's PTTL runs out, and when the
+// (see send), so a slow reader misses nothing until it falls behind by
+// more than the stream's cap (64 entries, or up to a hundred more: Redis
+// trims whole nodes): the changes trimmed before it read them are lost to
+// it, and the observation logs a warning with their number once it has
+// caught up (from Redis 7, whose XINFO STREAM counts the entries added).
+// A lease that expires writes nothing; the observer reads the lock's state
+// again when the holder's PTTL runs out, and when the
 // holder it finds is not the last one the stream named and no change is
 // waiting in the stream, the old holder's key must have expired: it reports
 // a term with no leader, then the holder it found, if any. That holder took
@@ -69,6 +73,7 @@ type lockState struct {
 	value string        // the holder's value; "" when free
 	pttl  time.Duration // the key's remaining TTL; negative when it has none (or is gone)
 	last  string        // the change stream's last entry ID
+	added int64         // how many entries were ever added to the stream; -1 when Redis does not say
 }
 
 func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
@@ -79,7 +84,7 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 		return lockState{}, b.fail(ctx, "read lock state", err)
 	}
 	var st lockState
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return lockState{}, b.fail(ctx, "read lock state", errors.New("unexpected reply"))
 	}
 	st.value, _ = res[0].(string)
@@ -88,6 +93,10 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 		st.pttl = time.Duration(ms) * time.Millisecond
 	}
 	st.last, _ = res[2].(string)
+	st.added = -1
+	if n, ok := res[3].(int64); ok {
+		st.added = n
+	}
 	return st, nil
 }
 
@@ -126,6 +135,10 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	defer close(ch) // first: the DEL above does not hold the caller up
 	cur, last, pttl := st.value, st.last, st.pttl
 	renewed := time.Now() // the registration's last renewal (Observe's state read)
+	// Entries counted (see gap): the stream's entries-added when this
+	// observer had read up to its end (-1: not known), and how many it has
+	// read since.
+	base, read := st.added, int64(0)
 	if !b.send(ctx, k, &renewed, ch, b.term(k.name, cur)) {
 		return
 	}
@@ -163,6 +176,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			}
 			for _, m := range s.Messages {
 				last = m.ID
+				read++
 				v, _ := m.Values["v"].(string)
 				if v != cur {
 					cur = v
@@ -186,6 +200,13 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			// entries after its new end would come with IDs below ours,
 			// which XREAD from ours would never return. Go on from its end.
 			last = now.last
+			base = -1
+		}
+		if now.last == last { // read up to the stream's end
+			if missed := gap(base, now.added, read); missed > 0 {
+				b.cfg.Logger.Warn("an observer's reader was far behind; changes past the stream's cap were trimmed before it read them", "election", k.name, "missed", missed)
+			}
+			base, read = now.added, 0
 		}
 		if now.value != cur && now.last == last {
 			// No change is waiting in the stream, yet the holder is not
@@ -201,6 +222,19 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			}
 		}
 	}
+}
+
+// gap returns how many changes an observer missed, having read up to the
+// stream's end, when it read read entries since it was last there and the
+// stream's entries-added went from base then to added now: the entries
+// trimmed (MAXLEN, the stream's cap) before it read them. It is 0 when a
+// count is not known (-1: before Redis 7, or the stream went back), or
+// the stream was made anew since (added fell below base).
+func gap(base, added, read int64) int64 {
+	if base < 0 || added < base {
+		return 0
+	}
+	return max(added-base-read, 0)
 }
 
 // streamIDLess reports whether stream entry ID a ("ms-seq") comes before

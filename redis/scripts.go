@@ -218,15 +218,17 @@ return 1
 `)
 
 // stateScript registers an observer of the lock, setting {K}:n (KEYS[3])
-// for ARGV[1] ms, and reads the lock's holder value (false when free), its
-// PTTL in ms, and the ID of the last entry of its change stream ("0-0" when
-// none), at one moment. When {K}:n was missing (nobody observed, or every
-// observer's registration lapsed, or the key was lost), changes may have
-// gone unwritten: it first appends the holder there is now, so that every
-// observer reading the stream from where it was converges on it; so it
-// does when the stream itself is gone (evicted, or expired: a holder that
-// keeps the lock for days writes no change). Else it renews the stream's
-// expiry, which while someone observes never comes.
+// for ARGV[1] ms, and reads, at one moment, the lock's holder value (false
+// when free), its PTTL in ms, the ID of the last entry of its change
+// stream ("0-0" when none), and how many entries were ever added to the
+// stream (XINFO STREAM's entries-added, from Redis 7; -1 before). When
+// {K}:n was missing (nobody observed, or every observer's registration
+// lapsed, or the key was lost), changes may have gone unwritten: it first
+// appends the holder there is now, so that every observer reading the
+// stream from where it was converges on it; so it does when the stream
+// itself is gone (evicted, or expired: a holder that keeps the lock for
+// days writes no change). Else it renews the stream's expiry, which while
+// someone observes never comes.
 var stateScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 if redis.call('exists', KEYS[3]) == 0 or redis.call('exists', KEYS[2]) == 0 then
   record(KEYS[2], redis.call('get', KEYS[1]) or '')
@@ -237,5 +239,10 @@ redis.call('set', KEYS[3], '1', 'px', ARGV[1])
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
 local id = '0-0'
 if last then id = last[1] end
-return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id}
+local added = -1
+local info = redis.call('xinfo', 'stream', KEYS[2])
+for i = 1, #info, 2 do
+  if info[i] == 'entries-added' then added = info[i + 1] end
+end
+return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id, added}
 `)

@@ -168,3 +168,24 @@ func TestStreamIDLess(t *testing.T) {
 		}
 	}
 }
+
+// TestGap: the changes an observer missed are those added since it was
+// last at the stream's end that it did not read; none when the count is
+// not known or the stream was made anew.
+func TestGap(t *testing.T) {
+	for _, c := range []struct {
+		base, added, read, want int64
+	}{
+		{10, 15, 5, 0}, // read every one
+		{10, 15, 2, 3}, // three trimmed unread
+		{10, 10, 0, 0}, // nothing new
+		{-1, 15, 0, 0}, // no count (before Redis 7, or the stream went back)
+		{10, -1, 0, 0}, // no count now
+		{10, 3, 3, 0},  // the stream was made anew
+		{10, 15, 7, 0}, // read more than counted (a stream made anew meanwhile)
+	} {
+		if got := gap(c.base, c.added, c.read); got != c.want {
+			t.Errorf("gap(%d, %d, %d) = %d; want %d", c.base, c.added, c.read, got, c.want)
+		}
+	}
+}
