@@ -30,9 +30,9 @@ func StatusOf(l *baton.Locker) ConnStatus {
 }
 
 // OnPredecessorEvent calls fn each time one of l's waiters sees the watch
-// on its predecessor fire.
+// on its predecessor fire. It keeps the other hooks set.
 func OnPredecessorEvent(l *baton.Locker, fn func(waiter, predecessor string)) {
-	backendOf(l).hooks.Store(&hooks{predecessorEvent: fn})
+	setHook(l, func(h *hooks) { h.predecessorEvent = fn })
 }
 
 // OnWatching calls fn each time one of l's waiters has set its watch on
@@ -42,9 +42,9 @@ func OnWatching(l *baton.Locker, fn func(waiter, predecessor string)) {
 }
 
 // OnReleaseDelete calls fn in each Release that ended its hold, before it
-// deletes the node.
+// deletes the node. It keeps the other hooks set.
 func OnReleaseDelete(l *baton.Locker, fn func()) {
-	backendOf(l).hooks.Store(&hooks{releaseDelete: fn})
+	setHook(l, func(h *hooks) { h.releaseDelete = fn })
 }
 
 // OnAwaitingConnection calls fn when one of l's acquisitions, its node
