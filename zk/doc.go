@@ -280,5 +280,11 @@
 // 531 to 771us. Both hand over the same way: the release's delete, the
 // watch event, a listing. Tried again that day in five runs each, a bare
 // create without any czxid (0.87x to 0.90x) and requests made on the
-// caller's goroutine (0.82x to 1.02x) stayed within that spread.
+// caller's goroutine (0.82x to 1.02x) stayed within that spread. What
+// moves it is where the CPU goes: on 2026-12-03, with the server on a core
+// of its own and the clients on the other (BATON_SERVER_CPUS=1, the test
+// under taskset -c 0), six runs gave 0.95x to 1.03x (median 0.99x); six
+// sharing both cores, just after, 0.80x to 0.90x (median 0.87x). baton's
+// client spends more CPU per cycle (a goroutine per request), which on
+// loopback the server has to share.
 package zk

@@ -43,6 +43,9 @@ type process struct {
 // it, and dies with the test binary (PR_SET_PDEATHSIG). Signals go to the
 // whole group when the process has one of its own.
 func startProcess(what string, cmd *exec.Cmd, logPath string) (*process, error) {
+	if err := pinCPUs(cmd, os.Getenv(CPUsEnv)); err != nil {
+		return nil, fmt.Errorf("start %s: %w", what, err)
+	}
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("create %s log: %w", what, err)
@@ -193,4 +196,29 @@ func tail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// CPUsEnv names the CPUs (a taskset list: "1", "2-3") that the servers
+// started from here run on, when set: benchmarks run with the client on
+// other CPUs (taskset -c 0 go test ...) then measure the client and the
+// server as if on machines of their own, where on a small machine they
+// would share its CPUs.
+const CPUsEnv = "BATON_SERVER_CPUS"
+
+// pinCPUs has cmd run under taskset on cpus, unless cpus is empty. The
+// process keeps its pid: taskset execs the command.
+func pinCPUs(cmd *exec.Cmd, cpus string) error {
+	if cpus == "" {
+		return nil
+	}
+	if strings.Trim(cpus, "0123456789,-") != "" {
+		return fmt.Errorf("%s=%q: want a list of CPUs as taskset takes it, such as 1 or 2-3", CPUsEnv, cpus)
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		return fmt.Errorf("%s is set, but taskset (Debian package util-linux) is not installed: %w", CPUsEnv, err)
+	}
+	cmd.Args = append([]string{taskset, "-c", cpus}, cmd.Args...)
+	cmd.Path = taskset
+	return nil
 }

@@ -1,6 +1,11 @@
 package testsvc
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,5 +60,32 @@ func TestRedis_Nodes(t *testing.T) {
 		t.Errorf("RedisVersion = %q, %v", v, err)
 	} else {
 		t.Logf("redis-server %s", v)
+	}
+}
+
+// TestRedis_PinnedCPUs: with BATON_SERVER_CPUS set, a server runs on those
+// CPUs alone, under its own pid (Pause and Kill signal it).
+func TestRedis_PinnedCPUs(t *testing.T) {
+	t.Setenv(CPUsEnv, "0")
+	r := StartRedis(t)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(status), "Name:\tredis-server") || !regexp.MustCompile(`(?m)^Cpus_allowed_list:\s+0$`).Match(status) {
+		t.Fatalf("pid %d with %s=0:\n%s", r.Pid(), CPUsEnv, status)
+	}
+}
+
+func TestPinCPUs(t *testing.T) {
+	cmd := exec.Command("redis-server", "--port", "0")
+	if err := pinCPUs(cmd, ""); err != nil || cmd.Args[0] != "redis-server" {
+		t.Fatalf("unset: %v, args %q", err, cmd.Args)
+	}
+	for _, bad := range []string{"one", "1;rm", "-c 1"} {
+		err := pinCPUs(exec.Command("redis-server"), bad)
+		if err == nil || !strings.Contains(err.Error(), CPUsEnv) {
+			t.Errorf("%q: %v; want an error naming %s", bad, err, CPUsEnv)
+		}
 	}
 }
