@@ -37,6 +37,7 @@ type backend struct {
 
 	mu       sync.Mutex
 	sess     *session              // the session new acquisitions use
+	granting *grant                // the grant in flight, if any (see session)
 	sessions map[*session]struct{} // every session not yet revoked, sess among them
 	holds    map[*hold]struct{}
 	closed   bool
@@ -54,6 +55,8 @@ type hooks struct {
 	watchEvent func(ctx context.Context)
 	// watchExit is called by a hold's watcher as it exits.
 	watchExit func()
+	// grantSent is called as a lease grant is sent.
+	grantSent func()
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

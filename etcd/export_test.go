@@ -18,6 +18,11 @@ func OnWatchExit(l *baton.Locker, fn func()) {
 	setHook(l, func(h *hooks) { h.watchExit = fn })
 }
 
+// OnGrantSent calls fn each time l's backend sends a lease grant.
+func OnGrantSent(l *baton.Locker, fn func()) {
+	setHook(l, func(h *hooks) { h.grantSent = fn })
+}
+
 // setHook sets one of l's hooks, keeping the others.
 func setHook(l *baton.Locker, set func(*hooks)) {
 	b := l.Backend().(*backend)

@@ -33,8 +33,9 @@ import (
 // same way: a renewal nobody heard back from may have kept its lease alive
 // on the server for a whole TTL.
 type session struct {
-	id clientv3.LeaseID
-	k  *keeper.Keeper
+	id   clientv3.LeaseID
+	sent time.Time // when its grant was sent
+	k    *keeper.Keeper
 
 	// Guarded by the backend's mu.
 	users   int  // acquisitions in progress on it, and holds not yet released
@@ -48,40 +49,100 @@ var errRetired = errors.New("session retired: a request on it had an unknown out
 // session returns the live session, granting a new lease when there is none
 // or the last one ended or was retired, and counts the caller among its
 // users until it calls leave. A dead session is never reused (etcd issue
-// 19597).
+// 19597). One grant is in flight at a time, sent without b.mu held: the
+// acquisitions that come meanwhile wait for it, each for as long as its
+// own ctx lets it, and share its failure unless the failure was its
+// sender's ctx ending; a release or a Close does not wait behind it.
 func (b *backend) session(ctx context.Context) (*session, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, baton.ErrClosed
-	}
-	if s := b.sess; s != nil {
-		select {
-		case <-s.k.Done():
-			b.revokeIfDone(s) // dead, perhaps unused: let it go
-		default:
-			s.users++
-			return s, nil
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, baton.ErrClosed
 		}
+		if s := b.sess; s != nil {
+			select {
+			case <-s.k.Done():
+				b.revokeIfDone(s) // dead, perhaps unused: let it go
+				b.sess = nil
+			default:
+				s.users++
+				b.mu.Unlock()
+				return s, nil
+			}
+		}
+		if g := b.granting; g != nil {
+			b.mu.Unlock()
+			select {
+			case <-g.done:
+				if g.err != nil {
+					return nil, g.err
+				}
+				continue // granted, or its sender gave up: look again
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+		g := &grant{done: make(chan struct{})}
+		b.granting = g
+		b.mu.Unlock()
+		s, err := b.grant(ctx)
+		b.mu.Lock()
+		b.granting = nil
+		if err != nil && ctx.Err() == nil {
+			g.err = err // the service's failure, not the sender's leaving
+		}
+		close(g.done)
+		if err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		if b.closed { // Close began meanwhile, and did not see s
+			b.mu.Unlock()
+			b.revokeLease(ctx, s.id)
+			return nil, baton.ErrClosed
+		}
+		s.users = 1
+		s.k = keeper.Start(s.sent, b.cfg, b.renewer(s.id))
+		b.sess = s
+		b.sessions[s] = struct{}{}
+		b.mu.Unlock()
+		return s, nil
 	}
+}
+
+// grant is a lease grant in flight (see session).
+type grant struct {
+	done chan struct{} // closed when it ended
+	err  error         // set before done closes: the service's failure, shared with the waiters
+}
+
+// grant asks for a new lease of the backend's TTL and returns it as a
+// session not yet kept alive, with the grant's send time.
+func (b *backend) grant(ctx context.Context) (*session, error) {
 	octx, cancel := b.op(ctx)
 	defer cancel()
+	if hk := b.hooks.Load(); hk != nil && hk.grantSent != nil {
+		hk.grantSent()
+	}
 	sent := time.Now()
 	resp, err := b.client.Grant(octx, b.ttlSec)
 	if err != nil {
 		return nil, b.fail(ctx, "grant lease", err)
 	}
 	if resp.TTL != b.ttlSec {
-		rctx, rcancel := b.op(context.WithoutCancel(ctx))
-		_, _ = b.client.Revoke(rctx, resp.ID)
-		rcancel()
+		b.revokeLease(ctx, resp.ID)
 		return nil, &baton.OptionError{Option: "ttl", Value: b.cfg.TTL.String(), Reason: fmt.Sprintf("the etcd server at %s grants leases of at least %ds; use --ttl %ds or more", b.where, resp.TTL, resp.TTL)}
 	}
-	s := &session{id: resp.ID, users: 1}
-	s.k = keeper.Start(sent, b.cfg, b.renewer(resp.ID))
-	b.sess = s
-	b.sessions[s] = struct{}{}
-	return s, nil
+	return &session{id: resp.ID, sent: sent}, nil
+}
+
+// revokeLease revokes a lease no session keeps, bounded by the request
+// timeout, also when ctx has ended: unrevoked, it would last its TTL.
+func (b *backend) revokeLease(ctx context.Context, id clientv3.LeaseID) {
+	rctx, cancel := b.op(context.WithoutCancel(ctx))
+	defer cancel()
+	_, _ = b.client.Revoke(rctx, id)
 }
 
 // retire takes s out of service: the next acquisition gets a new lease,

@@ -1,0 +1,64 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+// TestSession_GrantInFlight: while one acquisition's lease grant waits on
+// a server that does not answer, another acquisition whose ctx ends
+// returns then, where it used to wait for the grant's request timeout
+// behind the backend's lock; and the acquisitions that waited for the
+// grant fail with it, after one request timeout, not one each in turn.
+func TestSession_GrantInFlight(t *testing.T) {
+	srv := testsvc.StartEtcdBinary(t)
+	const reqTimeout = 3 * time.Second
+	fl := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(reqTimeout))
+	sent := make(chan struct{}, 8)
+	etcd.OnGrantSent(fl.Locker(), func() { sent <- struct{}{} })
+	srv.Pause(t)
+	defer srv.Resume()
+
+	start := time.Now()
+	results := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := fl.Acquire(timeout(t, 30*time.Second), "job")
+			results <- err
+		}()
+	}
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lease grant sent within 10s")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	quick := time.Now()
+	_, err := fl.Acquire(ctx, "other")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an acquisition whose ctx ended during another's grant: %v; want its deadline", err)
+	}
+	if waited := time.Since(quick); waited > reqTimeout/2 {
+		t.Fatalf("an acquisition with a 200ms ctx returned after %v, behind another's grant", waited)
+	}
+
+	for range 3 {
+		if err := <-results; !errors.Is(err, baton.ErrUnavailable) {
+			t.Fatalf("an acquisition on a silent server: %v; want ErrUnavailable", err)
+		}
+	}
+	if d := time.Since(start); d > 2*reqTimeout {
+		t.Fatalf("three acquisitions waiting on one grant failed after %v; want one request timeout (%v)", d, reqTimeout)
+	}
+	if n := len(sent); n != 0 {
+		t.Fatalf("%d more grants sent; want the waiters to share the one in flight", n)
+	}
+}
