@@ -69,6 +69,33 @@ func TestACL_Grants(t *testing.T) {
 	}
 }
 
+// TestACL_ObserveWithoutXINFO: XINFO serves only the count of changes a
+// slow reader missed; a user refused it still observes (without that
+// count), where the refusal used to fail the state script, and with it
+// every observation.
+func TestACL_ObserveWithoutXINFO(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	open := aclUser(t, srv, append(strings.Fields(rediskit.Grants(redis.DefaultPrefix)), "-xinfo")...)
+	a, obs := open("a"), open("obs")
+	ctx := timeout(t, 20*time.Second)
+	terms, err := obs.Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, err := a.Acquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-", "a", "-"} {
+		if got := batontest.NextLeader(t, terms, 10*time.Second); got != want {
+			t.Fatalf("term %q, want %q: no leader, a, no leader", got, want)
+		}
+	}
+}
+
 // TestACL_Refused_SaysWhatToGrant: a user without the wake-up channels,
 // or with the prefix's keys but not those in their hash slot, is refused
 // by the server with NOPERM at the first request that needs them. That

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -48,6 +49,7 @@ type backend struct {
 	holds holdset.Set[*hold] // ended by Close
 
 	obsTTL, obsRefresh time.Duration // observerTTL and observerRefresh, but in tests
+	obsRead            atomic.Int64  // stream entries its observations read, for tests
 }
 
 var _ baton.Backend = (*backend)(nil)

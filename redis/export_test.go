@@ -53,3 +53,7 @@ var StateScriptHash = stateScript.Hash()
 func Holds(l *baton.Locker) int {
 	return len(l.Backend().(*backend).holds.Holds())
 }
+
+// ObservedEntries returns how many change stream entries l's observations
+// have read.
+func ObservedEntries(l *baton.Locker) int64 { return l.Backend().(*backend).obsRead.Load() }

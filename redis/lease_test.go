@@ -882,7 +882,7 @@ func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	c := client(t, srv.Addr)
 	const ttl = time.Second
-	missed := &trimWarnings{missed: make(chan int64, 4)}
+	missed := &trimWarnings{}
 	obs := newLocker(t, srv.Addr, baton.WithLogger(slog.New(missed)))
 	redis.SetObserverTiming(obs, ttl, ttl/4)
 	lockers := map[string]*baton.Locker{}
@@ -932,46 +932,86 @@ func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 	// Once it reads the stream again, the observation has looked at the
 	// key after c's term: had it counted a gap, it would have said so.
 	waitBlockedXRead(t, c)
-	select {
-	case n := <-missed.missed:
-		t.Fatalf("a warning of %d changes missed, with none missed", n)
-	default:
+	if n := missed.warnings.Load(); n != 0 {
+		t.Fatalf("%d warnings of %d changes missed, with none missed", n, missed.missed.Load())
 	}
 }
 
 // TestObserve_SlowReader_PastTheCap: a reader that falls further behind
 // than the change stream's cap misses the changes trimmed before it read
-// them, and the observation says how many, once it has caught up; before,
-// they went unsaid. Every change counts: the terms the reader got and the
-// changes the warning names add up to the entries added to the stream
-// (but one, see below).
+// them, and the observation says how many; before, they went unsaid.
+// Every change counts: the entries the observation read and the changes
+// the warnings name add up to the entries added to the stream.
 func TestObserve_SlowReader_PastTheCap(t *testing.T) {
+	f := farBehind(t)
+	got := 0
+	for last := ""; last != "z"; got++ {
+		last = batontest.NextLeader(t, f.terms, 10*time.Second)
+	}
+	// Blocked in XREAD again, the observation has looked at the stream
+	// after reading its last entry: every warning is out.
+	waitBlockedXRead(t, f.c)
+	n, read := f.missed.missed.Load(), redis.ObservedEntries(f.obs)
+	if n == 0 || read+n != f.changes {
+		t.Fatalf("the observation read %d entries (%d terms) and its warnings say %d changes were missed; the stream had %d changes", read, got, n, f.changes)
+	}
+	t.Logf("%d changes: %d read (%d terms), %d missed, in %d warnings", f.changes, read, got, n, f.missed.warnings.Load())
+}
+
+// TestObserve_SlowReader_StaysBehind: the warning of changes trimmed
+// unread comes while the reader is still behind, not only once it has
+// caught up (which a reader that stays behind never does).
+func TestObserve_SlowReader_StaysBehind(t *testing.T) {
+	f := farBehind(t)
+	// The observation looks at the stream once it has handed over the
+	// rest of the batch it read before the reader left: at most 64 terms.
+	for i := 0; f.missed.warnings.Load() == 0; i++ {
+		if i == 70 {
+			t.Fatal("70 terms read, and no warning of the changes trimmed unread")
+		}
+		if batontest.NextLeader(t, f.terms, 10*time.Second) == "z" {
+			t.Fatal("the reader caught up before any warning of the changes trimmed unread")
+		}
+	}
+}
+
+// behind is an observation whose reader was away while a holder took and
+// released the lock 150 times (300 changes, past the stream's cap of 64
+// and the hundred more that trimming by whole nodes may keep), and z then
+// took it.
+type behind struct {
+	c       *goredis.Client
+	obs     *baton.Locker
+	terms   <-chan baton.Term
+	missed  *trimWarnings
+	changes int64 // entries added to the stream since the reader left
+}
+
+func farBehind(t *testing.T) behind {
+	t.Helper()
 	srv := testsvc.StartRedis(t)
-	c := client(t, srv.Addr)
-	missed := &trimWarnings{missed: make(chan int64, 4)}
-	obs := newLocker(t, srv.Addr, baton.WithLogger(slog.New(missed)))
+	f := behind{c: client(t, srv.Addr), missed: &trimWarnings{}}
+	f.obs = newLocker(t, srv.Addr, baton.WithLogger(slog.New(f.missed)))
 	a := newLocker(t, srv.Addr, baton.WithHolder("a"))
 	z := newLocker(t, srv.Addr, baton.WithHolder("z"))
 	ctx := timeout(t, 60*time.Second)
-	terms, err := obs.Observe(ctx, "far")
-	if err != nil {
+	var err error
+	if f.terms, err = f.obs.Observe(ctx, "far"); err != nil {
 		t.Fatal(err)
 	}
-	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "-" {
+	if got := batontest.NextLeader(t, f.terms, 10*time.Second); got != "-" {
 		t.Fatalf("first term %q, want no leader", got)
 	}
 	stream := "{" + redis.DefaultPrefix + "far}:o"
 	added := func() int64 {
 		t.Helper()
-		info, err := c.XInfoStream(ctx, stream).Result()
+		info, err := f.c.XInfoStream(ctx, stream).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return info.EntriesAdded
 	}
 	before := added()
-	// The reader is away for 150 holds, 300 changes: past the cap of 64
-	// entries and the hundred more that trimming by whole nodes may keep.
 	for range 150 {
 		l, err := a.Acquire(ctx, "far")
 		if err != nil {
@@ -985,30 +1025,14 @@ func TestObserve_SlowReader_PastTheCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lz.Release(ctx)
-	changes := added() - before
-	got := 0
-	for last := ""; last != "z"; got++ {
-		last = batontest.NextLeader(t, terms, 10*time.Second)
-	}
-	select {
-	case n := <-missed.missed:
-		// The first change read after the gap may be a release, when
-		// the last term the reader got said the lock was free: it
-		// makes no term.
-		if d := changes - int64(got) - n; d != 0 && d != 1 {
-			t.Fatalf("the reader got %d terms and the warning says %d changes were missed; the stream had %d changes", got, n, changes)
-		}
-		t.Logf("%d changes: %d terms read, %d missed", changes, got, n)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the reader got %d terms of %d changes, and no warning of the changes missed", got, changes)
-	}
+	t.Cleanup(func() { _ = lz.Release(context.Background()) })
+	f.changes = added() - before
+	return f
 }
 
-// trimWarnings is a slog.Handler that sends on missed the count of each
-// warning that an observer's reader missed trimmed changes, and drops
-// every record.
-type trimWarnings struct{ missed chan int64 }
+// trimWarnings is a slog.Handler that adds up the warnings that an
+// observer's reader missed trimmed changes, and drops every record.
+type trimWarnings struct{ warnings, missed atomic.Int64 }
 
 func (w *trimWarnings) Enabled(context.Context, slog.Level) bool { return true }
 func (w *trimWarnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
@@ -1016,9 +1040,10 @@ func (w *trimWarnings) WithGroup(string) slog.Handler            { return w }
 
 func (w *trimWarnings) Handle(_ context.Context, r slog.Record) error {
 	if r.Level == slog.LevelWarn && strings.Contains(r.Message, "trimmed") {
+		w.warnings.Add(1)
 		r.Attrs(func(a slog.Attr) bool {
 			if a.Key == "missed" {
-				w.missed <- a.Value.Int64()
+				w.missed.Add(a.Value.Int64())
 			}
 			return true
 		})

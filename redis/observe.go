@@ -38,17 +38,18 @@ const (
 // (see send), so a slow reader misses nothing until it falls behind by
 // more than the stream's cap (64 entries, or up to a hundred more: Redis
 // trims whole nodes): the changes trimmed before it read them are lost to
-// it, and the observation logs a warning with their number once it has
-// caught up (from Redis 7, whose XINFO STREAM counts the entries added).
-// A lease that expires writes nothing; the observer reads the lock's state
-// again when the holder's PTTL runs out, and when the
-// holder it finds is not the last one the stream named and no change is
-// waiting in the stream, the old holder's key must have expired: it reports
-// a term with no leader, then the holder it found, if any. That holder took
-// the key with a claim (a plain SET, see Acquire), whose note follows in a
-// moment unless its client died first; while the lock is free the observer
-// reads its state every RenewEvery (at most observerRefresh), which bounds
-// how late such a holder is reported. A claim that finds a waiter queued
+// it, and the observation logs a warning with their number (from Redis 7,
+// whose XINFO STREAM counts the entries added; a lower bound when the
+// stream was lost and made anew meanwhile). A lease that expires writes
+// nothing; the observer reads the lock's state again when the holder's
+// PTTL runs out, and when the holder it finds is not the last one the
+// stream named and no change is waiting in the stream, the old holder's
+// key must have expired: it reports a term with no leader, then the
+// holder it found, if any. That holder took the key with a claim (a plain
+// SET, see Acquire), whose note follows in a moment unless its client died
+// first; while the lock is free the observer reads its state every
+// RenewEvery (at most observerRefresh), which bounds how late such a
+// holder is reported. A claim that finds a waiter queued
 // gives it the key with a release one round trip later: an observer that
 // looked in between reports the claimer as a holder for that moment. An
 // observation whose server stops answering ends within RenewEvery and
@@ -74,6 +75,8 @@ type lockState struct {
 	pttl  time.Duration // the key's remaining TTL; negative when it has none (or is gone)
 	last  string        // the change stream's last entry ID
 	added int64         // how many entries were ever added to the stream; -1 when Redis does not say
+	held  int64         // how many entries the stream holds
+	first string        // the stream's first entry ID
 }
 
 func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
@@ -84,7 +87,7 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 		return lockState{}, b.fail(ctx, "read lock state", err)
 	}
 	var st lockState
-	if len(res) != 4 {
+	if len(res) != 6 {
 		return lockState{}, b.fail(ctx, "read lock state", errors.New("unexpected reply"))
 	}
 	st.value, _ = res[0].(string)
@@ -97,6 +100,8 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 	if n, ok := res[3].(int64); ok {
 		st.added = n
 	}
+	st.held, _ = res[4].(int64)
+	st.first, _ = res[5].(string)
 	return st, nil
 }
 
@@ -136,8 +141,8 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	cur, last, pttl := st.value, st.last, st.pttl
 	renewed := time.Now() // the registration's last renewal (Observe's state read)
 	// Entries counted (see gap): the stream's entries-added when this
-	// observer had read up to its end (-1: not known), and how many it has
-	// read since.
+	// observer had read every entry before its first unread one (-1: not
+	// known), and how many it has read since.
 	base, read := st.added, int64(0)
 	if !b.send(ctx, k, &renewed, ch, b.term(k.name, cur)) {
 		return
@@ -177,6 +182,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			for _, m := range s.Messages {
 				last = m.ID
 				read++
+				b.obsRead.Add(1)
 				v, _ := m.Values["v"].(string)
 				if v != cur {
 					cur = v
@@ -202,11 +208,27 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			last = now.last
 			base = -1
 		}
-		if now.last == last { // read up to the stream's end
-			if missed := gap(base, now.added, read); missed > 0 {
-				b.cfg.Logger.Warn("an observer's reader was far behind; changes past the stream's cap were trimmed before it read them", "election", k.name, "missed", missed)
+		// Count the changes trimmed unread: at once when every entry the
+		// stream holds is after ours (entries between were trimmed, or
+		// none was: the count says which), so that a reader that stays
+		// behind is told too; else once read up to the stream's end. In
+		// between, nothing unread can have been trimmed: an entry up to
+		// ours is still there, and trimming takes the oldest first.
+		unread := int64(-1)
+		switch {
+		case now.held > 0 && streamIDLess(last, now.first):
+			unread = now.held
+		case now.last == last:
+			unread = 0
+		}
+		if unread >= 0 {
+			if missed := gap(base, now.added, read+unread); missed > 0 {
+				b.cfg.Logger.Warn("an observer's reader is far behind; changes past the stream's cap were trimmed before it read them", "election", k.name, "missed", missed)
 			}
-			base, read = now.added, 0
+			base, read = now.added-unread, 0
+			if now.added < 0 {
+				base = -1
+			}
 		}
 		if now.value != cur && now.last == last {
 			// No change is waiting in the stream, yet the holder is not
@@ -224,17 +246,18 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	}
 }
 
-// gap returns how many changes an observer missed, having read up to the
-// stream's end, when it read read entries since it was last there and the
-// stream's entries-added went from base then to added now: the entries
-// trimmed (MAXLEN, the stream's cap) before it read them. It is 0 when a
-// count is not known (-1: before Redis 7, or the stream went back), or
-// the stream was made anew since (added fell below base).
-func gap(base, added, read int64) int64 {
+// gap returns how many changes an observer missed: the entries added to
+// the stream since base, when it had read every entry before its first
+// unread one, that it neither read nor will (seen: read since, and still
+// in the stream, unread). It is 0 when a count is not known (-1: before
+// Redis 7, XINFO refused, or the stream went back), or the stream was made
+// anew (added fell below base). A stream made anew that has since had
+// more entries than base makes it a lower bound.
+func gap(base, added, seen int64) int64 {
 	if base < 0 || added < base {
 		return 0
 	}
-	return max(added-base-read, 0)
+	return max(added-base-seen, 0)
 }
 
 // streamIDLess reports whether stream entry ID a ("ms-seq") comes before

@@ -220,8 +220,9 @@ return 1
 // stateScript registers an observer of the lock, setting {K}:n (KEYS[3])
 // for ARGV[1] ms, and reads, at one moment, the lock's holder value (false
 // when free), its PTTL in ms, the ID of the last entry of its change
-// stream ("0-0" when none), and how many entries were ever added to the
-// stream (XINFO STREAM's entries-added, from Redis 7; -1 before). When
+// stream ("0-0" when none), and from XINFO STREAM how many entries were
+// ever added to the stream (entries-added, from Redis 7; -1 before, or
+// when XINFO is refused), how many it holds, and the ID of its first. When
 // {K}:n was missing (nobody observed, or every observer's registration
 // lapsed, or the key was lost), changes may have gone unwritten: it first
 // appends the holder there is now, so that every observer reading the
@@ -239,10 +240,15 @@ redis.call('set', KEYS[3], '1', 'px', ARGV[1])
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
 local id = '0-0'
 if last then id = last[1] end
-local added = -1
-local info = redis.call('xinfo', 'stream', KEYS[2])
-for i = 1, #info, 2 do
-  if info[i] == 'entries-added' then added = info[i + 1] end
+local added, length, first = -1, 0, '0-0'
+local info = redis.pcall('xinfo', 'stream', KEYS[2])
+if type(info) == 'table' and not info.err then
+  for i = 1, #info, 2 do
+    local f, v = info[i], info[i + 1]
+    if f == 'entries-added' then added = v
+    elseif f == 'length' then length = v
+    elseif f == 'first-entry' and v then first = v[1] end
+  end
 end
-return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id, added}
+return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id, added, length, first}
 `)

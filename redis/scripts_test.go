@@ -174,7 +174,7 @@ func TestStreamIDLess(t *testing.T) {
 // not known or the stream was made anew.
 func TestGap(t *testing.T) {
 	for _, c := range []struct {
-		base, added, read, want int64
+		base, added, seen, want int64
 	}{
 		{10, 15, 5, 0}, // read every one
 		{10, 15, 2, 3}, // three trimmed unread
@@ -184,8 +184,8 @@ func TestGap(t *testing.T) {
 		{10, 3, 3, 0},  // the stream was made anew
 		{10, 15, 7, 0}, // read more than counted (a stream made anew meanwhile)
 	} {
-		if got := gap(c.base, c.added, c.read); got != c.want {
-			t.Errorf("gap(%d, %d, %d) = %d; want %d", c.base, c.added, c.read, got, c.want)
+		if got := gap(c.base, c.added, c.seen); got != c.want {
+			t.Errorf("gap(%d, %d, %d) = %d; want %d", c.base, c.added, c.seen, got, c.want)
 		}
 	}
 }
