@@ -96,6 +96,9 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
 				noLeader = errors.Is(err, rpctypes.ErrNoLeader)
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					b.cfg.Logger.Warn("an observer's next revision was compacted; the changes until it reads the keys again go unreported", "election", name, "revision", rev+1, "compacted", wr.CompactRevision)
+				}
 				if noLeader || errors.Is(err, rpctypes.ErrCompacted) {
 					break // read the keys again below
 				}

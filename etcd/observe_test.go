@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,7 +216,8 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 func TestObserve_Compacted_ReadsAgain(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	h := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
-	obs := newLocker(t, srv.Endpoint)
+	warned := &warnings{about: "compacted"}
+	obs := newLocker(t, srv.Endpoint, baton.WithLogger(slog.New(warned)))
 	ctx := timeout(t, 60*time.Second)
 	terms, err := obs.Locker().Backend().(baton.Observer).Observe(ctx, "job")
 	if err != nil {
@@ -250,6 +252,9 @@ func TestObserve_Compacted_ReadsAgain(t *testing.T) {
 	if want := []string{"", "h"}; !slices.Equal(got, want) {
 		t.Fatalf("leaders %q; want %q", got, want)
 	}
+	if warned.n.Load() != 1 { // logged before the keys were read again
+		t.Fatalf("%d warnings that changes may have gone unreported; want 1", warned.n.Load())
+	}
 	// And it follows on, on a watch from the revision it read at.
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -281,6 +286,24 @@ func heldAndObserved(t *testing.T, ctx context.Context, holder, obs *baton.Fence
 		t.Fatalf("first term %+v, want h leading", tm)
 	}
 	return lease, terms
+}
+
+// warnings is a slog.Handler that counts the warnings whose message
+// holds about, and drops every record.
+type warnings struct {
+	about string
+	n     atomic.Int64
+}
+
+func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnings) WithGroup(string) slog.Handler            { return w }
+
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, w.about) {
+		w.n.Add(1)
+	}
+	return nil
 }
 
 // stopSignal is a slog.Handler that closes stopped at a backend's warning

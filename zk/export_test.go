@@ -105,7 +105,12 @@ func Following(l *baton.Locker) (holds, listeners int) {
 
 // SetObserverQueue lowers how many terms l's observations keep for a
 // reader that has not taken them, before l observes.
-func SetObserverQueue(l *baton.Locker, n int) { backendOf(l).obsQueue = n }
+func SetObserverQueue(l *baton.Locker, n int) {
+	if n < 1 {
+		panic("zk.SetObserverQueue: an observation keeps at least one term")
+	}
+	backendOf(l).obsQueue = n
+}
 
 // OnObserved calls fn with each term one of l's observations queues for
 // its reader, keeping the other hooks set.

@@ -43,6 +43,7 @@ type process struct {
 // it, and dies with the test binary (PR_SET_PDEATHSIG). Signals go to the
 // whole group when the process has one of its own.
 func startProcess(what string, cmd *exec.Cmd, logPath string) (*process, error) {
+	bin := cmd.Path // named in errors, also when taskset runs it
 	if err := pinCPUs(cmd, os.Getenv(CPUsEnv)); err != nil {
 		return nil, fmt.Errorf("start %s: %w", what, err)
 	}
@@ -56,7 +57,7 @@ func startProcess(what string, cmd *exec.Cmd, logPath string) (*process, error) 
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	p := &process{what: what, cmd: cmd, logPath: logPath, exited: make(chan struct{}), group: cmd.SysProcAttr.Setpgid}
 	go func() {

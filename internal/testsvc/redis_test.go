@@ -66,14 +66,24 @@ func TestRedis_Nodes(t *testing.T) {
 // TestRedis_PinnedCPUs: with BATON_SERVER_CPUS set, a server runs on those
 // CPUs alone, under its own pid (Pause and Kill signal it).
 func TestRedis_PinnedCPUs(t *testing.T) {
-	t.Setenv(CPUsEnv, "0")
+	self, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first CPU this process may run on, the server's alone.
+	allowed := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s+(\d+)`).FindSubmatch(self)
+	if allowed == nil {
+		t.Fatalf("no Cpus_allowed_list in /proc/self/status:\n%s", self)
+	}
+	cpu := string(allowed[1])
+	t.Setenv(CPUsEnv, cpu)
 	r := StartRedis(t)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.Pid()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(status), "Name:\tredis-server") || !regexp.MustCompile(`(?m)^Cpus_allowed_list:\s+0$`).Match(status) {
-		t.Fatalf("pid %d with %s=0:\n%s", r.Pid(), CPUsEnv, status)
+	if !strings.Contains(string(status), "Name:\tredis-server") || !regexp.MustCompile(`(?m)^Cpus_allowed_list:\s+`+cpu+`$`).Match(status) {
+		t.Fatalf("pid %d with %s=%s:\n%s", r.Pid(), CPUsEnv, cpu, status)
 	}
 }
 
