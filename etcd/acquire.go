@@ -42,6 +42,12 @@ func (b *backend) acquireOnSession(ctx context.Context, req baton.Request) (bato
 	if err != nil {
 		return nil, err
 	}
+	if ctx.Err() != nil {
+		// Ended as the session came: sending the create now would only
+		// fail, and abandoning a key never sent retires the session.
+		b.leave(s)
+		return nil, context.Cause(ctx)
+	}
 	// No request may hold an acquisition past its session's end.
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

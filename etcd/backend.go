@@ -164,6 +164,7 @@ func (b *backend) Close() error {
 	}
 	b.closed = true
 	b.sess = nil
+	granting := b.granting
 	sessions := make([]*session, 0, len(b.sessions))
 	for s := range b.sessions {
 		sessions = append(sessions, s)
@@ -173,6 +174,13 @@ func (b *backend) Close() error {
 		holds = append(holds, h)
 	}
 	b.mu.Unlock()
+	if granting != nil {
+		// A grant in flight (only when Close was called on the
+		// backend itself: the Locker ends its acquisitions first): its
+		// lease, if any, is revoked before the client closes.
+		granting.cancel()
+		<-granting.done
+	}
 
 	for _, h := range holds {
 		h.lose(baton.ErrClosed)

@@ -83,12 +83,24 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 				return nil, context.Cause(ctx)
 			}
 		}
-		g := &grant{done: make(chan struct{})}
+		gctx, cancel := context.WithCancel(ctx)
+		g := &grant{done: make(chan struct{}), cancel: cancel}
 		b.granting = g
 		b.mu.Unlock()
-		s, err := b.grant(ctx)
+		s, err := b.grant(gctx)
+		cancel()
 		b.mu.Lock()
 		b.granting = nil
+		if b.closed {
+			// Close began meanwhile, did not see s, and waits for done:
+			// the lease must not outlive it, nor the client it closes.
+			b.mu.Unlock()
+			if s != nil {
+				b.revokeLease(ctx, s.id)
+			}
+			close(g.done)
+			return nil, baton.ErrClosed
+		}
 		if err != nil && ctx.Err() == nil {
 			g.err = err // the service's failure, not the sender's leaving
 		}
@@ -96,11 +108,6 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 		if err != nil {
 			b.mu.Unlock()
 			return nil, err
-		}
-		if b.closed { // Close began meanwhile, and did not see s
-			b.mu.Unlock()
-			b.revokeLease(ctx, s.id)
-			return nil, baton.ErrClosed
 		}
 		s.users = 1
 		s.k = keeper.Start(s.sent, b.cfg, b.renewer(s.id))
@@ -113,8 +120,9 @@ func (b *backend) session(ctx context.Context) (*session, error) {
 
 // grant is a lease grant in flight (see session).
 type grant struct {
-	done chan struct{} // closed when it ended
-	err  error         // set before done closes: the service's failure, shared with the waiters
+	done   chan struct{}      // closed when it ended
+	err    error              // set before done closes: the service's failure, shared with the waiters
+	cancel context.CancelFunc // ends it, for Close
 }
 
 // grant asks for a new lease of the backend's TTL and returns it as a

@@ -43,7 +43,7 @@ func TestSession_GrantInFlight(t *testing.T) {
 	defer cancel()
 	quick := time.Now()
 	_, err := fl.Acquire(ctx, "other")
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, baton.ErrUnavailable) {
 		t.Fatalf("an acquisition whose ctx ended during another's grant: %v; want its deadline", err)
 	}
 	if waited := time.Since(quick); waited > reqTimeout/2 {
@@ -60,5 +60,46 @@ func TestSession_GrantInFlight(t *testing.T) {
 	}
 	if n := len(sent); n != 0 {
 		t.Fatalf("%d more grants sent; want the waiters to share the one in flight", n)
+	}
+}
+
+// TestSession_CloseDuringGrant: a backend closed while a lease grant waits
+// on a server that does not answer ends the grant and returns at once,
+// and the acquisition that sent it ends with ErrClosed; Close used to wait
+// for the grant's request timeout behind the backend's lock. (A Locker's
+// Close ends its acquisitions before it closes the backend; this is the
+// backend's own Close.)
+func TestSession_CloseDuringGrant(t *testing.T) {
+	srv := testsvc.StartEtcdBinary(t)
+	const reqTimeout = 3 * time.Second
+	fl := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(reqTimeout))
+	sent := make(chan struct{}, 1)
+	etcd.OnGrantSent(fl.Locker(), func() { sent <- struct{}{} })
+	srv.Pause(t)
+	defer srv.Resume()
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := fl.Acquire(timeout(t, 30*time.Second), "job")
+		acquired <- err
+	}()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lease grant sent within 10s")
+	}
+	start := time.Now()
+	if err := fl.Locker().Backend().Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if d := time.Since(start); d > reqTimeout/2 {
+		t.Fatalf("Close with a grant in flight took %v", d)
+	}
+	select {
+	case err := <-acquired:
+		if !errors.Is(err, baton.ErrClosed) {
+			t.Fatalf("the acquisition whose grant Close ended: %v; want ErrClosed", err)
+		}
+	case <-time.After(reqTimeout / 2):
+		t.Fatal("the acquisition whose grant Close ended is still waiting for the grant")
 	}
 }

@@ -1012,6 +1012,9 @@ func farBehind(t *testing.T) behind {
 		return info.EntriesAdded
 	}
 	before := added()
+	if before == 0 { // the observation's first look added an entry
+		t.Skip("this redis-server does not count a stream's entries (XINFO STREAM entries-added, from Redis 7): an observer cannot count the changes it missed")
+	}
 	for range 150 {
 		l, err := a.Acquire(ctx, "far")
 		if err != nil {

@@ -40,7 +40,9 @@ const (
 // trims whole nodes): the changes trimmed before it read them are lost to
 // it, and the observation logs a warning with their number (from Redis 7,
 // whose XINFO STREAM counts the entries added; a lower bound when the
-// stream was lost and made anew meanwhile). A lease that expires writes
+// stream was lost and made anew meanwhile, and perhaps too high when the
+// client reads from replicas, a ClusterClient with ReadOnly, whose XREAD
+// may see entries the master already trimmed). A lease that expires writes
 // nothing; the observer reads the lock's state again when the holder's
 // PTTL runs out, and when the holder it finds is not the last one the
 // stream named and no change is waiting in the stream, the old holder's
