@@ -17,27 +17,8 @@ import (
 // behind the backend's lock; and the acquisitions that waited for the
 // grant fail with it, after one request timeout, not one each in turn.
 func TestSession_GrantInFlight(t *testing.T) {
-	srv := testsvc.StartEtcdBinary(t)
-	const reqTimeout = 3 * time.Second
-	fl := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(reqTimeout))
-	sent := make(chan struct{}, 8)
-	etcd.OnGrantSent(fl.Locker(), func() { sent <- struct{}{} })
-	srv.Pause(t)
-	defer srv.Resume()
-
-	start := time.Now()
-	results := make(chan error, 3)
-	for range 3 {
-		go func() {
-			_, err := fl.Acquire(timeout(t, 30*time.Second), "job")
-			results <- err
-		}()
-	}
-	select {
-	case <-sent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no lease grant sent within 10s")
-	}
+	fl, results, sent := grantOnFrozenServer(t, 3)
+	start := time.Now() // just after the grant was sent
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -70,23 +51,7 @@ func TestSession_GrantInFlight(t *testing.T) {
 // Close ends its acquisitions before it closes the backend; this is the
 // backend's own Close.)
 func TestSession_CloseDuringGrant(t *testing.T) {
-	srv := testsvc.StartEtcdBinary(t)
-	const reqTimeout = 3 * time.Second
-	fl := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(reqTimeout))
-	sent := make(chan struct{}, 1)
-	etcd.OnGrantSent(fl.Locker(), func() { sent <- struct{}{} })
-	srv.Pause(t)
-	defer srv.Resume()
-	acquired := make(chan error, 1)
-	go func() {
-		_, err := fl.Acquire(timeout(t, 30*time.Second), "job")
-		acquired <- err
-	}()
-	select {
-	case <-sent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no lease grant sent within 10s")
-	}
+	fl, acquired, _ := grantOnFrozenServer(t, 1)
 	start := time.Now()
 	if err := fl.Locker().Backend().Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -102,4 +67,34 @@ func TestSession_CloseDuringGrant(t *testing.T) {
 	case <-time.After(reqTimeout / 2):
 		t.Fatal("the acquisition whose grant Close ended is still waiting for the grant")
 	}
+}
+
+// reqTimeout is the request timeout of grantOnFrozenServer's Locker.
+const reqTimeout = 3 * time.Second
+
+// grantOnFrozenServer starts n acquisitions on a Locker whose etcd server
+// is frozen, and returns once the first lease grant was sent: the Locker,
+// the acquisitions' results, and a channel that receives as any further
+// grant is sent.
+func grantOnFrozenServer(t *testing.T, n int) (*baton.FencedLocker, <-chan error, <-chan struct{}) {
+	t.Helper()
+	srv := testsvc.StartEtcdBinary(t)
+	fl := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(reqTimeout))
+	sent := make(chan struct{}, 8)
+	etcd.OnGrantSent(fl.Locker(), func() { sent <- struct{}{} })
+	srv.Pause(t)
+	t.Cleanup(srv.Resume)
+	results := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := fl.Acquire(timeout(t, 30*time.Second), "job")
+			results <- err
+		}()
+	}
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no lease grant sent within 10s")
+	}
+	return fl, results, sent
 }
