@@ -57,6 +57,9 @@ type hooks struct {
 	watchExit func()
 	// grantSent is called as a lease grant is sent.
 	grantSent func()
+	// observed is called with each term an observation decides, before
+	// it hands it to its reader.
+	observed func(baton.Term)
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

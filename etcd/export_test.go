@@ -23,6 +23,12 @@ func OnGrantSent(l *baton.Locker, fn func()) {
 	setHook(l, func(h *hooks) { h.grantSent = fn })
 }
 
+// OnObserved calls fn with each term one of l's observations decides,
+// before it hands it to its reader.
+func OnObserved(l *baton.Locker, fn func(baton.Term)) {
+	setHook(l, func(h *hooks) { h.observed = fn })
+}
+
 // setHook sets one of l's hooks, keeping the others.
 func setHook(l *baton.Locker, set func(*hooks)) {
 	b := l.Backend().(*backend)

@@ -70,6 +70,9 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 	// the observation knows; only the caller's end (ctx) drops it.
 	caller := ctx
 	send := func(t baton.Term) bool {
+		if hk := b.hooks.Load(); hk != nil && hk.observed != nil {
+			hk.observed(t)
+		}
 		if sendTerm(octx, ch, t) {
 			return true
 		}
@@ -96,10 +99,11 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
 				noLeader = errors.Is(err, rpctypes.ErrNoLeader)
-				if errors.Is(err, rpctypes.ErrCompacted) {
+				compacted := errors.Is(err, rpctypes.ErrCompacted)
+				if compacted {
 					b.cfg.Logger.Warn("an observer's next revision was compacted; the changes until it reads the keys again go unreported", "election", name, "revision", rev+1, "compacted", wr.CompactRevision)
 				}
-				if noLeader || errors.Is(err, rpctypes.ErrCompacted) {
+				if noLeader || compacted {
 					break // read the keys again below
 				}
 				obsend.Warn(ctx, b.cfg.Logger, "its watch failed", "election", name, "err", err)

@@ -180,10 +180,19 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	h := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
 	g := newLocker(t, srv.Endpoint, baton.WithHolder("g"))
-	stopped := &stopSignal{stopped: make(chan struct{})}
-	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second), baton.WithLogger(slog.New(stopped)))
+	stopped := make(chan struct{})
+	var once sync.Once
+	ended := logTap(func(r slog.Record) {
+		if strings.HasPrefix(r.Message, obsend.Prefix) {
+			once.Do(func() { close(stopped) })
+		}
+	})
+	obs := newLocker(t, srv.Endpoint, baton.WithRequestTimeout(time.Second), baton.WithLogger(slog.New(ended)))
+	decided := make(chan string, 8)
+	etcd.OnObserved(obs.Locker(), func(tm baton.Term) { decided <- tm.Leader })
 	ctx := timeout(t, 60*time.Second)
 	lh, terms := heldAndObserved(t, ctx, h, obs)
+	<-decided // h's
 	// The reader is away: the Locker's relay takes the next term (no
 	// leader), and the observation waits to hand it the one after (g).
 	if err := lh.Release(ctx); err != nil {
@@ -192,9 +201,19 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 	if _, err := g.Acquire(ctx, "job"); err != nil {
 		t.Fatal(err)
 	}
+	for _, want := range []string{"", "g"} { // decided before the cluster goes
+		select {
+		case got := <-decided:
+			if got != want {
+				t.Fatalf("the observation decided leader %q; want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the observation did not decide leader %q within 10s", want)
+		}
+	}
 	srv.Stop()
 	select {
-	case <-stopped.stopped:
+	case <-stopped:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the observation did not end within 30s of the cluster's stop")
 	}
@@ -216,8 +235,12 @@ func TestObserve_ClusterGone_KeepsSeenTerm(t *testing.T) {
 func TestObserve_Compacted_ReadsAgain(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	h := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
-	warned := &warnings{about: "compacted"}
-	obs := newLocker(t, srv.Endpoint, baton.WithLogger(slog.New(warned)))
+	var warned atomic.Int64
+	obs := newLocker(t, srv.Endpoint, baton.WithLogger(slog.New(logTap(func(r slog.Record) {
+		if r.Level == slog.LevelWarn && strings.Contains(r.Message, "compacted") {
+			warned.Add(1)
+		}
+	}))))
 	ctx := timeout(t, 60*time.Second)
 	terms, err := obs.Locker().Backend().(baton.Observer).Observe(ctx, "job")
 	if err != nil {
@@ -252,8 +275,8 @@ func TestObserve_Compacted_ReadsAgain(t *testing.T) {
 	if want := []string{"", "h"}; !slices.Equal(got, want) {
 		t.Fatalf("leaders %q; want %q", got, want)
 	}
-	if warned.n.Load() != 1 { // logged before the keys were read again
-		t.Fatalf("%d warnings that changes may have gone unreported; want 1", warned.n.Load())
+	if n := warned.Load(); n != 1 { // logged before the keys were read again
+		t.Fatalf("%d warnings that changes may have gone unreported; want 1", n)
 	}
 	// And it follows on, on a watch from the revision it read at.
 	if err := lh.Release(ctx); err != nil {
@@ -288,39 +311,11 @@ func heldAndObserved(t *testing.T, ctx context.Context, holder, obs *baton.Fence
 	return lease, terms
 }
 
-// warnings is a slog.Handler that counts the warnings whose message
-// holds about, and drops every record.
-type warnings struct {
-	about string
-	n     atomic.Int64
-}
+// logTap is a slog.Handler that calls itself with every record, and
+// writes nothing.
+type logTap func(slog.Record)
 
-func (w *warnings) Enabled(context.Context, slog.Level) bool { return true }
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler       { return w }
-func (w *warnings) WithGroup(string) slog.Handler            { return w }
-
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn && strings.Contains(r.Message, w.about) {
-		w.n.Add(1)
-	}
-	return nil
-}
-
-// stopSignal is a slog.Handler that closes stopped at a backend's warning
-// that an observation ended (see obsend), and drops every record.
-type stopSignal struct {
-	once    sync.Once
-	stopped chan struct{}
-}
-
-func (s *stopSignal) Enabled(context.Context, slog.Level) bool { return true }
-
-func (s *stopSignal) Handle(_ context.Context, r slog.Record) error {
-	if strings.HasPrefix(r.Message, obsend.Prefix) {
-		s.once.Do(func() { close(s.stopped) })
-	}
-	return nil
-}
-
-func (s *stopSignal) WithAttrs([]slog.Attr) slog.Handler { return s }
-func (s *stopSignal) WithGroup(string) slog.Handler      { return s }
+func (f logTap) Enabled(context.Context, slog.Level) bool      { return true }
+func (f logTap) WithAttrs([]slog.Attr) slog.Handler            { return f }
+func (f logTap) WithGroup(string) slog.Handler                 { return f }
+func (f logTap) Handle(_ context.Context, r slog.Record) error { f(r); return nil }

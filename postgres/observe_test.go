@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -571,12 +572,9 @@ func TestObserve_SlowReader_QueueCapped(t *testing.T) {
 	terms := observe(t, x, "capped")
 	want := alternate(t, x, y, "capped", 10)
 	// Every term decided (the first and 20 more), while nobody read.
-	for deadline := time.Now().Add(10 * time.Second); postgres.Decided(x.Locker()) < int64(1+len(want)); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the observation decided %d terms in 10s; want %d", postgres.Decided(x.Locker()), 1+len(want))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, fmt.Sprintf("the observation deciding %d terms", 1+len(want)), func() bool {
+		return postgres.Decided(x.Locker()) >= int64(1+len(want))
+	})
 	// The reader, back: the first term (which the Locker's relay took
 	// before the reader left), the one the observation was sending (if
 	// it had begun to), and the last four it kept.

@@ -78,6 +78,11 @@ func TestACL_ObserveWithoutXINFO(t *testing.T) {
 	open := aclUser(t, srv, append(strings.Fields(rediskit.Grants(redis.DefaultPrefix)), "-xinfo")...)
 	a, obs := open("a"), open("obs")
 	ctx := timeout(t, 20*time.Second)
+	app := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: "app", Password: "pw"})
+	defer app.Close()
+	if err := app.XInfoStream(ctx, "{"+redis.DefaultPrefix+"job}:o").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("XINFO STREAM as the user: %v; want NOPERM, or this test tests nothing", err)
+	}
 	terms, err := obs.Observe(ctx, "job")
 	if err != nil {
 		t.Fatal(err)

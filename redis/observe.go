@@ -51,12 +51,12 @@ const (
 // SET, see Acquire), whose note follows in a moment unless its client died
 // first; while the lock is free the observer reads its state every
 // RenewEvery (at most observerRefresh), which bounds how late such a
-// holder is reported. A claim that finds a waiter queued
-// gives it the key with a release one round trip later: an observer that
-// looked in between reports the claimer as a holder for that moment. An
-// observation whose server stops answering ends within RenewEvery and
-// twice the request timeout (on a client with ContextTimeoutEnabled, as
-// Open's; else go-redis ends the blocked read 10s after its block).
+// holder is reported. A claim that finds a waiter queued gives it the key
+// with a release one round trip later: an observer that looked in between
+// reports the claimer as a holder for that moment. An observation whose
+// server stops answering ends within RenewEvery and twice the request
+// timeout (on a client with ContextTimeoutEnabled, as Open's; else
+// go-redis ends the blocked read 10s after its block).
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -142,10 +142,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	defer close(ch) // first: the DEL above does not hold the caller up
 	cur, last, pttl := st.value, st.last, st.pttl
 	renewed := time.Now() // the registration's last renewal (Observe's state read)
-	// Entries counted (see gap): the stream's entries-added when this
-	// observer had read every entry before its first unread one (-1: not
-	// known), and how many it has read since.
-	base, read := st.added, int64(0)
+	trimmed := trimCount{base: st.added}
 	if !b.send(ctx, k, &renewed, ch, b.term(k.name, cur)) {
 		return
 	}
@@ -183,7 +180,7 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			}
 			for _, m := range s.Messages {
 				last = m.ID
-				read++
+				trimmed.read++
 				b.obsRead.Add(1)
 				v, _ := m.Values["v"].(string)
 				if v != cur {
@@ -208,29 +205,10 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 			// entries after its new end would come with IDs below ours,
 			// which XREAD from ours would never return. Go on from its end.
 			last = now.last
-			base = -1
+			trimmed.base = -1
 		}
-		// Count the changes trimmed unread: at once when every entry the
-		// stream holds is after ours (entries between were trimmed, or
-		// none was: the count says which), so that a reader that stays
-		// behind is told too; else once read up to the stream's end. In
-		// between, nothing unread can have been trimmed: an entry up to
-		// ours is still there, and trimming takes the oldest first.
-		unread := int64(-1)
-		switch {
-		case now.held > 0 && streamIDLess(last, now.first):
-			unread = now.held
-		case now.last == last:
-			unread = 0
-		}
-		if unread >= 0 {
-			if missed := gap(base, now.added, read+unread); missed > 0 {
-				b.cfg.Logger.Warn("an observer's reader is far behind; changes past the stream's cap were trimmed before it read them", "election", k.name, "missed", missed)
-			}
-			base, read = now.added-unread, 0
-			if now.added < 0 {
-				base = -1
-			}
+		if missed := trimmed.at(now, last); missed > 0 {
+			b.cfg.Logger.Warn("an observer's reader is far behind; changes past the stream's cap were trimmed before it read them", "election", k.name, "missed", missed)
 		}
 		if now.value != cur && now.last == last {
 			// No change is waiting in the stream, yet the holder is not
@@ -248,18 +226,41 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	}
 }
 
-// gap returns how many changes an observer missed: the entries added to
-// the stream since base, when it had read every entry before its first
-// unread one, that it neither read nor will (seen: read since, and still
-// in the stream, unread). It is 0 when a count is not known (-1: before
-// Redis 7, XINFO refused, or the stream went back), or the stream was made
-// anew (added fell below base). A stream made anew that has since had
-// more entries than base makes it a lower bound.
-func gap(base, added, seen int64) int64 {
-	if base < 0 || added < base {
+// trimCount counts the changes an observer missed because the stream was
+// trimmed (MAXLEN, its cap) before it read them.
+type trimCount struct {
+	base int64 // the stream's entries-added when the observer had read every entry before its first unread one; -1: not known
+	read int64 // entries read since
+}
+
+// at counts at a look at the stream (now), the observer having read up to
+// last, and returns how many changes it missed since the last count. It
+// counts at once when every entry the stream holds is after last (entries
+// between were trimmed, or none was: the count says which), so that a
+// reader that stays behind is told too; else once read up to the stream's
+// end. In between, nothing unread can have been trimmed: an entry up to
+// last is still there, and trimming takes the oldest first. It counts
+// nothing when the count is not known (Redis before 7, XINFO refused, or
+// the stream went back: base -1), or the stream was made anew (its count
+// fell below base); a stream made anew that has since had more entries
+// than base makes the count a lower bound.
+func (c *trimCount) at(now lockState, last string) (missed int64) {
+	var unread int64 // entries in the stream after last
+	switch {
+	case now.held > 0 && streamIDLess(last, now.first):
+		unread = now.held
+	case now.last == last:
+	default:
 		return 0
 	}
-	return max(added-base-seen, 0)
+	if c.base >= 0 && now.added >= c.base {
+		missed = max(now.added-c.base-c.read-unread, 0)
+	}
+	c.base, c.read = now.added-unread, 0
+	if now.added < 0 {
+		c.base = -1
+	}
+	return missed
 }
 
 // streamIDLess reports whether stream entry ID a ("ms-seq") comes before

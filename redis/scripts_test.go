@@ -169,12 +169,14 @@ func TestStreamIDLess(t *testing.T) {
 	}
 }
 
-// TestGap: the changes an observer missed are those added since it was
-// last at the stream's end that it did not read; none when the count is
-// not known or the stream was made anew.
-func TestGap(t *testing.T) {
+// TestTrimCount: the changes an observer missed are those added since it
+// was last counted that it neither read nor will; none when the count is
+// not known or the stream was made anew; counted at once when every entry
+// the stream holds is after the observer's, and not in between.
+func TestTrimCount(t *testing.T) {
+	caughtUp := func(added int64) lockState { return lockState{last: "9-0", added: added, held: 3, first: "7-0"} }
 	for _, c := range []struct {
-		base, added, seen, want int64
+		base, added, read, want int64
 	}{
 		{10, 15, 5, 0}, // read every one
 		{10, 15, 2, 3}, // three trimmed unread
@@ -184,8 +186,29 @@ func TestGap(t *testing.T) {
 		{10, 3, 3, 0},  // the stream was made anew
 		{10, 15, 7, 0}, // read more than counted (a stream made anew meanwhile)
 	} {
-		if got := gap(c.base, c.added, c.seen); got != c.want {
-			t.Errorf("gap(%d, %d, %d) = %d; want %d", c.base, c.added, c.seen, got, c.want)
+		tc := trimCount{base: c.base, read: c.read}
+		if got := tc.at(caughtUp(c.added), "9-0"); got != c.want {
+			t.Errorf("caught up, base %d, added %d, read %d: %d missed; want %d", c.base, c.added, c.read, got, c.want)
 		}
+		if want := max(c.added, -1); tc.base != want || tc.read != 0 {
+			t.Errorf("caught up, base %d, added %d: counting from %d, %d read; want from %d, 0 read", c.base, c.added, tc.base, tc.read, want)
+		}
+	}
+
+	// Behind: every entry held (4, from 20-0) is after ours (12-0).
+	tc := trimCount{base: 10, read: 2}
+	behind := lockState{last: "23-0", added: 20, held: 4, first: "20-0"}
+	if got := tc.at(behind, "12-0"); got != 20-10-2-4 {
+		t.Errorf("behind: %d missed; want %d", got, 20-10-2-4)
+	}
+	if tc.base != 16 || tc.read != 0 {
+		t.Errorf("behind: counting from %d, %d read; want from 16 (the entries before the first held), 0 read", tc.base, tc.read)
+	}
+	// In between (an entry up to ours is still held): no count, nothing
+	// changed.
+	tc = trimCount{base: 10, read: 2}
+	between := lockState{last: "23-0", added: 20, held: 4, first: "20-0"}
+	if got := tc.at(between, "21-0"); got != 0 || tc.base != 10 || tc.read != 2 {
+		t.Errorf("in between: %d missed, counting from %d, %d read; want none, unchanged (10, 2)", got, tc.base, tc.read)
 	}
 }

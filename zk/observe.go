@@ -58,6 +58,12 @@ const maxQueued = 1024
 // them (ZooKeeper keeps no history to read them back from later).
 func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, watch <-chan zkgo.Event, ch chan<- baton.Term) {
 	defer close(ch)
+	// ended says why the observation ends, unless our Close ends it.
+	ended := func(why string, args ...any) {
+		if b.life.Err() == nil {
+			obsend.Warn(ctx, b.cfg.Logger, why, append([]any{"election", name}, args...)...)
+		}
+	}
 	queue := []baton.Term{cur} // terms the reader has not taken, oldest first
 	b.observed(cur)
 	// A connection down for the session timeout has lost its session, and
@@ -94,7 +100,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			}
 			continue
 		case <-down.C:
-			obsend.Warn(ctx, b.cfg.Logger, "the connection stayed down for the session timeout", "election", name, "ttl", b.cfg.TTL)
+			ended("the connection stayed down for the session timeout", "ttl", b.cfg.TTL)
 			flush(ctx, b.life, ch, queue)
 			return
 		case _, ok := <-watch:
@@ -102,9 +108,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 				// The connection closed, or a new session lost the
 				// watch: look again below, once connected.
 				if err := b.waitConnected(ctx, time.Now().Add(b.cfg.RequestTimeout)); err != nil {
-					if b.life.Err() == nil { // not our Close
-						obsend.Warn(ctx, b.cfg.Logger, "its watch ended and the connection did not come back", "election", name, "err", err)
-					}
+					ended("its watch ended and the connection did not come back", "err", err)
 					flush(ctx, b.life, ch, queue)
 					return
 				}
@@ -112,9 +116,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 		}
 		next, w, err := b.leaderW(ctx, name, dir)
 		if err != nil {
-			if b.life.Err() == nil { // not our Close
-				obsend.Warn(ctx, b.cfg.Logger, "it could not read the election", "election", name, "err", err)
-			}
+			ended("it could not read the election", "err", err)
 			flush(ctx, b.life, ch, queue)
 			return
 		}

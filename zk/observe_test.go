@@ -71,7 +71,8 @@ func TestObserve_NoHerd(t *testing.T) {
 	ctx := timeout(t, time.Minute)
 	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
 	var seen eventCounter // the observer's watch events, on the wire
-	obs := lockerOn(t, connect(t, addr, longTTL, seen.dial), longTTL)
+	obsConn := connect(t, addr, longTTL, seen.dial)
+	obs := lockerOn(t, obsConn, longTTL)
 	la, err := a.Acquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +102,11 @@ func TestObserve_NoHerd(t *testing.T) {
 	}
 	if kids := children(t, admin, dir); len(kids) != 1+waiters-2 { // a waiter that gave up deleted its node first
 		t.Fatalf("candidates %v; want the leader and the %d waiters left", kids, waiters-2)
+	}
+	// An event for the observer comes on its connection ahead of the
+	// answer to a sync sent after the candidates left.
+	if _, err := obsConn.Sync(dir); err != nil {
+		t.Fatal(err)
 	}
 	if n := seen.n.Load(); n != 0 {
 		t.Errorf("the observer got %d watch events while candidates joined and left behind the leader; want none", n)

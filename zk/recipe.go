@@ -322,7 +322,7 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			})
 		}
 		own, err := await(b, ctx, cc)
-		if err != nil && own.path != "" && !errors.Is(err, zkgo.ErrConnectionClosed) && !isSocketErr(err) {
+		if err != nil && own.path != "" && !answerLost(err) {
 			b.reaper.add(own.path) // made, but not read back (see create); not one findGUID may find below
 		}
 		switch {
@@ -346,7 +346,7 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			if err := b.ensureDir(ctx, dir); err != nil {
 				return created{}, nil, err
 			}
-		case errors.Is(err, zkgo.ErrConnectionClosed), isSocketErr(err):
+		case answerLost(err):
 			// Sent, or perhaps sent, and the answer lost: the node may
 			// exist.
 			own, found, ferr := b.findGUID(ctx, dir, guid)
@@ -462,7 +462,7 @@ func (b *backend) abandonCreate(dir, guid string, ch <-chan result[created]) {
 		defer b.calls.done()
 		defer settled()
 		r := <-ch
-		if r.v.path == "" && !errors.Is(r.err, zkgo.ErrConnectionClosed) && !errors.Is(r.err, zkgo.ErrClosing) && !isSocketErr(r.err) {
+		if r.v.path == "" && !answerLost(r.err) && !errors.Is(r.err, zkgo.ErrClosing) {
 			return // no node made
 		}
 		b.mu.Lock()

@@ -72,11 +72,7 @@ func sessionHex(id int64) string { return fmt.Sprintf("0x%x", id) }
 type eventCounter struct{ n atomic.Int64 }
 
 func (e *eventCounter) dial(network, address string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, address, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: c, e: e}, nil
+	return dialWrapped(network, address, timeout, func(c net.Conn) net.Conn { return &countingConn{Conn: c, e: e} })
 }
 
 // countingConn reads the server's frames (a 4-byte length, then the
@@ -294,6 +290,16 @@ func (d *cutDialer) connect(t *testing.T, addr string) *zkgo.Conn {
 	return connect(t, addr, longTTL, d.dial)
 }
 
+// dialWrapped dials as net.DialTimeout does, and wraps the connection: the
+// test dialers' way to see or tamper with what goes over it.
+func dialWrapped(network, address string, timeout time.Duration, wrap func(net.Conn) net.Conn) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return wrap(c), nil
+}
+
 // connect makes a go-zookeeper connection to addr with session timeout
 // ttl, through dial (nil: the default dialer), closed (its events
 // drained) when t ends.
@@ -315,11 +321,7 @@ func connect(t *testing.T, addr string, ttl time.Duration, dial zkgo.Dialer) *zk
 }
 
 func (d *cutDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, address, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &cutConn{Conn: c, d: d}, nil
+	return dialWrapped(network, address, timeout, func(c net.Conn) net.Conn { return &cutConn{Conn: c, d: d} })
 }
 
 type cutConn struct {
@@ -328,23 +330,34 @@ type cutConn struct {
 	cut atomic.Bool // set just before the request that is cut leaves
 }
 
-// ZooKeeper's opcodes for a create, plain or in a multi, and a delete.
+// ZooKeeper's opcodes for a create, plain or in a multi, a delete, a read
+// of a node's data, and a listing with its stat.
 const (
-	opCreate = 1
-	opDelete = 2
-	opMulti  = 14
+	opCreate       = 1
+	opDelete       = 2
+	opGetData      = 4
+	opGetChildren2 = 12
+	opMulti        = 14
 )
+
+// opcode returns the opcode of request b, as go-zookeeper writes it (one
+// request per write: [len][xid][opcode]...).
+func opcode(b []byte) (int32, bool) {
+	if len(b) < 12 {
+		return 0, false
+	}
+	return int32(binary.BigEndian.Uint32(b[8:12])), true
+}
 
 // Write decides on the cut, and counts it, before the request leaves: once
 // it has left, the server may answer and the caller return (and look at
 // d.cuts) before this goroutine runs again. From then on Read delivers
 // nothing, so that answer is lost even when it comes back before the Close.
 func (c *cutConn) Write(b []byte) (int, error) {
-	// A request is [len][xid][opcode]...; go-zookeeper writes one per call.
-	if len(b) < 12 {
+	op, ok := opcode(b)
+	if !ok {
 		return c.Conn.Write(b)
 	}
-	op := int32(b[8])<<24 | int32(b[9])<<16 | int32(b[10])<<8 | int32(b[11])
 	c.d.mu.Lock()
 	if c.d.armed.Load() || len(c.d.ops) > 0 {
 		c.d.ops = append(c.d.ops, op)

@@ -105,11 +105,7 @@ type stallDialer struct {
 }
 
 func (d *stallDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, address, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &stallConn{Conn: c, d: d}, nil
+	return dialWrapped(network, address, timeout, func(c net.Conn) net.Conn { return &stallConn{Conn: c, d: d} })
 }
 
 func (d *stallDialer) hooks() (func(xid, op int32), func(xid int32)) {

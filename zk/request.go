@@ -168,6 +168,13 @@ func isConnErr(err error) bool {
 		errors.Is(err, errNoAnswer) || errors.Is(err, zkgo.ErrClosing) || isSocketErr(err)
 }
 
+// answerLost reports whether err says a request was sent, or perhaps
+// sent, and its answer lost with the connection: a create may have made
+// its node.
+func answerLost(err error) bool {
+	return errors.Is(err, zkgo.ErrConnectionClosed) || isSocketErr(err)
+}
+
 // isSocketErr reports whether err is the socket's: a request whose write
 // failed, which may have left in part (the server drops a part of a
 // request with the connection) or, for all we know, in full.

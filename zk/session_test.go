@@ -2,9 +2,7 @@ package zk_test
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -685,7 +683,7 @@ func TestWaiter_ListingOutlastsRequestTimeout(t *testing.T) {
 // place in line and takes the lock at the holder's release.
 func TestWaiter_ListingWriteFails_ListsAgain(t *testing.T) {
 	addr := zkServer.Addr(t)
-	var br breakingDialer
+	br := breakingDialer{op: opGetChildren2}
 	w := lockerOn(t, connect(t, addr, longTTL, br.dial), longTTL)
 	ctx := timeout(t, time.Minute)
 	// When X's node goes, W's next listing fails as it is written. W's
@@ -796,12 +794,9 @@ func TestCreate_DirNotWritable(t *testing.T) {
 	}
 }
 
-// opGetData is ZooKeeper's opcode for a read of a node's data.
-const opGetData = 4
-
 // breakingDialer dials connections on which, once armed, the next request
-// with opcode op (0: a listing, getChildren2) fails as it is written, with
-// a broken pipe, and the connection closes.
+// with opcode op fails as it is written, with a broken pipe, and the
+// connection closes. (cutDialer sends its request and loses the answer.)
 type breakingDialer struct {
 	op     int32
 	armed  atomic.Bool
@@ -809,11 +804,7 @@ type breakingDialer struct {
 }
 
 func (d *breakingDialer) dial(network, address string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, address, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &breakingConn{Conn: c, d: d}, nil
+	return dialWrapped(network, address, timeout, func(c net.Conn) net.Conn { return &breakingConn{Conn: c, d: d} })
 }
 
 type breakingConn struct {
@@ -821,13 +812,8 @@ type breakingConn struct {
 	d *breakingDialer
 }
 
-// opGetChildren2 is ZooKeeper's opcode for a listing with its stat.
-const opGetChildren2 = 12
-
 func (c *breakingConn) Write(b []byte) (int, error) {
-	// A request is [len][xid][opcode]...; go-zookeeper writes one per call.
-	op := cmp.Or(c.d.op, opGetChildren2)
-	if len(b) < 12 || int32(binary.BigEndian.Uint32(b[8:12])) != op || !c.d.armed.CompareAndSwap(true, false) {
+	if op, ok := opcode(b); !ok || op != c.d.op || !c.d.armed.CompareAndSwap(true, false) {
 		return c.Conn.Write(b)
 	}
 	c.d.broken.Add(1)
@@ -1309,11 +1295,7 @@ type pingDropper struct {
 }
 
 func (d *pingDropper) dial(network, address string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, address, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &pingDroppingConn{Conn: c, d: d}, nil
+	return dialWrapped(network, address, timeout, func(c net.Conn) net.Conn { return &pingDroppingConn{Conn: c, d: d} })
 }
 
 // zkPing is go-zookeeper's ping as it writes it, in one Write: length 8,

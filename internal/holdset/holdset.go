@@ -3,7 +3,11 @@
 // release.
 package holdset
 
-import "sync"
+import (
+	"maps"
+	"slices"
+	"sync"
+)
 
 // Set is a backend's live holds. The zero value is an empty, open Set.
 type Set[H comparable] struct {
@@ -49,20 +53,12 @@ func (s *Set[H]) Close() (holds []H, first bool) {
 		return nil, false
 	}
 	s.closed = true
-	holds = make([]H, 0, len(s.holds))
-	for h := range s.holds {
-		holds = append(holds, h)
-	}
-	return holds, true
+	return slices.Collect(maps.Keys(s.holds)), true
 }
 
 // Holds returns the holds the Set has now.
 func (s *Set[H]) Holds() []H {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]H, 0, len(s.holds))
-	for h := range s.holds {
-		out = append(out, h)
-	}
-	return out
+	return slices.Collect(maps.Keys(s.holds))
 }

@@ -44,17 +44,27 @@ func TestSet_Concurrent(t *testing.T) {
 	var s Set[int]
 	const n = 64
 	accepted := make([]bool, n)
-	var wg sync.WaitGroup
+	var wg, early sync.WaitGroup
 	for i := range n {
+		if i < n/2 {
+			early.Add(1) // these track before Close begins
+		}
 		wg.Go(func() {
 			accepted[i] = s.Track(i, func() bool { return false })
+			if i < n/2 {
+				early.Done()
+			}
 			if accepted[i] && i%2 == 1 {
 				s.Drop(i)
 			}
 		})
 	}
+	early.Wait()
 	holds, first := s.Close()
 	wg.Wait()
+	if !slices.Equal(accepted[:n/2], slices.Repeat([]bool{true}, n/2)) {
+		t.Fatalf("Track refused a hold before Close: %v", accepted[:n/2])
+	}
 	if !first {
 		t.Fatal("first Close reported not first")
 	}
