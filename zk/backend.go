@@ -95,6 +95,10 @@ type hooks struct {
 	// sessionMade is called when a session object is made, before its
 	// first renewal.
 	sessionMade func()
+	// holdListening is called by a new hold between following the
+	// connection's state and following the session's end, with the
+	// hold's look.
+	holdListening func(look func())
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

@@ -56,9 +56,11 @@
 // The czxid costs no extra request: the create is a multi, the create and
 // an empty write to the election node in one transaction, and the write's
 // answer carries the transaction's zxid, which is our node's czxid. (So
-// the election node's data version counts acquisitions, and a data watch
-// on it fires at each; where its ACL lets us create children but not
-// write it, a plain create and a read of our node do instead.)
+// the election node's data version counts acquisitions, a data watch on
+// it fires at each, and any data it held is cleared: keep nothing of
+// your own there, as under a Curator lock path. Where its ACL lets us
+// create children but not write it, a plain create and a read of our
+// node do instead.)
 //
 // # Sessions: the session is the lease
 //

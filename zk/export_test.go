@@ -72,6 +72,13 @@ func OnSessionMade(l *baton.Locker, fn func()) {
 	setHook(l, func(h *hooks) { h.sessionMade = fn })
 }
 
+// OnHoldListening calls fn when a new hold of l's follows the connection's
+// state but not yet its session's end, with the hold's look. It keeps the
+// other hooks set.
+func OnHoldListening(l *baton.Locker, fn func(look func())) {
+	setHook(l, func(h *hooks) { h.holdListening = fn })
+}
+
 // LeaderHeard is the base a session object's deadline counts from, for a
 // Locker with cfg, a session whose first request was sent at sent on a
 // connection dialed at dialed.

@@ -29,10 +29,13 @@ type hold struct {
 	end  context.CancelFunc
 	mu   sync.Mutex
 	err  error
+	// stops ends the calls of the connection's state and of the
+	// session's end (see follow); unfollowed says they were ended, and a
+	// call registered after that is ended at once.
+	stops      []func()
+	unfollowed bool
 
-	gone     atomic.Pointer[error] // a renewal found the node deleted
-	unlisten func()                // stops the connection state's calls
-	unhook   func() bool           // stops the session end's call
+	gone atomic.Pointer[error] // a renewal found the node deleted
 }
 
 func newHold(b *backend, s *session, own created, m mark) *hold {
@@ -42,10 +45,43 @@ func newHold(b *backend, s *session, own created, m mark) *hold {
 		mark:  m,
 	}
 	h.life, h.end = context.WithCancel(context.Background())
-	h.unlisten = b.cs.listen(h.look)
-	h.unhook = context.AfterFunc(s.k.Context(), h.look)
+	// Either call may come before the other is registered (a drop on
+	// go-zookeeper's goroutine, a session that ended meanwhile on
+	// AfterFunc's), end the hold, and unfollow it: follow ends at once a
+	// call registered after that.
+	h.follow(b.cs.listen(h.look))
+	if hk := b.hooks.Load(); hk != nil && hk.holdListening != nil {
+		hk.holdListening(h.look)
+	}
+	stop := context.AfterFunc(s.k.Context(), h.look)
+	h.follow(func() { stop() })
 	h.look() // a change may have come before we listened
 	return h
+}
+
+// follow keeps stop, which ends one of the calls that end the hold, for
+// unfollow; after unfollow it calls stop at once.
+func (h *hold) follow(stop func()) {
+	h.mu.Lock()
+	if !h.unfollowed {
+		h.stops = append(h.stops, stop)
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	stop()
+}
+
+// unfollow ends the calls of the connection's state and of the session's
+// end, those registered and those to come (see follow).
+func (h *hold) unfollow() {
+	h.mu.Lock()
+	stops := h.stops
+	h.stops, h.unfollowed = nil, true
+	h.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
 }
 
 func (h *hold) Key() string              { return h.path }
@@ -102,8 +138,7 @@ func (h *hold) look() {
 // shut stops following the connection and ends the hold with cause,
 // unless it had already ended; it reports whether this call ended it.
 func (h *hold) shut(cause error) bool {
-	h.unlisten()
-	h.unhook()
+	h.unfollow()
 	return h.lose(cause)
 }
 
@@ -112,8 +147,7 @@ func (h *hold) shut(cause error) bool {
 // nothing from then on (its node, if the session kept it, is the
 // reaper's). A Release that comes later does the same again, harmlessly.
 func (h *hold) forget() {
-	h.unlisten()
-	h.unhook()
+	h.unfollow()
 	h.b.untrack(h)
 }
 

@@ -246,8 +246,13 @@ func TestLease_Suspended_Reconnected(t *testing.T) {
 			t.Fatalf("A's session 0x%x (was 0x%x), connected %v: B's acquisition proves nothing", got, sid, zk.StatusOf(a.Locker()).Connected)
 		}
 		t.Logf("B acquired %v after the cut, A's session (timeout %v) still alive", time.Since(cut).Round(time.Millisecond), longTTL)
-		if la.Err() == nil {
-			t.Fatal("A's lease resumed")
+		// Nothing of A's hold came back with the connection: its work
+		// stays cancelled and its node is gone (B holds by its own).
+		if la.Context().Err() == nil {
+			t.Fatal("A's work context is live again")
+		}
+		if ok, _, err := adminConn(t, addr).Exists(la.Key()); err != nil || ok {
+			t.Fatalf("A's node %s still there (%v) after the reconnection: %v", la.Key(), ok, err)
 		}
 		// A acquires again, behind B, for a new token.
 		again := make(chan *baton.FencedLease, 1)
@@ -1408,6 +1413,39 @@ func TestLostHold_Forgotten(t *testing.T) {
 			t.Fatalf("after 3 lost holds dropped: %d holds tracked, %d listeners (%d before)", holds, listeners, before)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLostHold_BetweenRegistrations: a new hold follows the connection's
+// state first, then its session's end; a drop between the two ends the
+// hold, which stops following both, the one registered after the drop
+// too. (The second was called unset: a nil func, a panic on
+// go-zookeeper's goroutine.)
+func TestLostHold_BetweenRegistrations(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	fl := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(disconnectTTL))
+	_, before := zk.Following(fl.Locker())
+	drops := zk.StatusOf(fl.Locker()).Drops
+	zk.OnHoldListening(fl.Locker(), func(look func()) {
+		proxy.Cut()
+		waitDrop(t, fl.Locker(), drops, false, 10*time.Second)
+		look() // as the connection's state calls it, if it has not yet
+	})
+	lease, err := fl.Acquire(timeout(t, 20*time.Second), uniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+	default:
+		t.Fatal("the lease came held over a connection that dropped before it was granted")
+	}
+	if !errors.Is(lease.Err(), zk.ErrSuspended) {
+		t.Fatalf("Err = %v, want zk.ErrSuspended", lease.Err())
+	}
+	if holds, listeners := zk.Following(fl.Locker()); holds != 0 || listeners != before {
+		t.Fatalf("after the lost hold: %d holds tracked, %d listeners (%d before)", holds, listeners, before)
 	}
 }
 
