@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -268,7 +269,17 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// when it tried.
 			<-r.settled
 			notify := r.held >= b.quorum || r.held+r.heads < b.quorum
-			_, _ = b.unlock(ctx, k, false, notify, b.nodeTimeout, slices.Concat(olds, []string{value})...)
+			if _, err := b.unlock(ctx, k, false, notify, b.nodeTimeout, slices.Concat(olds, []string{value})...); err != nil {
+				// Warned where the attempt is known to have set keys; a
+				// round that only may have (nodes that did not answer,
+				// as every round does while a majority is down) says so
+				// at debug level.
+				level := slog.LevelDebug
+				if r.held+r.yielded > 0 {
+					level = slog.LevelWarn
+				}
+				b.cfg.Logger.Log(ctx, level, "could not undo an attempt on a majority; its keys end after one TTL", "key", k.lock, "err", err)
+			}
 			retire = true
 		}
 		if ctx.Err() != nil {
@@ -287,7 +298,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			if !req.Wait || !slowNode(r.errs) || time.Since(failingSince) >= b.cfg.RequestTimeout {
 				b.giveUp(ctx, k, value, olds, queued, r.settled)
-				why := fmt.Sprintf("a majority (%d of %d) of nodes did not answer", b.quorum, len(b.nodes))
+				why := b.noMajority(r.errs)
 				if start.After(failingSince) {
 					why += fmt.Sprintf(", in every round for %v", time.Since(failingSince).Round(time.Millisecond))
 				}

@@ -138,7 +138,8 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 // the same server as c, when both are *goredis.Client: one and the same,
 // or one address (as rediskit.HostPort writes it). Two names of one host
 // ("localhost" and "127.0.0.1") still differ: only the servers could
-// tell. Other clients are not compared (an interface comparison panics on
+// tell. Sentinel clients, which all have one made-up address, are only
+// compared as one and the same. Other clients are not compared (an interface comparison panics on
 // a type that is not comparable).
 func sameClient(earlier []goredis.UniversalClient, c goredis.UniversalClient) (int, bool) {
 	a, ok := c.(*goredis.Client)
@@ -146,13 +147,19 @@ func sameClient(earlier []goredis.UniversalClient, c goredis.UniversalClient) (i
 		return 0, false
 	}
 	network, addr := a.Options().Network, canonical(a.Options().Addr)
+	named := a.Options().Addr != failoverAddr
 	for j, e := range earlier {
-		if b, ok := e.(*goredis.Client); ok && (b == a || b.Options().Network == network && canonical(b.Options().Addr) == addr) {
+		if b, ok := e.(*goredis.Client); ok && (b == a || named && b.Options().Network == network && canonical(b.Options().Addr) == addr) {
 			return j, true
 		}
 	}
 	return 0, false
 }
+
+// failoverAddr is the address go-redis gives every client of
+// NewFailoverClient (Sentinel): it names no server, so two such clients
+// are not taken for one.
+const failoverAddr = "FailoverClient"
 
 // canonical writes a node's address as rediskit.HostPort does, or leaves
 // it as it is (a socket's path).
@@ -325,7 +332,19 @@ func (n *node) err(what string, err error) error {
 
 // unavailable reports that no majority could answer.
 func (b *backend) unavailable(ctx context.Context, what string, errs []error) error {
-	return b.unavailableWhy(ctx, what, fmt.Sprintf("a majority (%d of %d) of nodes did not answer", b.quorum, len(b.nodes)), errs)
+	return b.unavailableWhy(ctx, what, b.noMajority(errs), errs)
+}
+
+// noMajority says how many nodes failed or did not answer, in errs, against
+// the majority needed.
+func (b *backend) noMajority(errs []error) string {
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	return fmt.Sprintf("%d of %d nodes failed or did not answer; a majority (%d) must answer", failed, len(b.nodes), b.quorum)
 }
 
 // grants is what a Redis ACL user needs on every node: rediskit.Grants,

@@ -55,9 +55,11 @@ var errRefused = errors.New("key no longer holds this lease's value")
 
 // renew is the keeper's RenewFunc: compare-and-PEXPIRE on every node in
 // parallel. It succeeds when a majority renewed, which extends the lease
-// on each of them from a moment no earlier than the send time. When no
-// majority renewed (so many nodes refused that no majority can renew any
-// more, or too few answered), the lease is lost at once; the keeper reports
+// on each of them from a moment no earlier than the send time. It returns
+// as soon as the answers settle it: a majority renewed, or so many nodes
+// refused or failed that those yet to answer could no longer make one.
+// When no majority renewed (so many nodes refused that no majority can
+// renew any more, or too few answered), the lease is lost at once; the keeper reports
 // a renewal cut off by the local deadline as the deadline.
 // A node that lost our key (it restarted, or never had
 // it) is not written to: renewal only extends, it never re-acquires.
@@ -72,22 +74,26 @@ func (h *hold) renew(ctx context.Context) error {
 		}
 		return struct{}{}, nil
 	}, func(_ []struct{}, errs []error) bool {
-		ok, refused := 0, 0
+		// Settled: a majority renewed, or the nodes yet to answer could
+		// no longer make one (refused or failed, the others are enough
+		// to deny it).
+		ok, pending := 0, 0
 		for _, err := range errs {
-			switch {
-			case err == nil:
+			switch err {
+			case nil:
 				ok++
-			case errors.Is(err, errRefused):
-				refused++
+			case errPending:
+				pending++
 			}
 		}
-		return ok >= h.b.quorum || refused > len(h.b.nodes)-h.b.quorum
+		return ok >= h.b.quorum || ok+pending < h.b.quorum
 	})
-	ok, refused := 0, 0
+	ok, refused, pending := 0, 0, 0
 	var failed []error
 	for _, err := range errs {
 		switch {
 		case err == errPending:
+			pending++
 		case err == nil:
 			ok++
 		case errors.Is(err, errRefused):
@@ -112,7 +118,7 @@ func (h *hold) renew(ctx context.Context) error {
 	}
 	// Too few answered: without a fencing token, a holder that cannot
 	// confirm a majority stops rather than hope (as on one Redis node).
-	return fmt.Errorf("%w: %w", baton.ErrLeaseLost, &baton.UnavailableError{Where: h.b.where, Err: fmt.Errorf("renew %s: %d of %d nodes renewed, %d needed: %w", h.k.lock, ok, len(h.b.nodes), h.b.quorum, errors.Join(failed...))})
+	return fmt.Errorf("%w: %w", baton.ErrLeaseLost, &baton.UnavailableError{Where: h.b.where, Err: fmt.Errorf("renew %s: %d of %d nodes renewed, %d needed (%d not answered): %w", h.k.lock, ok, len(h.b.nodes), h.b.quorum, pending, errors.Join(failed...))})
 }
 
 // Release deletes the key on every node where it still holds our value

@@ -83,6 +83,14 @@ func TestKilledNodes(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), nodes[4].Addr) {
 			t.Errorf("error does not name the dead nodes: %v", err)
 		}
+		if err != nil && !strings.Contains(err.Error(), "3 of 5 nodes failed or did not answer") {
+			t.Errorf("error does not count the dead nodes: %v", err)
+		}
+	}
+	// The count is of the nodes that failed, not of the majority.
+	nodes[1].Kill()
+	if _, err := l.TryAcquire(timeout(t, 5*time.Second), "four-dead"); err == nil || !strings.Contains(err.Error(), "4 of 5 nodes failed or did not answer; a majority (3) must answer") {
+		t.Errorf("with 4 of 5 dead: err = %v, want it to count 4 failed", err)
 	}
 }
 
@@ -245,6 +253,23 @@ func TestNew_Invalid(t *testing.T) {
 	}
 }
 
+// TestNew_SentinelClients: go-redis gives every Sentinel client the
+// address "FailoverClient"; clients of three master sets are three nodes,
+// not one server named thrice.
+func TestNew_SentinelClients(t *testing.T) {
+	var cs []goredis.UniversalClient
+	for _, master := range []string{"a", "b", "c"} {
+		c := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: master, SentinelAddrs: []string{"127.0.0.1:1"}, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
+	}
+	l, err := redlock.New(cs)
+	if err != nil {
+		t.Fatalf("New on three Sentinel clients: %v", err)
+	}
+	_ = l.Close()
+}
+
 // port returns addr's port.
 func port(t *testing.T, addr string) string {
 	t.Helper()
@@ -391,24 +416,43 @@ func b2i(b bool) int {
 
 // TestFailedMajority_EndsAtOnce: when a majority of nodes is gone (their
 // renewals fail at once: connection refused), the next renewal ends the
-// lease, long before the local deadline, as a refusal does.
+// lease, long before the local deadline, as a refusal does; also when a
+// node frozen among them has not answered yet, whose answer could no
+// longer make a majority (the renewal waited for it up to the local
+// deadline).
 func TestFailedMajority_EndsAtOnce(t *testing.T) {
-	t.Parallel()
-	nodes := testsvc.StartRedisNodes(t, 3)
-	const ttl = 3 * time.Second
-	l := newLocker(t, nodes, baton.WithTTL(ttl))
-	lease, err := l.Acquire(timeout(t, 5*time.Second), "failed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes[0].Kill()
-	nodes[1].Kill()
-	early := batontest.LostBeforeDeadline(t, lease, 2*ttl)
-	if early < ttl/3 {
-		t.Errorf("lost only %v before the local deadline: the failed renewal was retried", early)
-	}
-	if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !errors.Is(lease.Err(), baton.ErrUnavailable) {
-		t.Errorf("Err = %v, want a loss naming the unreachable nodes", lease.Err())
+	for _, tc := range []struct {
+		name           string
+		nodes          int
+		killed, frozen []int
+	}{
+		{"3-nodes/2-killed", 3, []int{0, 1}, nil},
+		{"5-nodes/3-killed/1-frozen", 5, []int{0, 1, 2}, []int{3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nodes := testsvc.StartRedisNodes(t, tc.nodes)
+			const ttl = 3 * time.Second
+			l := newLocker(t, nodes, baton.WithTTL(ttl))
+			lease, err := l.Acquire(timeout(t, 5*time.Second), "failed")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, i := range tc.frozen {
+				nodes[i].Pause()
+				defer nodes[i].Resume()
+			}
+			for _, i := range tc.killed {
+				nodes[i].Kill()
+			}
+			early := batontest.LostBeforeDeadline(t, lease, 2*ttl)
+			if early < ttl/3 {
+				t.Errorf("lost only %v before the local deadline: the failed renewal was retried, or waited for a node that could not make a majority", early)
+			}
+			if !errors.Is(lease.Err(), baton.ErrLeaseLost) || !errors.Is(lease.Err(), baton.ErrUnavailable) {
+				t.Errorf("Err = %v, want a loss naming the unreachable nodes", lease.Err())
+			}
+		})
 	}
 }
 
