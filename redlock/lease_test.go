@@ -538,7 +538,7 @@ func TestRace_NoStallAtStart(t *testing.T) {
 			// first request dials, which spreads the racers' votes.
 			cs := make([]goredis.UniversalClient, len(nodes))
 			for j, n := range nodes {
-				c := goredis.NewClient(&goredis.Options{Addr: n.Addr, ContextTimeoutEnabled: true})
+				c := goredis.NewClient(&goredis.Options{Addr: n.Addr, ContextTimeoutEnabled: true, MaxRetries: -1}) // as New asks
 				cls = append(cls, c)
 				cs[j] = c
 			}
