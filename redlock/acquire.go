@@ -339,7 +339,8 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		// a majority of the nodes handed the lock to us after this
 		// round's attempts, the keys there are ours and expire no
 		// sooner than this round's start plus TTL: the lock is held,
-		// without a round of its own. Not after an undo of this value
+		// without a round of its own, unless a renewal counted from
+		// that start would be due already. Not after an undo of this value
 		// (retire), which a node may still be about to run. Other
 		// wake-ups, and handoffs that make no majority within a grace
 		// of about two rounds' time (the other nodes may have handed their
@@ -358,10 +359,17 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 					n = 0
 				}
 				if n >= b.quorum {
-					if h, late, err := b.held(ctx, k, value, olds, start, r.settled); !late {
-						return h, err
+					// Taken on the round's word while a renewal counted
+					// from start is not yet due; later, the lease would
+					// come with less time for its first renewal than any
+					// renewed lease has (or none): an attempt takes the
+					// keys ours again, for a whole TTL.
+					if time.Now().Before(start.Add(b.cfg.RenewEvery)) {
+						if h, late, err := b.held(ctx, k, value, olds, start, r.settled); !late {
+							return h, err
+						}
 					}
-					break wait // too late: an attempt takes the keys ours again
+					break wait
 				}
 				if n == 0 || other {
 					break wait // a message that is not a handoff after this round

@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1427,5 +1429,119 @@ func TestHandoff_MessageBeforeAnswer(t *testing.T) {
 	}
 	if n := h.rounds.N.Load() - before; n != 0 {
 		t.Fatalf("w ran the acquire script %d times after the release; want none: the messages that came before the answers are a majority's handoffs", n)
+	}
+}
+
+// slowRounds delays every run of the acquire script by delay, as a slow
+// network would, and records the send time of the last; with holdMsgs, a
+// Pub/Sub message read is held until msgs opens.
+type slowRounds struct {
+	delay    time.Duration
+	lastSent atomic.Int64 // unix nanoseconds
+	holdMsgs atomic.Bool
+	msgs     chan struct{}
+}
+
+func (h *slowRounds) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &heldMsgConn{Conn: c, h: h}, nil
+	}
+}
+
+func (h *slowRounds) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if a := cmd.Args(); len(a) >= 2 && a[0] == "evalsha" && a[1] == redlock.AcquireScriptHash {
+			h.lastSent.Store(time.Now().UnixNano())
+			time.Sleep(h.delay)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *slowRounds) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+type heldMsgConn struct {
+	net.Conn
+	h *slowRounds
+}
+
+func (c *heldMsgConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.h.holdMsgs.Load() && bytes.Contains(b[:n], []byte("message")) {
+		<-c.h.msgs
+	}
+	return n, err
+}
+
+// TestHandoff_PastARenewal_Confirmed: handoffs from a majority that reach
+// the waiter after a renewal counted from its round's start would be due
+// (its rounds are slow, and its timed retry has not come yet), though
+// before that round's deadline, are confirmed by a round of its own: taken
+// on the round's word, the lease came with its deadline a few milliseconds
+// away, lost before its first renewal could land.
+func TestHandoff_PastARenewal_Confirmed(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 5)
+	const ttl, renewEvery, delay = 2 * time.Second, 1900 * time.Millisecond, 100 * time.Millisecond
+	a := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("a"))
+	hook := &slowRounds{delay: delay, msgs: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-hook.msgs:
+		default:
+			close(hook.msgs)
+		}
+	})
+	wcs := clients(t, nodes)
+	for _, c := range wcs {
+		c.AddHook(hook)
+	}
+	w := lockerOn(t, wcs, baton.WithTTL(ttl), baton.WithRenewEvery(renewEvery), baton.WithHolder("w"))
+	redlock.SetNodeTimeout(w, time.Second) // above delay
+	held, err := a.Acquire(timeout(t, 5*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := clients(t, nodes)
+	redistest.WaitHeld(t, cs, redlock.DefaultPrefix+"job", "a")
+	type got struct {
+		left time.Duration
+		err  error
+	}
+	wGot := make(chan got, 1)
+	go func() {
+		l, err := w.Acquire(timeout(t, time.Minute), "job")
+		var left time.Duration
+		if l != nil {
+			left = time.Until(l.Deadline())
+			_ = l.Release(context.Background())
+		}
+		wGot <- got{left, err}
+	}()
+	redistest.WaitQueued(t, cs, redlock.DefaultPrefix+"job", "a", 1)
+	// The queued round was sent (by its start) at most delay before the
+	// last run recorded; its answers came delay later. Hold the release's
+	// messages until just past a renewal from that start, well before its
+	// deadline (start + TTL - drift) and w's timed retry (RenewEvery after
+	// the answers).
+	sent := time.Unix(0, hook.lastSent.Load())
+	hook.holdMsgs.Store(true)
+	if err := held.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(sent.Add(renewEvery + 5*time.Millisecond)))
+	close(hook.msgs)
+	r := <-wGot
+	if r.err != nil {
+		t.Fatalf("w, handed the lock by a release: %v", r.err)
+	}
+	if r.left < ttl/2 {
+		t.Errorf("w's lease came %v before its local deadline, want a confirmed TTL (%v)", r.left.Round(time.Millisecond), ttl)
 	}
 }
