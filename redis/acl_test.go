@@ -1,14 +1,17 @@
 package redis_test
 
 import (
-	goredis "github.com/redis/go-redis/v9"
-
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
@@ -20,7 +23,7 @@ import (
 
 // aclUser makes the ACL user app (password pw) with the given rules on
 // srv, and returns a Locker factory logged in as it.
-func aclUser(t *testing.T, srv *testsvc.Redis, rules ...string) func(holder string) *baton.Locker {
+func aclUser(t *testing.T, srv *testsvc.Redis, rules ...string) func(holder string, opts ...baton.Option) *baton.Locker {
 	t.Helper()
 	ctx := timeout(t, 10*time.Second)
 	redistest.SetUser(t, []goredis.UniversalClient{client(t, srv.Addr)}, rules...)
@@ -28,8 +31,8 @@ func aclUser(t *testing.T, srv *testsvc.Redis, rules ...string) func(holder stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(holder string) *baton.Locker {
-		l, err := redis.Open(ctx, u, baton.WithTTL(2*time.Second), baton.WithHolder(holder))
+	return func(holder string, opts ...baton.Option) *baton.Locker {
+		l, err := redis.Open(ctx, u, append([]baton.Option{baton.WithTTL(2 * time.Second), baton.WithHolder(holder)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,6 +141,38 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 	// script can't publish", not NOPERM): the same error in the
 	// configuration. The lock was handed on all the same, and the waiter
 	// finds it at its next look.
+	// A claim that finds the key free but a waiter first (the holder's
+	// key went early) yields it, with a release whose PUBLISH is refused:
+	// the warning says what to grant (it said err=<nil>).
+	t.Run("claim yields without channels", func(t *testing.T) {
+		var logs lockedBuffer
+		open := aclUser(t, srv, "~*", "resetchannels", "+@all")
+		ctx := timeout(t, 10*time.Second)
+		holder := newLocker(t, srv.Addr, baton.WithTTL(10*time.Second))
+		lh, err := holder.Acquire(ctx, "acl-yield")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter := newLocker(t, srv.Addr, baton.WithTTL(10*time.Second))
+		got := batontest.AcquireLater(timeout(t, 10*time.Second), waiter.Acquire, "acl-yield")
+		c := client(t, srv.Addr)
+		waitQueued(t, c, redis.DefaultPrefix+"acl-yield", 1)
+		if err := c.Del(ctx, lh.Key()).Err(); err != nil { // gone early, the waiter not told
+			t.Fatal(err)
+		}
+		_, err = open("newcomer", baton.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))).TryAcquire(ctx, "acl-yield")
+		if !errors.Is(err, baton.ErrNotAcquired) {
+			t.Fatalf("newcomer's TryAcquire on a key reserved for a waiter: %v, want not acquired", err)
+		}
+		if out := logs.String(); !strings.Contains(out, "could not release our value") || !strings.Contains(out, rediskit.Grants(redis.DefaultPrefix)) {
+			t.Errorf("log %q; want the failed release's warning naming what to grant", out)
+		}
+		if g := <-got; g.Err != nil || g.ReleaseErr != nil {
+			t.Fatalf("the waiter: %v, its release: %v", g.Err, g.ReleaseErr)
+		}
+		_ = lh.Release(ctx)
+	})
+
 	t.Run("release without channels", func(t *testing.T) {
 		open := aclUser(t, srv, "~*", "resetchannels", "+@all")
 		ctx := timeout(t, 10*time.Second)
@@ -156,4 +191,22 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 			t.Fatalf("the waiter: %v, its release: %v", g.Err, g.ReleaseErr)
 		}
 	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -191,10 +190,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// after it ran that attempt, which we sent at lastQueued.
 			// Any other wake-up (one that came after an earlier attempt
 			// and was held up on its way, or one from a version without
-			// numbers), or one so late that lastQueued no longer bounds
-			// the key's expiry, is checked by an attempt at once: the
-			// key is ours if the handoff still stands.
-			if tag == lastNum && time.Now().Before(lastQueued.Add(b.cfg.TTL-b.cfg.Drift)) {
+			// numbers), or one so late that a renewal counted from
+			// lastQueued would be due already (the lease would come
+			// with less time for it than any renewed lease has, or past
+			// its deadline), is checked by an attempt at once: the key
+			// is ours, for a whole TTL, if the handoff still stands.
+			if tag == lastNum && time.Now().Before(lastQueued.Add(b.cfg.RenewEvery)) {
 				return b.held(ctx, k, value, lastQueued)
 			}
 		case <-timer.C:
@@ -209,7 +210,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 // crashed holder is taken over right after its key expires.
 func (b *backend) retryIn(a attempt) time.Duration {
 	d := b.cfg.RenewEvery
-	if a.head && a.pttl > 0 {
+	if a.head && a.pttl >= 0 { // 0: the key expires within the millisecond
 		d = min(d, a.pttl+jitter(a.pttl))
 	}
 	return max(d, time.Millisecond)
@@ -228,7 +229,7 @@ func (b *backend) leave(ctx context.Context, k keys, value string) {
 	ctx, cancel := b.cleanup(ctx)
 	defer cancel()
 	if _, err := b.release(ctx, k, value); err != nil {
-		b.cfg.Logger.Warn("could not release our value; the key or queue entry it holds ends after one TTL", "key", k.lock, "err", errors.Unwrap(err))
+		b.cfg.Logger.Warn("could not release our value; the key or queue entry it holds ends after one TTL", "key", k.lock, "err", err)
 	}
 }
 

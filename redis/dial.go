@@ -81,6 +81,10 @@ func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) er
 		if errors.As(err, &rerr) {
 			return &baton.UnavailableError{Where: where, Err: fmt.Errorf("PING answered with an error: %w", err)}
 		}
+		if !rediskit.TimedOut(err) && !errors.Is(err, context.DeadlineExceeded) {
+			// Refused or reset at once: no wait to speak of.
+			return &baton.UnavailableError{Where: where, Err: fmt.Errorf("cannot reach the server: %w", err)}
+		}
 		return &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer to PING within %v: %w", timeout, err)}
 	}
 	return nil
@@ -94,9 +98,16 @@ func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
 	if u.Scheme != "redis" {
 		return nil, nil, bad(`scheme must be "redis"`)
 	}
+	const want = "want redis://[user:password@]host[:port][/db]"
+	if u.Opaque != "" || u.Host == "" {
+		return nil, nil, bad(want)
+	}
+	if strings.Contains(u.Host, ",") {
+		return nil, nil, bad(want + "; for several nodes, use redlock://")
+	}
 	addr, err := rediskit.HostPort(u.Host)
-	if u.Opaque != "" || err != nil || strings.Contains(u.Host, ",") {
-		return nil, nil, bad("want redis://[user:password@]host[:port][/db]")
+	if err != nil {
+		return nil, nil, bad(err.Error())
 	}
 	o := &goredis.Options{Addr: addr}
 	if u.User != nil {

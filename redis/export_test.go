@@ -57,3 +57,10 @@ func Holds(l *baton.Locker) int {
 // ObservedEntries returns how many change stream entries l's observations
 // have read.
 func ObservedEntries(l *baton.Locker) int64 { return l.Backend().(*backend).obsRead.Load() }
+
+// RetryIn is how long one of l's queued waiters would sleep after an
+// attempt that found it first in line (head) or not, with the key's
+// remaining TTL pttl.
+func RetryIn(l *baton.Locker, head bool, pttl time.Duration) time.Duration {
+	return l.Backend().(*backend).retryIn(attempt{head: head, pttl: pttl})
+}

@@ -23,7 +23,8 @@ var (
 
 // Inspect implements baton.Inspector. Holder is the identity stored in the
 // key's value (or the raw value, for a key set by another tool), TTLLeft
-// the key's PTTL, Waiters the length of its wait queue. Since is not
+// the key's PTTL, Waiters the live entries of its wait queue (not those
+// of waiters that died, which the queue drops later). Since is not
 // recorded. Without names it lists every key under the prefix, with SCAN
 // (on every master of a Cluster).
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
@@ -44,13 +45,15 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	type cmds struct {
 		get  *goredis.StringCmd
 		pttl *goredis.DurationCmd
-		wait *goredis.IntCmd
+		wait *goredis.StringSliceCmd
 	}
 	cs := make([]cmds, len(names))
+	var now *goredis.TimeCmd
 	_, err := b.client.Pipelined(octx, func(p goredis.Pipeliner) error {
+		now = p.Time(octx)
 		for i, n := range names {
 			k := b.keys(n)
-			cs[i] = cmds{p.Get(octx, k.lock), p.PTTL(octx, k.lock), p.ZCard(octx, k.q)}
+			cs[i] = cmds{p.Get(octx, k.lock), p.PTTL(octx, k.lock), p.HVals(octx, k.w)}
 		}
 		return nil
 	})
@@ -59,7 +62,7 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	}
 	out := make([]baton.LockInfo, 0, len(names))
 	for i, n := range names {
-		info := baton.LockInfo{Name: n, Waiters: int(cs[i].wait.Val())}
+		info := baton.LockInfo{Name: n, Waiters: rediskit.LiveWaiters(cs[i].wait.Val(), now.Val().UnixMilli())}
 		if v, err := cs[i].get.Result(); err == nil {
 			info.Holder = rediskit.HolderOf(v)
 			info.Key = b.keys(n).lock

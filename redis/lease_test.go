@@ -411,6 +411,16 @@ func TestInspect_ForceRelease(t *testing.T) {
 	if err != nil || len(infos) != 1 || infos[0].Holder != "" {
 		t.Fatalf("Inspect(nobody) = %+v, %v; want one free lock", infos, err)
 	}
+	// Waiters counts the live waiters, not an entry of one that died.
+	cli := client(t, srv.Addr)
+	w := newLocker(t, srv.Addr)
+	_ = batontest.AcquireLater(timeout(t, time.Minute), w.Acquire, "stock")
+	waitQueued(t, cli, "baton:lock:stock", 1)
+	redistest.Plant(t, timeout(t, 5*time.Second), cli, "{baton:lock:stock}:q", "{baton:lock:stock}:w", "dead", 1, "00 1 1000 1 baton:wake:gone")
+	infos, err = insp.Inspect(timeout(t, 5*time.Second), "stock")
+	if err != nil || len(infos) != 1 || infos[0].Waiters != 1 {
+		t.Fatalf("Inspect(stock) = %+v, %v; want one waiter, the live one", infos, err)
+	}
 
 	info, err := fr.ForceRelease(timeout(t, 5*time.Second), "invoices")
 	if err != nil || info.Holder != "web-1:42" {
@@ -465,6 +475,10 @@ func TestOpen_Unreachable(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), itoa(port)) {
 		t.Errorf("error %q: want the address and no password", err)
+	}
+	// Refused at once: no wait of a second is claimed.
+	if !strings.Contains(err.Error(), "cannot reach the server") || strings.Contains(err.Error(), "within") {
+		t.Errorf("error %q: want it to say the server cannot be reached, not that it did not answer in time", err)
 	}
 }
 

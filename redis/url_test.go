@@ -46,6 +46,16 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("ParseURL(%q) = %v, want ErrInvalidOption", bad, err)
 		}
 	}
+	// The address's own fault is said, and several nodes point to redlock.
+	for raw, want := range map[string]string{
+		"redis://h:0":     `bad port "0": want a number from 1 to 65535`,
+		"redis://h:1,h:2": "for several nodes, use redlock://",
+	} {
+		u, _ := baton.ParseURL(raw)
+		if _, _, err := redis.ParseURL(u); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseURL(%q) = %v, want it to say %q", raw, err, want)
+		}
+	}
 	u, _ = baton.ParseURL("redis://app:secret@h:1?colour=red")
 	if _, _, err := redis.ParseURL(u); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("error %v shows the password", err)

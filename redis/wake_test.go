@@ -205,41 +205,66 @@ func TestAcquire_StaleWake_NotAHold(t *testing.T) {
 // its timed retry had not come yet) is confirmed by an attempt, not
 // refused: before, the waiter gave the lock on and Acquire failed with
 // "the answer came ... past the lease's local deadline", although no
-// answer was late.
+// answer was late. One that comes before that deadline but after a
+// renewal would be due (RenewEvery after the attempt) is confirmed too:
+// taken on the attempt's word, the lease came with its deadline a few
+// milliseconds away, lost before its first renewal could land.
 func TestAcquire_LateHandoff_Holds(t *testing.T) {
-	srv := testsvc.StartRedis(t)
-	cli := client(t, srv.Addr)
-	ctx := timeout(t, 30*time.Second)
-	h := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
-	lh, err := h.Acquire(ctx, "late")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ttl, delay = time.Second, 100 * time.Millisecond
-	hook := newWakeHook(t, delay)
-	w := hookedLocker(t, srv.Addr, hook, baton.WithTTL(ttl), baton.WithRenewEvery(950*time.Millisecond), baton.WithHolder("w"))
-	wGot := make(chan error, 1)
-	go func() {
-		l, err := w.Acquire(ctx, "late")
-		if l != nil {
-			_ = l.Release(context.Background())
-		}
-		wGot <- err
-	}()
-	waitQueued(t, cli, lh.Key(), 1)
-	// The handoff comes right after an attempt was answered; its message
-	// is held until the deadline that attempt would give has passed (the
-	// attempt was sent delay before it reached the server), and W's next
-	// retry, RenewEvery after the answer, has not come yet.
-	sent := hook.waitAnswered()
-	hook.holdMsgs.Store(true)
-	if err := lh.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Until(sent.Add(ttl - w.Config().Drift + 5*time.Millisecond)))
-	hook.msgs.open()
-	if err := <-wGot; err != nil {
-		t.Fatalf("W, handed the lock by a release: %v", err)
+	const ttl, renewEvery, delay = time.Second, 950 * time.Millisecond, 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		at   func(drift time.Duration) time.Duration // after the attempt's send time
+	}{
+		{"past-the-deadline", func(drift time.Duration) time.Duration { return ttl - drift + 5*time.Millisecond }},
+		{"past-a-renewal", func(time.Duration) time.Duration { return renewEvery + 5*time.Millisecond }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testsvc.StartRedis(t)
+			cli := client(t, srv.Addr)
+			ctx := timeout(t, 30*time.Second)
+			h := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+			lh, err := h.Acquire(ctx, "late")
+			if err != nil {
+				t.Fatal(err)
+			}
+			hook := newWakeHook(t, delay)
+			w := hookedLocker(t, srv.Addr, hook, baton.WithTTL(ttl), baton.WithRenewEvery(renewEvery), baton.WithHolder("w"))
+			type got struct {
+				left time.Duration // until the lease's local deadline, as Acquire returned
+				err  error
+			}
+			wGot := make(chan got, 1)
+			go func() {
+				l, err := w.Acquire(ctx, "late")
+				var left time.Duration
+				if l != nil {
+					left = time.Until(l.Deadline())
+					_ = l.Release(context.Background())
+				}
+				wGot <- got{left, err}
+			}()
+			waitQueued(t, cli, lh.Key(), 1)
+			// The handoff comes right after an attempt was answered; its
+			// message is held until tc.at after that attempt was sent
+			// (delay before it reached the server), and W's next retry,
+			// RenewEvery after the answer, has not come yet.
+			sent := hook.waitAnswered()
+			hook.holdMsgs.Store(true)
+			if err := lh.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Until(sent.Add(tc.at(w.Config().Drift))))
+			hook.msgs.open()
+			r := <-wGot
+			if r.err != nil {
+				t.Fatalf("W, handed the lock by a release: %v", r.err)
+			}
+			// Confirmed by an attempt (sent after the message came, and
+			// slowed by delay): its deadline is about TTL - delay away.
+			if r.left < ttl/2 {
+				t.Errorf("W's lease came %v before its local deadline, want a confirmed TTL (%v)", r.left.Round(time.Millisecond), ttl)
+			}
+		})
 	}
 }
 
@@ -394,5 +419,35 @@ func TestHandoff_MessageBeforeAnswer(t *testing.T) {
 	}
 	if n := attempts.N.Load() - before; n != 0 {
 		t.Fatalf("w ran the acquire script %d times after the release; want none: the handoff's message, come before the answer, is the lock", n)
+	}
+}
+
+// TestRetryIn: a waiter first in line sleeps just past the key's remaining
+// TTL, and at most RenewEvery; also when that TTL is 0 (PTTL's answer for
+// a key that expires within the millisecond), where it slept RenewEvery
+// while the key, free and reserved for it, waited for it.
+func TestRetryIn(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // never asked
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := redis.New(c, baton.WithTTL(15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	every := l.Config().RenewEvery
+	for _, tc := range []struct {
+		head     bool
+		pttl     time.Duration
+		min, max time.Duration
+	}{
+		{true, 0, time.Millisecond, 2 * time.Millisecond},
+		{true, 100 * time.Millisecond, 101 * time.Millisecond, 106 * time.Millisecond},
+		{true, time.Minute, every, every},
+		{true, -2 * time.Millisecond, every, every}, // free: the head takes it at its next look
+		{false, 0, every, every},                    // not first: PTTL is not told
+	} {
+		if got := redis.RetryIn(l, tc.head, tc.pttl); got < tc.min || got > tc.max {
+			t.Errorf("retryIn(head %v, pttl %v) = %v, want %v to %v", tc.head, tc.pttl, got, tc.min, tc.max)
+		}
 	}
 }

@@ -30,7 +30,8 @@ type nodeView struct {
 
 // Inspect implements baton.Inspector. A lock is shown as held when one
 // value is set on a majority of the nodes; TTLLeft is the shortest PTTL
-// among its nodes, Waiters the longest queue. Without names it lists the keys
+// among its nodes, Waiters the most live entries in one node's queue (see
+// rediskit.LiveWaiters). Without names it lists the keys
 // under the prefix on every node that answers.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	listed := len(names) == 0
@@ -49,11 +50,13 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		out := make([]nodeView, len(names))
 		gets := make([]*goredis.StringCmd, len(names))
 		pttls := make([]*goredis.DurationCmd, len(names))
-		qs := make([]*goredis.IntCmd, len(names))
+		ws := make([]*goredis.StringSliceCmd, len(names))
+		var now *goredis.TimeCmd
 		_, err := n.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			now = p.Time(ctx)
 			for i, name := range names {
 				k := b.keys(name)
-				gets[i], pttls[i], qs[i] = p.Get(ctx, k.lock), p.PTTL(ctx, k.lock), p.ZCard(ctx, k.q)
+				gets[i], pttls[i], ws[i] = p.Get(ctx, k.lock), p.PTTL(ctx, k.lock), p.HVals(ctx, k.w)
 			}
 			return nil
 		})
@@ -61,7 +64,7 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 			return nil, n.err("inspect", err)
 		}
 		for i := range names {
-			out[i] = nodeView{value: gets[i].Val(), pttl: pttls[i].Val(), waiters: int(qs[i].Val())}
+			out[i] = nodeView{value: gets[i].Val(), pttl: pttls[i].Val(), waiters: rediskit.LiveWaiters(ws[i].Val(), now.Val().UnixMilli())}
 		}
 		return out, nil
 	}, nil)

@@ -1,5 +1,10 @@
 package rediskit
 
+import (
+	"strconv"
+	"strings"
+)
+
 // LuaQueue is the Lua that the redis and redlock backends' scripts begin
 // with: the wait queue both keep for a lock K, and its entries.
 //
@@ -169,4 +174,25 @@ end
 // servers' clocks do.
 func Tell(attempt, channel string) string {
 	return attempt + " " + channel
+}
+
+// LiveWaiters counts the entries of a lock's {K}:w (see LuaQueue) that
+// have not run out at nowMS, the server's time in milliseconds: the
+// waiters still waiting, where the queue's length also counts those that
+// died and are not yet dropped. An entry in another format counts as run
+// out, as the scripts read it.
+func LiveWaiters(entries []string, nowMS int64) int {
+	n := 0
+	for _, e := range entries {
+		f := strings.SplitN(e, " ", 4)
+		if len(f) < 4 || f[0] != "00" {
+			continue
+		}
+		seen, err1 := strconv.ParseInt(f[1], 10, 64)
+		ttl, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 == nil && err2 == nil && seen+ttl > nowMS {
+			n++
+		}
+	}
+	return n
 }

@@ -131,3 +131,19 @@ func TestTTLMillis(t *testing.T) {
 		}
 	}
 }
+
+func TestLiveWaiters(t *testing.T) {
+	entries := []string{
+		"00 1000 500 3 baton:wake:a",   // runs out at 1500: live at 1499
+		"00 1000 499 1 baton:wake:b c", // at 1499: run out
+		"0 1000 5000 baton:wake:old",   // an earlier format: run out
+		"00 x 5000 1 baton:wake:bad",   // not a number
+		"00 1000",                      // cut short
+	}
+	if got := LiveWaiters(entries, 1499); got != 1 {
+		t.Errorf("LiveWaiters at 1499 = %d, want 1", got)
+	}
+	if got := LiveWaiters(entries, 1500); got != 0 {
+		t.Errorf("LiveWaiters at 1500 = %d, want 0", got)
+	}
+}
