@@ -51,6 +51,9 @@ func ParseURL(rawURL string) (*url.URL, error) {
 	if strings.TrimSpace(rawURL) == "" {
 		return nil, &OptionError{"URL", `""`, "is empty; pass one such as etcd://127.0.0.1:2379"}
 	}
+	if t := strings.TrimSpace(rawURL); t != rawURL {
+		return nil, &OptionError{"URL", strconv.Quote(redact(rawURL)), "has white space around it; remove it (a URL holds none: write a space inside one as %20)"}
+	}
 	noScheme := &OptionError{"URL", shown, "has no scheme; write it as scheme://host:port, such as etcd://127.0.0.1:2379"}
 	parsed, hosts, multi := hostList(rawURL)
 	u, err := url.Parse(parsed)
@@ -66,7 +69,7 @@ func ParseURL(rawURL string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			msg = ue.Err.Error() // url.Error repeats the URL, password and all
 		}
-		return nil, &OptionError{"URL", shown, Printable(hideQuoted(msg, redact(rawURL)))}
+		return nil, &OptionError{"URL", shown, Printable(hideQuoted(msg, redact(rawURL))) + "; write it as scheme://[user:password@]host:port[/path], such as etcd://127.0.0.1:2379"}
 	}
 	if u.Scheme == "" {
 		return nil, noScheme

@@ -366,3 +366,19 @@ func TestConfig_Validate_NoDrift(t *testing.T) {
 		t.Fatalf("Validate with a drift past TTL - renew interval = %v; want the drift named", err)
 	}
 }
+
+// TestParseURL_SaysWhatToDo: a URL url.Parse refuses, or one with white
+// space around it (a copy and paste), gets a line that says how to write
+// it, the password hidden.
+func TestParseURL_SaysWhatToDo(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"redis://:bad", `invalid port ":bad" after host; write it as scheme://[user:password@]host:port[/path]`},
+		{" etcd://h:2379", `invalid URL " etcd://h:2379": has white space around it; remove it`},
+		{"etcd://u:s3cret@h:2379/x\n", `invalid URL "etcd://u:xxxxx@h:2379/x\n": has white space around it`},
+	} {
+		_, err := baton.ParseURL(tc.in)
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("ParseURL(%q) = %v, want an option error saying %q", tc.in, err, tc.want)
+		}
+	}
+}

@@ -102,8 +102,28 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		}
 		return s, nil
 	}
-	return nil, &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
-		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", u.Scheme)}
+	return nil, unknownScheme(rawURL, u.Scheme)
+}
+
+// CheckURL reports, without connecting, whether Open could take rawURL:
+// nil for a URL whose scheme names a fence store, else the
+// *baton.OptionError Open would return for a malformed URL or an
+// unknown scheme. Open checks the rest of the URL.
+func CheckURL(rawURL string) error {
+	u, err := baton.ParseURL(rawURL)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "postgres", "postgresql", "sqlite":
+		return nil
+	}
+	return unknownScheme(rawURL, u.Scheme)
+}
+
+func unknownScheme(rawURL, scheme string) error {
+	return &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
+		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", scheme)}
 }
 
 // stripLockParams returns u without the lock service's parameters.

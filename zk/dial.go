@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,9 +179,24 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 	}
 	fl, err := set.Dial(ctx, servers, append(urlOpts, opts...)...)
 	if err != nil {
-		return nil, err
+		return nil, urlTTL(u, err)
 	}
 	return fl.Locker(), nil
+}
+
+// urlTTL names the URL's session-timeout in err, when err is about the
+// TTL it gave (and not a TTL option given after it): the URL does not
+// say "ttl".
+func urlTTL(u *url.URL, err error) error {
+	var oe *baton.OptionError
+	st := u.Query().Get("session-timeout")
+	if st == "" || !errors.As(err, &oe) || oe.Option != "ttl" {
+		return err
+	}
+	if d, perr := time.ParseDuration(st); perr == nil && d.String() == oe.Value {
+		oe.Option = "session-timeout"
+	}
+	return err
 }
 
 // ParseURL turns a zk:// URL (see Open) into the servers, the Settings and
@@ -203,6 +219,9 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return nil, set, nil, bad(fmt.Sprintf("server %s: port must be 1 to 65535", baton.Printable(strconv.Quote(hp))))
+		}
+		if slices.Contains(servers, hp) {
+			return nil, set, nil, bad(fmt.Sprintf("server %s given twice", baton.Printable(strconv.Quote(hp))))
 		}
 		servers = append(servers, hp)
 	}

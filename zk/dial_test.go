@@ -44,7 +44,7 @@ func TestParseURL(t *testing.T) {
 	for _, bad := range []string{
 		"zk://", "zk://host", "zk://h:1,,h:2", "zk://h:0", "zk://h:99999", "zk://h:1?session-timeout=ten", "zk://h:1?session-timeout=0",
 		"zk://h:1?request-timeout=-1s", "zk://h:1?drift=0", "zk://h:1?drift=soon", "zk://h:1?session-timeout=4s&session-timeout=5s",
-		"zk://h:1?colour=red", "zk:opaque", "zk://h:1/a//b", "zk://h:1/zookeeper/x", "zk://h:1/a/../b",
+		"zk://h:1?colour=red", "zk://h:1,h:1", "zk:opaque", "zk://h:1/a//b", "zk://h:1/zookeeper/x", "zk://h:1/a/../b",
 		"zk://user@h:1", "zk://h:1?on-suspend=maybe", "etcd://h:1",
 	} {
 		u, err := baton.ParseURL(bad)
@@ -54,6 +54,16 @@ func TestParseURL(t *testing.T) {
 		if !errors.Is(err, baton.ErrInvalidOption) {
 			t.Errorf("ParseURL(%q) = %v, want ErrInvalidOption", bad, err)
 		}
+	}
+	// A session-timeout the TTL's rules refuse is named as the URL names
+	// it; a --ttl given after it, as ttl.
+	u, _ = baton.ParseURL("zk://127.0.0.1:1?session-timeout=1ms")
+	if _, err := zk.Open(context.Background(), u); err == nil || !strings.HasPrefix(err.Error(), "invalid session-timeout 1ms: ") {
+		t.Errorf("Open with session-timeout=1ms: %v, want it named", err)
+	}
+	u, _ = baton.ParseURL("zk://127.0.0.1:1?session-timeout=4s")
+	if _, err := zk.Open(context.Background(), u, baton.WithTTL(time.Millisecond)); err == nil || !strings.HasPrefix(err.Error(), "invalid ttl 1ms: ") {
+		t.Errorf("Open with session-timeout=4s and WithTTL(1ms): %v, want the option named", err)
 	}
 	// The password never shows, in errors or in the Settings.
 	u, _ = baton.ParseURL("zk://app:s3cret@h:1?colour=red")

@@ -95,8 +95,9 @@ exist; 'baton fence init' creates them.`,
 
 // checkStoreURL turns a fence store URL without a scheme (a bare path, or
 // nothing), which fence.Open would answer with the lock services' example
-// etcd://, into a usage error that names the fence stores' URLs; flag is
-// the flag that gave it.
+// etcd://, into a usage error that names the fence stores' URLs, and one
+// with a scheme no fence store has into a usage error too; flag is the
+// flag that gave it.
 func checkStoreURL(flag, rawURL string) error {
 	if strings.TrimSpace(rawURL) == "" {
 		return usageError("%s is empty: pass sqlite:PATH or postgres://user@host:port/database", flag)
@@ -107,6 +108,11 @@ func checkStoreURL(flag, rawURL string) error {
 			return usageError("%s %s has no scheme: write postgres://user:password@host:port/database, or sqlite:PATH for a SQLite file", flag, shown)
 		}
 		return usageError("%s %s has no scheme: write sqlite:%s for a SQLite file, or postgres://user@host:port/database", flag, shown, shown)
+	}
+	// A scheme no fence store has is said before any lock service is
+	// asked: it is a typo, whether the service answers or not.
+	if err := fence.CheckURL(rawURL); err != nil {
+		return usageError("%s: %v", flag, err)
 	}
 	return nil
 }

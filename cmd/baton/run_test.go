@@ -244,6 +244,11 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"elect", "--backend", fmt.Sprintf("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", closed, closed+1, closed+2), "--fence", store, "n", "--", "true"}, exitUsage, "gives none"},
 		{[]string{"run", "--backend", backend, "--fence", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/db?connect_timeout=1", secret, closed), "n", "--", "true"}, exitUnavailable, "127.0.0.1"},
 		{[]string{"run", "--backend", backend, "--fence", "mysql://app:" + secret + "@db/x", "n", "--", "true"}, exitUsage, "unknown scheme"},
+		{[]string{"run", "--backend", fmt.Sprintf("etcd://127.0.0.1:%d", closed), "--fence", "mysql://x", "n", "--", "true"}, exitUsage, `unknown scheme "mysql"`},
+		// A flag given no value takes the next one for it.
+		{[]string{"run", "--fence", "--backend", backend, "--", "true"}, exitUsage, "--fence took --backend as its value"},
+		{[]string{"elect", "--backend", "--fence", store, "n", "--", "true"}, exitUsage, "--backend took --fence as its value"},
+		{[]string{"elect", "--observe", "--backend", "--json", "n"}, exitUsage, "--backend took --json as its value"},
 		{[]string{"run", "--backend", backend, "--fence", "/tmp/f.db", "n", "--", "true"}, exitUsage, "write sqlite:/tmp/f.db for a SQLite file, or postgres://"},
 		{[]string{"elect", "--backend", backend, "--fence", "f.db", "n", "--", "true"}, exitUsage, "write sqlite:f.db"},
 		{[]string{"fence", "init", "--store", "/tmp/f.db"}, exitUsage, "write sqlite:/tmp/f.db"},
@@ -1105,11 +1110,26 @@ func storeAhead(t *testing.T, resource string) string {
 // tenth of a second (PostgreSQL's came to the microsecond).
 func TestWriteTable_TTLRounded(t *testing.T) {
 	var b strings.Builder
-	writeTable(&b, []baton.LockInfo{{Name: "job", Holder: "vm1", TTLLeft: 13996178 * time.Microsecond}, {Name: "two", Holder: "vm2", TTLLeft: 2340 * time.Millisecond}})
+	if err := writeTable(&b, []baton.LockInfo{{Name: "job", Holder: "vm1", TTLLeft: 13996178 * time.Microsecond}, {Name: "two", Holder: "vm2", TTLLeft: 2340 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(b.String(), " 14s ") || !strings.Contains(b.String(), " 2.3s ") {
 		t.Fatalf("table:\n%s\nwant TTL LEFT 14s and 2.3s", b.String())
 	}
 }
+
+// TestWriteTable_WriteFails: a table that could not be written is an
+// error (exit 141 for a reader gone), as the JSON is: status exited 0.
+func TestWriteTable_WriteFails(t *testing.T) {
+	gone := errors.New("reader gone")
+	if err := writeTable(failingWriter{gone}, []baton.LockInfo{{Name: "job", Holder: "vm1"}}); !errors.Is(err, gone) {
+		t.Fatalf("writeTable on a failing writer = %v, want its error", err)
+	}
+}
+
+type failingWriter struct{ err error }
+
+func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }
 
 // TestStatus_HolderNotPrintable: a holder with a newline (--id from a
 // variable gone wrong) is shown escaped in the table, where it would

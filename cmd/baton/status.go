@@ -25,7 +25,16 @@ func newStatus(g *globals) *cobra.Command {
 		Short: "Show who holds each lock, its token, and how long its lease has left",
 		Long: `status lists every held lock on the backend, or the named locks, held or not:
 NAME, HOLDER, TOKEN, TTL LEFT (until the lock service may free it), SINCE (by
-the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
+the holder's clock) and WAITERS (acquisitions queued behind the holder).
+
+A column the backend cannot tell shows - (or ?, for TTL LEFT): TOKEN on
+redis and redlock, which give none; TTL LEFT on ZooKeeper, where the lease is
+the holder's session, whose time left only its server knows; SINCE on redis
+and redlock, whose keys hold no time.
+
+Exit codes: 0 listed; 2 bad input, or a server that refuses the URL's
+credentials; 69 the lock service is unreachable; 141 the output had no reader
+left; 1 any other failure.`,
 		Example: `  baton status
   baton status invoices stock --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,8 +63,7 @@ the holder's clock) and WAITERS (acquisitions queued behind the holder).`,
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), infos)
 			}
-			writeTable(cmd.OutOrStdout(), infos)
-			return nil
+			return writeTable(cmd.OutOrStdout(), infos)
 		},
 	}
 	backendFlag(cmd.Flags(), &backend, "lock service URL (env BATON_BACKEND)")
@@ -158,7 +166,9 @@ func writeJSON(w io.Writer, infos []baton.LockInfo) error {
 	return enc.Encode(out)
 }
 
-func writeTable(w io.Writer, infos []baton.LockInfo) {
+// writeTable writes infos as a table; its error is the writer's, as
+// writeJSON's is (a reader gone: exit 141).
+func writeTable(w io.Writer, infos []baton.LockInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL LEFT\tSINCE\tWAITERS")
 	for _, i := range infos {
@@ -178,5 +188,5 @@ func writeTable(w io.Writer, infos []baton.LockInfo) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", i.Name, baton.Printable(i.Holder), tok, ttl, since, i.Waiters) // a holder's newline would make a row
 	}
-	_ = tw.Flush()
+	return tw.Flush()
 }
