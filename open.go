@@ -69,7 +69,11 @@ func ParseURL(rawURL string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			msg = ue.Err.Error() // url.Error repeats the URL, password and all
 		}
-		return nil, &OptionError{"URL", shown, Printable(hideQuoted(msg, redact(rawURL))) + "; write it as scheme://[user:password@]host:port[/path], such as etcd://127.0.0.1:2379"}
+		how := "; write it as scheme://[user:password@]host:port[/path], such as etcd://127.0.0.1:2379"
+		if strings.HasPrefix(strings.ToLower(rawURL), "sqlite:") {
+			how = "; write it as sqlite:PATH, with a '%' in PATH as %25"
+		}
+		return nil, &OptionError{"URL", shown, Printable(hideQuoted(msg, redact(rawURL))) + how}
 	}
 	if u.Scheme == "" {
 		return nil, noScheme

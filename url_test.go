@@ -374,6 +374,7 @@ func TestParseURL_SaysWhatToDo(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"redis://:bad", `invalid port ":bad" after host; write it as scheme://[user:password@]host:port[/path]`},
 		{" etcd://h:2379", `invalid URL " etcd://h:2379": has white space around it; remove it`},
+		{"sqlite:/tmp/100%.db", `; write it as sqlite:PATH, with a '%' in PATH as %25`},
 		{"etcd://u:s3cret@h:2379/x\n", `invalid URL "etcd://u:xxxxx@h:2379/x\n": has white space around it`},
 	} {
 		_, err := baton.ParseURL(tc.in)

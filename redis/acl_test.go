@@ -1,13 +1,11 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediskit/redistest"
+	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
 )
@@ -135,17 +134,11 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		})
 	}
 
-	// A holder without the channels that never waited takes the lock;
-	// its release, handing the lock to a waiter, is refused inside the
-	// script at the PUBLISH (Redis 7.0 says "ERR The user executing the
-	// script can't publish", not NOPERM): the same error in the
-	// configuration. The lock was handed on all the same, and the waiter
-	// finds it at its next look.
 	// A claim that finds the key free but a waiter first (the holder's
 	// key went early) yields it, with a release whose PUBLISH is refused:
 	// the warning says what to grant (it said err=<nil>).
 	t.Run("claim yields without channels", func(t *testing.T) {
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		open := aclUser(t, srv, "~*", "resetchannels", "+@all")
 		ctx := timeout(t, 10*time.Second)
 		holder := newLocker(t, srv.Addr, baton.WithTTL(10*time.Second))
@@ -173,6 +166,12 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		_ = lh.Release(ctx)
 	})
 
+	// A holder without the channels that never waited takes the lock;
+	// its release, handing the lock to a waiter, is refused inside the
+	// script at the PUBLISH (Redis 7.0 says "ERR The user executing the
+	// script can't publish", not NOPERM): the same error in the
+	// configuration. The lock was handed on all the same, and the waiter
+	// finds it at its next look.
 	t.Run("release without channels", func(t *testing.T) {
 		open := aclUser(t, srv, "~*", "resetchannels", "+@all")
 		ctx := timeout(t, 10*time.Second)
@@ -191,22 +190,4 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 			t.Fatalf("the waiter: %v, its release: %v", g.Err, g.ReleaseErr)
 		}
 	})
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -119,8 +119,10 @@
 // request (by the number the waiter gave it, which its queue entry keeps:
 // numbers never repeat within an acquisition, whatever the server's clock
 // does). A message that names an earlier one (it was held up on its way
-// while a later attempt ran), or that comes when that send time no longer
-// bounds the key's expiry, is checked by one more attempt instead. The
+// while a later attempt ran), or that comes when a renewal counted from
+// that send time would be due already (the lease would start with less
+// time for its first renewal than any renewed lease has, or none), is
+// checked by one more attempt instead, which gives the key a whole TTL. The
 // server, though, ends the key by its wall clock, so the local deadline
 // is only as good as that clock: see above. (In a fleet of mixed
 // versions, a baton older than these numbered entries reads them as run

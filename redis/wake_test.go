@@ -210,15 +210,22 @@ func TestAcquire_StaleWake_NotAHold(t *testing.T) {
 // taken on the attempt's word, the lease came with its deadline a few
 // milliseconds away, lost before its first renewal could land.
 func TestAcquire_LateHandoff_Holds(t *testing.T) {
-	const ttl, renewEvery, delay = time.Second, 950 * time.Millisecond, 100 * time.Millisecond
 	for _, tc := range []struct {
-		name string
-		at   func(drift time.Duration) time.Duration // after the attempt's send time
+		name                   string
+		ttl, renewEvery, delay time.Duration
+		// at is when the message is let through, after the attempt's
+		// send time: before W's next retry (delay + renewEvery).
+		at func(drift time.Duration) time.Duration
 	}{
-		{"past-the-deadline", func(drift time.Duration) time.Duration { return ttl - drift + 5*time.Millisecond }},
-		{"past-a-renewal", func(time.Duration) time.Duration { return renewEvery + 5*time.Millisecond }},
+		{"past-the-deadline", time.Second, 950 * time.Millisecond, 100 * time.Millisecond,
+			func(drift time.Duration) time.Duration { return time.Second - drift + 5*time.Millisecond }},
+		// Well before the deadline (1.978s), by which the old rule
+		// took the handoff on the attempt's word.
+		{"past-a-renewal", 2 * time.Second, 1200 * time.Millisecond, 300 * time.Millisecond,
+			func(time.Duration) time.Duration { return 1205 * time.Millisecond }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ttl, renewEvery, delay := tc.ttl, tc.renewEvery, tc.delay
 			srv := testsvc.StartRedis(t)
 			cli := client(t, srv.Addr)
 			ctx := timeout(t, 30*time.Second)
@@ -254,6 +261,11 @@ func TestAcquire_LateHandoff_Holds(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(time.Until(sent.Add(tc.at(w.Config().Drift))))
+			if late := time.Since(sent); late >= delay+renewEvery {
+				// W's timed retry may have come first: it holds all the
+				// same, but this run did not test the handoff.
+				t.Logf("the machine stalled: the message was let through %v after the attempt, past W's next retry", late)
+			}
 			hook.msgs.open()
 			r := <-wGot
 			if r.err != nil {

@@ -298,10 +298,11 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			}
 			if !req.Wait || !slowNode(r.errs) || time.Since(failingSince) >= b.cfg.RequestTimeout {
 				b.giveUp(ctx, k, value, olds, queued, r.settled)
-				why := b.noMajority(r.errs)
+				var during string
 				if start.After(failingSince) {
-					why += fmt.Sprintf(", in every round for %v", time.Since(failingSince).Round(time.Millisecond))
+					during = fmt.Sprintf(" in every round for %v", time.Since(failingSince).Round(time.Millisecond))
 				}
+				why := b.noMajority(r.errs, during)
 				return nil, b.unavailableWhy(ctx, "acquire "+k.lock, why, r.errs)
 			}
 		} else {

@@ -332,19 +332,20 @@ func (n *node) err(what string, err error) error {
 
 // unavailable reports that no majority could answer.
 func (b *backend) unavailable(ctx context.Context, what string, errs []error) error {
-	return b.unavailableWhy(ctx, what, b.noMajority(errs), errs)
+	return b.unavailableWhy(ctx, what, b.noMajority(errs, ""), errs)
 }
 
-// noMajority says how many nodes failed or did not answer, in errs, against
-// the majority needed.
-func (b *backend) noMajority(errs []error) string {
+// noMajority says how many nodes failed or did not answer, in errs (and
+// during when, such as " in every round for 1.2s"), against the majority
+// needed.
+func (b *backend) noMajority(errs []error, during string) string {
 	failed := 0
 	for _, err := range errs {
 		if err != nil {
 			failed++
 		}
 	}
-	return fmt.Sprintf("%d of %d nodes failed or did not answer; a majority (%d) must answer", failed, len(b.nodes), b.quorum)
+	return fmt.Sprintf("%d of %d nodes failed or did not answer%s; a majority (%d) must answer", failed, len(b.nodes), during, b.quorum)
 }
 
 // grants is what a Redis ACL user needs on every node: rediskit.Grants,

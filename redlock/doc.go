@@ -57,9 +57,10 @@
 // every TTL/3 is a compare-and-PEXPIRE on every node and succeeds on a
 // majority; when it does not (so many nodes refuse that no majority can
 // hold the key any more, or too few answer within the request timeout),
-// the lease ends at once; a renewal still waiting for a node at the local
-// deadline (a frozen node's answer could still make the majority) ends it
-// then. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
+// the lease ends at once. A renewal ends as soon as the nodes yet to
+// answer could no longer make a majority; one still waiting for a node at
+// the local deadline (a frozen node's answer could still make the
+// majority) ends the lease then. Drift defaults to TTL/100 + 2ms (baton.WithDrift).
 //
 // # Waiting
 //
@@ -76,7 +77,9 @@
 // its last round, the waiter holds the lock:
 // every one of those keys was set after that attempt reached its node,
 // so none expires before the attempt's start plus TTL, the base of the
-// lease's deadline, as for a round it wins. Otherwise (some nodes handed
+// lease's deadline, as for a round it wins; unless a renewal counted from
+// that start would be due already (the handoffs came late), when a round
+// confirms the keys first, for a whole TTL. Otherwise (some nodes handed
 // their key to another waiter, or their message is late), after a grace
 // of about two rounds' time it acquires on every node at once, a round that
 // finds the keys handed to it its own. So waiters get the lock in

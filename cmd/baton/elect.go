@@ -85,9 +85,6 @@ saying why). A PostgreSQL lock table that cannot be observed at the start
 						return usageError("--%s is for campaigning; elect --observe takes only --backend and --json", flag)
 					}
 				}
-				if err := f.swallowed(cmd.Flags()); err != nil {
-					return err
-				}
 				return observe(cmd, g, f, args[0])
 			}
 			if f.json {

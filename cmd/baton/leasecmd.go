@@ -45,13 +45,8 @@ func (c *leaseCmd) define(cmd *cobra.Command, h leaseHelp) {
 	fl.StringVar(&c.id, "id", "", h.id)
 }
 
-// nameAndCommand splits the arguments NAME -- COMMAND [ARGS...], after
-// refusing a flag that took another for its value (see swallowed), which
-// moves the arguments.
+// nameAndCommand splits the arguments NAME -- COMMAND [ARGS...].
 func (c *leaseCmd) nameAndCommand(cmd *cobra.Command, args []string) (string, []string, error) {
-	if err := c.swallowed(cmd.Flags()); err != nil {
-		return "", nil, err
-	}
 	use := "baton " + cmd.Name()
 	dash := cmd.ArgsLenAtDash()
 	switch {
@@ -85,22 +80,6 @@ func (c *leaseCmd) validate(fl *pflag.FlagSet) error {
 	}
 	if fl.Changed("fence") {
 		return checkStoreURL("--fence", c.fence)
-	}
-	return nil
-}
-
-// swallowed refuses a --backend or --fence whose value looks like a flag:
-// given without a value, it took the next flag as one (--fence --backend
-// URL), and every message after would be about the wrong words. A URL
-// never starts with '-'. It comes before NAME is checked.
-func (c *leaseCmd) swallowed(fl *pflag.FlagSet) error {
-	for _, f := range []struct{ name, value, example string }{
-		{"backend", c.backend, "etcd://127.0.0.1:2379"},
-		{"fence", c.fence, "sqlite:PATH or postgres://user@host:port/database"},
-	} {
-		if fl.Changed(f.name) && strings.HasPrefix(f.value, "-") {
-			return usageError("--%s took %s as its value, a flag, not a URL: give --%s a URL, such as %s", f.name, f.value, f.name, f.example)
-		}
 	}
 	return nil
 }

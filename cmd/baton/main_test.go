@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -81,7 +82,7 @@ func runBaton(t *testing.T, args ...string) result {
 // for the fake backend's tests. Its buffers are safe for the copiers of a
 // command's output and the lease's loss, which write from goroutines.
 func runInProcess(args ...string) result {
-	var out, errb lockedBuffer
+	var out, errb syncbuf.Buffer
 	code := run(context.Background(), args, &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }

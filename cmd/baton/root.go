@@ -78,6 +78,9 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 		if err := lv.UnmarshalText([]byte(g.logLevel)); err != nil {
 			return usageError("--log-level %q: use debug, info, warn or error", g.logLevel)
 		}
+		if err := tookAFlag(cmd.Flags()); err != nil {
+			return err
+		}
 		// Cobra checks required flags and flag groups after this hook and
 		// returns their errors as they are; checked here first, they are
 		// usage errors.
@@ -95,6 +98,26 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 	strictCompletion(root)
 	markArgErrors(root)
 	return root
+}
+
+// urlFlags are the flags that take a URL, with an example of one.
+var urlFlags = []struct{ name, example string }{
+	{"backend", "etcd://127.0.0.1:2379"},
+	{"fence", "sqlite:PATH or postgres://user@host:port/database"},
+	{"store", "sqlite:PATH or postgres://user@host:port/database"},
+}
+
+// tookAFlag refuses a URL flag whose value looks like a flag: given
+// without a value, it took the next flag for one (--fence --backend URL),
+// which moves the arguments, and every message after would be about the
+// wrong words. A URL never starts with '-'.
+func tookAFlag(fl *pflag.FlagSet) error {
+	for _, u := range urlFlags {
+		if f := fl.Lookup(u.name); f != nil && f.Changed && strings.HasPrefix(f.Value.String(), "-") {
+			return usageError("--%s took %s as its value, a flag, not a URL: give --%s a URL, such as %s", u.name, f.Value, u.name, u.example)
+		}
+	}
+	return nil
 }
 
 // strictCompletion makes `baton completion SHELL` with an unknown SHELL a

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence"
+	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -249,6 +249,8 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"run", "--fence", "--backend", backend, "--", "true"}, exitUsage, "--fence took --backend as its value"},
 		{[]string{"elect", "--backend", "--fence", store, "n", "--", "true"}, exitUsage, "--backend took --fence as its value"},
 		{[]string{"elect", "--observe", "--backend", "--json", "n"}, exitUsage, "--backend took --json as its value"},
+		{[]string{"status", "--backend", "--json"}, exitUsage, "--backend took --json as its value"},
+		{[]string{"fence", "show", "--store", "--json"}, exitUsage, "--store took --json as its value"},
 		{[]string{"run", "--backend", backend, "--fence", "/tmp/f.db", "n", "--", "true"}, exitUsage, "write sqlite:/tmp/f.db for a SQLite file, or postgres://"},
 		{[]string{"elect", "--backend", backend, "--fence", "f.db", "n", "--", "true"}, exitUsage, "write sqlite:f.db"},
 		{[]string{"fence", "init", "--store", "/tmp/f.db"}, exitUsage, "write sqlite:/tmp/f.db"},
@@ -348,7 +350,7 @@ func TestRun_Etcd34(t *testing.T) {
 // execResult is a baton process started in the background.
 type execResult struct {
 	cmd            *exec.Cmd
-	stdout, stderr *lockedBuffer
+	stdout, stderr *syncbuf.Buffer
 	done           chan struct{}
 	code           int
 }
@@ -360,7 +362,7 @@ func startBaton(t *testing.T, args ...string) *execResult {
 
 func startCmd(t *testing.T, cmd *exec.Cmd) *execResult {
 	t.Helper()
-	p := &execResult{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &execResult{cmd: cmd, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	if p.cmd.Stdout == nil { // else the test's own (a pipe it closes, say)
 		p.cmd.Stdout = p.stdout
 	}
@@ -438,23 +440,6 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool, say func() string)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestRun_Redis: the Redis backends work from the CLI, give no token, and

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton/internal/etcdserver"
+	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -341,7 +342,7 @@ func TestServe_BadFlags(t *testing.T) {
 // comes after the delay, and never once stopped: a member that started
 // (or failed) in time says nothing more.
 func TestSayLater(t *testing.T) {
-	var b lockedBuffer
+	var b syncbuf.Buffer
 	sayLater(&b, time.Hour, "late")()
 	if b.String() != "" {
 		t.Fatalf("printed %q after stop", b.String())

@@ -18,6 +18,7 @@ import (
 	"github.com/baton-go/baton/etcd"
 	"github.com/baton-go/baton/examples/warehouse"
 	"github.com/baton-go/baton/internal/proc"
+	"github.com/baton-go/baton/internal/syncbuf"
 )
 
 // Config describes one night.
@@ -90,7 +91,7 @@ type runner struct {
 	events chan warehouse.Event
 	exited chan struct{}
 	exit   int
-	stderr lockedBuffer
+	stderr syncbuf.Buffer
 	stop   chan struct{} // closed by kill: no one reads events any more
 	once   sync.Once
 	// goAhead is the runner's stdin: the line it waits for at PauseAt.
@@ -419,22 +420,4 @@ func next(ctx context.Context, r *runner, record func(warehouse.Event), until fu
 			}
 		}
 	}
-}
-
-// lockedBuffer collects a runner's stderr while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
