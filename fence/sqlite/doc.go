@@ -42,7 +42,10 @@
 // at once, and waits up to the busy timeout (default 5s) for it; WAL
 // journaling lets readers go on meanwhile. A handle opened with DSN, for a
 // program that keeps its own tables in the file and builds its Store with
-// New, gets the same settings.
+// New, gets the same settings. On a handle without them, a transaction
+// that reads before its Check fails at once (SQLITE_BUSY_SNAPSHOT, which no
+// busy timeout waits out) when another connection wrote meanwhile; the
+// error says to begin it with BEGIN IMMEDIATE.
 //
 // Insert cannot be one statement as in fence/postgres: SQLite has no
 // data-modifying common table expressions, and one INSERT writes one

@@ -44,6 +44,9 @@ const (
 	hintOpen    = "check that the file's directory exists and is writable, and that the file is an SQLite database"
 	hintNotDone = "the transaction was not committed, so nothing was written; retry"
 	hintBusy    = "another connection or process held the database's write lock for longer than the busy timeout (WithBusyTimeout, or busy_timeout in a sqlite: URL); nothing was written; retry"
+	// hintSnapshot is for SQLITE_BUSY_SNAPSHOT, which no busy timeout
+	// waits out: a retry that reads first fails the same way.
+	hintSnapshot = "the transaction read before it wrote, and another connection wrote meanwhile; nothing was written; begin the transaction with BEGIN IMMEDIATE (_txlock=immediate in the driver's DSN, as Open does), or Check before any read, and retry"
 )
 
 // wrap adds op's context to err, classifying it: the cause of a cancelled
@@ -58,7 +61,10 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 	}
 	code, isUnavailable := unavailable(err)
 	if isUnavailable {
-		if code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED {
+		switch {
+		case extended(err) == sqlite3.SQLITE_BUSY_SNAPSHOT:
+			hint = hintSnapshot
+		case code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED:
 			hint = hintBusy
 		}
 		return fmt.Errorf("%s: %w", op, &baton.UnavailableError{Where: s.where, Err: fmt.Errorf("%w; %s", err, hint)})
@@ -93,6 +99,15 @@ func unavailable(err error) (int, bool) {
 		return code, true
 	}
 	return code, false
+}
+
+// extended is err's extended result code, or 0 when err is not SQLite's.
+func extended(err error) int {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return 0
+	}
+	return se.Code()
 }
 
 // missingTable reports which of the store's tables err says is missing.
