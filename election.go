@@ -33,8 +33,9 @@ type Observer interface {
 	// change of leader in order, including to no leader. The channel is
 	// unbuffered; a slow reader loses no change, within the backend's
 	// stated limits: the observation follows on while the reader is away
-	// (etcd keeps the changes in its history, and once it was compacted
-	// reads the keys again, skipping the changes in between; Redis keeps
+	// (etcd keeps the changes in its history, and once it was compacted,
+	// or the observer's member lost its leader, reads the keys again,
+	// skipping the changes in between; Redis keeps
 	// at least the last 64 changes, and from Redis 7 counts those trimmed
 	// unread; ZooKeeper and PostgreSQL queue up to 1,024 terms, then drop
 	// the oldest; each logs a warning when it loses changes so). It is

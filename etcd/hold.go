@@ -33,9 +33,10 @@ type hold struct {
 }
 
 // detach drops the hold from the backend's and from its session's users,
-// once: at Release, or as soon as the watcher finds the key gone, since a
-// caller may drop a lost lease without Release (a retired session would
-// otherwise renew on for it until Close).
+// once: at Release, or as soon as the watcher finds the key gone or the
+// session ends, since a caller may drop a lost lease without Release (a
+// retired session would otherwise renew on for it until Close, and a
+// session lost by its deadline would not be revoked).
 func (h *hold) detach() {
 	h.detached.Do(func() {
 		h.b.untrack(h)
@@ -51,7 +52,13 @@ func newHold(b *backend, s *session, key string, rev int64) *hold {
 	ctx, cancel := context.WithCancel(sctx)
 	life, end := context.WithCancel(context.Background())
 	h := &hold{b: b, s: s, key: key, rev: rev, life: life, end: end, cancel: cancel, exited: make(chan struct{})}
-	h.unhook = context.AfterFunc(sctx, func() { h.lose(s.k.Err()) })
+	// The session's end also drops the hold (detach): a caller may drop
+	// a lease lost so without Release, and the hold, its session and the
+	// session's lease would stay until Close.
+	h.unhook = context.AfterFunc(sctx, func() {
+		h.lose(s.k.Err())
+		h.detach()
+	})
 	go h.watch(ctx)
 	return h
 }

@@ -335,7 +335,8 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // interceptor drops it, as a cancelled context or a broken connection
 // would), Acquire fails and deletes the key, instead of leaving it to hold
 // the lock for as long as the session lives. Dropped once, the client's
-// retry finds the key there; dropped every time, the error comes back.
+// retry finds the key there (the test checks it did); dropped every time,
+// the error comes back.
 func TestAcquire_AnswerLost_KeyDeleted(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
 	for _, always := range []bool{false, true} {
@@ -364,6 +365,9 @@ func TestAcquire_AnswerLost_KeyDeleted(t *testing.T) {
 				t.Fatalf("TryAcquire with its answer dropped = %v (dropped %v), want an error", err, dropped.Load())
 			}
 			t.Logf("TryAcquire with its answer dropped: %v", err)
+			if retried := strings.Contains(err.Error(), "already exists (a retried request?)"); retried == always {
+				t.Fatalf("TryAcquire with its answer dropped (always %v): %v; want the retry to find the key exactly when dropped once", always, err)
+			}
 			// The Locker's session lives on; its key must not.
 			other := newLocker(t, srv.Endpoint)
 			lease, err := other.TryAcquire(timeout(t, 10*time.Second), "invoices")

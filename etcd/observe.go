@@ -122,7 +122,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 				if i+1 < len(wr.Events) && wr.Events[i+1].Kv.ModRevision == ev.Kv.ModRevision {
 					continue
 				}
-				if next := term(name, keys); next.Key != cur.Key {
+				if next := term(name, keys); next.Key != cur.Key || next.Token != cur.Token {
 					cur = next
 					if !send(cur) {
 						return
@@ -134,7 +134,9 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 		if ctx.Err() != nil {
 			return
 		}
-		if noLeader { // not at once: the next watch may land on that member again
+		if noLeader {
+			b.cfg.Logger.Warn("an observer's etcd member lost its leader; the changes until it reads the keys again go unreported", "election", name, "revision", rev)
+			// Not at once: the next watch may land on that member again.
 			select {
 			case <-ctx.Done():
 				return
@@ -148,7 +150,7 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 			obsend.Warn(ctx, b.cfg.Logger, "it could not read the election's keys again", "election", name, "err", err)
 			return
 		}
-		if next := term(name, keys); next.Key != cur.Key {
+		if next := term(name, keys); next.Key != cur.Key || next.Token != cur.Token {
 			cur = next
 			if !send(cur) {
 				return

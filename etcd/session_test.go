@@ -98,3 +98,35 @@ func grantOnFrozenServer(t *testing.T, n int) (*baton.FencedLocker, <-chan error
 	}
 	return fl, results, sent
 }
+
+// TestLostHold_DroppedWithoutRelease_Forgotten: a lease lost with its
+// session (its server froze past the local deadline), which the program
+// drops without a Release, is no longer kept: the backend forgets the
+// hold, and with it the session (revoked once the server answers). It
+// kept both until Close.
+func TestLostHold_DroppedWithoutRelease_Forgotten(t *testing.T) {
+	srv := testsvc.StartEtcdBinary(t)
+	fl := newLocker(t, srv.Endpoint, baton.WithTTL(2*time.Second), baton.WithRequestTimeout(reqTimeout))
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	t.Cleanup(srv.Resume)
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease outlived its frozen server by 10s")
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want a loss", lease.Err())
+	}
+	// dropped without a Release
+	deadline := time.Now().Add(5 * time.Second)
+	for len(etcd.Watchers(fl.Locker())) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("5s after the loss, %d holds still kept", len(etcd.Watchers(fl.Locker())))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
