@@ -73,6 +73,14 @@
 // so; baton refuses both with a *baton.OptionError instead of holding a
 // longer lease than asked for.
 //
+// A leader stuck in its raft loop (a slow disk, starved CPU) could, before
+// etcd-io/etcd#16822 (in the 3.4 and 3.5 releases of early 2024), revoke
+// leases that its successor was renewing, all at once (etcd-io/etcd#15247):
+// every holder then loses its lock at once, and the next holders may take
+// theirs before the old ones' watches have said so. Run a server that has
+// the fix (Debian's 3.4.23, which the tests use, does not); either way, a
+// fence is what stops a holder that learns of its loss late.
+//
 // # Authentication
 //
 // With etcd's authentication on, give the user and password in the URL
