@@ -139,12 +139,13 @@ func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
 	default:
 	}
 	h := newHold(b, s, key, rev)
-	if !b.track(h) {
+	if !b.track(h) { // Close, which ran, did not see this hold: nothing follows it yet
 		h.lose(baton.ErrClosed)
-		h.stopWatch() // Close, which ran, did not see this hold
+		h.cancel()
 		b.deleteKey(context.Background(), s, key)
 		return nil, baton.ErrClosed
 	}
+	h.start()
 	return h, nil
 }
 

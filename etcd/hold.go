@@ -21,13 +21,14 @@ type hold struct {
 	key string
 	rev int64
 
-	life   context.Context // cancelled when the hold ends: its Context
-	end    context.CancelFunc
-	mu     sync.Mutex
-	err    error
-	unhook func() bool        // stops relaying the session's end
-	cancel context.CancelFunc // ends the watcher
-	exited chan struct{}
+	life     context.Context // cancelled when the hold ends: its Context
+	end      context.CancelFunc
+	mu       sync.Mutex
+	err      error
+	unhook   func() bool        // stops relaying the session's end
+	watchCtx context.Context    // the watcher's: ends with the session, or cancel
+	cancel   context.CancelFunc // ends the watcher
+	exited   chan struct{}
 
 	detached sync.Once // see detach
 }
@@ -44,23 +45,27 @@ func (h *hold) detach() {
 	})
 }
 
-// newHold starts following the hold's liveness: the session's end is
-// relayed at once (nothing in between can block it), and a watcher looks
-// for the deletion of our key.
+// newHold makes the hold; start begins following it.
 func newHold(b *backend, s *session, key string, rev int64) *hold {
-	sctx := s.k.Context()
-	ctx, cancel := context.WithCancel(sctx)
+	ctx, cancel := context.WithCancel(s.k.Context())
 	life, end := context.WithCancel(context.Background())
-	h := &hold{b: b, s: s, key: key, rev: rev, life: life, end: end, cancel: cancel, exited: make(chan struct{})}
+	return &hold{b: b, s: s, key: key, rev: rev, life: life, end: end, watchCtx: ctx, cancel: cancel, exited: make(chan struct{})}
+}
+
+// start follows the hold's liveness: the session's end is relayed at once
+// (nothing in between can block it), and a watcher looks for the deletion
+// of our key. It comes after track: a relay that ran first (the session
+// ended meanwhile) would drop a hold not yet tracked, which track would
+// then keep.
+func (h *hold) start() {
 	// The session's end also drops the hold (detach): a caller may drop
 	// a lease lost so without Release, and the hold, its session and the
 	// session's lease would stay until Close.
-	h.unhook = context.AfterFunc(sctx, func() {
-		h.lose(s.k.Err())
+	h.unhook = context.AfterFunc(h.s.k.Context(), func() {
+		h.lose(h.s.k.Err())
 		h.detach()
 	})
-	go h.watch(ctx)
-	return h
+	go h.watch(h.watchCtx)
 }
 
 func (h *hold) Key() string              { return h.key }

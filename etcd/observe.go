@@ -182,11 +182,14 @@ func (b *backend) probe(ctx context.Context, name, pfx string, end context.Cance
 	}
 }
 
-// term is the leader among keys: the one with the lowest create revision.
+// term is the leader among keys: the one with the lowest create revision,
+// and of keys one transaction made together (another tool's), the first
+// by name, so that the leader does not change with the map's order.
 func term(name string, keys map[string]*mvccpb.KeyValue) baton.Term {
 	var first *mvccpb.KeyValue
 	for _, kv := range keys {
-		if first == nil || kv.CreateRevision < first.CreateRevision {
+		if first == nil || kv.CreateRevision < first.CreateRevision ||
+			kv.CreateRevision == first.CreateRevision && string(kv.Key) < string(first.Key) {
 			first = kv
 		}
 	}
