@@ -48,10 +48,10 @@ func (o Openers) schemes() string {
 // Its errors are *OptionError, on one line, and never contain the password.
 func ParseURL(rawURL string) (*url.URL, error) {
 	shown := Redact(rawURL)
-	if strings.TrimSpace(rawURL) == "" {
+	switch t := strings.TrimSpace(rawURL); {
+	case t == "":
 		return nil, &OptionError{"URL", `""`, "is empty; pass one such as etcd://127.0.0.1:2379"}
-	}
-	if t := strings.TrimSpace(rawURL); t != rawURL {
+	case t != rawURL:
 		return nil, &OptionError{"URL", strconv.Quote(redact(rawURL)), "has white space around it; remove it (a URL holds none: write a space inside one as %20)"}
 	}
 	noScheme := &OptionError{"URL", shown, "has no scheme; write it as scheme://host:port, such as etcd://127.0.0.1:2379"}

@@ -18,7 +18,7 @@ import (
 // lease ends at the latest. x gives up. y, asleep for renewEvery as waiters
 // that are not first are, must take the lock right after the lease ends
 // (within renewEvery/2 of it), not at its next timed look.
-func HeadLeaves[L interface{ Release(context.Context) error }](t *testing.T, xAcquire, yAcquire func(context.Context, string) (L, error), name string, queued func(n int), end func() time.Time, renewEvery time.Duration) {
+func HeadLeaves[L Held](t *testing.T, xAcquire, yAcquire func(context.Context, string) (L, error), name string, queued func(n int), end func() time.Time, renewEvery time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

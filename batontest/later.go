@@ -5,11 +5,21 @@ import (
 	"time"
 )
 
+// Held is what AcquireLater and HeadLeaves need of a lease: a
+// *baton.Lease or a *baton.FencedLease.
+type Held interface {
+	Release(context.Context) error
+	Deadline() time.Time
+}
+
 // Acquired is how an acquisition started by AcquireLater ended.
 type Acquired struct {
 	At         time.Time // when Acquire returned
 	Err        error     // Acquire's error
 	ReleaseErr error     // the release's, when it acquired
+	// Left is how long the lease had until its local deadline when
+	// Acquire returned, when it acquired.
+	Left time.Duration
 }
 
 // AcquireLater acquires name with acquire (a Locker's or a FencedLocker's
@@ -17,12 +27,13 @@ type Acquired struct {
 // holds it, and sends how it went on the channel it returns, once: for a
 // test that waits in line behind a holder and then looks at when it got
 // the lock.
-func AcquireLater[L interface{ Release(context.Context) error }](ctx context.Context, acquire func(context.Context, string) (L, error), name string) <-chan Acquired {
+func AcquireLater[L Held](ctx context.Context, acquire func(context.Context, string) (L, error), name string) <-chan Acquired {
 	ch := make(chan Acquired, 1)
 	go func() {
 		l, err := acquire(ctx, name)
 		a := Acquired{At: time.Now(), Err: err}
 		if err == nil {
+			a.Left = time.Until(l.Deadline())
 			a.ReleaseErr = l.Release(context.Background())
 		}
 		ch <- a

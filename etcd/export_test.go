@@ -52,3 +52,11 @@ func Watchers(l *baton.Locker) []<-chan struct{} {
 	}
 	return out
 }
+
+// Sessions returns how many sessions l's backend keeps.
+func Sessions(l *baton.Locker) int {
+	b := l.Backend().(*backend)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.sessions)
+}

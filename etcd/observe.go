@@ -86,6 +86,17 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 	if !send(cur) {
 		return
 	}
+	// advance sends the term keys show when it is another than cur: by
+	// key and token, since another tool's key name may come back (see
+	// term); it reports whether the observation goes on.
+	advance := func() bool {
+		next := term(name, keys)
+		if next.Key == cur.Key && next.Token == cur.Token {
+			return true
+		}
+		cur = next
+		return send(cur)
+	}
 	for {
 		// WithRequireLeader: a member cut off from its cluster's leader
 		// (partitioned, or its peers down) would keep the watch open and
@@ -122,11 +133,8 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 				if i+1 < len(wr.Events) && wr.Events[i+1].Kv.ModRevision == ev.Kv.ModRevision {
 					continue
 				}
-				if next := term(name, keys); next.Key != cur.Key || next.Token != cur.Token {
-					cur = next
-					if !send(cur) {
-						return
-					}
+				if !advance() {
+					return
 				}
 			}
 			rev = max(rev, wr.Header.Revision)
@@ -150,11 +158,8 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 			obsend.Warn(ctx, b.cfg.Logger, "it could not read the election's keys again", "election", name, "err", err)
 			return
 		}
-		if next := term(name, keys); next.Key != cur.Key || next.Token != cur.Token {
-			cur = next
-			if !send(cur) {
-				return
-			}
+		if !advance() {
+			return
 		}
 	}
 }

@@ -80,18 +80,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	u, err := baton.ParseURL(rawURL)
+	u, err := parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	switch u.Scheme {
-	case "postgres", "postgresql":
-		s, err := postgres.Open(ctx, stripLockParams(u), postgres.WithCreate(o.create))
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	case "sqlite":
+	if u.Scheme == "sqlite" {
 		path, sopts, err := sqliteURL(rawURL, u)
 		if err != nil {
 			return nil, err
@@ -102,7 +95,11 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 		}
 		return s, nil
 	}
-	return nil, unknownScheme(rawURL, u.Scheme)
+	s, err := postgres.Open(ctx, stripLockParams(u), postgres.WithCreate(o.create))
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // CheckURL reports, without connecting, whether Open could take rawURL:
@@ -110,20 +107,23 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Store, error) {
 // *baton.OptionError Open would return for a malformed URL or an
 // unknown scheme. Open checks the rest of the URL.
 func CheckURL(rawURL string) error {
+	_, err := parse(rawURL)
+	return err
+}
+
+// parse parses rawURL and checks that its scheme names a fence store:
+// postgres (or postgresql) or sqlite.
+func parse(rawURL string) (*url.URL, error) {
 	u, err := baton.ParseURL(rawURL)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch u.Scheme {
 	case "postgres", "postgresql", "sqlite":
-		return nil
+		return u, nil
 	}
-	return unknownScheme(rawURL, u.Scheme)
-}
-
-func unknownScheme(rawURL, scheme string) error {
-	return &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
-		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", scheme)}
+	return nil, &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
+		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", u.Scheme)}
 }
 
 // stripLockParams returns u without the lock service's parameters.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/benchcycle"
 	"github.com/baton-go/baton/postgres"
 )
@@ -125,14 +126,14 @@ func BenchmarkTakeover(b *testing.B) {
 				l, err := waiter.Acquire(timeout(b, 10*ttl), name)
 				done <- res{l, err}
 			}()
-			waitFor(b, 10*time.Second, "waiter queued", func() bool { return queued(b, admin, name) == 1 })
+			batontest.WaitFor(b, 10*time.Second, "waiter queued", func() bool { return queued(b, admin, name) == 1 })
 			if err := h.freeze(); err != nil {
 				b.Fatal(err)
 			}
 			frozen := time.Now()
 			// Once none of its statements is running, its row's expiry is final.
 			app := "baton frozen-" + strconv.Itoa(h.cmd.Process.Pid)
-			waitFor(b, 5*time.Second, "frozen holder idle", func() bool {
+			batontest.WaitFor(b, 5*time.Second, "frozen holder idle", func() bool {
 				var n int
 				queryRow(b, admin, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'`, []any{app}, &n)
 				return n == 0

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/postgres"
 )
@@ -114,7 +115,7 @@ func TestLease_WrongClientClock(t *testing.T) {
 			// Renewals extend from the database's clock too.
 			var first time.Time
 			queryRow(t, admin, `SELECT expires_at FROM baton_lock WHERE name = 'clock'`, nil, &first)
-			waitFor(t, 3*ttl, "a renewal", func() bool {
+			batontest.WaitFor(t, 3*ttl, "a renewal", func() bool {
 				var e time.Time
 				queryRow(t, admin, `SELECT expires_at FROM baton_lock WHERE name = 'clock'`, nil, &e)
 				return e.After(first)

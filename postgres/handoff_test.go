@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -57,7 +58,7 @@ func handOff(t *testing.T, admin *pgxpool.Pool, a, w *baton.FencedLocker, name s
 		t.Fatal(err)
 	}
 	got := acquireAsync(t, w, timeout(t, 20*time.Second), name)
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, name) == 1 })
+	batontest.WaitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, name) == 1 })
 	if beforeRelease != nil {
 		beforeRelease()
 	}
@@ -153,7 +154,7 @@ func TestHandOff_LostNotify_Claimed(t *testing.T) {
 	}
 	postgres.Deaf(w.Locker(), true)
 	got := acquireAsync(t, w, timeout(t, 20*time.Second), "claim")
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "claim") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "claim") == 1 })
 	if err := la.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -223,9 +224,9 @@ func TestHandOff_WaiterGaveUp(t *testing.T) {
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	defer cancel1()
 	got1 := acquireAsync(t, w1, ctx1, "gaveup")
-	waitFor(t, 10*time.Second, "w1 queued", func() bool { return queued(t, admin, "gaveup") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "w1 queued", func() bool { return queued(t, admin, "gaveup") == 1 })
 	got2 := acquireAsync(t, w2, timeout(t, time.Minute), "gaveup")
-	waitFor(t, 10*time.Second, "w2 queued", func() bool { return queued(t, admin, "gaveup") == 2 })
+	batontest.WaitFor(t, 10*time.Second, "w2 queued", func() bool { return queued(t, admin, "gaveup") == 2 })
 
 	if err := la.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -280,7 +281,7 @@ func TestHandOff_FreedNotClaimed(t *testing.T) {
 	}
 	postgres.Deaf(w.Locker(), true)
 	acquireAsync(t, w, ctx, "freed")
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "freed") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "freed") == 1 })
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func TestTickets_SequenceRecreated(t *testing.T) {
 		got <- la
 	}()
 	admin := newPool(t, dsn)
-	waitFor(t, 10*time.Second, "a queues", func() bool { return queued(t, admin, "x") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "a queues", func() bool { return queued(t, admin, "x") == 1 })
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -78,19 +78,6 @@ func execSQL(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 	}
 }
 
-// waitFor polls cond every 5ms until it holds or d passes. It is for
-// conditions in the database, which offers nothing to wait on.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // queued returns how many live waiters are queued for name.
 func queued(t testing.TB, admin *pgxpool.Pool, name string) int {
 	var n int

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -34,7 +35,7 @@ func TestInspect_ForceRelease(t *testing.T) {
 		}
 		got <- l
 	}()
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "report") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "report") == 1 })
 
 	infos, err := insp.Inspect(timeout(t, 10*time.Second), "report", "free-one")
 	if err != nil {

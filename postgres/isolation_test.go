@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -74,13 +75,13 @@ func TestDial_RepeatableReadDatabase_ReleaseHandsOn(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, "rr") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, "rr") == 1 })
 	// Another transaction changes the lock's row while the release waits
 	// for it.
 	tx := openTx(t, admin, "UPDATE baton_lock SET expires_at = expires_at WHERE name = 'rr'")
 	released := make(chan error, 1)
 	go func() { released <- lh.Release(timeout(t, 20*time.Second)) }()
-	waitFor(t, 10*time.Second, "the release waits for the row", func() bool { return lockWaits(t, admin) })
+	batontest.WaitFor(t, 10*time.Second, "the release waits for the row", func() bool { return lockWaits(t, admin) })
 	if err := tx.Commit(timeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestInit_BehindTableLock(t *testing.T) {
 	tx := openTx(t, admin, "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE")
 	done := make(chan error, 1)
 	go func() { done <- postgres.Init(timeout(t, 10*time.Second), admin, "") }()
-	waitFor(t, 10*time.Second, "Init waits for the table", func() bool { return lockWaits(t, admin) })
+	batontest.WaitFor(t, 10*time.Second, "Init waits for the table", func() bool { return lockWaits(t, admin) })
 	// The table lock stays until Init has waited 200ms by the database's
 	// clock, the one its lock_timeout runs on (an autovacuum pass, longer
 	// than the first Observe's 100ms), and goes in the same round trip: the

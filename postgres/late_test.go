@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/postgres"
 )
@@ -55,13 +56,13 @@ func TestDial_CutOffStatementCommitsNothing(t *testing.T) {
 		_, err := a.TryAcquire(ctx, "cut-off")
 		tried <- err
 	}()
-	waitFor(t, 5*time.Second, "a's statement waiting for the row", waiting)
+	batontest.WaitFor(t, 5*time.Second, "a's statement waiting for the row", waiting)
 	p.Block()
 	defer p.Unblock()
 	if err := <-tried; !errors.Is(err, baton.ErrUnavailable) {
 		t.Fatalf("TryAcquire while the row is locked and the client cut off = %v, want ErrUnavailable", err)
 	}
-	waitFor(t, 5*time.Second, "a's statement cancelled on the server", func() bool { return !waiting() })
+	batontest.WaitFor(t, 5*time.Second, "a's statement cancelled on the server", func() bool { return !waiting() })
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestSlot_LateStatementTakesNoPlace(t *testing.T) {
 		t.Fatal("the proxy held no statement")
 	}
 	second := acquireAsync(t, w, ctx, "slot")
-	waitFor(t, 10*time.Second, "the second acquisition queued", func() bool { return queued(t, admin, "slot") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "the second acquisition queued", func() bool { return queued(t, admin, "slot") == 1 })
 	var ticket int64
 	queryRow(t, admin, `SELECT ticket FROM baton_lock_waiters WHERE name = 'slot' AND expires_at > clock_timestamp()`, nil, &ticket)
 	held.Deliver(t, ctx)
@@ -294,7 +295,7 @@ func TestRelease_SlowCleanReleaseIsNoLoss(t *testing.T) {
 	go func() { done <- la.Release(context.Background()) }()
 	// Let the row expire on the server's clock before the release gets
 	// the connection.
-	waitFor(t, 10*time.Second, "the row expired on the server's clock", func() bool {
+	batontest.WaitFor(t, 10*time.Second, "the row expired on the server's clock", func() bool {
 		var expired bool
 		if err := c.QueryRow(ctx, `SELECT expires_at < clock_timestamp() FROM baton_lock WHERE name = 'slow'`).Scan(&expired); err != nil {
 			t.Fatal(err)

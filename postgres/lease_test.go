@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/postgres"
 )
 
@@ -67,7 +68,7 @@ func TestLease_ConnectionsKilled_LostWithinTTL(t *testing.T) {
 		t.Fatal("the victim has no connection to kill")
 	}
 	before := expiry()
-	waitFor(t, 2*ttl, "a renewal after the connection was killed", func() bool { return expiry().After(before) })
+	batontest.WaitFor(t, 2*ttl, "a renewal after the connection was killed", func() bool { return expiry().After(before) })
 	if err := lease.Err(); err != nil {
 		t.Fatalf("lease lost after one killed connection, though the holder could reconnect: %v", err)
 	}
@@ -76,7 +77,7 @@ func TestLease_ConnectionsKilled_LostWithinTTL(t *testing.T) {
 	execSQL(t, admin, "ALTER ROLE "+role+" NOLOGIN")
 	kill()
 	cut := time.Now()
-	waitFor(t, 5*time.Second, "the victim's backends gone", func() bool { return kill() == 0 })
+	batontest.WaitFor(t, 5*time.Second, "the victim's backends gone", func() bool { return kill() == 0 })
 	end := expiry() // no renewal can land any more
 
 	var lostAt time.Time
@@ -164,7 +165,7 @@ func TestAcquire_WokenByRelease_FIFO(t *testing.T) {
 			leases[i] = l
 			got <- i
 		}()
-		waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "fifo") == i+1 })
+		batontest.WaitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "fifo") == i+1 })
 	}
 	attempts := func() []int64 {
 		a := make([]int64, n)
@@ -243,12 +244,12 @@ func TestAcquire_CrashedHolder_TakenOverAtExpiry(t *testing.T) {
 		l, err := waiter.Acquire(timeout(t, 30*time.Second), "nightly")
 		done <- res{l, err}
 	}()
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "nightly") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "nightly") == 1 })
 	// Let the waiter see at least one renewal, so it sleeps on a later
 	// expiry than the first one.
 	var first time.Time
 	queryRow(t, admin, `SELECT expires_at FROM baton_lock WHERE name = 'nightly'`, nil, &first)
-	waitFor(t, 3*ttl, "a renewal", func() bool {
+	batontest.WaitFor(t, 3*ttl, "a renewal", func() bool {
 		var e time.Time
 		queryRow(t, admin, `SELECT expires_at FROM baton_lock WHERE name = 'nightly'`, nil, &e)
 		return e.After(first)
@@ -354,7 +355,7 @@ func TestListener_Reconnects(t *testing.T) {
 		}
 		done <- err
 	}()
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "relisten") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "waiter queued", func() bool { return queued(t, admin, "relisten") == 1 })
 	listen := `LISTEN "` + postgres.Channel(waiter.Locker()) + `"`
 	listeners := func() (pids []int32) {
 		rows, err := admin.Query(timeout(t, 5*time.Second), `SELECT pid FROM pg_stat_activity WHERE query = $1`, listen)
@@ -375,7 +376,7 @@ func TestListener_Reconnects(t *testing.T) {
 		t.Fatalf("%d listener connections, want 1", len(old))
 	}
 	execSQL(t, admin, `SELECT pg_terminate_backend($1)`, old[0])
-	waitFor(t, 10*time.Second, "a new listener connection", func() bool {
+	batontest.WaitFor(t, 10*time.Second, "a new listener connection", func() bool {
 		p := listeners()
 		return len(p) == 1 && p[0] != old[0]
 	})
@@ -421,7 +422,7 @@ func TestAcquire_SeesQueueAsOfRowLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := acquireAsync(t, b, timeout(t, time.Minute), "ghost")
-	waitFor(t, 10*time.Second, "B waiting for the row's lock", func() bool {
+	batontest.WaitFor(t, 10*time.Second, "B waiting for the row's lock", func() bool {
 		var n int
 		queryRow(t, admin, `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'baton stale-b' AND wait_event_type = 'Lock'`, nil, &n)
 		return n > 0

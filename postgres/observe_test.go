@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/postgres"
 )
@@ -147,7 +148,7 @@ func TestObserve_HandOff_OneChange(t *testing.T) {
 		t.Errorf("term %+v; want token %d, key %s, since %v (as Leader says)", ta, la.Token(), la.Key(), now.Since)
 	}
 	got := acquireAsync(t, b, timeout(t, 20*time.Second), "mailer")
-	waitFor(t, 10*time.Second, "b queued", func() bool { return queued(t, admin, "mailer") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "b queued", func() bool { return queued(t, admin, "mailer") == 1 })
 	notifications(t, raw, 100*time.Millisecond) // drop a's
 	if err := la.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -185,7 +186,7 @@ func TestObserve_ForceRelease(t *testing.T) {
 	}
 	expectTerms(t, terms, 5*time.Second, "a")
 	got := acquireAsync(t, b, timeout(t, 20*time.Second), "report")
-	waitFor(t, 10*time.Second, "b queued", func() bool { return queued(t, admin, "report") == 1 })
+	batontest.WaitFor(t, 10*time.Second, "b queued", func() bool { return queued(t, admin, "report") == 1 })
 	if _, err := fr.ForceRelease(timeout(t, 10*time.Second), "report"); err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +407,7 @@ func killObserver(t *testing.T, admin *pgxpool.Pool, reconnected bool) {
 	if !reconnected {
 		return
 	}
-	waitFor(t, 10*time.Second, "the observer connected again", func() bool {
+	batontest.WaitFor(t, 10*time.Second, "the observer connected again", func() bool {
 		p := observerPIDs(t, admin)
 		return len(p) == 1 && p[0] != old[0]
 	})
@@ -572,7 +573,7 @@ func TestObserve_SlowReader_QueueCapped(t *testing.T) {
 	terms := observe(t, x, "capped")
 	want := alternate(t, x, y, "capped", 10)
 	// Every term decided (the first and 20 more), while nobody read.
-	waitFor(t, 10*time.Second, fmt.Sprintf("the observation deciding %d terms", 1+len(want)), func() bool {
+	batontest.WaitFor(t, 10*time.Second, fmt.Sprintf("the observation deciding %d terms", 1+len(want)), func() bool {
 		return postgres.Decided(x.Locker()) >= int64(1+len(want))
 	})
 	// The reader, back: the first term (which the Locker's relay took

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 )
 
 // bothHold fails t when the two leases are both live at once, naming the
@@ -44,9 +45,9 @@ func TestStaleWake_TooSlowClaimGivenBack_NotAHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := acquireAsync(t, w, ctx, name)
-	waitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, name) == 1 })
+	batontest.WaitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, name) == 1 })
 	gv := acquireAsync(t, v, ctx, name)
-	waitFor(t, 10*time.Second, "v queued", func() bool { return queued(t, admin, name) == 2 })
+	batontest.WaitFor(t, 10*time.Second, "v queued", func() bool { return queued(t, admin, name) == 2 })
 
 	// w's next re-check (within RenewEvery) is held up in the network.
 	held := p.HoldFirst([]byte("late-w"))
@@ -118,7 +119,7 @@ func TestStaleWake_ForcedHandOff_NotAHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := acquireAsync(t, w, ctx, name)
-	waitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, name) == 1 })
+	batontest.WaitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, name) == 1 })
 	held := p.HoldFirst([]byte("late-w"))
 	select {
 	case <-held.Caught():

@@ -63,7 +63,7 @@ func waitQueued(t *testing.T, l *baton.FencedLocker, name string) {
 	if !ok {
 		t.Fatal("the postgres backend is not a baton.Inspector")
 	}
-	waitFor(t, 10*time.Second, "the waiter queued", func() bool {
+	batontest.WaitFor(t, 10*time.Second, "the waiter queued", func() bool {
 		infos, err := ins.Inspect(context.Background(), name)
 		return err == nil && len(infos) == 1 && infos[0].Waiters > 0
 	})
@@ -233,7 +233,7 @@ func TestWaiters_HeadLeaves_NextTold(t *testing.T) {
 	batontest.HeadLeaves(t, x.Acquire, y.Acquire, "job",
 		func(n int) {
 			t.Helper()
-			waitFor(t, 10*time.Second, "waiters queued", func() bool { return queued(t, admin, "job") == n })
+			batontest.WaitFor(t, 10*time.Second, "waiters queued", func() bool { return queued(t, admin, "job") == n })
 		},
 		func() time.Time {
 			if err := h.freeze(); err != nil {

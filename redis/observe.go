@@ -84,7 +84,7 @@ type lockState struct {
 func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 	octx, cancel := b.op(ctx)
 	defer cancel()
-	res, err := stateScript.Run(octx, b.client, []string{k.lock, k.o, k.n}, b.obsTTL.Milliseconds()).Slice()
+	res, err := stateScript.Run(octx, b.client, []string{k.lock, k.o, k.n}, b.obsTTL.Milliseconds(), "0").Slice()
 	if err != nil {
 		return lockState{}, b.fail(ctx, "read lock state", err)
 	}
@@ -105,6 +105,14 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 	st.held, _ = res[4].(int64)
 	st.first, _ = res[5].(string)
 	return st, nil
+}
+
+// register renews the observers' registration (see stateScript) without
+// reading the lock's state.
+func (b *backend) register(ctx context.Context, k keys) {
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	_ = stateScript.Run(octx, b.client, []string{k.lock, k.o, k.n}, b.obsTTL.Milliseconds(), "1").Err()
 }
 
 func (b *backend) term(name, value string) baton.Term {
@@ -304,7 +312,7 @@ func (b *backend) send(ctx context.Context, k keys, renewed *time.Time, ch chan<
 		case <-ctx.Done():
 			return false
 		case <-timer.C:
-			_, _ = b.state(ctx, k) // a failure shows at the next read
+			b.register(ctx, k) // a failure shows at the next read
 			*renewed = time.Now()
 			timer.Reset(b.obsRefresh)
 		}

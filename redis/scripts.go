@@ -218,7 +218,8 @@ return 1
 `)
 
 // stateScript registers an observer of the lock, setting {K}:n (KEYS[3])
-// for ARGV[1] ms, and reads, at one moment, the lock's holder value (false
+// for ARGV[1] ms, and, unless ARGV[2] is "1" (a registration alone),
+// reads, at one moment, the lock's holder value (false
 // when free), its PTTL in ms, the ID of the last entry of its change
 // stream ("0-0" when none), and from XINFO STREAM how many entries were
 // ever added to the stream (entries-added, from Redis 7; -1 before, or
@@ -237,18 +238,21 @@ else
   redis.call('pexpire', KEYS[2], '86400000')
 end
 redis.call('set', KEYS[3], '1', 'px', ARGV[1])
-local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
-local id = '0-0'
-if last then id = last[1] end
-local added, length, first = -1, 0, '0-0'
+if ARGV[2] == '1' then return 0 end
+local id, added, length, first = false, -1, 0, '0-0'
 local info = redis.pcall('xinfo', 'stream', KEYS[2])
 if type(info) == 'table' and not info.err then
   for i = 1, #info, 2 do
     local f, v = info[i], info[i + 1]
     if f == 'entries-added' then added = v
     elseif f == 'length' then length = v
-    elseif f == 'first-entry' and v then first = v[1] end
+    elseif f == 'first-entry' and v then first = v[1]
+    elseif f == 'last-entry' and v then id = v[1] end
   end
+end
+if not id then
+  local last = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', 1)[1]
+  id = last and last[1] or '0-0'
 end
 return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), id, added, length, first}
 `)

@@ -1,10 +1,8 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediskit/redistest"
 	"github.com/baton-go/baton/internal/testsvc"
@@ -29,15 +28,14 @@ func newGate() *gate  { return &gate{ch: make(chan struct{})} }
 func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
 
 // wakeHook delays a waiter's requests and messages as a slow network would:
-// with holdMsgs, a Pub/Sub message it reads is held until msgs opens; with
-// holdNext, its next attempt (the acquire script) is held, unsent, until
-// sends opens, after telling caught. Each attempt answered is told on
-// answered, with its send time, when someone listens.
+// with Hold, a Pub/Sub message it reads is held until Let (see
+// redistest.HeldMessages); with holdNext, its next attempt (the acquire
+// script) is held, unsent, until sends opens, after telling caught. Each
+// attempt answered is told on answered, with its send time, when someone
+// listens.
 type wakeHook struct {
-	redistest.ProcessOnly
+	*redistest.HeldMessages
 	delay    time.Duration // before every attempt is sent
-	holdMsgs atomic.Bool
-	msgs     *gate
 	holdNext atomic.Bool
 	caught   chan struct{}
 	sends    *gate
@@ -45,33 +43,9 @@ type wakeHook struct {
 }
 
 func newWakeHook(t *testing.T, delay time.Duration) *wakeHook {
-	h := &wakeHook{delay: delay, msgs: newGate(), sends: newGate(), caught: make(chan struct{}, 1), answered: make(chan time.Time, 1)}
-	t.Cleanup(h.msgs.open)
+	h := &wakeHook{HeldMessages: redistest.NewHeldMessages(t), delay: delay, sends: newGate(), caught: make(chan struct{}, 1), answered: make(chan time.Time, 1)}
 	t.Cleanup(h.sends.open)
 	return h
-}
-
-type msgConn struct {
-	net.Conn
-	h *wakeHook
-}
-
-func (c *msgConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 && c.h.holdMsgs.Load() && bytes.Contains(b[:n], []byte("message")) {
-		<-c.h.msgs.ch
-	}
-	return n, err
-}
-
-func (h *wakeHook) DialHook(next goredis.DialHook) goredis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := next(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &msgConn{Conn: c, h: h}, nil
-	}
 }
 
 func (h *wakeHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
@@ -104,6 +78,20 @@ func (h *wakeHook) waitAnswered() time.Time {
 	return <-h.answered
 }
 
+// heldByH starts a server on which holder "h" takes the lock name for
+// 30s, and returns it, a client of the test's own, a context of 30s and
+// h's lease.
+func heldByH(t *testing.T, name string) (*testsvc.Redis, *goredis.Client, context.Context, *baton.Lease) {
+	t.Helper()
+	srv := testsvc.StartRedis(t)
+	ctx := timeout(t, 30*time.Second)
+	lh, err := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h")).Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, client(t, srv.Addr), ctx, lh
+}
+
 // TestAcquire_StaleWake_NotAHold: a waiter W is handed the lock, but the
 // message that tells it is held up on its way; W's timed attempt, sent
 // after the handoff, is held up too, and lands after W's handed key ran
@@ -113,14 +101,7 @@ func (h *wakeHook) waitAnswered() time.Time {
 // attempt they came after, W returned a lease, with a fresh deadline,
 // while C held the lock.
 func TestAcquire_StaleWake_NotAHold(t *testing.T) {
-	srv := testsvc.StartRedis(t)
-	cli := client(t, srv.Addr)
-	ctx := timeout(t, 30*time.Second)
-	h := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
-	lh, err := h.Acquire(ctx, "stale")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, cli, ctx, lh := heldByH(t, "stale")
 
 	hook := newWakeHook(t, 0)
 	w := hookedLocker(t, srv.Addr, hook, baton.WithTTL(2*time.Second), baton.WithHolder("w"))
@@ -138,7 +119,7 @@ func TestAcquire_StaleWake_NotAHold(t *testing.T) {
 	// Right after one of W's attempts was answered, H releases: the
 	// handoff's message is held, and so is W's next attempt.
 	hook.waitAnswered()
-	hook.holdMsgs.Store(true)
+	hook.Hold.Store(true)
 	hook.holdNext.Store(true)
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -168,7 +149,7 @@ func TestAcquire_StaleWake_NotAHold(t *testing.T) {
 	woken := make(chan struct{})
 	var once sync.Once
 	redis.OnWake(w, func(string) { once.Do(func() { close(woken) }) })
-	hook.msgs.open()
+	hook.Let()
 	select {
 	case <-woken:
 	case <-time.After(10 * time.Second):
@@ -226,55 +207,35 @@ func TestAcquire_LateHandoff_Holds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ttl, renewEvery, delay := tc.ttl, tc.renewEvery, tc.delay
-			srv := testsvc.StartRedis(t)
-			cli := client(t, srv.Addr)
-			ctx := timeout(t, 30*time.Second)
-			h := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
-			lh, err := h.Acquire(ctx, "late")
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv, cli, ctx, lh := heldByH(t, "late")
 			hook := newWakeHook(t, delay)
 			w := hookedLocker(t, srv.Addr, hook, baton.WithTTL(ttl), baton.WithRenewEvery(renewEvery), baton.WithHolder("w"))
-			type got struct {
-				left time.Duration // until the lease's local deadline, as Acquire returned
-				err  error
-			}
-			wGot := make(chan got, 1)
-			go func() {
-				l, err := w.Acquire(ctx, "late")
-				var left time.Duration
-				if l != nil {
-					left = time.Until(l.Deadline())
-					_ = l.Release(context.Background())
-				}
-				wGot <- got{left, err}
-			}()
+			wGot := batontest.AcquireLater(ctx, w.Acquire, "late")
 			waitQueued(t, cli, lh.Key(), 1)
 			// The handoff comes right after an attempt was answered; its
 			// message is held until tc.at after that attempt was sent
 			// (delay before it reached the server), and W's next retry,
 			// RenewEvery after the answer, has not come yet.
 			sent := hook.waitAnswered()
-			hook.holdMsgs.Store(true)
+			hook.Hold.Store(true)
 			if err := lh.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(time.Until(sent.Add(tc.at(w.Config().Drift))))
 			if late := time.Since(sent); late >= delay+renewEvery {
-				// W's timed retry may have come first: it holds all the
-				// same, but this run did not test the handoff.
-				t.Logf("the machine stalled: the message was let through %v after the attempt, past W's next retry", late)
+				// W's timed retry may come first: it would hold all the
+				// same, and this run would not test the handoff.
+				t.Skipf("the machine stalled: the message would be let through %v after the attempt, past W's next retry", late)
 			}
-			hook.msgs.open()
+			hook.Let()
 			r := <-wGot
-			if r.err != nil {
-				t.Fatalf("W, handed the lock by a release: %v", r.err)
+			if r.Err != nil {
+				t.Fatalf("W, handed the lock by a release: %v", r.Err)
 			}
 			// Confirmed by an attempt (sent after the message came, and
 			// slowed by delay): its deadline is about TTL - delay away.
-			if r.left < ttl/2 {
-				t.Errorf("W's lease came %v before its local deadline, want a confirmed TTL (%v)", r.left.Round(time.Millisecond), ttl)
+			if r.Left < ttl/2 {
+				t.Errorf("W's lease came %v before its local deadline, want a confirmed TTL (%v)", r.Left.Round(time.Millisecond), ttl)
 			}
 		})
 	}

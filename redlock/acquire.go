@@ -365,12 +365,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 					// come with less time for its first renewal than any
 					// renewed lease has (or none): an attempt takes the
 					// keys ours again, for a whole TTL.
-					if time.Now().Before(start.Add(b.cfg.RenewEvery)) {
-						if h, late, err := b.held(ctx, k, value, olds, start, r.settled); !late {
-							return h, err
-						}
+					// (Before it, held's own deadline check cannot fail:
+					// RenewEvery < TTL - Drift.)
+					if !time.Now().Before(start.Add(b.cfg.RenewEvery)) {
+						break wait
 					}
-					break wait
+					h, _, err := b.held(ctx, k, value, olds, start, r.settled)
+					return h, err
 				}
 				if n == 0 || other {
 					break wait // a message that is not a handoff after this round

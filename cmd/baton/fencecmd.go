@@ -100,7 +100,7 @@ exist; 'baton fence init' creates them.`,
 // flag that gave it.
 func checkStoreURL(flag, rawURL string) error {
 	if strings.TrimSpace(rawURL) == "" {
-		return usageError("%s is empty: pass sqlite:PATH or postgres://user@host:port/database", flag)
+		return usageError("%s is empty: pass %s", flag, storeURLs)
 	}
 	if u, err := url.Parse(rawURL); err == nil && u.Scheme == "" {
 		shown := baton.Redact(rawURL)

@@ -100,11 +100,14 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 	return root
 }
 
+// storeURLs is how a fence store's URL is written, for messages.
+const storeURLs = "sqlite:PATH or postgres://user@host:port/database"
+
 // urlFlags are the flags that take a URL, with an example of one.
 var urlFlags = []struct{ name, example string }{
 	{"backend", "etcd://127.0.0.1:2379"},
-	{"fence", "sqlite:PATH or postgres://user@host:port/database"},
-	{"store", "sqlite:PATH or postgres://user@host:port/database"},
+	{"fence", storeURLs},
+	{"store", storeURLs},
 }
 
 // tookAFlag refuses a URL flag whose value looks like a flag: given

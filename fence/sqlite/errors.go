@@ -59,10 +59,11 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrStaleToken) || errors.Is(err, baton.ErrInvalidOption) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	code, isUnavailable := unavailable(err)
+	ext, isUnavailable := unavailable(err)
+	code := ext & 0xff // the primary code; extended codes add bits above
 	if isUnavailable {
 		switch {
-		case extended(err) == sqlite3.SQLITE_BUSY_SNAPSHOT:
+		case ext == sqlite3.SQLITE_BUSY_SNAPSHOT:
 			hint = hintSnapshot
 		case code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED:
 			hint = hintBusy
@@ -82,8 +83,8 @@ func (s *Store) wrap(ctx context.Context, op string, err error, hint string) err
 }
 
 // unavailable reports whether err means the database file cannot be used
-// now, rather than a statement being refused, and its primary result code
-// (SQLite's, whenever err is one). A file that cannot be opened at all
+// now, rather than a statement being refused, and its extended result
+// code (SQLite's, whenever err is one; the primary code is its low byte). A file that cannot be opened at all
 // (CANTOPEN: its directory is missing) or is no database (NOTADB) is not
 // unavailable: it is a wrong path.
 func unavailable(err error) (int, bool) {
@@ -91,23 +92,13 @@ func unavailable(err error) (int, bool) {
 	if !errors.As(err, &se) {
 		return 0, false
 	}
-	code := se.Code() & 0xff // primary code; extended codes add bits above
-	switch code {
+	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
 		sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_READONLY,
 		sqlite3.SQLITE_FULL:
-		return code, true
+		return se.Code(), true
 	}
-	return code, false
-}
-
-// extended is err's extended result code, or 0 when err is not SQLite's.
-func extended(err error) int {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return 0
-	}
-	return se.Code()
+	return se.Code(), false
 }
 
 // missingTable reports which of the store's tables err says is missing.

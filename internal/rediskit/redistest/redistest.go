@@ -6,6 +6,7 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -214,6 +215,59 @@ func (ProcessOnly) DialHook(next goredis.DialHook) goredis.DialHook { return nex
 // ProcessPipelineHook implements goredis.Hook.
 func (ProcessOnly) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
+}
+
+// HeldMessages is a go-redis hook that holds back every Pub/Sub message
+// its client's connections read while Hold is on, until Let: a slow
+// network for the wake-up messages alone. A hook that delays requests
+// too embeds it and defines ProcessHook.
+type HeldMessages struct {
+	Hold atomic.Bool
+	let  chan struct{}
+	once sync.Once
+}
+
+// NewHeldMessages returns a HeldMessages that lets its messages through
+// when tb ends, if no Let came before.
+func NewHeldMessages(tb testing.TB) *HeldMessages {
+	h := &HeldMessages{let: make(chan struct{})}
+	tb.Cleanup(h.Let)
+	return h
+}
+
+// Let lets the messages held, and those to come, through.
+func (h *HeldMessages) Let() { h.once.Do(func() { close(h.let) }) }
+
+// DialHook implements goredis.Hook.
+func (h *HeldMessages) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &heldMsgConn{Conn: c, h: h}, nil
+	}
+}
+
+// ProcessHook implements goredis.Hook.
+func (*HeldMessages) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+// ProcessPipelineHook implements goredis.Hook.
+func (*HeldMessages) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+type heldMsgConn struct {
+	net.Conn
+	h *HeldMessages
+}
+
+func (c *heldMsgConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.h.Hold.Load() && bytes.Contains(b[:n], []byte("message")) {
+		<-c.h.let
+	}
+	return n, err
 }
 
 // DropAnswer is a go-redis hook that drops the answer of the first EVALSHA
