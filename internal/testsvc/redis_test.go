@@ -1,6 +1,7 @@
 package testsvc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,5 +98,26 @@ func TestPinCPUs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), CPUsEnv) {
 			t.Errorf("%q: %v; want an error naming %s", bad, err, CPUsEnv)
 		}
+	}
+}
+
+// TestRedis_PortTakenByAnother: a redis-server started on a port another
+// test's server took a moment before is not taken for ready because that
+// other server answers: its start fails as a port taken (and the caller
+// tries another port). Two parallel starts had both come back with the
+// same address, one server for two nodes.
+func TestRedis_PortTakenByAnother(t *testing.T) {
+	first := StartRedis(t)
+	bin, err := LookBinary("redis-server", redisPackage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runRedis(bin, t.TempDir(), first.Port, 0, nil)
+	if err == nil {
+		r.Kill()
+		t.Fatalf("a second redis-server on %s came back ready", first.Addr)
+	}
+	if !errors.Is(err, errPortTaken) {
+		t.Fatalf("second start on a taken port: %v; want errPortTaken", err)
 	}
 }
