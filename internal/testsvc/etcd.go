@@ -182,7 +182,7 @@ func startEtcdBinary(bin, dir string, port int) (*Etcd, error) {
 		version = st.Version
 		return nil
 	}
-	if err := proc.waitReady(etcdStartTimeout, etcdPollEvery, ready); err != nil {
+	if err := proc.waitReady(port, etcdStartTimeout, etcdPollEvery, ready); err != nil {
 		stop()
 		return nil, err
 	}

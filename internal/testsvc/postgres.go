@@ -250,7 +250,7 @@ func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try i
 		_ = conn.Close(ctx)
 		return nil
 	}
-	if err := proc.waitReady(pgStartTimeout, pgPollEvery, ready); err != nil {
+	if err := proc.waitReady(port, pgStartTimeout, pgPollEvery, ready); err != nil {
 		srv.stop()
 		return nil, err
 	}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -93,13 +96,23 @@ func onFreePort[T any](what string, start func(port, try int) (T, error)) (T, er
 
 // waitReady calls ready every poll until it returns nil, the process exits
 // or timeout passes, and says why in the error, with the log's last
-// lines. An exit whose log says an address is already in use is
-// errPortTaken. It leaves the process running on a timeout.
-func (p *process) waitReady(timeout, poll time.Duration, ready func() error) error {
+// lines. A server that answers is the process's only when the process
+// itself listens on port: another server that bound the port first (such
+// as another test's, given the same free port a moment before) answers
+// ready too, and that is errPortTaken, as is an exit whose log says an
+// address is already in use. It leaves the process running on a timeout.
+func (p *process) waitReady(port int, timeout, poll time.Duration, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		last := ready()
 		if last == nil {
+			ours, err := p.listensOn(port)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%s: tell whose server answers port %d: %w", p.what, port, err)
+			case !ours:
+				return fmt.Errorf("%w: %s: port %d is answered by another process's server", errPortTaken, p.what, port)
+			}
 			return nil
 		}
 		select {
@@ -116,6 +129,61 @@ func (p *process) waitReady(timeout, poll time.Duration, ready func() error) err
 			return fmt.Errorf("%s not ready within %v (last error: %v); log %s:\n%s", p.what, timeout, last, p.logPath, p.logTail(logTailLines))
 		}
 	}
+}
+
+// listensOn reports whether the process holds a socket listening on TCP
+// port, from /proc: the listening sockets' inodes in /proc/net/tcp and
+// tcp6, and the process's open files.
+func (p *process) listensOn(port int) (bool, error) {
+	sockets := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if errors.Is(err, fs.ErrNotExist) && table != "/proc/net/tcp" {
+			continue // no IPv6
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, inode := range listeners(string(b), port) {
+			sockets["socket:["+inode+"]"] = true
+		}
+	}
+	if len(sockets) == 0 {
+		return false, nil
+	}
+	fdDir := fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid)
+	fds, err := os.ReadDir(fdDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil // it has exited (after another's server answered)
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(fdDir, fd.Name())); err == nil && sockets[target] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// listeners returns the inodes of the sockets in a /proc/net/tcp table
+// that listen on port.
+func listeners(table string, port int) []string {
+	const listen = "0A" // TCP_LISTEN
+	var out []string
+	for _, line := range strings.Split(table, "\n") {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		f := strings.Fields(line)
+		if len(f) < 10 || f[3] != listen {
+			continue
+		}
+		_, hexPort, ok := strings.Cut(f[1], ":")
+		if n, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(n) == port {
+			out = append(out, f[9])
+		}
+	}
+	return out
 }
 
 // running reports whether the process has not exited yet.

@@ -3,6 +3,7 @@ package testsvc
 import (
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,7 +26,7 @@ func notReady() error { return errors.New("not yet") }
 
 func TestProcess_WaitReady_ExitWithPortTaken(t *testing.T) {
 	p := startShell(t, "echo starting; echo 'bind: Address already in use' >&2; exit 1")
-	err := p.waitReady(10*time.Second, 10*time.Millisecond, notReady)
+	err := p.waitReady(0, 10*time.Second, 10*time.Millisecond, notReady)
 	if !errors.Is(err, errPortTaken) {
 		t.Fatalf("err = %v, want errPortTaken", err)
 	}
@@ -36,7 +37,7 @@ func TestProcess_WaitReady_ExitWithPortTaken(t *testing.T) {
 
 func TestProcess_WaitReady_ExitOther(t *testing.T) {
 	p := startShell(t, "echo 'no config'; exit 2")
-	err := p.waitReady(10*time.Second, 10*time.Millisecond, notReady)
+	err := p.waitReady(0, 10*time.Second, 10*time.Millisecond, notReady)
 	if err == nil || errors.Is(err, errPortTaken) || !strings.Contains(err.Error(), "no config") {
 		t.Fatalf("err = %v, want an exit quoting the log, not errPortTaken", err)
 	}
@@ -44,7 +45,7 @@ func TestProcess_WaitReady_ExitOther(t *testing.T) {
 
 func TestProcess_WaitReady_Timeout(t *testing.T) {
 	p := startShell(t, "echo waiting; exec sleep 60")
-	err := p.waitReady(100*time.Millisecond, 10*time.Millisecond, notReady)
+	err := p.waitReady(0, 100*time.Millisecond, 10*time.Millisecond, notReady)
 	if err == nil || !strings.Contains(err.Error(), "not ready within") || !strings.Contains(err.Error(), "not yet") {
 		t.Fatalf("err = %v, want a timeout naming the last error", err)
 	}
@@ -56,6 +57,59 @@ func TestProcess_WaitReady_Timeout(t *testing.T) {
 		t.Fatal("running after kill")
 	}
 	p.kill() // harmless
+}
+
+// TestProcess_WaitReady_AnsweredByAnother: a server that answers on the
+// port while the process does not listen on it is another's, such as
+// another test's server given the same free port a moment before, and is
+// errPortTaken at once, not taken for ours. The process's own listening
+// socket is told apart from others on the same machine.
+func TestProcess_WaitReady_AnsweredByAnother(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	answers := func() error {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+
+	p := startShell(t, "exec sleep 60")
+	err = p.waitReady(port, 10*time.Second, 10*time.Millisecond, answers)
+	if !errors.Is(err, errPortTaken) || !strings.Contains(err.Error(), "answered by another process") {
+		t.Fatalf("err = %v, want errPortTaken: the port is answered by another process", err)
+	}
+
+	// This test binary is the process that listens: wrap it.
+	self := &process{what: "test binary", cmd: &exec.Cmd{Process: &os.Process{Pid: os.Getpid()}}}
+	if ours, err := self.listensOn(port); err != nil || !ours {
+		t.Fatalf("listensOn(%d) = %v, %v for the process that listens; want true", port, ours, err)
+	}
+	if ours, err := p.listensOn(port); err != nil || ours {
+		t.Fatalf("listensOn(%d) = %v, %v for a process that does not; want false", port, ours, err)
+	}
+}
+
+func TestListeners(t *testing.T) {
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0000000000000000 100 0 0 10 0
+`
+	if got := listeners(table, 8080); len(got) != 1 || got[0] != "4242" {
+		t.Errorf("listeners on 8080 = %q, want [4242]: the listening socket, not the connection", got)
+	}
+	if got := listeners(table, 8081); len(got) != 1 || got[0] != "4444" {
+		t.Errorf("listeners on 8081 = %q, want [4444]", got)
+	}
+	if got := listeners(table, 80); len(got) != 0 {
+		t.Errorf("listeners on 80 = %q, want none", got)
+	}
 }
 
 // TestProcess_StopPaused stops a paused process: stop resumes it first, so

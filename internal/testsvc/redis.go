@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -135,17 +134,8 @@ func runRedis(bin, dir string, port, try int, args []string) (*Redis, error) {
 		return nil, err
 	}
 	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, proc: proc}
-	// Ours, not another test's server that took the same free port a
-	// moment before (ours then exits: address already in use, and the
-	// start tries another port).
-	ready := func() error {
-		pid, err := r.serverPID(time.Second)
-		if err == nil && pid != proc.cmd.Process.Pid {
-			err = fmt.Errorf("port %d is answered by another redis-server (pid %d, ours %d)", port, pid, proc.cmd.Process.Pid)
-		}
-		return err
-	}
-	if err := proc.waitReady(redisStartTimeout, redisPollEvery, ready); err != nil {
+	ready := func() error { return r.Ping(time.Second) }
+	if err := proc.waitReady(port, redisStartTimeout, redisPollEvery, ready); err != nil {
 		r.Kill()
 		return nil, err
 	}
@@ -171,38 +161,6 @@ func (r *Redis) Ping(timeout time.Duration) error {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
-}
-
-// serverPID asks the server at r.Addr for its process_id (INFO server).
-func (r *Redis) serverPID(timeout time.Duration) (int, error) {
-	c, err := net.DialTimeout("tcp", r.Addr, timeout)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
-		return 0, err
-	}
-	br := bufio.NewReader(c)
-	head, err := br.ReadString('\n')
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
-	if err != nil || !strings.HasPrefix(head, "$") {
-		return 0, fmt.Errorf("INFO answered %q", head) // -LOADING and the like: not ready
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(br, body); err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			return strconv.Atoi(v)
-		}
-	}
-	return 0, errors.New("INFO server names no process_id")
 }
 
 // URL returns redis://ADDR.

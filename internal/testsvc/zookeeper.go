@@ -139,6 +139,7 @@ type ZKServer struct {
 	Addr string
 
 	java, dir, cfg string
+	port           int // the client port
 
 	mu     sync.Mutex
 	proc   *process // the current run; nil before the first Start
@@ -181,7 +182,7 @@ func startStandalone(dir, extra string) (*ZKServer, error) {
 	}
 	return onFreePort("ZooKeeper", func(port, try int) (*ZKServer, error) {
 		sdir := filepath.Join(dir, fmt.Sprintf("zk-%d", try))
-		s := &ZKServer{Addr: "127.0.0.1:" + strconv.Itoa(port), java: java, dir: sdir, cfg: filepath.Join(sdir, "zoo.cfg")}
+		s := &ZKServer{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, java: java, dir: sdir, cfg: filepath.Join(sdir, "zoo.cfg")}
 		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), port, nil) + extra); err != nil {
 			return nil, err
 		}
@@ -236,7 +237,7 @@ func (s *ZKServer) Start() error {
 		return err
 	}
 	s.proc = proc
-	if err := proc.waitReady(zkStartTimeout, zkPollEvery, s.serving); err != nil {
+	if err := proc.waitReady(s.port, zkStartTimeout, zkPollEvery, s.serving); err != nil {
 		proc.kill()
 		return err
 	}
@@ -447,7 +448,7 @@ func startEnsemble(dir, java string, n int, link func(target string) *Proxy) (*Z
 			members = append(members, fmt.Sprintf("server.%d=%s:%d", j+1, quorum, ports[j][2]))
 		}
 		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i+1))
-		s := &ZKServer{ID: i + 1, Addr: "127.0.0.1:" + strconv.Itoa(ports[i][0]), java: java, dir: sdir,
+		s := &ZKServer{ID: i + 1, Addr: "127.0.0.1:" + strconv.Itoa(ports[i][0]), port: ports[i][0], java: java, dir: sdir,
 			cfg: filepath.Join(sdir, "zoo.cfg")}
 		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), ports[i][0], members)); err != nil {
 			return nil, err
