@@ -375,3 +375,89 @@ func TestStore_GaveUp_IsUnavailable(t *testing.T) {
 		t.Fatalf("Raise(42) again, with the row free: %v", err)
 	}
 }
+
+// TestStore_Raise_NotStarved: an older holder whose fenced transactions
+// overlap one another, so that the fence row is never without a share
+// lock, does not keep a newer holder's raise out. The raise waits for the
+// transactions begun before it, and the older holder's next ones wait for
+// the raise, and are refused. On row locks alone, a new FOR SHARE is
+// granted at once while the row has only share locks, a waiting raise or
+// not: the raise waited 5s (its context's end) while the older holder
+// committed 291 more transactions.
+func TestStore_Raise_NotStarved(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := t.Context()
+	mustExec(t, pool, invoicesDDL)
+	if err := s.Raise(ctx, "invoices", 41); err != nil {
+		t.Fatal(err)
+	}
+
+	const writers = 3
+	var (
+		mu        sync.Mutex
+		raiseAt   time.Time // when the raise was sent; zero before
+		committed int       // the older holder's transactions committed after that
+		stale, ok int
+	)
+	inside := make(chan struct{}, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for n := 1; ; n++ {
+				err := s.WithTx(ctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := postgres.InsertOnce(ctx, tx, invoice(w*100000+n, 41)); err != nil {
+						return err
+					}
+					select {
+					case inside <- struct{}{}:
+					default:
+					}
+					time.Sleep(50 * time.Millisecond) // overlaps the other writers' transactions
+					return nil
+				})
+				mu.Lock()
+				switch {
+				case errors.Is(err, baton.ErrStaleToken):
+					stale++
+				case err == nil:
+					ok++
+					if !raiseAt.IsZero() {
+						committed++
+					}
+				}
+				mu.Unlock()
+				if err != nil {
+					if !errors.Is(err, baton.ErrStaleToken) {
+						t.Errorf("writer %d: %v", w, err)
+					}
+					return
+				}
+			}
+		})
+	}
+	for range writers {
+		<-inside // every writer is inside a transaction: the row is share-locked
+	}
+
+	mu.Lock()
+	raiseAt = time.Now()
+	mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := s.Raise(rctx, "invoices", 42)
+	took := time.Since(raiseAt)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("Raise(42) while the older holder went on writing: %v (after %v; %d of its transactions committed meanwhile)", err, took, committed)
+	}
+	t.Logf("Raise(42) took %v; %d of the older holder's transactions committed after it was sent", took.Round(time.Millisecond), committed)
+	if committed > writers {
+		t.Errorf("%d of the older holder's transactions committed after the raise was sent; want at most the %d under way then", committed, writers)
+	}
+	if stale != writers {
+		t.Errorf("%d writers refused as stale, want %d", stale, writers)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM invoices WHERE token = 41"); n != ok {
+		t.Errorf("%d invoices with token 41 in the table, want the %d the committed transactions wrote", n, ok)
+	}
+}

@@ -115,9 +115,10 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 // one round trip does it:
 //
 //	INSERT INTO invoices (client_id, month, amount, token)
-//	SELECT $3, $4, $5, $6 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
+//	SELECT $3, $4, $5, $6 FROM baton_fence WHERE resource = $1 AND <last_token = $2, then the queue lock> FOR SHARE
 //	ON CONFLICT (client_id, month) DO NOTHING
 //
+// (the queue lock, and the raise's below, are as the package doc shows).
 // The share lock keeps a newer holder's raise waiting until the insert has
 // committed; if a raise committed first, READ COMMITTED re-checks the WHERE
 // clause against the raised row, and nothing is inserted. When that inserts
@@ -126,7 +127,7 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 // the cases apart:
 //
 //	WITH f AS (
-//		INSERT INTO baton_fence AS cur (resource, last_token) VALUES ($1, $2)
+//		INSERT INTO baton_fence AS cur (resource, last_token) SELECT $1, $2 FROM <the queue lock>
 //		ON CONFLICT (resource) DO UPDATE SET last_token = EXCLUDED.last_token, updated_at = ...
 //		WHERE cur.last_token <= EXCLUDED.last_token
 //		RETURNING 1

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -27,7 +28,9 @@ type statements struct {
 }
 
 func newStatements(fence, runs string) statements {
-	raise := fmt.Sprintf(raiseSQL, fence)
+	key := queueKey(fence)
+	raise := fmt.Sprintf(raiseSQL, fence, key)
+	hold := fmt.Sprintf(holdSQL, fence, key)
 	return statements{
 		create: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 	resource   text        PRIMARY KEY,
@@ -42,12 +45,12 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 	PRIMARY KEY (resource, run_id)
 )`, fence, runs),
 		exists:           `SELECT current_database(), to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
-		hold:             fmt.Sprintf(`SELECT 1 FROM %s WHERE resource = $1 AND last_token = $2 FOR SHARE`, fence),
+		hold:             "SELECT 1 FROM " + hold,
 		raise:            raise,
 		newest:           fmt.Sprintf(`SELECT last_token FROM %s WHERE resource = $1`, fence),
 		list:             fmt.Sprintf(`SELECT array_agg(resource ORDER BY resource), array_agg(last_token ORDER BY resource), array_agg(updated_at ORDER BY resource) FROM %s`, fence),
 		done:             fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE resource = $1 AND run_id = $2)`, runs),
-		holdFrom:         fmt.Sprintf(`%s WHERE resource = $1 AND last_token = $2 FOR SHARE`, fence),
+		holdFrom:         hold,
 		fencedInsertHead: "WITH f AS (\n" + raise + "\nRETURNING 1\n), ins AS (\n",
 		fencedInsertTail: "\nRETURNING 1\n)\nSELECT (SELECT count(*) FROM f), (SELECT count(*) FROM ins)",
 	}
@@ -57,8 +60,51 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 // stored one to $2 when $2 is at least as new. A stale token matches the
 // conflict but not the WHERE clause, so no row is affected (the row is still
 // locked until the transaction ends). updated_at changes only with the
-// token. %s is the quoted fence table.
-const raiseSQL = `INSERT INTO %s AS cur (resource, last_token) VALUES ($1, $2)
+// token. It first takes the resource's queue lock (see queueKey)
+// exclusively, unless the newest committed token is already newer than
+// $2: that one is stale for good (the token only grows), and a
+// transaction that took the queue lock shared in a check that found the
+// fence raised past it meanwhile must not ask for it exclusively, where
+// two such would wait for each other. %[1]s is the quoted fence table,
+// %[2]s the queue key.
+const raiseSQL = `INSERT INTO %[1]s AS cur (resource, last_token)
+SELECT $1, $2 FROM (
+	SELECT pg_advisory_xact_lock(%[2]s)
+	WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE resource = $1 AND last_token > $2)
+) AS queue
 ON CONFLICT (resource) DO UPDATE SET last_token = EXCLUDED.last_token,
 	updated_at = CASE WHEN cur.last_token < EXCLUDED.last_token THEN now() ELSE cur.updated_at END
 WHERE cur.last_token <= EXCLUDED.last_token`
+
+// holdSQL follows SELECT 1 FROM (and INSERT ... SELECT ... FROM) to
+// share-lock the fence row when it holds exactly $2, after taking the
+// resource's queue lock shared: only then (CASE evaluates its branch
+// only when the row matches), so that a transaction whose token is new,
+// and that goes on to raise the fence, holds no share of the queue lock
+// that its raise, or a concurrent one's, would wait for. %[1]s is the
+// quoted fence table, %[2]s the queue key.
+const holdSQL = `%[1]s
+WHERE resource = $1
+	AND CASE WHEN last_token = $2 THEN pg_advisory_xact_lock_shared(%[2]s) IS NOT NULL END
+FOR SHARE`
+
+// queueKey is the SQL expression of the advisory lock key that queues the
+// fence's checks and raises of resource $1, fairly. Row locks alone do
+// not: a check's FOR SHARE is granted at once while the row holds only
+// share locks, even when a raise waits for them, so an older holder
+// whose fenced transactions overlap one another kept a newer holder's
+// raise waiting for as long as it went on writing. PostgreSQL queues
+// requests for an advisory lock (a shared request waits behind an
+// exclusive one already waiting): a raise takes it exclusively before
+// its row lock, and a check shared, before its share lock on the row, so
+// the checks that come after a raise wait for it. The key hashes the
+// table's name with the resource (64 bits: hashtextextended, PostgreSQL
+// 11 and later); two resources that share a key only queue together.
+// Locks of the transaction (xact), so they end with it, as the row locks
+// do.
+func queueKey(fence string) string {
+	return fmt.Sprintf("hashtextextended(%s || $1, 0)", sqlString("baton fence "+fence+" "))
+}
+
+// sqlString is s as an SQL string literal.
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -33,7 +33,7 @@ const rollbackTimeout = 5 * time.Second
 // holds (a holder's second and later transactions) makes as many round
 // trips as the same transaction without the fence:
 //
-//  1. BEGIN; SELECT 1 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
+//  1. BEGIN; SELECT 1 FROM baton_fence WHERE resource = $1 AND <last_token = $2, then the queue lock> FOR SHARE
 //  2. fn's statements, one round trip each as usual
 //  3. COMMIT
 //
