@@ -145,6 +145,9 @@ func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
 		b.deleteKey(context.Background(), s, key)
 		return nil, baton.ErrClosed
 	}
+	if hk := b.hooks.Load(); hk != nil && hk.tracked != nil {
+		hk.tracked(key, s.k.Done())
+	}
 	h.start()
 	return h, nil
 }

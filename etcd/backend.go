@@ -41,9 +41,9 @@ type backend struct {
 	sessions map[*session]struct{} // every session not yet revoked, sess among them
 	holds    map[*hold]struct{}
 	closed   bool
-	bg       sync.WaitGroup // revokes of retired sessions, sweeps of late keys and retried deletes, awaited by Close
+	bg       sync.WaitGroup // revokes of retired sessions, sweeps of late keys, retried deletes and observations, awaited by Close
 	bgCtx    context.Context
-	bgStop   context.CancelFunc // ends the sweeps, the retried deletes and the revokes of sessions lost by their deadline
+	bgStop   context.CancelFunc // ends the sweeps, the retried deletes, the revokes of sessions lost by their deadline, and the observations
 
 	hooks atomic.Pointer[hooks] // test instrumentation; nil in production
 }
@@ -60,6 +60,9 @@ type hooks struct {
 	// observed is called with each term an observation decides, before
 	// it hands it to its reader.
 	observed func(baton.Term)
+	// tracked is called with a new hold's key and its session's Done
+	// once the hold is tracked, before it follows the session's end.
+	tracked func(key string, sessionDone <-chan struct{})
 }
 
 var _ baton.FencedBackend = (*backend)(nil)
@@ -156,9 +159,11 @@ func (b *backend) failWithin(ctx context.Context, what string, err error, bound 
 	return failkit.Unavailable(ctx, b.where, what, err, timedOut, bound)
 }
 
-// Close ends every hold, revokes the session leases (freeing all their
-// keys at once), all in parallel, and closes the client if Dial made it.
-// It waits one release timeout at most for a server that does not answer.
+// Close ends every hold and every observation, revokes the session leases
+// (freeing all their keys at once), all in parallel, and closes the client
+// if Dial made it. It waits one release timeout at most for a server that
+// does not answer; an observation's channel is closed by the time it
+// returns.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -191,10 +196,11 @@ func (b *backend) Close() error {
 	}
 	// The sweeps stop (revoking every session deletes the keys they
 	// sweep), and so do the revokes of sessions lost by their deadline
-	// (see revokeIfDone); the revokes of retired sessions already under
-	// way finish, while the other sessions are revoked, all at once, so
-	// that Close waits one release timeout at most, however many
-	// sessions there are.
+	// (see revokeIfDone) and the observations (their sends and requests
+	// give up on bgCtx too); the revokes of retired sessions already
+	// under way finish, while the other sessions are revoked, all at
+	// once, so that Close waits one release timeout at most, however
+	// many sessions there are.
 	b.bgStop()
 	errs := make([]error, len(sessions))
 	for i, s := range sessions {

@@ -51,7 +51,8 @@
 // Close revokes every session, in parallel, and lets the revoke of a
 // retired session already under way finish, waiting one release timeout
 // at most; it does not wait for a server that let a session's renewals go
-// unanswered.
+// unanswered. It also ends every observation, whose channel is closed by
+// the time it returns, a reader that stopped reading notwithstanding.
 //
 // Why not concurrency.Session: it learns of a lease's end only after the
 // deadline computed from the receipt of the last keep-alive response,

@@ -29,6 +29,13 @@ func OnObserved(l *baton.Locker, fn func(baton.Term)) {
 	setHook(l, func(h *hooks) { h.observed = fn })
 }
 
+// OnHoldTracked calls fn, with the key of each new hold of l and its
+// session's Done, once the hold is tracked and before it follows its
+// session's end.
+func OnHoldTracked(l *baton.Locker, fn func(key string, sessionDone <-chan struct{})) {
+	setHook(l, func(h *hooks) { h.tracked = fn })
+}
+
 // setHook sets one of l's hooks, keeping the others.
 func setHook(l *baton.Locker, set func(*hooks)) {
 	b := l.Backend().(*backend)

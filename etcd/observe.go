@@ -22,18 +22,28 @@ var _ baton.Observer = (*backend)(nil)
 // with no leader when the last key goes, and it ends when the cluster stops
 // answering (a quorum read every RenewEvery), where a watch would stay open
 // and silent, reporting a leader that may be long gone; the change it was
-// handing a slow reader then still reaches it first.
+// handing a slow reader then still reaches it first. It also ends when the
+// backend closes: Close waits for it, and returns with the channel closed;
+// an Observe after Close returns baton.ErrClosed.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
 	}
 	pfx := b.lockPrefix(name)
 	keys, rev, err := b.snapshot(ctx, pfx)
+	// The observation is the backend's to await, as its other goroutines
+	// are: started under b.mu while not closed, it is among those Close
+	// waits for (b.bg's Add comes before Close's Wait).
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, baton.ErrClosed // before, or during, the read: whose failure then says nothing
+	}
 	if err != nil {
 		return nil, err
 	}
 	ch := make(chan baton.Term)
-	go b.observe(ctx, name, pfx, keys, rev, ch)
+	b.bg.Go(func() { b.observe(ctx, name, pfx, keys, rev, ch) })
 	return ch, nil
 }
 
@@ -52,10 +62,18 @@ func (b *backend) snapshot(ctx context.Context, pfx string) (map[string]*mvccpb.
 	return keys, resp.Header.Revision, nil
 }
 
-// observe is owned by Observe's caller through ctx; it closes ch when ctx
-// ends, the watch fails for good, or the cluster stops answering.
+// observe is owned by Observe's caller through ctx, and by the backend,
+// whose Close ends it (bgCtx) and waits for it (bg); it closes ch when ctx
+// ends, the backend closes, the watch fails for good, or the cluster stops
+// answering.
 func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string]*mvccpb.KeyValue, rev int64, ch chan<- baton.Term) {
 	defer close(ch)
+	// From here on ctx ends with the caller's, or with Close: every send
+	// and request gives up then, a send to a reader that is gone too.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	unhook := context.AfterFunc(b.bgCtx, stop)
+	defer unhook()
 	// A client that reaches no member at all keeps its watch open and
 	// silent, reconnecting for ever (and a new watch blocks as long):
 	// every RenewEvery a quorum read asks whether the cluster answers, and
@@ -67,7 +85,8 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 	// send hands the reader a term, unless the observation ends first.
 	// One that ends because the cluster stopped answering still hands
 	// over the term it was sending: that change happened, and is the last
-	// the observation knows; only the caller's end (ctx) drops it.
+	// the observation knows; only the caller's end or Close (ctx) drops
+	// it.
 	caller := ctx
 	send := func(t baton.Term) bool {
 		if hk := b.hooks.Load(); hk != nil && hk.observed != nil {

@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
@@ -292,6 +294,185 @@ func TestObserve_Compacted_ReadsAgain(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("h's release was not observed")
+	}
+}
+
+// TestObserve_KeyMadeAgain_NewTerm: another tool's key name may come
+// back: etcd's concurrency.Mutex keys by session, so a Mutex that unlocks
+// and locks again makes its key anew under the same name. When that
+// happens where the observation cannot follow it event by event (here its
+// next revision was compacted away, so it reads the keys again), the keys
+// it reads have the leader's key name of before, with a later create
+// revision: a new term, which the observer must report by its token, not
+// take for the term it had.
+func TestObserve_KeyMadeAgain_NewTerm(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	obs := newLocker(t, srv.Endpoint)
+	ctx := timeout(t, 60*time.Second)
+	c := testsvc.Client(t, srv.Endpoint)
+	sess, err := concurrency.NewSession(c, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	mu := concurrency.NewMutex(sess, etcd.DefaultPrefix+"job")
+	if err := mu.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := mu.Key()
+	// The backend's own Observe, without the Locker's relay, which would
+	// take the first term at once: the observation waits to hand it over,
+	// its watch not yet begun, while the key is made again.
+	terms, err := obs.Locker().Backend().(baton.Observer).Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mu.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := mu.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if mu.Key() != key {
+		t.Fatalf("the Mutex locked again under key %s; want its key of before, %s", mu.Key(), key)
+	}
+	g, err := c.Get(ctx, key)
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	again := baton.Token(g.Kvs[0].CreateRevision)
+	// The unlock is the revision the watch would begin at: the compaction
+	// takes it away, and the observation reads the keys again.
+	resp, err := c.Put(ctx, "elsewhere", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	next := func() baton.Term {
+		t.Helper()
+		select {
+		case tm, ok := <-terms:
+			if !ok {
+				t.Fatal("the observation ended")
+			}
+			return tm
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no term for 10s; want %s made again (token %d)", key, again)
+		}
+		return baton.Term{}
+	}
+	if tm := next(); tm.Key != key || tm.Token >= again {
+		t.Fatalf("first term %+v; want the Mutex's first key %s, before token %d", tm, key, again)
+	}
+	if tm := next(); tm.Key != key || tm.Token != again {
+		t.Fatalf("after the keys were read again, term %+v; want %s made again, token %d", tm, key, again)
+	}
+	// And it follows on, on a watch from the revision it read at.
+	if err := mu.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tm := next(); !tm.NoLeader() {
+		t.Fatalf("after the Mutex's unlock, term %+v; want no leader", tm)
+	}
+}
+
+// TestObserve_MemberLosesLeader_Warns: a watch on a member that lost its
+// leader (here both its peers stop) is ended by the member (ErrNoLeader),
+// and the observation reads the keys again, the changes in between
+// unreported: it says so, once, before that read (which, with no quorum,
+// fails and ends the observation), as after a compaction. The observer's
+// TTL puts its probe (a quorum read every RenewEvery, 20s) past the
+// member's end of the watch, some election timeouts after the stop.
+func TestObserve_MemberLosesLeader_Warns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: starts a three-member cluster")
+	}
+	ms := testsvc.StartEtcdCluster(t, 3)
+	var mu sync.Mutex
+	var warnings []string
+	obs := newLocker(t, ms[2].Endpoint, baton.WithTTL(time.Minute), baton.WithRequestTimeout(2*time.Second),
+		baton.WithLogger(slog.New(logTap(func(r slog.Record) {
+			if r.Level == slog.LevelWarn {
+				mu.Lock()
+				warnings = append(warnings, r.Message)
+				mu.Unlock()
+			}
+		}))))
+	ctx := timeout(t, 60*time.Second)
+	terms, err := obs.Observe(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-terms; !tm.NoLeader() {
+		t.Fatalf("first term %+v, want no leader", tm)
+	}
+	ms[0].Stop()
+	ms[1].Stop()
+	select {
+	case tm, ok := <-terms:
+		if ok {
+			t.Fatalf("a term from a member without a leader: %+v", tm)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the observation of a member without a leader still runs 30s after its peers stopped")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	noLeader := slices.IndexFunc(warnings, func(m string) bool { return strings.Contains(m, "lost its leader") })
+	reread := slices.IndexFunc(warnings, func(m string) bool { return strings.Contains(m, "could not read the election's keys again") })
+	if noLeader < 0 || reread < noLeader ||
+		slices.ContainsFunc(warnings[noLeader+1:], func(m string) bool { return strings.Contains(m, "lost its leader") }) {
+		t.Fatalf("warnings %q; want one that the member lost its leader and changes went unreported, then the read again failing", warnings)
+	}
+}
+
+// TestClose_EndsObservations: Close ends the backend's observations and
+// returns only once they have ended, their channels closed: one whose
+// reader stopped reading (blocked handing it a term: Close must not wait
+// on that reader), and one whose reader waits for the next change (on
+// its watch, its probe ticking). They used to run on after Close, on a
+// client Close may have closed, until their caller's ctx ended. An
+// Observe after Close is refused: nothing would end it.
+func TestClose_EndsObservations(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	fl := newLocker(t, srv.Endpoint)
+	obs := fl.Locker().Backend().(baton.Observer) // the Locker ends its own relays
+	ctx := timeout(t, 60*time.Second)             // lives on past Close
+	away, err := obs.Observe(ctx, "away")         // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := obs.Observe(ctx, "waiting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := <-waiting; !tm.NoLeader() {
+		t.Fatalf("first term %+v, want no leader", tm)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- fl.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits 10s on, with observations open")
+	}
+	for name, ch := range map[string]<-chan baton.Term{"away": away, "waiting": waiting} {
+		select {
+		case tm, ok := <-ch:
+			if ok {
+				t.Errorf("observation %q still runs after Close returned: it handed over %+v", name, tm)
+			}
+		default:
+			t.Errorf("observation %q still runs after Close returned: its channel is open", name)
+		}
+	}
+	if _, err := obs.Observe(ctx, "late"); !errors.Is(err, baton.ErrClosed) {
+		t.Errorf("Observe after Close = %v; want ErrClosed", err)
 	}
 }
 

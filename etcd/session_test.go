@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,6 +126,47 @@ func TestLostHold_DroppedWithoutRelease_Forgotten(t *testing.T) {
 	}
 	// dropped without a Release
 	batontest.WaitFor(t, 5*time.Second, "the lost hold and its session forgotten", func() bool {
+		return len(etcd.Watchers(fl.Locker())) == 0 && etcd.Sessions(fl.Locker()) == 0
+	})
+}
+
+// TestHold_SessionEndsAsTracked_Forgotten: a session that ends after a
+// new hold is tracked and before it follows the session's end (here its
+// lease is revoked at that point, through a hook, and the hook waits
+// until the session's renewal has found it gone) must not leave the hold
+// tracked once the caller drops the lost lease without Release: the hold
+// follows the session's end only once tracked, and that end, found at
+// once, drops it. Followed first, the end dropped a hold not yet tracked,
+// which tracking then kept until Close.
+func TestHold_SessionEndsAsTracked_Forgotten(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	fl := newLocker(t, srv.Endpoint)
+	admin := testsvc.Client(t, srv.Endpoint)
+	var once sync.Once
+	etcd.OnHoldTracked(fl.Locker(), func(key string, sessionDone <-chan struct{}) {
+		once.Do(func() {
+			revokeLeaseOf(t, admin, key)
+			select {
+			case <-sessionDone:
+			case <-time.After(10 * time.Second):
+				t.Error("the session did not end within 10s of its lease's revoke")
+			}
+		})
+	})
+	lease, err := fl.Acquire(timeout(t, 10*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease outlived its session by 10s")
+	}
+	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want a loss", lease.Err())
+	}
+	// dropped without a Release
+	batontest.WaitFor(t, 5*time.Second, "the hold lost with its session forgotten", func() bool {
 		return len(etcd.Watchers(fl.Locker())) == 0 && etcd.Sessions(fl.Locker()) == 0
 	})
 }
