@@ -103,6 +103,19 @@
 //		PRIMARY KEY (resource, run_id)
 //	);
 //
+// New (and so Open) creates the tables that are missing, unless
+// WithCreate(false), and checks the tables, as Init does after creating
+// them, with one statement that reads the catalogs: each must have the
+// columns above, with those types (varchar will do for text), a default
+// for updated_at and done_at, and a primary key or unique constraint on
+// exactly the upserts' key (resource; resource and run_id), neither
+// partial nor deferrable, for ON CONFLICT. Other columns are fine, if
+// they are nullable or have a default. A table of the same name made by something else, such as the
+// guide's job_fence (job, last_token), is refused there with a
+// *ForeignTableError naming what it lacks, rather than failing every
+// raise with "column does not exist". A table altered after New is not
+// checked again.
+//
 // # Round trips
 //
 // WithTx costs no round trip for the check when the fence already holds
@@ -162,8 +175,10 @@
 // *baton.UnavailableError naming host:port/database, never the password);
 // a transaction whose connection was lost before COMMIT wrote nothing. So
 // do a statement PostgreSQL gives up on (lock_timeout, statement_timeout,
-// a serialization failure, a deadlock: nothing of it was written) and the
-// store's own request timeout. A missing table is a *MissingTableError; a
+// a serialization failure, a deadlock: nothing of it was written). The
+// store sets no time limit of its own: bound a request with its ctx. A
+// missing table is a *MissingTableError,
+// one the store cannot use a *ForeignTableError (both from New and Init); a
 // login, database or run-time parameter the server refuses when New or
 // Open first connects, and invalid names and tokens, are
 // *baton.OptionError (a refusal later, a password rotated under a

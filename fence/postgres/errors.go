@@ -24,6 +24,31 @@ func (e *MissingTableError) Error() string {
 	return fmt.Sprintf("table %q does not exist in %s; create baton's fence tables with `baton fence init --store URL` (or Store.Init, or WithCreate(true))", e.Table, e.Where)
 }
 
+// ForeignTableError says that a table of one of the store's names is not
+// one the store can use: it lacks a column the store's statements use,
+// has one of another type (text or varchar for the names, bigint for the
+// tokens, timestamptz for the times), leaves a time without a default,
+// has a NOT NULL column without a default that the store's inserts leave
+// out, or lacks the primary key or unique constraint their ON CONFLICT
+// needs. Something other than baton made it, such as a hand-made
+// job_fence (job, last_token). Other columns are fine.
+type ForeignTableError struct {
+	Table   string // the table's name, as configured
+	Where   string // host:port/database
+	Column  string // the column at fault; for a missing key, the key's columns ("resource, run_id")
+	Problem string // what is wrong, as the message says it: `has no column "resource"`
+	Runs    bool   // the table is the runs table, not the fence table
+}
+
+func (e *ForeignTableError) Error() string {
+	spec := fenceSpec
+	if e.Runs {
+		spec = runsSpec
+	}
+	return fmt.Sprintf("table %q in %s %s, so it is not a baton %s table (%s); give the store another table name (%s), or rename or drop this one and create baton's with `baton fence init --store URL` (or Store.Init)",
+		e.Table, e.Where, e.Problem, spec.kind, spec.ddl, spec.option)
+}
+
 // Hints appended to an *baton.UnavailableError's cause, saying what happened
 // to the write and what to do.
 const (

@@ -48,10 +48,12 @@ func WithTable(name string) Option { return func(c *config) { c.table = name } }
 func WithRunsTable(name string) Option { return func(c *config) { c.runs = name } }
 
 // WithCreate says whether New creates the tables when they are missing.
-// Default true: New runs CREATE TABLE IF NOT EXISTS. With false, New only
-// checks that both tables exist and otherwise returns a *MissingTableError;
-// use it where the database user may not create tables, after running
-// `baton fence init --store URL` once.
+// Default true: New runs CREATE TABLE IF NOT EXISTS when a table is
+// missing. With false, New only checks that both tables exist and
+// otherwise returns a *MissingTableError; use it where the database user
+// may not create tables, after running `baton fence init --store URL`
+// once. Either way New checks the tables' columns and keys (see
+// ForeignTableError).
 func WithCreate(create bool) Option { return func(c *config) { c.create = create } }
 
 // quoteTable quotes a validated, possibly schema-qualified table name.

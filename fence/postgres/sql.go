@@ -12,7 +12,7 @@ func pgxIdent(parts ...string) string { return pgx.Identifier(parts).Sanitize() 
 // statements is the SQL a Store runs, built once from its table names.
 type statements struct {
 	create string // both tables, one simple-protocol round trip
-	exists string // $1, $2: quoted names; current_database() and whether each exists
+	shape  string // $1, $2: quoted names; current_database() and each table's shape (see shapeSQL)
 	hold   string // $1 resource, $2 token; a row when the fence holds exactly $2, share-locked
 	raise  string // $1 resource, $2 token; one row affected when accepted
 	newest string // $1 resource
@@ -44,7 +44,9 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 	done_at  timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (resource, run_id)
 )`, fence, runs),
-		exists:           `SELECT current_database(), to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		shape: "SELECT current_database(), f.rel IS NOT NULL, f.names, f.types, f.defaulted, f.notnull, f.keyed,\n" +
+			"\tr.rel IS NOT NULL, r.names, r.types, r.defaulted, r.notnull, r.keyed\nFROM " +
+			fmt.Sprintf(shapeSQL, "$1", fenceSpec.keySQL(), "f") + ",\n" + fmt.Sprintf(shapeSQL, "$2", runsSpec.keySQL(), "r"),
 		hold:             "SELECT 1 FROM " + hold,
 		raise:            raise,
 		newest:           fmt.Sprintf(`SELECT last_token FROM %s WHERE resource = $1`, fence),
@@ -55,6 +57,30 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 		fencedInsertTail: "\nRETURNING 1\n)\nSELECT (SELECT count(*) FROM f), (SELECT count(*) FROM ins)",
 	}
 }
+
+// shapeSQL is the row source %[3]s that describes the table whose quoted
+// name is the parameter %[1]s: rel, its OID, NULL when there is no such
+// table; names, types (as format_type writes them), defaulted (it has a
+// DEFAULT, or is an identity or generated column) and notnull, of its
+// columns in order, NULL when it has none; and keyed, whether it has a
+// unique index that the store's ON CONFLICT (key) can use: on exactly
+// the columns of the array %[2]s (sorted), neither partial nor
+// deferrable, and valid. Only catalogs, read in the same round trip as
+// current_database().
+const shapeSQL = `(SELECT t.rel, c.*, EXISTS (
+		SELECT FROM pg_index i
+		WHERE i.indrelid = t.rel AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indpred IS NULL
+			AND ARRAY(SELECT a.attname::text COLLATE "C" FROM generate_series(0, i.indnkeyatts - 1) AS k
+				JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[k] ORDER BY 1) = %[2]s
+	) AS keyed
+	FROM (SELECT to_regclass(%[1]s) AS rel) AS t, LATERAL (
+		SELECT array_agg(a.attname::text ORDER BY a.attnum) AS names,
+			array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum) AS types,
+			array_agg(a.atthasdef OR a.attidentity <> '' ORDER BY a.attnum) AS defaulted,
+			array_agg(a.attnotnull ORDER BY a.attnum) AS notnull
+		FROM pg_attribute a
+		WHERE a.attrelid = t.rel AND a.attnum > 0 AND NOT a.attisdropped
+	) AS c) AS %[3]s`
 
 // raiseSQL is the fence: insert the resource's first token, or raise the
 // stored one to $2 when $2 is at least as new. A stale token matches the

@@ -50,7 +50,11 @@ var _ baton.Fence = (*Store)(nil)
 
 // New returns a Store on db. With the default WithCreate(true) it creates
 // the fence and runs tables if they are missing; with WithCreate(false) it
-// checks that they exist and returns a *MissingTableError otherwise. It
+// checks that they exist and returns a *MissingTableError otherwise.
+// Either way, it returns a *ForeignTableError for a table of one of the
+// store's names that the store cannot use: one that lacks a column its
+// statements use, has it with another type, or lacks the unique key its
+// INSERT ... ON CONFLICT needs (something else made it). It
 // fails with an error wrapping baton.ErrUnavailable if the server cannot be
 // reached, and with a *baton.OptionError for an invalid table name or a
 // login or database the server refuses. The
@@ -70,10 +74,12 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 		where:     pgkit.WhereOf(db),
 		sql:       newStatements(quoteTable(cfg.table), quoteTable(cfg.runs)),
 	}
-	if cfg.create {
+	// Check first: tables already there (the usual case) cost one
+	// statement, and no DDL; tables New makes are checked by Init.
+	err = s.checkTables(ctx)
+	var missing *MissingTableError
+	if cfg.create && errors.As(err, &missing) {
 		err = s.Init(ctx)
-	} else {
-		err = s.checkTables(ctx)
 	}
 	if pgkit.Refused(err) {
 		// At the first contact a refusal is the settings' (exit 2 from the
@@ -120,8 +126,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Init creates the fence and runs tables if they do not exist. It is safe to
-// run again, and from several processes at once.
+// Init creates the fence and runs tables if they do not exist, then checks
+// them as New does: tables of those names that were there before and that
+// the store cannot use (made by something else) are a *ForeignTableError.
+// It is safe to run again, and from several processes at once.
 func (s *Store) Init(ctx context.Context) error {
 	op := fmt.Sprintf("create fence tables %q and %q", s.cfg.table, s.cfg.runs)
 	_, err := s.db.Exec(ctx, s.sql.create)
@@ -134,26 +142,5 @@ func (s *Store) Init(ctx context.Context) error {
 	if err != nil {
 		return s.wrap(ctx, op, err, hintConnect)
 	}
-	return nil
-}
-
-// checkTables returns a *MissingTableError unless both tables exist.
-func (s *Store) checkTables(ctx context.Context) error {
-	var db string
-	var fence, runs bool
-	err := s.db.QueryRow(ctx, s.sql.exists, quoteTable(s.cfg.table), quoteTable(s.cfg.runs)).Scan(&db, &fence, &runs)
-	if err != nil {
-		return s.wrap(ctx, "check the fence tables exist", err, hintConnect)
-	}
-	where := s.where
-	if where == "" {
-		where = "database " + db
-	}
-	switch {
-	case !fence:
-		return &MissingTableError{Table: s.cfg.table, Where: where}
-	case !runs:
-		return &MissingTableError{Table: s.cfg.runs, Where: where}
-	}
-	return nil
+	return s.checkTables(ctx) // tables of those names may have been there before
 }
