@@ -84,10 +84,12 @@ type LockInfo struct {
 	Key     string // the holder's key
 	Token   Token  // zero on backends without tokens
 	TTLLeft time.Duration
-	// Since is when the holder took the lock, by the holder's own clock;
-	// zero when unknown. On etcd and ZooKeeper, where a waiter queues with
-	// a key or node of its own that becomes the hold, it is when the
-	// holder joined the queue: earlier than it took the lock by its wait.
+	// Since is when the holder took the lock, by the holder's clock (the
+	// database's, on PostgreSQL; on ZooKeeper, the server's for a node
+	// that does not record the holder's); zero when unknown. On etcd and
+	// ZooKeeper, where a waiter queues with a key or node of its own that
+	// becomes the hold, it is when the holder joined the queue: earlier
+	// than it took the lock by its wait.
 	Since   time.Time
 	Waiters int // acquisitions queued behind the holder
 }

@@ -68,7 +68,15 @@
 // else; from a forced release, a *NotAcquiredError with Free: no one held
 // it), ErrLeaseLost, ErrStaleToken, ErrUnavailable (the lock service
 // failed), ErrInvalidOption, ErrClosed, ErrReleased, and ErrChangedHands
-// (a forced release found the lock changed hands). A caller's cancellation is returned
-// as context.Cause(ctx), so the three outcomes of a failed acquisition,
-// cancelled, contended and failed, are always told apart.
+// (a forced release found the lock changed hands). A caller's cancellation
+// is returned as context.Cause(ctx), so three outcomes of a failed
+// acquisition, cancelled, contended (ErrNotAcquired) and failed
+// (ErrUnavailable), are always told apart. A fourth matches ErrLeaseLost
+// although nothing was held: on etcd and ZooKeeper, the session the
+// acquisition waited on, or its place in the lock's queue, ended while it
+// waited (it expired, was revoked or deleted, or its local deadline passed
+// during an outage). As after ErrUnavailable, acquiring again is the
+// remedy. So ErrLeaseLost says that work ran under a lease that was lost
+// only when it comes from the lease (Err, its work context) or from a Run
+// whose function was called; see Locker.Acquire and Locker.Run.
 package baton

@@ -2,6 +2,7 @@ package baton
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -20,7 +21,7 @@ type Term struct {
 	Leader   string    // the leader's holder identity; "" when no one leads
 	Token    Token     // the leader's fencing token on fenced backends
 	Key      string    // the backend's key for the leader's hold
-	Since    time.Time // when it took office, by its own clock (see LockInfo.Since); zero if unknown
+	Since    time.Time // when it took office, by the holder's clock (the database's, on PostgreSQL; see LockInfo.Since); zero if unknown
 }
 
 // NoLeader reports whether the term says that no one leads.
@@ -63,17 +64,35 @@ func (f *FencedLocker) Campaign(ctx context.Context, name string) (*FencedLease,
 }
 
 // Leader returns the election's current term; Term.NoLeader is true when no
-// one leads.
+// one leads. On a backend that cannot look up holders (not an Inspector)
+// it returns an error matching errors.ErrUnsupported; after Close, one
+// matching ErrClosed. Close ends a look in flight, which then returns an
+// error matching ErrClosed too.
 func (l *Locker) Leader(ctx context.Context, name string) (Term, error) {
 	if err := ValidateName(name); err != nil {
 		return Term{}, err
 	}
 	insp, ok := l.b.(Inspector)
 	if !ok {
-		return Term{}, fmt.Errorf("leader of %q: this backend cannot look up holders", name)
+		return Term{}, fmt.Errorf("leader of %q: this backend cannot look up holders: %w", name, errors.ErrUnsupported)
 	}
-	infos, err := insp.Inspect(ctx, name)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return Term{}, fmt.Errorf("leader of %q: %w", name, ErrClosed)
+	}
+	l.inflight.Add(1) // Close waits for the look before closing the backend
+	l.mu.Unlock()
+	defer l.inflight.Done()
+	ictx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
+	defer stop()
+	infos, err := insp.Inspect(ictx, name)
 	if err != nil {
+		if ctx.Err() == nil && l.closing.Err() != nil { // Close began meanwhile
+			return Term{}, fmt.Errorf("leader of %q: %w", name, ErrClosed)
+		}
 		return Term{}, fmt.Errorf("leader of %q: %w", name, err)
 	}
 	for _, i := range infos {
@@ -87,14 +106,16 @@ func (l *Locker) Leader(ctx context.Context, name string) (Term, error) {
 // Observe reports the election's terms: the current one at once, then every
 // change of leader, in order, including to none; see Observer. The
 // observation also ends, and the channel is closed, when the Locker is
-// closed.
+// closed. On a backend that cannot report changes of leader (not an
+// Observer) it returns an error matching errors.ErrUnsupported; after
+// Close, one matching ErrClosed.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
 	obs, ok := l.b.(Observer)
 	if !ok {
-		return nil, fmt.Errorf("observe %q: this backend cannot report changes of leader", name)
+		return nil, fmt.Errorf("observe %q: this backend cannot report changes of leader: %w", name, errors.ErrUnsupported)
 	}
 	l.mu.Lock()
 	if l.closed {

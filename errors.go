@@ -14,6 +14,9 @@ import (
 //   - cancelled by the caller: the error wraps context.Cause(ctx);
 //   - held by someone else: the error wraps ErrNotAcquired;
 //   - the lock service failed: the error wraps ErrUnavailable.
+//
+// An acquisition can also fail with an error matching ErrLeaseLost, when
+// the session it waited on ended; nothing was held (see Locker.Acquire).
 var (
 	// ErrNotAcquired means another holder has the lock: TryAcquire found it
 	// held, or a wait ended without getting it. A ForceRelease that found
@@ -22,7 +25,10 @@ var (
 
 	// ErrLeaseLost means a lease ended without being released: a renewal was
 	// refused, no renewal was confirmed before the local deadline, the
-	// session died, or the lock key was removed by someone else.
+	// session died, or the lock key was removed by someone else. From
+	// Acquire or TryAcquire it means that the session the acquisition was
+	// made on (or its place in the queue) ended first: nothing was held,
+	// and acquiring again is the remedy.
 	ErrLeaseLost = errors.New("lease lost")
 
 	// ErrReleased is the cause of a lease's work context after Release.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -345,4 +347,93 @@ func TestNewLocker_ConfigByHand(t *testing.T) {
 	if err := lease.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+var errServerDown = errors.New("server down")
+
+// closingFakeBackend is a fakeBackend whose Close ends its hold, as the
+// backends do: with ErrClosed, through the end that the hold's Release
+// also goes through, once (as redis/hold.go's end), so that a Release
+// after Close returns what Close's end returned.
+type closingFakeBackend struct {
+	fakeBackend
+	once   sync.Once
+	endErr error
+	fail   error // what ending the hold returns: the server's failure
+}
+
+func newClosingFakeBackend(fail error) *closingFakeBackend {
+	b := &closingFakeBackend{fail: fail}
+	b.hold = newFakeHold(func(h *fakeHold) error { return b.end(baton.ErrReleased) })
+	return b
+}
+
+func (b *closingFakeBackend) end(cause error) error {
+	b.once.Do(func() {
+		b.hold.end(cause)
+		b.endErr = b.fail
+	})
+	return b.endErr
+}
+
+func (b *closingFakeBackend) Close() error { return b.end(baton.ErrClosed) }
+
+// TestLease_ReleaseAfterClose_CloseFailed: a lease that Locker.Close ended
+// is lost, and releasing a lost lease returns nil: when Close's end of the
+// hold failed (the server down), a later Release (the caller's deferred
+// one) does not return that failure again, nor log "release failed" a
+// second time; Close returned it. Before, Release returned it as its own.
+func TestLease_ReleaseAfterClose_CloseFailed(t *testing.T) {
+	b := newClosingFakeBackend(errServerDown)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	cfg, err := baton.NewConfig(baton.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := baton.NewLocker(b, cfg)
+	lease, err := l.Acquire(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); !errors.Is(err, errServerDown) {
+		t.Fatalf("Close whose end of the hold failed = %v, want that failure", err)
+	}
+	if err := lease.Err(); !errors.Is(err, baton.ErrLeaseLost) || !errors.Is(err, baton.ErrClosed) {
+		t.Fatalf("Err after Close = %v, want a loss with ErrClosed", err)
+	}
+	if err := lease.Release(t.Context()); err != nil {
+		t.Errorf("Release of a lease Close ended = %v, want nil: releasing a lost lease returns nil", err)
+	}
+	logMu.Lock()
+	logged := logs.String()
+	logMu.Unlock()
+	if strings.Contains(logged, "release failed") {
+		t.Errorf("Release of a lease Close ended logged a failed release:\n%s", logged)
+	}
+
+	// A failure of the lease's own release, before Close, is still its
+	// error: the fix is for leases Close ended, not for every failure.
+	b = newClosingFakeBackend(errServerDown)
+	l = baton.NewLocker(b, cfg)
+	defer l.Close()
+	lease, err = l.Acquire(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(t.Context()); !errors.Is(err, errServerDown) {
+		t.Errorf("Release whose request failed = %v, want the failure", err)
+	}
+}
+
+// lockedWriter serializes writes to w with mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }

@@ -47,7 +47,23 @@ func (l *Locker) Config() Config { return l.cfg }
 // Acquire blocks until it holds the lock name, ctx ends, or the lock
 // service fails. When ctx ends first it returns an error wrapping
 // context.Cause(ctx); when the service cannot be reached or answers
-// nothing within the request timeout, an error wrapping ErrUnavailable.
+// nothing within the request timeout, an error wrapping ErrUnavailable;
+// after Close, an error matching ErrClosed.
+//
+// It may also return an error matching ErrLeaseLost, although nothing was
+// held: the session the wait was made on, or its place in the lock's queue
+// (an etcd key, a ZooKeeper node), ended while it waited: it expired, was
+// revoked or deleted, or its local deadline passed during an outage of the
+// lock service. The etcd and ZooKeeper backends do so. As after
+// ErrUnavailable, the remedy is to acquire again; no work ran under a
+// lease.
+//
+// The Lease it returns stays held, renewed in the background, until it is
+// released, lost, or the Locker is closed; the end of ctx does not end it.
+// A Lease dropped without Release is not freed when nothing uses it any
+// more: the Locker keeps it and the backend renews it until Close (or a
+// loss), and no one else can take the lock meanwhile. Always Release it
+// (defer lease.Release(ctx)), or use Run, which does.
 //
 // A waiter that gives up takes its place out of the lock's queue before
 // it returns, so that it does not stand ahead of later waiters: against a
@@ -65,7 +81,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (*Lease, error) {
 
 // TryAcquire makes one attempt at the lock name and returns an error
 // matching ErrNotAcquired (a *NotAcquiredError) at once if another holder
-// has it.
+// has it. Its other errors are Acquire's, an error matching ErrLeaseLost
+// included: the session the attempt was made on ended, and nothing was
+// held. The Lease it returns must be released, as Acquire's.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (*Lease, error) {
 	return l.acquire(ctx, name, false)
 }

@@ -13,6 +13,15 @@ import (
 // lost before fn returned, the error also matches ErrLeaseLost, even when fn
 // itself returned nil, because fn's work may have overlapped another holder's.
 // If fn panics, Run releases the lease and the panic goes on.
+//
+// When the acquisition fails, Run returns Acquire's error as it is, and fn
+// never ran. That error may match ErrLeaseLost as well: the session the
+// wait was made on ended, and nothing was held (see Locker.Acquire). A
+// lease lost as it was granted (a pause; see Locker.Acquire) is reported
+// as a loss too, without fn being called. Run's error does not tell these
+// apart from a loss while fn ran; whether fn was called does, so a caller
+// that must know whether work may have overlapped another holder's
+// records in fn that it was called.
 func (l *Locker) Run(ctx context.Context, name string, fn func(ctx context.Context, lease *Lease) error) error {
 	lease, err := l.Acquire(ctx, name)
 	if err != nil {
