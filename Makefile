@@ -46,6 +46,6 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzRedact -fuzztime 30s .
 
 ## faults: the long fault matrices, kept out of make test: a ZooKeeper follower
-## cut off from its leader at session timeouts of 2, 3, 4 and 8 ticks (about two minutes).
+## cut off from its leader at session timeouts of 2, 3, 4 and 8 ticks (one to two minutes).
 faults: deps
 	BATON_FAULTS=1 BATON_REQUIRE_SERVICES=1 $(GO) test -race -timeout 20m -run 'Matrix' -v ./zk/

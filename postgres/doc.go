@@ -195,8 +195,12 @@
 // names its last attempt for a hold: an older one, held up on its way
 // while a later attempt ran, was claimed by that attempt, or freed since.
 //
-//	UPDATE baton_lock SET expires_at = CASE WHEN token = $2 THEN '-infinity' ELSE expires_at END
-//	WHERE name = $1;
+//	WITH cur AS (
+//		SELECT name, token = $2 AND expires_at <> '-infinity' AS live FROM baton_lock WHERE name = $1 FOR UPDATE
+//	)
+//	UPDATE baton_lock t SET expires_at = CASE WHEN t.token = $2 THEN '-infinity' ELSE t.expires_at END
+//	FROM cur WHERE t.name = cur.name
+//	RETURNING cur.live;
 //	WITH head AS (
 //		SELECT ticket, channel, slot, waiter, holder, ttl, holder_clock FROM baton_lock_waiters
 //		WHERE name = $1 AND expires_at > clock_timestamp() ORDER BY ticket LIMIT 1

@@ -9,7 +9,9 @@
 // own. Open refuses such a URL, whether the server is written two ways
 // (a:6379 and A:6379; ports are plain numbers, so a:06379 is refused) or
 // reached by two names (localhost and 127.0.0.1: the servers' run_id
-// tells). New, given clients, does not look.
+// tells). New, given clients, refuses one client given twice, and two
+// *redis.Client with one address; it does not ask the servers for their
+// run_id, so two names for one server get past it.
 //
 // # When to use which
 //

@@ -1160,7 +1160,7 @@ func TestEnsemble_FollowerCutOff_HolderStopsBeforeTakeover(t *testing.T) {
 // timeouts of 2, 3, 4 and 8 ticks (tickTime 500ms), three times each, and
 // logs by how much the waiter's takeover came after the holder's
 // deadline. At two ticks the settling time (3/10 of the timeout) leaves
-// the leader's half-tick ping only 50ms of slack. A fault matrix of about
+// the leader's half-tick ping only 50ms of slack. A fault matrix of one to
 // two minutes: it runs with make faults (BATON_FAULTS=1).
 func TestEnsemble_FollowerCutOff_Matrix(t *testing.T) {
 	if os.Getenv("BATON_FAULTS") == "" {

@@ -38,8 +38,9 @@ process leads: one of many replicas runs the scheduler, the mailer, the
 singleton worker. When leadership is lost, COMMAND's process group gets
 SIGTERM (SIGKILL after --grace) and elect campaigns again; if that campaign
 fails because the lock service is unreachable or the session ended (as
-right after a partition), elect says so and tries again after a pause that
-doubles from 250ms up to 10s. When COMMAND exits by itself, elect resigns
+right after a partition), elect says so and tries again after a pause,
+drawn at random from the upper half of a bound that starts at 250ms and
+doubles up to 10s. When COMMAND exits by itself, elect resigns
 and exits with COMMAND's code, or 76 if leadership turns out lost then (seen
 as COMMAND exited, or by the resignation). As under baton run, elect
 resigns only once no process of COMMAND's group is left (those still
@@ -99,7 +100,7 @@ saying why). A PostgreSQL lock table that cannot be observed at the start
 	}
 	f.define(cmd, leaseHelp{
 		backend: "lock service URL (env BATON_BACKEND)",
-		ttl:     "lease time to live: how soon another replica takes over after the leader dies (overrides the URL's ttl=)",
+		ttl:     "lease time to live: how soon another replica takes over after the leader dies (overrides the URL's ttl=; session-timeout= on zk://)",
 		grace:   "time between SIGTERM and SIGKILL when leadership is lost",
 		fence:   "fence store URL; raise the fence for NAME before each term's COMMAND starts",
 		id:      "holder identity (default host:pid)",

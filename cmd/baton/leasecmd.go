@@ -122,7 +122,11 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		return nil, c.noFence()
 	}
 	s.storeAt = "fence store " + baton.Redact(c.fence)
-	if s.store, err = fence.Open(cmd.Context(), c.fence); err != nil {
+	err = s.fenceCall(cmd.Context(), "open it", func(ctx context.Context) (err error) {
+		s.store, err = fence.Open(ctx, c.fence)
+		return err
+	})
+	if err != nil {
 		s.Close() // s.store is nil: Open returns none with an error
 		return nil, interrupted(cmd.Context(), err, "while opening the "+s.storeAt)
 	}
@@ -251,7 +255,11 @@ const storeTimeout = 10 * time.Second
 // SIGTERM, SIGHUP or SIGQUIT (ctx cancelled) interrupt it (exit 130). Pass a
 // detached ctx for a request no signal may interrupt.
 func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(context.Context) error) error {
-	late := &baton.UnavailableError{Where: s.storeAt, Err: fmt.Errorf("no answer within %v to %s; check that it runs and is reachable (a PostgreSQL raise also waits for the fenced transactions of an older holder to end: one held open, or frozen, keeps it waiting)", storeTimeout, what)}
+	hint := "check that it runs and is reachable"
+	if strings.HasPrefix(what, "raise") {
+		hint += " (a PostgreSQL raise also waits for the fenced transactions of an older holder under way to end: one held open, or frozen, keeps it waiting)"
+	}
+	late := &baton.UnavailableError{Where: s.storeAt, Err: fmt.Errorf("no answer within %v to %s; %s", storeTimeout, what, hint)}
 	cctx, cancel := context.WithTimeoutCause(ctx, storeTimeout, late)
 	defer cancel()
 	err := call(cctx)
@@ -261,7 +269,7 @@ func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(con
 	case errors.Is(err, baton.ErrStaleToken):
 		// The store answered: a refusal stands, whatever became of the
 		// look at the lock service a raise makes after it (see raise).
-		return err
+		return &refusal{where: s.storeAt, what: what, err: err}
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the fence store to " + what}
 	case cctx.Err() != nil && !errors.Is(err, baton.ErrUnavailable):
@@ -269,6 +277,26 @@ func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(con
 	}
 	return err
 }
+
+// refusal is the fence store's refusal of a token, saying where and to
+// what. Its message is made when it is printed: a raise's look at the
+// lock service (FencedLease.CheckStale) may find the fence ahead of it
+// after the refusal came, and the StaleTokenError then says what to do;
+// a newer holder's fence needs nothing done.
+type refusal struct {
+	where, what string
+	err         error
+}
+
+func (r *refusal) Error() string {
+	msg := fmt.Sprintf("%s, asked to %s: %v", r.where, r.what, r.err)
+	if st := (*baton.StaleTokenError)(nil); errors.As(r.err, &st) && !st.Ahead {
+		msg += ": nothing to do here (the newer holder does the job)"
+	}
+	return msg
+}
+
+func (r *refusal) Unwrap() error { return r.err }
 
 // interrupted turns a wait cut short by one of passedOn (ctx cancelled)
 // into exit 130, saying what was interrupted ("while waiting for the

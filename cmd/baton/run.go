@@ -47,8 +47,10 @@ SIGKILL after --grace. The lock is released only once no process of the group
 is left: if COMMAND exits while processes it started still run, they get
 SIGTERM and SIGKILL after --grace, and baton then exits with COMMAND's code.
 Processes that leave the group (setsid, daemons) are neither waited for nor
-stopped; as a container's PID 1, baton does not reap the orphans they leave
-behind: run it under an init (docker run --init, tini). If baton itself is
+stopped, and one that baton may not signal (another user's, as under sudo)
+cannot be stopped: baton says so and releases the lock 5s after the SIGKILL
+it could not send. As a container's PID 1, baton does not reap the orphans
+that daemons leave behind: run it under an init (docker run --init, tini). If baton itself is
 killed (SIGKILL, the OOM killer), COMMAND's group dies with it: its main
 process by its parent-death signal, the rest by a guard, a copy of baton in a
 group of its own, unless that is killed too (pkill -9 baton). SIGINT, SIGTERM,
@@ -56,7 +58,10 @@ SIGHUP and SIGQUIT sent to baton while COMMAND runs are passed on to its
 process group, each SIGTERM or passed-on signal followed by SIGCONT so that a
 stopped process acts on it, and baton then exits with COMMAND's code; any of
 them while baton still waits for the lock makes it exit 130. A signal ignored
-when baton started (SIGHUP under nohup) stays ignored. Ctrl-Z (SIGTSTP, and
+when baton started (SIGHUP under nohup) stays ignored. SIGUSR1, SIGUSR2 and
+SIGWINCH sent to baton while COMMAND runs are passed on to its group alone
+(a log rotation, a terminal's resize), and change nothing else; while baton
+waits, they are dropped. Ctrl-Z (SIGTSTP, and
 SIGTTIN or SIGTTOU) stops COMMAND's group, then baton; continued, baton
 continues COMMAND only while the lease holds (a lease that ran out meanwhile
 is lost: COMMAND gets SIGKILL, still stopped, and baton exits 76; so does a
@@ -120,8 +125,8 @@ Exit codes:
 		},
 	}
 	f.define(cmd, leaseHelp{
-		backend: "lock service URL: etcd://h:p[,h:p], zk://h:p/root, postgres://..., redis://h:p/db, redlock://h:p,h:p,h:p (env BATON_BACKEND)",
-		ttl:     "lease time to live: how soon another server can take over after this one dies (overrides the URL's ttl=)",
+		backend: "lock service URL: etcd://h:p[,h:p], zk://h:p[/root], postgres://..., redis://h:p/db, redlock://h:p,h:p,h:p (env BATON_BACKEND)",
+		ttl:     "lease time to live: how soon another server can take over after this one dies (overrides the URL's ttl=; session-timeout= on zk://)",
 		grace:   "time between SIGTERM and SIGKILL when the lease is lost",
 		fence:   "fence store URL (postgres://... or sqlite:PATH); raise the fence for NAME before COMMAND starts",
 		id:      "holder identity stored with the lock (default host:pid)",

@@ -1141,3 +1141,24 @@ func TestStatus_HolderNotPrintable(t *testing.T) {
 		p.wait(t)
 	}
 }
+
+// TestFenceCall_Stale: a fence's refusal names the store and what was
+// asked of it, and, for a newer holder's token, that nothing is to be
+// done; it stays a stale token (exit 77).
+func TestFenceCall_Stale(t *testing.T) {
+	s := &leaseSession{storeAt: "fence store sqlite:/tmp/f.db"}
+	for _, tc := range []struct {
+		ahead bool
+		want  string
+	}{
+		{false, `fence store sqlite:/tmp/f.db, asked to raise the fence of invoices to 41: fence "invoices" refused token 41: it has seen token 42; another holder took the lock since: nothing to do here (the newer holder does the job)`},
+		{true, `fence store sqlite:/tmp/f.db, asked to raise the fence of invoices to 41: fence "invoices" refused token 41: it has seen token 42, though`},
+	} {
+		err := s.fenceCall(t.Context(), "raise the fence of invoices to 41", func(context.Context) error {
+			return &baton.StaleTokenError{Resource: "invoices", Got: 41, Newest: 42, Ahead: tc.ahead}
+		})
+		if !errors.Is(err, baton.ErrStaleToken) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("ahead=%v: %v; want an error matching ErrStaleToken, beginning %q", tc.ahead, err, tc.want)
+		}
+	}
+}

@@ -25,7 +25,7 @@ func newStatus(g *globals) *cobra.Command {
 		Short: "Show who holds each lock, its token, and how long its lease has left",
 		Long: `status lists every held lock on the backend, or the named locks, held or not:
 NAME, HOLDER, TOKEN, TTL LEFT (until the lock service may free it), SINCE (by
-the holder's clock) and WAITERS (acquisitions queued behind the holder).
+the holder's clock; the database's on postgres://) and WAITERS (acquisitions queued behind the holder).
 
 A column the backend cannot tell shows - (or ?, for TTL LEFT): TOKEN on
 redis and redlock, which give none; TTL LEFT on ZooKeeper, where the lease is

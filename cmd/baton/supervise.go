@@ -41,6 +41,14 @@ type supervised struct {
 // command's group would run on without a lease.
 var passedOn = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
+// relayed are signals that mean something to a command and nothing to
+// baton: while the command runs, baton passes them on to its group, and
+// they change nothing else (no exit 130). A service's log rotation
+// (SIGUSR1, SIGUSR2) and a terminal's resize (SIGWINCH, sent to the
+// terminal's foreground group, baton's, not the command's own) reach the
+// command so. Go would otherwise catch them and drop them.
+var relayed = []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
 // handled returns passedOn without the signals ignored when baton started
 // (SIGHUP under nohup): those stay ignored, for baton and, as the kernel
 // passes an ignored disposition on, for the command. Go keeps a signal
@@ -99,6 +107,13 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		signal.Notify(sigs, hs...)
 	}
 	defer signal.Stop(sigs)
+	relays := make(chan os.Signal, 4)
+	for _, s := range relayed {
+		if !signal.Ignored(s) {
+			signal.Notify(relays, s)
+		}
+	}
+	defer signal.Stop(relays)
 	jobs := make(chan os.Signal, 4)
 	var jc []os.Signal
 	for _, s := range jobSignals {
@@ -246,6 +261,12 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			}
 		case s := <-sigs:
 			passOn(s)
+		case s := <-relays:
+			if err := group.relay(s.(syscall.Signal)); err != nil {
+				log.Warn("could not pass a signal on to the command", "signal", s, "err", err)
+			} else {
+				log.Info("passed signal on to the command", "signal", s)
+			}
 		case <-stopped:
 			stopped = nil
 			if res.signaled {
@@ -373,6 +394,17 @@ func (j *jobControl) signal(sig syscall.Signal) error {
 	j.paused = false
 	stop(j.pgid, sig)
 	return nil
+}
+
+// relay sends sig to the group alone, unless supervise returned: a group
+// stopped with baton stays stopped, and acts on sig once continued.
+func (j *jobControl) relay(sig syscall.Signal) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return nil
+	}
+	return syscall.Kill(-j.pgid, sig)
 }
 
 // kill sends SIGKILL to the group, unless supervise returned (see end).

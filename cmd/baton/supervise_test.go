@@ -661,3 +661,64 @@ func TestSupervise_Panic_KillsGroupFirst(t *testing.T) {
 	pid, pgid := readStraggler(t, pidFile)
 	checkGroupGone(t, pid, pgid)
 }
+
+// TestRun_RelaysSignals: SIGUSR1, SIGUSR2 and SIGWINCH sent to baton reach
+// the command (a log rotation, a terminal's resize), and end nothing: the
+// command runs on until it is told to stop. Go would catch them and drop
+// them.
+func TestRun_RelaysSignals(t *testing.T) {
+	backend := etcdBackend(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	run := startBaton(t, "run", "--backend", backend, "relays", "--", "sh", "-c", fmt.Sprintf(
+		`trap 'touch %[2]s/USR1' USR1; trap 'touch %[2]s/USR2' USR2; trap 'touch %[2]s/WINCH' WINCH; trap 'exit 0' TERM; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; while :; do sleep 0.05; done`,
+		pidFile, dir))
+	waitPid(t, pidFile, func() string { return run.stderr.String() })
+	for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH} {
+		if err := run.cmd.Process.Signal(s); err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(unix.SignalName(s), "SIG")
+		waitFor(t, 10*time.Second, func() bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }, func() string {
+			return fmt.Sprintf("the command did not get %v sent to baton; stderr %q", s, run.stderr.String())
+		})
+	}
+	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := run.wait(t); r.code != 0 {
+		t.Fatalf("exit %d after the relayed signals and a SIGTERM, want 0 (the command's TERM trap); stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestRun_FenceStoreSilentAtOpen: a fence store that takes the connection
+// and answers nothing (a blocked proxy before PostgreSQL) fails the run
+// as unavailable once the store's 10s per request have passed, before
+// the lock is taken, where the open waited for the kernel's retries.
+func TestRun_FenceStoreSilentAtOpen(t *testing.T) {
+	backend := etcdBackend(t)
+	dsn := pg.Database(t)
+	if r := runInProcess("fence", "init", "--store", dsn); r.code != 0 {
+		t.Fatalf("fence init: %s", r.stderr)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testsvc.NewProxy(t, u.Host)
+	proxy.Block()
+	u.Host = proxy.Addr()
+
+	run := startBaton(t, "run", "--backend", backend, "--fence", u.String(), "invoices", "--", "true")
+	waitFor(t, 2*storeTimeout, func() bool { _, ok := run.exited(); return ok }, func() string {
+		return "baton still runs 20s after it began opening a silent fence store: " + run.stderr.String()
+	})
+	r := run.wait(t)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, "no answer within 10s to open it") {
+		t.Fatalf("exit %d, want %d saying the store did not answer its opening; stderr %q", r.code, exitUnavailable, r.stderr)
+	}
+	oneLine(t, r)
+	if r := runInProcess("status", "--backend", backend, "--json", "invoices"); strings.Contains(r.stdout, `"holder"`) {
+		t.Fatalf("the lock is held after the run failed: %s", r.stdout)
+	}
+}
