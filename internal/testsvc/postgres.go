@@ -199,9 +199,19 @@ func startPostgres() (*pgServer, error) {
 }
 
 func startIn(dir, initdb, postgres string, cred *syscall.Credential) (*pgServer, error) {
+	if err := initData(dir, initdb, cred); err != nil {
+		return nil, err
+	}
+	return onFreePort("PostgreSQL", func(port, try int) (*pgServer, error) {
+		return runPostgres(dir, postgres, port, cred, try)
+	})
+}
+
+// initData runs initdb into dir/data, as cred's user.
+func initData(dir, initdb string, cred *syscall.Credential) error {
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, fmt.Errorf("give %s to the postgres user: %w", dir, err)
+			return fmt.Errorf("give %s to the postgres user: %w", dir, err)
 		}
 	}
 	data := filepath.Join(dir, "data")
@@ -210,12 +220,9 @@ func startIn(dir, initdb, postgres string, cred *syscall.Credential) (*pgServer,
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%s failed: %w\n%s", initdb, err, tail(out, logTailLines))
+		return fmt.Errorf("%s failed: %w\n%s", initdb, err, tail(out, logTailLines))
 	}
-
-	return onFreePort("PostgreSQL", func(port, try int) (*pgServer, error) {
-		return runPostgres(dir, postgres, port, cred, try)
-	})
+	return nil
 }
 
 // runPostgres starts the postmaster on port and waits until it accepts a
@@ -240,6 +247,11 @@ func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try i
 		return nil, err
 	}
 	srv := &pgServer{dir: dir, port: port, proc: proc}
+	// Ours, not another test's server given the same free port a moment
+	// before: by its data directory. The look at /proc that waitReady
+	// makes for the other servers needs CAP_SYS_PTRACE for a server run
+	// as another user, as PostgreSQL is when the tests run as root.
+	data := filepath.Join(dir, "data")
 	ready := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -247,10 +259,17 @@ func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try i
 		if err != nil {
 			return err
 		}
-		_ = conn.Close(ctx)
+		defer conn.Close(ctx)
+		var got string
+		if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&got); err != nil {
+			return err
+		}
+		if filepath.Clean(got) != data {
+			return fmt.Errorf("%w: port %d is answered by another PostgreSQL (data directory %s, ours %s)", errPortTaken, port, got, data)
+		}
 		return nil
 	}
-	if err := proc.waitReady(port, pgStartTimeout, pgPollEvery, ready); err != nil {
+	if err := proc.waitReady(0, pgStartTimeout, pgPollEvery, ready); err != nil {
 		srv.stop()
 		return nil, err
 	}

@@ -104,3 +104,35 @@ func TestPostgres_Stop(t *testing.T) {
 	}
 	p.Stop() // a second Stop is harmless
 }
+
+// TestPostgres_PortTakenByAnother: a PostgreSQL started on the port of
+// another test's server, which answers a moment before ours gives up on
+// the port, is told apart by its data directory: errPortTaken, for
+// another port to be tried, not a server handed out twice.
+func TestPostgres_PortTakenByAnother(t *testing.T) {
+	var p Postgres
+	t.Cleanup(p.Stop)
+	first := p.server(t)
+	initdb, err1 := LookBinary("initdb", pgPackage, pgBinDirs)
+	postgres, err2 := LookBinary("postgres", pgPackage, pgBinDirs)
+	cred, err3 := pgCredential()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "baton-postgres-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := initData(dir, initdb, cred); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := runPostgres(dir, postgres, first.port, cred, 0)
+	if err == nil {
+		srv.stop()
+		t.Fatalf("a second PostgreSQL on %s came back ready", first.addr())
+	}
+	if !errors.Is(err, errPortTaken) {
+		t.Fatalf("second start on a taken port: %v; want errPortTaken", err)
+	}
+}

@@ -100,29 +100,37 @@ func onFreePort[T any](what string, start func(port, try int) (T, error)) (T, er
 // itself listens on port: another server that bound the port first (such
 // as another test's, given the same free port a moment before) answers
 // ready too, and that is errPortTaken, as is an exit whose log says an
-// address is already in use. It leaves the process running on a timeout.
+// address is already in use, and a ready error that wraps errPortTaken. A
+// port of 0 skips that look, for a server
+// whose ready tells it is ours by itself (see listensOn for why one
+// would). It leaves the process running on a timeout.
 func (p *process) waitReady(port int, timeout, poll time.Duration, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		last := ready()
+		switch {
+		case errors.Is(last, errPortTaken): // ready knows
+			return last
+		case last == nil && port == 0:
+			return nil
+		}
 		if last == nil {
 			ours, err := p.listensOn(port)
 			switch {
+			case ours:
+				return nil
+			case !p.running():
+				// It answered, then exited (or it was another's server,
+				// and ours exited for want of the port): its log says.
+				return p.exitErr()
 			case err != nil:
 				return fmt.Errorf("%s: tell whose server answers port %d: %w", p.what, port, err)
-			case !ours:
-				return fmt.Errorf("%w: %s: port %d is answered by another process's server", errPortTaken, p.what, port)
 			}
-			return nil
+			return fmt.Errorf("%w: %s: port %d is answered by another process's server", errPortTaken, p.what, port)
 		}
 		select {
 		case <-p.exited:
-			log, _ := os.ReadFile(p.logPath)
-			err := fmt.Errorf("%s exited during start-up (%v); log %s:\n%s", p.what, p.cmd.ProcessState, p.logPath, tail(log, logTailLines))
-			if bytes.Contains(bytes.ToLower(log), []byte("already in use")) {
-				return fmt.Errorf("%w: %w", errPortTaken, err)
-			}
-			return err
+			return p.exitErr()
 		case <-time.After(poll):
 		}
 		if time.Now().After(deadline) {
@@ -131,9 +139,24 @@ func (p *process) waitReady(port int, timeout, poll time.Duration, ready func() 
 	}
 }
 
+// exitErr says that the process exited during start-up, quoting its log:
+// errPortTaken when the log says an address is already in use.
+func (p *process) exitErr() error {
+	<-p.exited
+	log, _ := os.ReadFile(p.logPath)
+	err := fmt.Errorf("%s exited during start-up (%v); log %s:\n%s", p.what, p.cmd.ProcessState, p.logPath, tail(log, logTailLines))
+	if bytes.Contains(bytes.ToLower(log), []byte("already in use")) {
+		return fmt.Errorf("%w: %w", errPortTaken, err)
+	}
+	return err
+}
+
 // listensOn reports whether the process holds a socket listening on TCP
 // port, from /proc: the listening sockets' inodes in /proc/net/tcp and
-// tcp6, and the process's open files.
+// tcp6, and the process's open files. Reading another user's open files
+// takes CAP_SYS_PTRACE, which root in a container usually lacks: for a
+// server run as another user (PostgreSQL, when the tests run as root),
+// ask the server who it is instead, and pass waitReady port 0.
 func (p *process) listensOn(port int) (bool, error) {
 	sockets := map[string]bool{}
 	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
@@ -159,12 +182,17 @@ func (p *process) listensOn(port int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	var unread error
 	for _, fd := range fds {
-		if target, err := os.Readlink(filepath.Join(fdDir, fd.Name())); err == nil && sockets[target] {
+		target, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+		switch {
+		case err == nil && sockets[target]:
 			return true, nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist) && unread == nil:
+			unread = err // not ours to read: whether it listens is unknown
 		}
 	}
-	return false, nil
+	return false, unread
 }
 
 // listeners returns the inodes of the sockets in a /proc/net/tcp table
