@@ -44,7 +44,7 @@
 //		updated_at = CASE WHEN cur.last_token < EXCLUDED.last_token THEN now() ELSE cur.updated_at END
 //	WHERE cur.last_token <= EXCLUDED.last_token
 //
-// The queue key is a 64-bit hash of the table's name and the resource
+// The queue key is a 64-bit hash of the table's OID and the resource
 // (hashtextextended, so PostgreSQL 11 or later). The advisory locks on it
 // queue a raise fairly against the checks: see below.
 //
@@ -54,7 +54,8 @@
 //
 // This is safe under READ COMMITTED, PostgreSQL's default, without
 // retries. Both statements lock the fence row until the
-// transaction ends, and both judge the row's newest committed version, not
+// transaction ends (a raise of a token already stale, refused before it
+// waits, locks nothing), and both judge the row's newest committed version, not
 // their snapshot: if another transaction holds a conflicting lock they wait
 // for it to end, and if it changed the row they re-evaluate their condition
 // against the new version (PostgreSQL's documented behaviour for SELECT FOR
@@ -75,7 +76,19 @@
 // of the transaction, whose waiters PostgreSQL serves in order: a check
 // takes it shared just before its row lock, a raise exclusively before
 // its own, unless the fence already holds a newer token (the raise is
-// then refused without waiting, as it would be after). The rest is READ
+// then refused without waiting, as it would be after). Insert's first
+// statement and MarkDone, single statements, share-lock the row without
+// it: they keep a raise waiting for their own run at most, and one made
+// from inside an open fenced transaction of the same resource must not
+// wait for a raise that waits for that transaction. For the same reason,
+// make a transaction's fenced writes in it: a WithTx or Check of the
+// same resource on another connection, inside an open WithTx, waits
+// behind a queued raise, which waits for the open transaction, until a
+// ctx ends. A transaction that checks several resources had best check
+// them in one order, before its writes: two that check the same two in
+// opposite orders while raises of both are queued wait for each other
+// until PostgreSQL's deadlock detector reorders the queue, after its
+// deadlock_timeout (1s by default). The rest is READ
 // COMMITTED's behaviour, and WithTx begins its transactions at READ COMMITTED whatever
 // the default. Under REPEATABLE READ or SERIALIZABLE the order would hold
 // too, but a transaction whose check raised the fence would read with a

@@ -385,10 +385,22 @@ func TestStore_GaveUp_IsUnavailable(t *testing.T) {
 // not: the raise waited 5s (its context's end) while the older holder
 // committed 291 more transactions.
 func TestStore_Raise_NotStarved(t *testing.T) {
+	// The newer holder's store names the fence table as the older one's
+	// does, or qualified by its schema: one table, one queue.
+	for _, table := range []string{"baton_fence", "public.baton_fence"} {
+		t.Run(table, func(t *testing.T) { raiseNotStarved(t, table) })
+	}
+}
+
+func raiseNotStarved(t *testing.T, table string) {
 	s, pool := newStore(t)
 	ctx := t.Context()
 	mustExec(t, pool, invoicesDDL)
 	if err := s.Raise(ctx, "invoices", 41); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := postgres.New(ctx, pool, postgres.WithTable(table))
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -444,7 +456,7 @@ func TestStore_Raise_NotStarved(t *testing.T) {
 	mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := s.Raise(rctx, "invoices", 42)
+	err = newer.Raise(rctx, "invoices", 42)
 	took := time.Since(raiseAt)
 	wg.Wait()
 	if err != nil {
@@ -459,5 +471,41 @@ func TestStore_Raise_NotStarved(t *testing.T) {
 	}
 	if n := count(t, pool, "SELECT count(*) FROM invoices WHERE token = 41"); n != ok {
 		t.Errorf("%d invoices with token 41 in the table, want the %d the committed transactions wrote", n, ok)
+	}
+}
+
+// TestStore_MarkDone_InsideTx_RaiseQueued: a MarkDone of the resource made
+// from inside an open WithTx, on another connection, while a newer
+// holder's raise waits for that transaction, does not wait for the raise
+// (which waits for the transaction, which waits for the MarkDone): it
+// share-locks the row without the queue lock, and the transaction then
+// commits, and the raise goes through.
+func TestStore_MarkDone_InsideTx_RaiseQueued(t *testing.T) {
+	s, pool := newStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := s.Raise(ctx, "invoices", 41); err != nil {
+		t.Fatal(err)
+	}
+	raised := make(chan error, 1)
+	err := s.WithTx(ctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
+		var pid int32
+		if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			return err
+		}
+		go func() { raised <- s.Raise(ctx, "invoices", 42) }()
+		waitBlockedBy(t, ctx, pool, pid, raised)
+		mctx, mcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer mcancel()
+		return s.MarkDone(mctx, "invoices", "night-1", 41)
+	})
+	if err != nil {
+		t.Fatalf("WithTx(41) whose MarkDone ran while a raise waited: %v", err)
+	}
+	if err := <-raised; err != nil {
+		t.Fatalf("Raise(42): %v", err)
+	}
+	if done, err := s.Done(ctx, "invoices", "night-1"); err != nil || !done {
+		t.Fatalf("Done = %v, %v; want the run marked done by token 41, before the raise", done, err)
 	}
 }

@@ -115,10 +115,11 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 // one round trip does it:
 //
 //	INSERT INTO invoices (client_id, month, amount, token)
-//	SELECT $3, $4, $5, $6 FROM baton_fence WHERE resource = $1 AND <last_token = $2, then the queue lock> FOR SHARE
+//	SELECT $3, $4, $5, $6 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
 //	ON CONFLICT (client_id, month) DO NOTHING
 //
-// (the queue lock, and the raise's below, are as the package doc shows).
+// (without the queue lock of a transaction's check: see the package doc;
+// the raise below takes it, as the package doc shows).
 // The share lock keeps a newer holder's raise waiting until the insert has
 // committed; if a raise committed first, READ COMMITTED re-checks the WHERE
 // clause against the raised row, and nothing is inserted. When that inserts

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/baton-go/baton"
 )
 
 // column is a column the store's statements use.
@@ -17,10 +20,15 @@ type column struct {
 }
 
 // accepts reports whether a column of type typ (as format_type writes
-// it) does for c: the same type, or for text, varchar of any length.
+// it) does for c: the same type, or for text, varchar without a length
+// or long enough for any name (baton.MaxNameLen characters).
 func (c column) accepts(typ string) bool {
-	if c.typ == "text" && (typ == "character varying" || strings.HasPrefix(typ, "character varying(")) {
+	if c.typ == "text" && typ == "character varying" {
 		return true
+	}
+	if n, ok := strings.CutPrefix(typ, "character varying("); c.typ == "text" && ok {
+		max, err := strconv.Atoi(strings.TrimSuffix(n, ")"))
+		return err == nil && max >= baton.MaxNameLen
 	}
 	return typ == c.typ
 }
@@ -129,16 +137,24 @@ func (s *Store) checkTables(ctx context.Context) error {
 	if where == "" {
 		where = "database " + db
 	}
-	for _, t := range []struct {
+	tables := []struct {
 		name  string
 		spec  tableSpec
 		shape tableShape
-	}{{s.cfg.table, fenceSpec, fence}, {s.cfg.runs, runsSpec, runs}} {
+	}{{s.cfg.table, fenceSpec, fence}, {s.cfg.runs, runsSpec, runs}}
+	// A table the store cannot use first: Init, which New runs for a
+	// missing one, would otherwise make the other and then refuse.
+	for _, t := range tables {
 		if !t.shape.found {
-			return &MissingTableError{Table: t.name, Where: where}
+			continue
 		}
 		if col, problem := t.spec.problem(t.shape); problem != "" {
 			return &ForeignTableError{Table: t.name, Where: where, Column: col, Problem: problem, Runs: t.spec.kind == "runs"}
+		}
+	}
+	for _, t := range tables {
+		if !t.shape.found {
+			return &MissingTableError{Table: t.name, Where: where}
 		}
 	}
 	return nil

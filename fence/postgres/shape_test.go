@@ -66,6 +66,10 @@ func TestStore_Open_ForeignTable(t *testing.T) {
 		ddl:   `CREATE TABLE must_set (resource text PRIMARY KEY, last_token bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), owner text NOT NULL)`,
 		table: "must_set", column: "owner", says: `has column "owner" NOT NULL without a default`,
 	}, {
+		name:  "resource too short for a name",
+		ddl:   `CREATE TABLE short_name (resource varchar(16) PRIMARY KEY, last_token bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())`,
+		table: "short_name", column: "resource", says: `has column "resource" of type character varying(16), not text`,
+	}, {
 		name:  "runs without key",
 		ddl:   `CREATE TABLE runs_no_key (resource text NOT NULL, run_id text NOT NULL, token bigint NOT NULL, done_at timestamptz NOT NULL DEFAULT now())`,
 		table: "runs_no_key", runs: true, column: "resource, run_id", says: "no primary key or unique constraint on exactly (resource, run_id)",
@@ -104,6 +108,11 @@ func TestStore_Open_ForeignTable(t *testing.T) {
 	}
 	if n := count(t, admin, `SELECT count(*) FROM job_fence`); n != 1 {
 		t.Errorf("job_fence has %d rows after the refused Opens; want its 1, untouched", n)
+	}
+	// The runs cases' fence table, baton_fence, was missing: an Open
+	// that refuses the runs table makes none.
+	if n := count(t, admin, `SELECT count(*) FROM pg_class WHERE relname IN ('baton_fence', 'baton_runs')`); n != 0 {
+		t.Errorf("%d of baton's tables made by Opens that refused a table", n)
 	}
 }
 

@@ -20,6 +20,7 @@ type statements struct {
 	done   string // $1 resource, $2 run id
 	// holdFrom is the FROM clause of the fast single-statement insert:
 	// INSERT INTO t (cols) SELECT $3, ... FROM <holdFrom> ON CONFLICT ...
+	// It share-locks the row without the queue lock (see queueKey).
 	holdFrom string
 	// fencedInsertHead and fencedInsertTail surround the row's
 	// INSERT ... SELECT $3, ... FROM f ... in the full single-statement
@@ -52,7 +53,7 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 		newest:           fmt.Sprintf(`SELECT last_token FROM %s WHERE resource = $1`, fence),
 		list:             fmt.Sprintf(`SELECT array_agg(resource ORDER BY resource), array_agg(last_token ORDER BY resource), array_agg(updated_at ORDER BY resource) FROM %s`, fence),
 		done:             fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE resource = $1 AND run_id = $2)`, runs),
-		holdFrom:         hold,
+		holdFrom:         fmt.Sprintf(`%s WHERE resource = $1 AND last_token = $2 FOR SHARE`, fence),
 		fencedInsertHead: "WITH f AS (\n" + raise + "\nRETURNING 1\n), ins AS (\n",
 		fencedInsertTail: "\nRETURNING 1\n)\nSELECT (SELECT count(*) FROM f), (SELECT count(*) FROM ins)",
 	}
@@ -85,8 +86,9 @@ const shapeSQL = `(SELECT t.rel, c.*, EXISTS (
 // raiseSQL is the fence: insert the resource's first token, or raise the
 // stored one to $2 when $2 is at least as new. A stale token matches the
 // conflict but not the WHERE clause, so no row is affected (the row is still
-// locked until the transaction ends). updated_at changes only with the
-// token. It first takes the resource's queue lock (see queueKey)
+// locked until the transaction ends, unless the guard below found the
+// token stale first: then nothing is locked). updated_at changes only
+// with the token. It first takes the resource's queue lock (see queueKey)
 // exclusively, unless the newest committed token is already newer than
 // $2: that one is stale for good (the token only grows), and a
 // transaction that took the queue lock shared in a check that found the
@@ -102,8 +104,7 @@ ON CONFLICT (resource) DO UPDATE SET last_token = EXCLUDED.last_token,
 	updated_at = CASE WHEN cur.last_token < EXCLUDED.last_token THEN now() ELSE cur.updated_at END
 WHERE cur.last_token <= EXCLUDED.last_token`
 
-// holdSQL follows SELECT 1 FROM (and INSERT ... SELECT ... FROM) to
-// share-lock the fence row when it holds exactly $2, after taking the
+// holdSQL follows SELECT 1 FROM, in a transaction, to share-lock the fence row when it holds exactly $2, after taking the
 // resource's queue lock shared: only then (CASE evaluates its branch
 // only when the row matches), so that a transaction whose token is new,
 // and that goes on to raise the fence, holds no share of the queue lock
@@ -124,12 +125,22 @@ FOR SHARE`
 // exclusive one already waiting): a raise takes it exclusively before
 // its row lock, and a check shared, before its share lock on the row, so
 // the checks that come after a raise wait for it. The key hashes the
-// table's name with the resource (64 bits: hashtextextended, PostgreSQL
-// 11 and later); two resources that share a key only queue together.
-// Locks of the transaction (xact), so they end with it, as the row locks
-// do.
+// table's OID with the resource (64 bits: hashtextextended, PostgreSQL
+// 11 and later), so stores that name one table two ways (baton_fence,
+// public.baton_fence) queue together; two resources that share a key
+// only queue together. Locks of the transaction (xact), so they end with
+// it, as the row locks do.
+//
+// The checks of transactions only: a single statement (Insert's first
+// try, MarkDone) holds the row for its own run alone, and, made while a
+// fenced transaction of the same resource is open on another
+// connection, it must not queue behind a raise that waits for that
+// transaction (which may be waiting for the statement). A transaction
+// that waits for another of the same resource so (a WithTx or Check on
+// another connection, inside an open WithTx) waits until a ctx ends
+// while a raise is queued: make a transaction's fenced writes in it.
 func queueKey(fence string) string {
-	return fmt.Sprintf("hashtextextended(%s || $1, 0)", sqlString("baton fence "+fence+" "))
+	return fmt.Sprintf("hashtextextended('baton fence ' || %s::regclass::oid::text || ' ' || $1, 0)", sqlString(fence))
 }
 
 // sqlString is s as an SQL string literal.

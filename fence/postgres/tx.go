@@ -22,7 +22,11 @@ const rollbackTimeout = 5 * time.Second
 // and commits when fn returns nil. A stale token returns the
 // *baton.StaleTokenError without calling fn. When the check or fn fails, or
 // fn panics, the transaction is rolled back, so nothing fn wrote is kept. fn
-// must use tx for its writes, and must not commit or roll it back. fn's
+// must use tx for its writes, and must not commit or roll it back. Make
+// fn's fenced writes of resource in tx: a WithTx or Check of the same
+// resource on another connection, from inside fn, waits behind a newer
+// holder's queued raise, which waits for fn's transaction, until a ctx
+// ends (Insert and MarkDone do not wait so; see the package doc). fn's
 // error is returned as is, unless it is a connection failure, which is
 // wrapped in a *baton.UnavailableError like the Store's own.
 //
