@@ -189,9 +189,11 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // release itself found the local deadline passed (before the hold's timer
 // said so) and the request that frees its key, which the service may not
 // have freed yet, fails: then the release's error, as for a lease that
-// holds. A lease that Locker.Close ended is lost (with ErrClosed): its
-// Release returns nil and logs nothing, since a failure to free its lock
-// is Close's error. Err still reports the
+// holds. A lease that Locker.Close ended is lost (with ErrClosed): once
+// the backend's Close has ended its hold, its Release returns nil and
+// logs nothing, since a failure to free its lock is Close's error (a
+// Release that comes first frees the lock itself, and returns its own
+// failure). Err still reports the
 // loss, also one that only the release finds: the local
 // deadline passed before the release, or the lock key was deleted by
 // someone else, which the backend had not yet noticed. In the latter case
@@ -218,11 +220,6 @@ func (l *Lease) release(ctx context.Context) error {
 		l.err = ErrReleased
 		l.cancelWork(ErrReleased) // stop the work before the lock is free
 	}
-	// Ended by Locker.Close: the backend's Close ends the hold and
-	// reports a failure to free it, which the hold's Release would
-	// return again. Once ended, l.err changes no more (markLost replaces
-	// only ErrReleased).
-	closed := errors.Is(l.err, ErrClosed)
 	l.mu.Unlock()
 	if d := l.hold.Deadline(); released && !time.Now().Before(d) {
 		// The deadline passed between the look above and the work's stop.
@@ -242,9 +239,13 @@ func (l *Lease) release(ctx context.Context) error {
 			l.markLost(err, true)
 		}
 		return nil
-	case err != nil && closed:
-		// Close's failure to free the lock, which Close returned: the
-		// lease was lost, not released, and its release is not to blame.
+	case err != nil && errors.Is(l.hold.Err(), ErrClosed):
+		// The backend's Close ended the hold (Locker.Close, which marked
+		// the lease lost first) and failed to free the lock: Close
+		// returns that failure, which the hold's Release returns again.
+		// The lease was lost, not released, and its release is not to
+		// blame. A release that ended the hold before the backend's Close
+		// came to it failed on its own: that is its error, below.
 		return nil
 	case err != nil:
 		l.logger.Warn("release failed; the lock stays until its TTL runs out", "lock", l.name, "err", err)

@@ -360,6 +360,9 @@ type closingFakeBackend struct {
 	once   sync.Once
 	endErr error
 	fail   error // what ending the hold returns: the server's failure
+	// closing, when not nil, is closed as Close begins, which then waits
+	// for proceed.
+	closing, proceed chan struct{}
 }
 
 func newClosingFakeBackend(fail error) *closingFakeBackend {
@@ -376,7 +379,13 @@ func (b *closingFakeBackend) end(cause error) error {
 	return b.endErr
 }
 
-func (b *closingFakeBackend) Close() error { return b.end(baton.ErrClosed) }
+func (b *closingFakeBackend) Close() error {
+	if b.closing != nil {
+		close(b.closing)
+		<-b.proceed
+	}
+	return b.end(baton.ErrClosed)
+}
 
 // TestLease_ReleaseAfterClose_CloseFailed: a lease that Locker.Close ended
 // is lost, and releasing a lost lease returns nil: when Close's end of the
@@ -411,6 +420,27 @@ func TestLease_ReleaseAfterClose_CloseFailed(t *testing.T) {
 	if strings.Contains(logged, "release failed") {
 		t.Errorf("Release of a lease Close ended logged a failed release:\n%s", logged)
 	}
+
+	// A lease that Locker.Close marked lost, released before the
+	// backend's Close came to its hold, fails on its own: the failure is
+	// the release's to return (a backend such as Redis forgets a hold
+	// its release ended, and its Close would not report it).
+	b = newClosingFakeBackend(errServerDown)
+	b.closing = make(chan struct{})
+	b.proceed = make(chan struct{})
+	l = baton.NewLocker(b, cfg)
+	lease, err = l.Acquire(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	<-b.closing // the lease is marked lost; the backend's Close waits
+	if err := lease.Release(t.Context()); !errors.Is(err, errServerDown) {
+		t.Errorf("Release that ended the hold itself, as Close began = %v, want its failure", err)
+	}
+	close(b.proceed)
+	<-closed
 
 	// A failure of the lease's own release, before Close, is still its
 	// error: the fix is for leases Close ended, not for every failure.
