@@ -48,7 +48,8 @@ running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT,
 SIGTERM, SIGHUP and SIGQUIT sent to elect while COMMAND runs are passed on to its
 process group, and elect then exits with COMMAND's code, or 76 if leadership
 was lost meanwhile; any of them while elect still campaigns makes it exit
-130. Ctrl-Z stops COMMAND's group, then elect, and a killed elect takes
+130. SIGUSR1, SIGUSR2 and SIGWINCH are passed on to the group alone while
+COMMAND runs, and dropped between terms. Ctrl-Z stops COMMAND's group, then elect, and a killed elect takes
 COMMAND's group with it, as under baton run.
 
 COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER

@@ -107,13 +107,6 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		signal.Notify(sigs, hs...)
 	}
 	defer signal.Stop(sigs)
-	relays := make(chan os.Signal, 4)
-	for _, s := range relayed {
-		if !signal.Ignored(s) {
-			signal.Notify(relays, s)
-		}
-	}
-	defer signal.Stop(relays)
 	jobs := make(chan os.Signal, 4)
 	var jc []os.Signal
 	for _, s := range jobSignals {
@@ -150,6 +143,16 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	if err := cmd.Start(); err != nil {
 		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
 	}
+	// Listened for only now: one that came before, while baton waited,
+	// is dropped, not handed to a command that has yet to set a handler
+	// (SIGUSR1's default ends a process).
+	relays := make(chan os.Signal, 4)
+	for _, s := range relayed {
+		if !signal.Ignored(s) {
+			signal.Notify(relays, s)
+		}
+	}
+	defer signal.Stop(relays)
 	pgid := cmd.Process.Pid
 	if g != nil {
 		g.watch(pgid)

@@ -169,13 +169,10 @@ func TestRun_NestedEnv(t *testing.T) {
 	}
 }
 
-// TestRun_FenceStoreCutOff_Interrupted: the fence store does not answer
-// the raise baton sends once it has the lock (its proxy holds it back).
-// SIGTERM then ends baton at once with exit 130, instead of leaving it
-// holding and renewing the lock while it waits for the store, and the lock
-// is free again.
-func TestRun_FenceStoreCutOff_Interrupted(t *testing.T) {
-	backend := etcdBackend(t)
+// proxiedStore returns the URL of a PostgreSQL fence store with baton's
+// tables, on a fresh database, reached through the proxy it returns.
+func proxiedStore(t *testing.T) (string, *testsvc.Proxy) {
+	t.Helper()
 	dsn := pg.Database(t)
 	if r := runInProcess("fence", "init", "--store", dsn); r.code != 0 {
 		t.Fatalf("fence init: %s", r.stderr)
@@ -186,7 +183,17 @@ func TestRun_FenceStoreCutOff_Interrupted(t *testing.T) {
 	}
 	proxy := testsvc.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
-	store := u.String()
+	return u.String(), proxy
+}
+
+// TestRun_FenceStoreCutOff_Interrupted: the fence store does not answer
+// the raise baton sends once it has the lock (its proxy holds it back).
+// SIGTERM then ends baton at once with exit 130, instead of leaving it
+// holding and renewing the lock while it waits for the store, and the lock
+// is free again.
+func TestRun_FenceStoreCutOff_Interrupted(t *testing.T) {
+	backend := etcdBackend(t)
+	store, proxy := proxiedStore(t)
 
 	dir := t.TempDir()
 	started, gate := filepath.Join(dir, "started"), filepath.Join(dir, "gate")
@@ -697,19 +704,10 @@ func TestRun_RelaysSignals(t *testing.T) {
 // the lock is taken, where the open waited for the kernel's retries.
 func TestRun_FenceStoreSilentAtOpen(t *testing.T) {
 	backend := etcdBackend(t)
-	dsn := pg.Database(t)
-	if r := runInProcess("fence", "init", "--store", dsn); r.code != 0 {
-		t.Fatalf("fence init: %s", r.stderr)
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testsvc.NewProxy(t, u.Host)
+	store, proxy := proxiedStore(t)
 	proxy.Block()
-	u.Host = proxy.Addr()
 
-	run := startBaton(t, "run", "--backend", backend, "--fence", u.String(), "invoices", "--", "true")
+	run := startBaton(t, "run", "--backend", backend, "--fence", store, "invoices", "--", "true")
 	waitFor(t, 2*storeTimeout, func() bool { _, ok := run.exited(); return ok }, func() string {
 		return "baton still runs 20s after it began opening a silent fence store: " + run.stderr.String()
 	})
