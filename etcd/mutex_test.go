@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/baton-go/baton"
@@ -28,15 +29,7 @@ func TestWait_PredecessorMadeAgain(t *testing.T) {
 	w := newLocker(t, "http://"+proxy.Addr(), baton.WithHolder("w"), baton.WithTTL(time.Minute))
 	ctx := timeout(t, 60*time.Second)
 	cli := testsvc.Client(t, srv.Endpoint)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	mu := concurrency.NewMutex(sess, etcd.DefaultPrefix+"job")
-	if err := mu.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mu := lockedMutex(t, ctx, cli, "job")
 	first, key := mu.Header().Revision, mu.Key() // Lock below writes them
 	held := proxy.HoldFirst([]byte(key))         // W's watch on its predecessor, the Mutex's key
 	got := make(chan error, 1)
@@ -80,4 +73,20 @@ func TestWait_PredecessorMadeAgain(t *testing.T) {
 		t.Fatalf("the Mutex after W: %v", err)
 	}
 	_ = mu.Unlock(context.Background())
+}
+
+// lockedMutex takes lock name as etcdctl lock and concurrency.Mutex do,
+// on a session of its own (TTL 5s) on c, closed when t ends.
+func lockedMutex(t *testing.T, ctx context.Context, c *clientv3.Client, name string) *concurrency.Mutex {
+	t.Helper()
+	sess, err := concurrency.NewSession(c, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	mu := concurrency.NewMutex(sess, etcd.DefaultPrefix+name)
+	if err := mu.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return mu
 }

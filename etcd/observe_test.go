@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
@@ -133,18 +132,9 @@ func TestObserve_MemberLosesLeader(t *testing.T) {
 	if tm := <-terms; !tm.NoLeader() {
 		t.Fatalf("term after release %+v, want no leader", tm)
 	}
-	ms[0].Stop()
-	ms[1].Stop()
 	// etcd ends a watch that requires a leader after a few election
 	// timeouts (1s each, embed's default) without one.
-	select {
-	case tm, ok := <-terms:
-		if ok {
-			t.Fatalf("a term from a member without a leader: %+v", tm)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the observation of a member without a leader still runs, silent, 30s after its peers stopped")
-	}
+	stopPeersWantEnd(t, ms, terms)
 	if ctx.Err() != nil {
 		t.Fatal("the observation ended with ctx, not by itself")
 	}
@@ -310,15 +300,7 @@ func TestObserve_KeyMadeAgain_NewTerm(t *testing.T) {
 	obs := newLocker(t, srv.Endpoint)
 	ctx := timeout(t, 60*time.Second)
 	c := testsvc.Client(t, srv.Endpoint)
-	sess, err := concurrency.NewSession(c, concurrency.WithTTL(5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	mu := concurrency.NewMutex(sess, etcd.DefaultPrefix+"job")
-	if err := mu.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mu := lockedMutex(t, ctx, c, "job")
 	key := mu.Key()
 	// The backend's own Observe, without the Locker's relay, which would
 	// take the first term at once: the observation waits to hand it over,
@@ -408,16 +390,7 @@ func TestObserve_MemberLosesLeader_Warns(t *testing.T) {
 	if tm := <-terms; !tm.NoLeader() {
 		t.Fatalf("first term %+v, want no leader", tm)
 	}
-	ms[0].Stop()
-	ms[1].Stop()
-	select {
-	case tm, ok := <-terms:
-		if ok {
-			t.Fatalf("a term from a member without a leader: %+v", tm)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the observation of a member without a leader still runs 30s after its peers stopped")
-	}
+	stopPeersWantEnd(t, ms, terms)
 	mu.Lock()
 	defer mu.Unlock()
 	noLeader := slices.IndexFunc(warnings, func(m string) bool { return strings.Contains(m, "lost its leader") })
@@ -479,6 +452,23 @@ func TestClose_EndsObservations(t *testing.T) {
 // heldAndObserved has holder take the lock "job" and obs observe it, and
 // checks the first term: holder's, named "h". It returns the lease and the
 // terms.
+// stopPeersWantEnd stops the first two members of a three-member cluster
+// and waits for terms, an observation on the third, to end without
+// another term: a member without a leader has none to report.
+func stopPeersWantEnd(t *testing.T, ms []*testsvc.Etcd, terms <-chan baton.Term) {
+	t.Helper()
+	ms[0].Stop()
+	ms[1].Stop()
+	select {
+	case tm, ok := <-terms:
+		if ok {
+			t.Fatalf("a term from a member without a leader: %+v", tm)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the observation of a member without a leader still runs, silent, 30s after its peers stopped")
+	}
+}
+
 func heldAndObserved(t *testing.T, ctx context.Context, holder, obs *baton.FencedLocker) (*baton.FencedLease, <-chan baton.Term) {
 	t.Helper()
 	lease, err := holder.Acquire(ctx, "job")
