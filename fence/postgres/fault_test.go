@@ -463,8 +463,11 @@ func raiseNotStarved(t *testing.T, table string) {
 		t.Fatalf("Raise(42) while the older holder went on writing: %v (after %v; %d of its transactions committed meanwhile)", err, took, committed)
 	}
 	t.Logf("Raise(42) took %v; %d of the older holder's transactions committed after it was sent", took.Round(time.Millisecond), committed)
-	if committed > writers {
-		t.Errorf("%d of the older holder's transactions committed after the raise was sent; want at most the %d under way then", committed, writers)
+	// Each writer's transaction under way as the raise was sent, and at
+	// most one more begun before the raise reached the server (on a
+	// loaded machine); starved, it was hundreds.
+	if committed > 2*writers {
+		t.Errorf("%d of the older holder's transactions committed after the raise was sent; want at most %d: one under way then per writer, and one begun before the raise reached the server", committed, 2*writers)
 	}
 	if stale != writers {
 		t.Errorf("%d writers refused as stale, want %d", stale, writers)
