@@ -76,18 +76,12 @@ func (l *Locker) Leader(ctx context.Context, name string) (Term, error) {
 	if !ok {
 		return Term{}, fmt.Errorf("leader of %q: this backend cannot look up holders: %w", name, errors.ErrUnsupported)
 	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return Term{}, fmt.Errorf("leader of %q: %w", name, ErrClosed)
+	ictx, end, done, err := l.enter(ctx) // Close waits for the look before closing the backend
+	if err != nil {
+		return Term{}, fmt.Errorf("leader of %q: %w", name, err)
 	}
-	l.inflight.Add(1) // Close waits for the look before closing the backend
-	l.mu.Unlock()
-	defer l.inflight.Done()
-	ictx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
-	defer stop()
+	defer done()
+	defer end()
 	infos, err := insp.Inspect(ictx, name)
 	if err != nil {
 		if ctx.Err() == nil && l.closing.Err() != nil { // Close began meanwhile
@@ -117,20 +111,14 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) 
 	if !ok {
 		return nil, fmt.Errorf("observe %q: this backend cannot report changes of leader: %w", name, errors.ErrUnsupported)
 	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil, fmt.Errorf("observe %q: %w", name, ErrClosed)
+	octx, end, done, err := l.enter(ctx) // Close waits for the set-up, not the observation
+	if err != nil {
+		return nil, fmt.Errorf("observe %q: %w", name, err)
 	}
-	l.inflight.Add(1) // Close waits for the set-up, not the observation
-	l.mu.Unlock()
-	defer l.inflight.Done()
-	octx, cancel := context.WithCancelCause(ctx)
-	unhook := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
+	defer done()
 	in, err := obs.Observe(octx, name)
 	if err != nil {
-		unhook()
-		cancel(nil)
+		end()
 		if l.closing.Err() != nil { // Close began meanwhile
 			return nil, fmt.Errorf("observe %q: %w", name, ErrClosed)
 		}
@@ -147,8 +135,7 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan Term, error) 
 	go func() {
 		defer l.relays.Done()
 		defer close(out)
-		defer unhook()
-		defer cancel(nil)
+		defer end()
 		for {
 			select {
 			case t, ok := <-in:

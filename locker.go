@@ -92,19 +92,12 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil, fmt.Errorf("acquire %q: %w", name, ErrClosed)
+	actx, end, done, err := l.enter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}
-	l.inflight.Add(1)
-	l.mu.Unlock()
-	defer l.inflight.Done()
-
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
-	defer stop()
+	defer done()
+	defer end()
 
 	if actx.Err() != nil {
 		return nil, fmt.Errorf("acquire %q: %w", name, context.Cause(actx))
@@ -124,6 +117,23 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 		l.cfg.Logger.Debug("lease acquired", "lock", name, "key", h.Key(), "token", int64(h.Token()))
 	}
 	return newLease(ctx, name, l.cfg.Holder, h, l.cfg, l), nil
+}
+
+// enter counts a call that goes on to the backend among those Close
+// waits for, until done, and returns ctx cancelled with ErrClosed as
+// Close begins, until end (which also cancels it). Once Close has begun
+// it returns ErrClosed: the count is added under mu, after the look at
+// closed, so Close's Wait comes after every Add.
+func (l *Locker) enter(ctx context.Context) (cctx context.Context, end, done func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, nil, nil, ErrClosed
+	}
+	l.inflight.Add(1)
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.closing, func() { cancel(ErrClosed) })
+	return cctx, func() { stop(); cancel(nil) }, l.inflight.Done, nil
 }
 
 // awaitDeadline waits, briefly, for ctx to end when its deadline has

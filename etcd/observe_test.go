@@ -449,9 +449,6 @@ func TestClose_EndsObservations(t *testing.T) {
 	}
 }
 
-// heldAndObserved has holder take the lock "job" and obs observe it, and
-// checks the first term: holder's, named "h". It returns the lease and the
-// terms.
 // stopPeersWantEnd stops the first two members of a three-member cluster
 // and waits for terms, an observation on the third, to end without
 // another term: a member without a leader has none to report.
@@ -469,6 +466,9 @@ func stopPeersWantEnd(t *testing.T, ms []*testsvc.Etcd, terms <-chan baton.Term)
 	}
 }
 
+// heldAndObserved has holder take the lock "job" and obs observe it, and
+// checks the first term: holder's, named "h". It returns the lease and the
+// terms.
 func heldAndObserved(t *testing.T, ctx context.Context, holder, obs *baton.FencedLocker) (*baton.FencedLease, <-chan baton.Term) {
 	t.Helper()
 	lease, err := holder.Acquire(ctx, "job")

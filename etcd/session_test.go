@@ -116,15 +116,22 @@ func TestLostHold_DroppedWithoutRelease_Forgotten(t *testing.T) {
 	}
 	srv.Pause(t)
 	t.Cleanup(srv.Resume)
+	lostThenForgotten(t, fl, lease, "its frozen server")
+}
+
+// lostThenForgotten waits for lease to be lost (to why) and, the lease
+// dropped without a Release, for fl's backend to forget its hold and
+// session.
+func lostThenForgotten(t *testing.T, fl *baton.FencedLocker, lease *baton.FencedLease, why string) {
+	t.Helper()
 	select {
 	case <-lease.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("the lease outlived its frozen server by 10s")
+		t.Fatalf("the lease outlived %s by 10s", why)
 	}
 	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
 		t.Fatalf("Err = %v, want a loss", lease.Err())
 	}
-	// dropped without a Release
 	batontest.WaitFor(t, 5*time.Second, "the lost hold and its session forgotten", func() bool {
 		return len(etcd.Watchers(fl.Locker())) == 0 && etcd.Sessions(fl.Locker()) == 0
 	})
@@ -157,16 +164,5 @@ func TestHold_SessionEndsAsTracked_Forgotten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-lease.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lease outlived its session by 10s")
-	}
-	if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
-		t.Fatalf("Err = %v, want a loss", lease.Err())
-	}
-	// dropped without a Release
-	batontest.WaitFor(t, 5*time.Second, "the hold lost with its session forgotten", func() bool {
-		return len(etcd.Watchers(fl.Locker())) == 0 && etcd.Sessions(fl.Locker()) == 0
-	})
+	lostThenForgotten(t, fl, lease, "its session")
 }

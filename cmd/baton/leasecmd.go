@@ -122,7 +122,7 @@ func (c *leaseCmd) open(cmd *cobra.Command, g *globals) (*leaseSession, error) {
 		return nil, c.noFence()
 	}
 	s.storeAt = "fence store " + baton.Redact(c.fence)
-	err = s.fenceCall(cmd.Context(), "open it", func(ctx context.Context) (err error) {
+	err = s.fenceCall(cmd.Context(), "open it", "", func(ctx context.Context) (err error) {
 		s.store, err = fence.Open(ctx, c.fence)
 		return err
 	})
@@ -225,11 +225,14 @@ func (h held) token() baton.Token {
 	return h.fenced.Token()
 }
 
+// slowRaise says why a raise may go unanswered while the store works.
+const slowRaise = "a PostgreSQL raise also waits for the fenced transactions of an older holder under way to end: one held open, or frozen, keeps it waiting"
+
 // raise raises the fence of --fence for name to h's token, as
 // FencedLease.Raise does (a refusal tells a later holder from a fence
 // ahead of the lock service), bounded and interrupted as fenceCall says.
 func (s *leaseSession) raise(ctx context.Context, name string, h held) error {
-	return s.fenceCall(ctx, fmt.Sprintf("raise the fence of %s to %d", name, h.token()), func(ctx context.Context) error {
+	return s.fenceCall(ctx, fmt.Sprintf("raise the fence of %s to %d", name, h.token()), slowRaise, func(ctx context.Context) error {
 		return h.fenced.Raise(ctx, s.store)
 	})
 }
@@ -254,10 +257,10 @@ const storeTimeout = 10 * time.Second
 // not answer within it fails the call as unavailable (exit 69); SIGINT,
 // SIGTERM, SIGHUP or SIGQUIT (ctx cancelled) interrupt it (exit 130). Pass a
 // detached ctx for a request no signal may interrupt.
-func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(context.Context) error) error {
+func (s *leaseSession) fenceCall(ctx context.Context, what, slow string, call func(context.Context) error) error {
 	hint := "check that it runs and is reachable"
-	if strings.HasPrefix(what, "raise") {
-		hint += " (a PostgreSQL raise also waits for the fenced transactions of an older holder under way to end: one held open, or frozen, keeps it waiting)"
+	if slow != "" {
+		hint += " (" + slow + ")"
 	}
 	late := &baton.UnavailableError{Where: s.storeAt, Err: fmt.Errorf("no answer within %v to %s; %s", storeTimeout, what, hint)}
 	cctx, cancel := context.WithTimeoutCause(ctx, storeTimeout, late)
@@ -269,7 +272,14 @@ func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(con
 	case errors.Is(err, baton.ErrStaleToken):
 		// The store answered: a refusal stands, whatever became of the
 		// look at the lock service a raise makes after it (see raise).
-		return &refusal{where: s.storeAt, what: what, err: err}
+		// The refusal has settled whether the fence is ahead of the lock
+		// service (FencedLease.CheckStale, in call); a newer holder's
+		// needs nothing done.
+		suffix := ""
+		if st := (*baton.StaleTokenError)(nil); errors.As(err, &st) && !st.Ahead {
+			suffix = ": nothing to do here (the newer holder does the job)"
+		}
+		return fmt.Errorf("%s, asked to %s: %w%s", s.storeAt, what, err, suffix)
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		return &exitError{code: exitInterrupted, msg: "interrupted while waiting for the fence store to " + what}
 	case cctx.Err() != nil && !errors.Is(err, baton.ErrUnavailable):
@@ -277,26 +287,6 @@ func (s *leaseSession) fenceCall(ctx context.Context, what string, call func(con
 	}
 	return err
 }
-
-// refusal is the fence store's refusal of a token, saying where and to
-// what. Its message is made when it is printed: a raise's look at the
-// lock service (FencedLease.CheckStale) may find the fence ahead of it
-// after the refusal came, and the StaleTokenError then says what to do;
-// a newer holder's fence needs nothing done.
-type refusal struct {
-	where, what string
-	err         error
-}
-
-func (r *refusal) Error() string {
-	msg := fmt.Sprintf("%s, asked to %s: %v", r.where, r.what, r.err)
-	if st := (*baton.StaleTokenError)(nil); errors.As(r.err, &st) && !st.Ahead {
-		msg += ": nothing to do here (the newer holder does the job)"
-	}
-	return msg
-}
-
-func (r *refusal) Unwrap() error { return r.err }
 
 // interrupted turns a wait cut short by one of passedOn (ctx cancelled)
 // into exit 130, saying what was interrupted ("while waiting for the

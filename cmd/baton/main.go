@@ -37,7 +37,7 @@ func mainCode() int {
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
-	ctx, stop := signalContext(handled()...)
+	ctx, stop := signalContext(handled(passedOn...)...)
 	defer stop()
 	return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 }

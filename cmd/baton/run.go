@@ -225,16 +225,13 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	case res.code == 0 && f.once != "":
 		// Detached: the command has done the run, which must be recorded
 		// even when a signal came as it ended.
-		err := s.fenceCall(bg, fmt.Sprintf("mark run %q of %s done", f.once, name), func(ctx context.Context) error {
-			return s.store.MarkDone(ctx, name, f.once, token)
+		err := s.fenceCall(bg, fmt.Sprintf("mark run %q of %s done", f.once, name), "", func(ctx context.Context) error {
+			// A refusal: the fence moved past our token while the
+			// command ran. Ask the lock service whether a later holder
+			// moved it, or it is ahead of the service, as a raise does.
+			return h.fenced.CheckStale(ctx, s.store.MarkDone(ctx, name, f.once, token))
 		})
 		if errors.Is(err, baton.ErrStaleToken) {
-			// The fence moved past our token while the command ran: ask
-			// the lock service whether a later holder moved it, or it is
-			// ahead of the service.
-			ctx, cancel := context.WithTimeout(bg, storeTimeout)
-			err = h.fenced.CheckStale(ctx, err)
-			cancel()
 			return fmt.Errorf("%s ran to its end (exit 0), but run %q of %s was not marked done: %w", argv[0], f.once, name, err)
 		}
 		if err != nil {
@@ -269,7 +266,7 @@ func lostLate(lease *baton.Lease, argv []string, res supervised, when string) er
 // store, and says so when it is.
 func (s *leaseSession) runDone(ctx context.Context, name, id string) (bool, error) {
 	var done bool
-	err := s.fenceCall(ctx, fmt.Sprintf("say whether run %q of %s is done", id, name), func(ctx context.Context) (err error) {
+	err := s.fenceCall(ctx, fmt.Sprintf("say whether run %q of %s is done", id, name), "", func(ctx context.Context) (err error) {
 		done, err = s.store.Done(ctx, name, id)
 		return err
 	})

@@ -1154,7 +1154,7 @@ func TestFenceCall_Stale(t *testing.T) {
 		{false, `fence store sqlite:/tmp/f.db, asked to raise the fence of invoices to 41: fence "invoices" refused token 41: it has seen token 42; another holder took the lock since: nothing to do here (the newer holder does the job)`},
 		{true, `fence store sqlite:/tmp/f.db, asked to raise the fence of invoices to 41: fence "invoices" refused token 41: it has seen token 42, though`},
 	} {
-		err := s.fenceCall(t.Context(), "raise the fence of invoices to 41", func(context.Context) error {
+		err := s.fenceCall(t.Context(), "raise the fence of invoices to 41", slowRaise, func(context.Context) error {
 			return &baton.StaleTokenError{Resource: "invoices", Got: 41, Newest: 42, Ahead: tc.ahead}
 		})
 		if !errors.Is(err, baton.ErrStaleToken) || !strings.HasPrefix(err.Error(), tc.want) {

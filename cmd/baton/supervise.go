@@ -49,19 +49,27 @@ var passedOn = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sysc
 // command so. Go would otherwise catch them and drop them.
 var relayed = []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
-// handled returns passedOn without the signals ignored when baton started
+// handled returns sigs without the signals ignored when baton started
 // (SIGHUP under nohup): those stay ignored, for baton and, as the kernel
 // passes an ignored disposition on, for the command. Go keeps a signal
 // ignored at start-up ignored until it is asked to notify of it, which
 // baton never does, so handled gives the same answer all along.
-func handled() []os.Signal {
+func handled(sigs ...os.Signal) []os.Signal {
 	var out []os.Signal
-	for _, s := range passedOn {
+	for _, s := range sigs {
 		if !signal.Ignored(s) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// notify relays to c those of sigs that handled keeps; none, when it
+// keeps none (signal.Notify with none would relay every signal).
+func notify(c chan<- os.Signal, sigs ...os.Signal) {
+	if hs := handled(sigs...); len(hs) > 0 {
+		signal.Notify(c, hs...)
+	}
 }
 
 // jobSignals are the signals with which a terminal stops a job (Ctrl-Z, or
@@ -103,9 +111,7 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	sigs := make(chan os.Signal, 4)
-	if hs := handled(); len(hs) > 0 { // Notify with none would relay every signal
-		signal.Notify(sigs, hs...)
-	}
+	notify(sigs, passedOn...)
 	defer signal.Stop(sigs)
 	jobs := make(chan os.Signal, 4)
 	var jc []os.Signal
@@ -147,11 +153,7 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	// is dropped, not handed to a command that has yet to set a handler
 	// (SIGUSR1's default ends a process).
 	relays := make(chan os.Signal, 4)
-	for _, s := range relayed {
-		if !signal.Ignored(s) {
-			signal.Notify(relays, s)
-		}
-	}
+	notify(relays, relayed...)
 	defer signal.Stop(relays)
 	pgid := cmd.Process.Pid
 	if g != nil {
@@ -265,7 +267,9 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		case s := <-sigs:
 			passOn(s)
 		case s := <-relays:
-			if err := group.relay(s.(syscall.Signal)); err != nil {
+			// To the group alone: a stopped group stays stopped, and acts
+			// on it once continued.
+			if err := syscall.Kill(-pgid, s.(syscall.Signal)); err != nil {
 				log.Warn("could not pass a signal on to the command", "signal", s, "err", err)
 			} else {
 				log.Info("passed signal on to the command", "signal", s)
@@ -397,17 +401,6 @@ func (j *jobControl) signal(sig syscall.Signal) error {
 	j.paused = false
 	stop(j.pgid, sig)
 	return nil
-}
-
-// relay sends sig to the group alone, unless supervise returned: a group
-// stopped with baton stays stopped, and acts on sig once continued.
-func (j *jobControl) relay(sig syscall.Signal) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.ended {
-		return nil
-	}
-	return syscall.Kill(-j.pgid, sig)
 }
 
 // kill sends SIGKILL to the group, unless supervise returned (see end).

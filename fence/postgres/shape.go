@@ -23,12 +23,14 @@ type column struct {
 // it) does for c: the same type, or for text, varchar without a length
 // or long enough for any name (baton.MaxNameLen characters).
 func (c column) accepts(typ string) bool {
-	if c.typ == "text" && typ == "character varying" {
-		return true
-	}
-	if n, ok := strings.CutPrefix(typ, "character varying("); c.typ == "text" && ok {
-		max, err := strconv.Atoi(strings.TrimSuffix(n, ")"))
-		return err == nil && max >= baton.MaxNameLen
+	if c.typ == "text" {
+		if typ == "character varying" {
+			return true
+		}
+		if n, ok := strings.CutPrefix(typ, "character varying("); ok {
+			max, err := strconv.Atoi(strings.TrimSuffix(n, ")"))
+			return err == nil && max >= baton.MaxNameLen
+		}
 	}
 	return typ == c.typ
 }
@@ -41,7 +43,7 @@ type tableSpec struct {
 	option  string // the Option that names the table
 	columns []column
 	key     []string // sorted
-	ddl     string   // baton's definition, for messages
+	ddl     string   // baton's definition: Init's CREATE TABLE, and the messages
 }
 
 var (

@@ -33,18 +33,7 @@ func newStatements(fence, runs string) statements {
 	raise := fmt.Sprintf(raiseSQL, fence, key)
 	hold := fmt.Sprintf(holdSQL, fence, key)
 	return statements{
-		create: fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
-	resource   text        PRIMARY KEY,
-	last_token bigint      NOT NULL,
-	updated_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS %[2]s (
-	resource text        NOT NULL,
-	run_id   text        NOT NULL,
-	token    bigint      NOT NULL,
-	done_at  timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (resource, run_id)
-)`, fence, runs),
+		create: fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s);\nCREATE TABLE IF NOT EXISTS %s (%s)", fence, fenceSpec.ddl, runs, runsSpec.ddl),
 		shape: "SELECT current_database(), f.rel IS NOT NULL, f.names, f.types, f.defaulted, f.notnull, f.keyed,\n" +
 			"\tr.rel IS NOT NULL, r.names, r.types, r.defaulted, r.notnull, r.keyed\nFROM " +
 			fmt.Sprintf(shapeSQL, "$1", fenceSpec.keySQL(), "f") + ",\n" + fmt.Sprintf(shapeSQL, "$2", runsSpec.keySQL(), "r"),

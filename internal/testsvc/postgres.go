@@ -174,23 +174,17 @@ func dbName(test string, n int64) string {
 // startPostgres runs initdb into a new temp dir and starts postgres on a
 // free port, trying another port if the first is taken.
 func startPostgres() (*pgServer, error) {
-	initdb, err := LookBinary("initdb", pgPackage, pgBinDirs)
+	pb, err := lookPostgres()
 	if err != nil {
 		return nil, err
 	}
-	postgres, err := LookBinary("postgres", pgPackage, pgBinDirs)
+	dir, err := pb.initTemp()
 	if err != nil {
 		return nil, err
 	}
-	cred, err := pgCredential()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "baton-postgres-")
-	if err != nil {
-		return nil, fmt.Errorf("make temp dir for PostgreSQL: %w", err)
-	}
-	srv, err := startIn(dir, initdb, postgres, cred)
+	srv, err := onFreePort("PostgreSQL", func(port, try int) (*pgServer, error) {
+		return runPostgres(dir, pb.postgres, port, pb.cred, try)
+	})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -198,31 +192,45 @@ func startPostgres() (*pgServer, error) {
 	return srv, nil
 }
 
-func startIn(dir, initdb, postgres string, cred *syscall.Credential) (*pgServer, error) {
-	if err := initData(dir, initdb, cred); err != nil {
-		return nil, err
-	}
-	return onFreePort("PostgreSQL", func(port, try int) (*pgServer, error) {
-		return runPostgres(dir, postgres, port, cred, try)
-	})
+// pgBinaries are PostgreSQL's binaries, and the credential to run them
+// with (see pgCredential).
+type pgBinaries struct {
+	initdb, postgres string
+	cred             *syscall.Credential
 }
 
-// initData runs initdb into dir/data, as cred's user.
-func initData(dir, initdb string, cred *syscall.Credential) error {
-	if cred != nil {
+func lookPostgres() (pgBinaries, error) {
+	initdb, err1 := LookBinary("initdb", pgPackage, pgBinDirs)
+	postgres, err2 := LookBinary("postgres", pgPackage, pgBinDirs)
+	if err := errors.Join(err1, err2); err != nil {
+		return pgBinaries{}, err
+	}
+	cred, err := pgCredential()
+	return pgBinaries{initdb: initdb, postgres: postgres, cred: cred}, err
+}
+
+// initTemp runs initdb into a new temp dir's data, as the binaries'
+// user, and returns the dir; the caller removes it.
+func (pb pgBinaries) initTemp() (string, error) {
+	dir, err := os.MkdirTemp("", "baton-postgres-")
+	if err != nil {
+		return "", fmt.Errorf("make temp dir for PostgreSQL: %w", err)
+	}
+	if cred := pb.cred; cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return fmt.Errorf("give %s to the postgres user: %w", dir, err)
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("give %s to the postgres user: %w", dir, err)
 		}
 	}
-	data := filepath.Join(dir, "data")
-	cmd := exec.Command(initdb, "-D", data, "-A", "trust", "-U", pgSuperuser,
+	cmd := exec.Command(pb.initdb, "-D", filepath.Join(dir, "data"), "-A", "trust", "-U", pgSuperuser,
 		"--no-sync", "-E", "UTF8", "--locale=C")
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pb.cred, Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s failed: %w\n%s", initdb, err, tail(out, logTailLines))
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("%s failed: %w\n%s", pb.initdb, err, tail(out, logTailLines))
 	}
-	return nil
+	return dir, nil
 }
 
 // runPostgres starts the postmaster on port and waits until it accepts a

@@ -113,21 +113,16 @@ func TestPostgres_PortTakenByAnother(t *testing.T) {
 	var p Postgres
 	t.Cleanup(p.Stop)
 	first := p.server(t)
-	initdb, err1 := LookBinary("initdb", pgPackage, pgBinDirs)
-	postgres, err2 := LookBinary("postgres", pgPackage, pgBinDirs)
-	cred, err3 := pgCredential()
-	if err := errors.Join(err1, err2, err3); err != nil {
+	pb, err := lookPostgres()
+	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "baton-postgres-")
+	dir, err := pb.initTemp()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := initData(dir, initdb, cred); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := runPostgres(dir, postgres, first.port, cred, 0)
+	srv, err := runPostgres(dir, pb.postgres, first.port, pb.cred, 0)
 	if err == nil {
 		srv.stop()
 		t.Fatalf("a second PostgreSQL on %s came back ready", first.addr())
