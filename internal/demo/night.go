@@ -71,16 +71,70 @@ type Result struct {
 	Takeover    time.Duration // from the freeze to runner 2 holding the lock
 	Frozen      time.Duration // how long runner 1 was frozen
 	StaleWrites []int         // clients runner 1 billed after runner 2 took over
-	Rejected    *warehouse.Event
+	// StaleSkipped has the clients runner 1 wrote after waking whose
+	// write reached the database and was turned away there by the primary
+	// key: on the fenced night, writes the fence should have refused.
+	StaleSkipped []int
+	// FirstWake is runner 1's first write after waking, whatever came of
+	// it (billed, skipped or rejected); nil when it wrote nothing.
+	FirstWake *warehouse.Event
+	Rejected  *warehouse.Event // runner 1's first write the fence refused
 	// Duplicates has a client for each second invoice a runner wrote for
 	// it that reached the database and was turned away there by the
 	// primary key (client_id, month): the insert did nothing ("skipped").
 	// Without that key each would be a second bill. A write the fence
 	// refused never reaches the key and is not counted. In client order.
 	Duplicates  []int
-	Billed      map[int]baton.Token // client -> token that billed it
+	Billed      map[int]baton.Token // client -> token that billed it, read from the database
 	Runner1Exit int
 	Runner2Exit int
+	// FreezeAfter and Clients are the night's, defaults filled in.
+	FreezeAfter int
+	Clients     int
+}
+
+// FenceHeld reports, from the database and the runners' events, whether a
+// fenced night went as the fence promises, and an error naming each thing
+// that did not: runner 2's token is above runner 1's, runner 1's write on
+// waking was refused and none after it reached the database, the ledger
+// has runner 1's token for the clients it billed before the freeze and
+// runner 2's for every other, and runner 1 exited with a failure (its
+// lease was lost) while runner 2 succeeded.
+func (r *Result) FenceHeld() error {
+	var errs []error
+	if r.Token2 <= r.Token1 {
+		errs = append(errs, fmt.Errorf("runner 2's token %d is not above runner 1's %d", r.Token2, r.Token1))
+	}
+	switch {
+	case r.FirstWake == nil:
+		errs = append(errs, errors.New("runner 1 wrote nothing after waking: the fence was never put to the test"))
+	case r.FirstWake.Kind != "rejected":
+		errs = append(errs, fmt.Errorf("runner 1's first write after waking (client %d) was %s, not refused by the fence", r.FirstWake.Client, r.FirstWake.Kind))
+	}
+	if len(r.StaleWrites) > 0 {
+		errs = append(errs, fmt.Errorf("runner 1 billed clients %v after the takeover", r.StaleWrites))
+	}
+	if len(r.StaleSkipped) > 0 {
+		errs = append(errs, fmt.Errorf("runner 1's writes of clients %v reached the database after the takeover (the primary key turned them away)", r.StaleSkipped))
+	}
+	for c := 1; c <= r.Clients; c++ {
+		want, who := r.Token2, "runner 2"
+		if c <= r.FreezeAfter {
+			want, who = r.Token1, "runner 1"
+		}
+		if got, ok := r.Billed[c]; !ok {
+			errs = append(errs, fmt.Errorf("the ledger has no invoice for client %d", c))
+		} else if got != want {
+			errs = append(errs, fmt.Errorf("the ledger has client %d billed with token %d, want %s's %d", c, got, who, want))
+		}
+	}
+	if r.Runner1Exit == 0 {
+		errs = append(errs, errors.New("runner 1 exited 0: it did not learn that its lease was lost"))
+	}
+	if r.Runner2Exit != 0 {
+		errs = append(errs, fmt.Errorf("runner 2 exited %d", r.Runner2Exit))
+	}
+	return errors.Join(errs...)
 }
 
 // runner is one runner process and its event stream.
@@ -169,7 +223,7 @@ func (r *runner) kill() {
 // and reports what reached the database.
 func Night(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
-	res := &Result{}
+	res := &Result{FreezeAfter: cfg.FreezeAfter, Clients: cfg.Clients}
 	var mu sync.Mutex
 	var events []warehouse.Event // in the order this process read them
 	record := func(e warehouse.Event) {
@@ -316,12 +370,16 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 		if !afterFreeze {
 			continue
 		}
+		if res.FirstWake == nil && written(e.Kind) {
+			res.FirstWake = &e
+		}
 		switch e.Kind {
 		case "billed":
 			res.StaleWrites = append(res.StaleWrites, e.Client)
+		case "skipped":
+			res.StaleSkipped = append(res.StaleSkipped, e.Client)
 		case "rejected":
 			if res.Rejected == nil {
-				e := e
 				res.Rejected = &e
 			}
 		}

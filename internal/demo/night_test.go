@@ -103,8 +103,8 @@ func TestNight_Fenced(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			res := night(t, dsn(t), true)
 			t.Logf("tokens %d then %d; takeover %v after the freeze; frozen %v", res.Token1, res.Token2, res.Takeover.Round(time.Millisecond), res.Frozen.Round(time.Millisecond))
-			if res.Token2 <= res.Token1 {
-				t.Errorf("runner 2's token %d is not above runner 1's %d", res.Token2, res.Token1)
+			if err := res.FenceHeld(); err != nil {
+				t.Errorf("the fence did not hold:\n%v", err)
 			}
 			// Runner 2 was queued before the freeze: the lease runs out
 			// at most one TTL after it (its last renewal came before),
@@ -121,26 +121,11 @@ func TestNight_Fenced(t *testing.T) {
 			if res.Rejected.Client != frozenClient || res.Rejected.Newest != res.Token2 || res.Rejected.Token != res.Token1 {
 				t.Errorf("rejected %+v; want client 4, token %d refused for newest %d", *res.Rejected, res.Token1, res.Token2)
 			}
-			if len(res.StaleWrites) != 0 {
-				t.Errorf("stale runner 1 billed clients %v after waking", res.StaleWrites)
-			}
 			// Runner 2 redid the clients runner 1 billed before the
 			// freeze, and the primary key turned those away; runner 1's
 			// stale write was refused by the fence before it got there.
 			if want := []int{1, 2, 3}; !slices.Equal(res.Duplicates, want) {
 				t.Errorf("second invoices turned away for clients %v, want %v", res.Duplicates, want)
-			}
-			if res.Runner1Exit == 0 || res.Runner2Exit != 0 {
-				t.Errorf("exit codes: runner 1 %d (want non-zero), runner 2 %d (want 0)", res.Runner1Exit, res.Runner2Exit)
-			}
-			for c := 1; c <= 10; c++ {
-				want := res.Token2
-				if c <= 3 {
-					want = res.Token1
-				}
-				if got, ok := res.Billed[c]; !ok || got != want {
-					t.Errorf("client %d billed with token %d (present %v), want %d", c, got, ok, want)
-				}
 			}
 		})
 	}
@@ -160,6 +145,12 @@ func TestNight_Unfenced(t *testing.T) {
 	}
 	if res.Rejected != nil {
 		t.Errorf("a write was rejected without a fence: %+v", *res.Rejected)
+	}
+	// The check the demo makes of the fenced night fails here.
+	if err := res.FenceHeld(); err == nil {
+		t.Error("FenceHeld passed the unfenced night")
+	} else {
+		t.Logf("FenceHeld on the unfenced night, as it should fail:\n%v", err)
 	}
 	// Both runners wrote every client (runner 1 from client 4 on after
 	// waking, since unfenced it does not look at its lease): one write of
