@@ -56,6 +56,19 @@
 // answered only later, so there the deadline counts from the renewal
 // before the last: see package zk.)
 //
+// The loss is told by a timer at the deadline, and a timer's goroutine
+// runs when the Go scheduler gives it a CPU. In an idle process that is
+// well under a millisecond; in one whose goroutines keep every CPU busy it
+// waits for one of them to be preempted, about 10ms, and longer at times
+// (measured on a 2-core machine with GOMAXPROCS=2 and CPU-bound goroutines:
+// 10ms at the median, 25 to 45ms at the 99th percentile). The drift margin
+// is what covers that lateness: at the default, TTL/100 + 2ms, it does for
+// TTLs of a few seconds and more (152ms at 15s), not at 1s (12ms). A
+// short TTL in a CPU-bound process wants WithDrift of 50ms or more; either
+// way a holder that is told late is a paused holder, which the fence is
+// for. (baton run's own process is idle: its command runs in a process of
+// its own.)
+//
 // Go's monotonic clock is CLOCK_MONOTONIC, which keeps running while a
 // process is stopped but not while the machine itself is suspended. A
 // holder on a suspended VM wakes believing less time has passed than did;

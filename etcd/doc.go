@@ -67,6 +67,38 @@
 // 6.6x to 8.0x; 4.1x to 4.8x in earlier sets, without the warm-up round;
 // see the README).
 //
+// # What is guaranteed
+//
+//   - At most one holder per lock name as etcd sees it (the key with the
+//     lowest create revision under PREFIX NAME "/"), from any mix of
+//     processes, Lockers, and etcdctl lock or concurrency.Mutex clients
+//     on the same prefix.
+//   - Tokens (create revisions) strictly increase from holder to holder
+//     within one cluster's history (see "Keys and tokens" for a restore).
+//   - Waiters get the lock in the order they began to wait.
+//   - A holder is told it lost the lease (Done, Err, the work context) by
+//     its local deadline, before etcd can expire its session and hand the
+//     lock on, when renewals go unanswered or are refused; and at once when
+//     the watch on its key sees the key deleted by someone else (a forced
+//     release).
+//   - No key of ours outlives its purpose: a key nobody tracks goes with
+//     a retired session, revoked once nothing else is on it (see
+//     "Sessions").
+//
+// # What is not
+//
+//   - A paused process cannot be stopped from writing: a holder frozen
+//     longer than the TTL wakes, sees its lease lost at its deadline check,
+//     and may write in between. Writes that must not happen twice go
+//     through a fence, which refuses the stale token.
+//   - A key deleted by someone else while the holder's watch is cut off
+//     from the cluster is noticed when the watch comes back, or at the
+//     local deadline when renewals fail too; a fence covers the gap.
+//   - Tokens from a cluster restored without --bump-revision start lower,
+//     and fences refuse every holder until they pass the newest seen
+//     (safe, but nothing runs).
+//   - TTLs are whole seconds, 2s at least on a default server (see "TTL").
+//
 // # TTL
 //
 // etcd leases count whole seconds, and a server raises a TTL below its

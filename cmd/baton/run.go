@@ -125,7 +125,7 @@ Exit codes:
 		},
 	}
 	f.define(cmd, leaseHelp{
-		backend: "lock service URL: etcd://h:p[,h:p], zk://h:p[/root], postgres://..., redis://h:p/db, redlock://h:p,h:p,h:p (env BATON_BACKEND)",
+		backend: "lock service URL: etcd://h:p[,h:p][/prefix], zk://h:p[,h:p][/root], postgres://user@h:p/db, redis://h:p[/db], redlock://h:p,h:p,h:p (env BATON_BACKEND)",
 		ttl:     "lease time to live: how soon another server can take over after this one dies (overrides the URL's ttl=; session-timeout= on zk://)",
 		grace:   "time between SIGTERM and SIGKILL when the lease is lost",
 		fence:   "fence store URL (postgres://... or sqlite:PATH); raise the fence for NAME before COMMAND starts",

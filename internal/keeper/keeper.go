@@ -2,8 +2,10 @@
 // deadline: the send time of the last confirmed renewal (with Settle, of
 // the one before it) plus the TTL, minus a drift margin, counted on the
 // monotonic clock. The lock service cannot
-// free the lease before that moment, so a holder told to stop at it stops
-// before anyone else can start.
+// free the lease before that moment, so a holder told to stop at it is
+// told before anyone else can start, as long as the timer that tells it
+// runs within the drift margin of the deadline (see the baton package's
+// clock model: a process whose CPUs are busy runs it later).
 //
 // Backends use one Keeper per unit of liveness: per etcd session (many locks
 // share it), per Redis key, per PostgreSQL lease row, per ZooKeeper
