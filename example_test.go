@@ -189,7 +189,14 @@ func Example_leaderElection() {
 	}()
 	fmt.Println("leader:", describe(terms))
 	endNight()
-	<-done
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			fmt.Println("the scheduler ended:", err)
+		}
+	case <-time.After(30 * time.Second):
+		fmt.Println("the scheduler did not end within 30s of the night's end")
+	}
 	fmt.Println("leader:", describe(terms))
 	// Output:
 	// leader: none
@@ -197,10 +204,17 @@ func Example_leaderElection() {
 	// leader: none
 }
 
-// describe reads the next term: its leader, "none", or that the
-// observation ended (a closed channel's zero Term would read as "none").
+// describe reads the next term: its leader, "none", that the observation
+// ended (a closed channel's zero Term would read as "none"), or that none
+// came within 30s.
 func describe(terms <-chan baton.Term) string {
-	t, ok := <-terms
+	var t baton.Term
+	var ok bool
+	select {
+	case t, ok = <-terms:
+	case <-time.After(30 * time.Second):
+		return "no term within 30s"
+	}
 	switch {
 	case !ok:
 		return "observation ended"
