@@ -190,6 +190,34 @@ func TestStore_Raise_EqualAndHigher(t *testing.T) {
 			}
 			lastTok, since = tok, u
 		}
+		// updated_at moves to about now when the token rises, and only
+		// then: set it back by hand, so that neither can pass unseen.
+		old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+		e.d.exec(t, "UPDATE baton_fence SET updated_at = '2001-02-03T04:05:06.000Z' WHERE resource = 'invoices'")
+		updatedAt := func() time.Time {
+			t.Helper()
+			entries, err := e.store.List(ctx)
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("List = %v, %v; want one entry", entries, err)
+			}
+			return entries[0].UpdatedAt
+		}
+		if u := updatedAt(); !u.Equal(old) {
+			t.Fatalf("updated_at %v after setting it, want %v", u, old)
+		}
+		if err := e.store.Raise(ctx, "invoices", 10); err != nil {
+			t.Fatal(err)
+		}
+		if u := updatedAt(); !u.Equal(old) {
+			t.Errorf("Raise(10) again moved updated_at from %v to %v", old, u)
+		}
+		before := time.Now().Add(-time.Minute) // the server's clock may differ a little
+		if err := e.store.Raise(ctx, "invoices", 11); err != nil {
+			t.Fatal(err)
+		}
+		if u := updatedAt(); u.Before(before) || u.After(time.Now().Add(time.Minute)) {
+			t.Errorf("Raise(11) left updated_at at %v; want about now", u)
+		}
 		// Resources are independent.
 		if err := e.store.Raise(ctx, "stock", 1); err != nil {
 			t.Fatal(err)
@@ -198,8 +226,8 @@ func TestStore_Raise_EqualAndHigher(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(entries) != 2 || entries[0].Resource != "invoices" || entries[0].Token != 10 || entries[1].Resource != "stock" || entries[1].Token != 1 {
-			t.Errorf("List = %+v, want invoices at 10 and stock at 1", entries)
+		if len(entries) != 2 || entries[0].Resource != "invoices" || entries[0].Token != 11 || entries[1].Resource != "stock" || entries[1].Token != 1 {
+			t.Errorf("List = %+v, want invoices at 11 and stock at 1", entries)
 		}
 	})
 }

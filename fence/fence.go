@@ -12,13 +12,17 @@
 //
 // A PostgreSQL URL takes every parameter pgx accepts (sslmode,
 // connect_timeout, ...). A SQLite URL takes busy_timeout, a duration such
-// as 10s (default 5s).
+// as 10s (default 5s; from 1ms to SQLite's limit, about 24 days). It has no
+// host or user (sqlite://host/x.db is refused, not read as a relative
+// path), and a '%', '?' or '#' in its path is written %25, %3F or %23: a
+// '#' would start a fragment, and is refused.
 package fence
 
 import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/baton-go/baton"
@@ -142,8 +146,19 @@ func sqliteURL(rawURL string, u *url.URL) (string, []sqlite.Option, error) {
 	bad := func(reason string) error {
 		return &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL), Reason: reason}
 	}
-	path := u.Host + u.Path // sqlite:///abs, sqlite://rel/dir
-	if u.Opaque != "" {     // sqlite:rel
+	// url.Parse would take these parts out of the path, or take the path
+	// for a host's: refuse them rather than open another file.
+	const how = "write sqlite:/absolute/path.db (or sqlite:///absolute/path.db) or sqlite:relative/path.db"
+	switch {
+	case strings.Contains(rawURL, "#"):
+		return "", nil, bad("has a '#', which ends a URL's path and starts a fragment, so the file would be another; write a '#' in the path as %23")
+	case u.User != nil:
+		return "", nil, bad("has user info (user@), which a sqlite: URL does not take; " + how)
+	case u.Host != "":
+		return "", nil, bad(fmt.Sprintf("has the host %q, which a sqlite: URL does not take: the file is on this machine; %s", u.Host, how))
+	}
+	path := u.Path      // sqlite:/abs, sqlite:///abs
+	if u.Opaque != "" { // sqlite:rel
 		p, err := url.PathUnescape(u.Opaque)
 		if err != nil {
 			return "", nil, bad(err.Error())

@@ -50,7 +50,8 @@ func TestOpen_SQLiteURLs(t *testing.T) {
 	for _, tc := range []struct{ url, file string }{
 		{"sqlite:rel.db", "rel.db"},
 		{"sqlite:sub%20dir.db?busy_timeout=2s", "sub dir.db"},
-		{"sqlite://./dot.db", "dot.db"},
+		{"sqlite:./dot.db", "dot.db"},
+		{"sqlite:led%23ger%3F.db", "led#ger?.db"},
 		{"sqlite:" + filepath.Join(dir, "abs.db"), "abs.db"},
 		{"sqlite://" + filepath.Join(dir, "triple.db"), "triple.db"},
 	} {
@@ -68,6 +69,45 @@ func TestOpen_SQLiteURLs(t *testing.T) {
 		if _, err := fence.Open(ctx, u, fence.WithCreate(true)); !errors.Is(err, baton.ErrInvalidOption) {
 			t.Errorf("Open(%q): %v, want ErrInvalidOption", u, err)
 		}
+	}
+}
+
+// TestOpen_SQLiteURLLosesNothing: the parts of a sqlite: URL that url.Parse
+// takes out of the path, a fragment, a host, user info, would open another
+// file: each is refused, saying how to write the URL. So is a busy_timeout
+// beyond SQLite's limit, which it would read as 0, never wait.
+func TestOpen_SQLiteURLLosesNothing(t *testing.T) {
+	for _, tc := range []struct{ name, url, want string }{ // DIR: the test's directory
+		{"fragment", "sqlite:DIR/ledger#2.db", "%23"},
+		{"fragment, relative", "sqlite:ledger#2.db", "%23"},
+		{"empty fragment", "sqlite:ledger.db#", "%23"},
+		{"fragment after the query", "sqlite:ledger.db?busy_timeout=1s#x", "%23"},
+		{"host", "sqlite://localhostDIR/ledger.db", `host "localhost"`},
+		{"dot host", "sqlite://./ledger.db", `host "."`},
+		{"host and port", "sqlite://db:5432/ledger.db", "sqlite:relative/path.db"},
+		{"user info", "sqlite://me@/ledger.db", "user info"},
+		{"password", "sqlite://me:s3cret@DIR/ledger.db", "user info"},
+		{"busy timeout beyond the limit", "sqlite:ledger.db?busy_timeout=600h", "2147483647ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			u := strings.ReplaceAll(tc.url, "DIR", dir)
+			s, err := fence.Open(t.Context(), u, fence.WithCreate(true))
+			if err == nil {
+				s.Close()
+			}
+			if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Open(%q): %v; want ErrInvalidOption saying %q", u, err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("Open(%q) shows the password: %v", u, err)
+			}
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				t.Errorf("Open(%q) made %s", u, e.Name())
+			}
+		})
 	}
 }
 

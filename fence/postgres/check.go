@@ -30,7 +30,8 @@ import (
 //
 // tx must be the transaction the writes run in: a *pgxpool.Pool, or a
 // *pgx.Conn or *pgxpool.Conn not in a transaction, is refused with an error matching
-// baton.ErrInvalidOption, as the check would end with its own statement.
+// baton.ErrInvalidOption, as the check would end with its own statement;
+// so is a nil tx.
 // A check that must raise the fence also needs tx to run at READ
 // COMMITTED, and is refused the same way in a REPEATABLE READ or
 // SERIALIZABLE transaction, whose snapshot, taken at its first statement,
@@ -56,9 +57,13 @@ func (s *Store) check(ctx context.Context, tx Querier, resource string, token ba
 	return s.afterHold(ctx, tx, resource, token, tx.QueryRow(ctx, s.sql.hold, resource, int64(token)).Scan(&one), rc)
 }
 
-// needTx refuses the queriers that are known not to be in a transaction.
+// needTx refuses the queriers that are known not to be in a transaction,
+// and a nil one.
 func needTx(q Querier) error {
-	what := ""
+	what, isNil := fencesql.NilValue(q)
+	if isNil {
+		return &baton.OptionError{Option: "fence check querier", Value: what, Reason: "pass the pgx.Tx the writes run in, or use WithTx"}
+	}
 	switch c := q.(type) {
 	case *pgxpool.Pool:
 		what = "*pgxpool.Pool"
@@ -139,7 +144,7 @@ func (s *Store) raise(ctx context.Context, tx Querier, resource string, token ba
 func (s *Store) stale(ctx context.Context, q Querier, resource string, token baton.Token) error {
 	var newest int64
 	if err := q.QueryRow(ctx, s.sql.newest, resource).Scan(&newest); err != nil {
-		return errors.Join(&baton.StaleTokenError{Resource: resource, Got: token},
+		return fencesql.StaleUnread(resource, token,
 			s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintNotDone))
 	}
 	return &baton.StaleTokenError{Resource: resource, Got: token, Newest: baton.Token(newest)}

@@ -98,6 +98,9 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 	if err := row.validate(); err != nil {
 		return false, err
 	}
+	if what, isNil := fencesql.NilValue(q); isNil {
+		return false, &baton.OptionError{Option: "InsertOnce querier", Value: what, Reason: "pass the pgx.Tx or a pool to insert with"}
+	}
 	tag, err := q.Exec(ctx, row.insertSQL(1, ""), row.Values...)
 	if err != nil {
 		s := Store{where: pgkit.WhereOf(q)}

@@ -10,6 +10,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/postgres"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestStore_Raise_Stale(t *testing.T) {
@@ -278,5 +279,20 @@ func TestStore_Check_NeedsTx(t *testing.T) {
 	}
 	if n, err := s.Newest(ctx, "invoices"); err != nil || n != 3 {
 		t.Fatalf("fence holds %d (%v); want 3", n, err)
+	}
+}
+
+// TestStore_Check_Nil: a nil querier, or a nil pointer of one of pgx's
+// types, is refused, not a panic.
+func TestStore_Check_Nil(t *testing.T) {
+	s, _ := newStore(t)
+	for _, q := range []postgres.Querier{nil, (*pgx.Conn)(nil), (*pgxpool.Conn)(nil), (*pgxpool.Tx)(nil), (*pgxpool.Pool)(nil)} {
+		if err := s.Check(t.Context(), q, "invoices", 3); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "nil") {
+			t.Errorf("Check(%#v): %v; want an invalid option naming nil", q, err)
+		}
+		row := postgres.Row{Table: "invoices", Columns: []string{"id"}, Values: []any{1}, Key: []string{"id"}}
+		if ok, err := postgres.InsertOnce(t.Context(), q, row); ok || !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "nil") {
+			t.Errorf("InsertOnce(%#v): %v, %v; want an invalid option naming nil", q, ok, err)
+		}
 	}
 }

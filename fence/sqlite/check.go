@@ -13,7 +13,9 @@ import (
 // Check raises the fence for resource to token inside the caller's
 // transaction tx, when token is at least as new as the newest token seen,
 // and otherwise returns a *baton.StaleTokenError. Run it before the
-// transaction's writes, and commit them only if it returned nil. SQLite has
+// transaction's writes, and commit them only if it returned nil; when one
+// of them fails, roll tx back and run nothing more in it (SQLite may have
+// rolled it back already: see WithTx). SQLite has
 // one writer at a time: from this write until tx ends, tx holds the
 // database's write lock, so no other holder can raise the fence while these
 // writes are uncommitted. resource must be a valid lock name
@@ -21,8 +23,12 @@ import (
 // writes run in: a *sql.DB or a *sql.Conn is refused with an error
 // matching baton.ErrInvalidOption, as the check would end with its own
 // statement (database/sql cannot tell whether a *sql.Conn is in a
-// transaction begun with a BEGIN statement, so none is taken).
+// transaction begun with a BEGIN statement, so none is taken), and so is
+// a nil tx.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
+	if what, isNil := fencesql.NilValue(tx); isNil {
+		return &baton.OptionError{Option: "fence check querier", Value: what, Reason: "pass the *sql.Tx the writes run in (db.BeginTx), or use WithTx"}
+	}
 	switch tx.(type) {
 	case *sql.DB:
 		return &baton.OptionError{Option: "fence check querier", Value: "*sql.DB", Reason: "pass the *sql.Tx the writes run in: on a *sql.DB the check ends with its own statement, and the writes after it are not fenced (or use WithTx)"}
@@ -52,11 +58,12 @@ func (s *Store) check(ctx context.Context, tx Querier, resource string, token ba
 }
 
 // stale builds the *baton.StaleTokenError for a refused token, reading the
-// newest token with q.
+// newest token with q. If that read fails, the error still matches
+// baton.ErrStaleToken, and says that the newest token is unknown.
 func (s *Store) stale(ctx context.Context, q Querier, resource string, token baton.Token) error {
 	var newest int64
 	if err := q.QueryRowContext(ctx, s.sql.newest, resource).Scan(&newest); err != nil {
-		return errors.Join(&baton.StaleTokenError{Resource: resource, Got: token},
+		return fencesql.StaleUnread(resource, token,
 			s.wrap(ctx, fmt.Sprintf("read the newest token of fence %q", resource), err, hintNotDone))
 	}
 	return &baton.StaleTokenError{Resource: resource, Got: token, Newest: baton.Token(newest)}
@@ -75,6 +82,24 @@ func (s *Store) Raise(ctx context.Context, resource string, token baton.Token) e
 // fn panics, the transaction is rolled back, so nothing fn wrote is kept. fn
 // must use tx for its writes, and must not commit or roll it back. fn's
 // error is returned as is.
+//
+// fn must return the error of any statement of tx that fails, and run no
+// more statements after one. Some failures (a statement interrupted
+// because its context ended, an I/O error, a full disk, no memory) make
+// SQLite roll back the whole transaction, fence check included, while
+// database/sql still takes tx for open: statements fn runs after that
+// commit each on their own, outside the fence, and nothing can stop them.
+// WithTx then finds no transaction to commit, and returns an error that
+// says so and that those writes may have been committed.
+//
+// Inside fn, use tx for every write of the database. SQLite locks the
+// whole database for a writer, and fn's transaction holds that lock from
+// its start: a call of the Store's made inside fn (Raise, Insert,
+// MarkDone, a nested WithTx) runs on another connection and waits for fn's
+// transaction, until the busy timeout ends it with an error wrapping
+// baton.ErrUnavailable. On a *sql.DB limited to one connection
+// (SetMaxOpenConns(1)) even the Store's reads (Newest, Done, List) made
+// inside fn wait, for a connection, until their ctx ends.
 func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := fencesql.ValidateToken(resource, token); err != nil {
 		return err
@@ -98,6 +123,9 @@ func (s *Store) WithTx(ctx context.Context, resource string, token baton.Token, 
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
+		if noTransaction(err) {
+			return fmt.Errorf("%s: commit: %w; %s", op, err, hintRolledBack)
+		}
 		return s.wrap(ctx, op+": commit", err, hintNotDone)
 	}
 	return nil

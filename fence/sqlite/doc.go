@@ -75,6 +75,21 @@
 //   - One writer at a time: a fenced transaction that stalls holds the
 //     write lock, and every other writer waits for it up to the busy
 //     timeout, then fails with an error wrapping baton.ErrUnavailable.
+//     That includes the Store's own writes (Raise, Insert, MarkDone, a
+//     nested WithTx) made inside WithTx's fn, which run on another
+//     connection and wait for fn's transaction: make fn's writes with its
+//     tx. With SetMaxOpenConns(1), even the Store's reads inside fn wait,
+//     until their context ends.
+//   - A failed statement may end the transaction it ran in: when one is
+//     interrupted (its context ended) or meets an I/O error, a full disk
+//     or no memory, SQLite rolls back the whole transaction, fence check
+//     included, while database/sql still takes it for open. A WithTx fn,
+//     or a caller of Check, that goes on after such an error runs its
+//     later statements each on its own, committed outside the fence. So
+//     return a failed statement's error, and run nothing after it; WithTx
+//     then rolls back. If fn returns nil instead, WithTx's commit finds no
+//     transaction and returns an error saying that those later writes may
+//     have been committed.
 //
 // # Errors
 //
@@ -85,7 +100,9 @@
 // that names no file in an existing directory, a directory, or a file
 // that is no database is a mistake in the path: its error names the file
 // and what to check, and is not unavailable. A missing file (without
-// WithCreate) or table is a *MissingTableError; invalid names and tokens
-// are *baton.OptionError. When ctx ends, the error wraps
-// context.Cause(ctx).
+// WithCreate) or table is a *MissingTableError; a table of the store's
+// name that lacks a column its statements use, or the PRIMARY KEY or
+// UNIQUE constraint their ON CONFLICT needs, is a *ForeignTableError;
+// invalid names, tokens and options are *baton.OptionError. When ctx
+// ends, the error wraps context.Cause(ctx).
 package sqlite

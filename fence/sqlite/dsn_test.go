@@ -3,8 +3,10 @@ package sqlite_test
 import (
 	"database/sql"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +60,30 @@ func TestDSN_Bad(t *testing.T) {
 	for _, d := range []time.Duration{-time.Second, 0} {
 		if _, err := sqlite.DSN("x.db", sqlite.WithBusyTimeout(d)); !errors.Is(err, baton.ErrInvalidOption) {
 			t.Errorf("DSN with busy timeout %v: %v, want ErrInvalidOption", d, err)
+		}
+	}
+}
+
+// TestDSN_BusyTimeoutLimit: SQLite reads busy_timeout as a 32-bit count of
+// milliseconds and takes a longer one for 0, never wait: it is refused,
+// and the longest it takes is kept as given.
+func TestDSN_BusyTimeoutLimit(t *testing.T) {
+	const max = (1<<31 - 1) * time.Millisecond
+	dsn, err := sqlite.DSN("x.db", sqlite.WithBusyTimeout(max))
+	if err != nil || !strings.Contains(dsn, url.QueryEscape("busy_timeout(2147483647)")) {
+		t.Fatalf("DSN with busy timeout %v = %q, %v; want busy_timeout(2147483647)", max, dsn, err)
+	}
+	for _, d := range []time.Duration{max + time.Millisecond, 1000 * time.Hour} {
+		_, err := sqlite.DSN("x.db", sqlite.WithBusyTimeout(d))
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "2147483647ms") {
+			t.Errorf("DSN with busy timeout %v: %v; want ErrInvalidOption naming the limit", d, err)
+		}
+		s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "x.db"), sqlite.WithBusyTimeout(d))
+		if err == nil {
+			s.Close()
+		}
+		if !errors.Is(err, baton.ErrInvalidOption) {
+			t.Errorf("Open with busy timeout %v: %v; want ErrInvalidOption", d, err)
 		}
 	}
 }

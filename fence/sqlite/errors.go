@@ -27,15 +27,25 @@ func (e *MissingTableError) Error() string {
 }
 
 // ForeignTableError says that a table of the store's name lacks a column
-// the store's statements use: something other than baton made it.
+// the store's statements use, or the PRIMARY KEY or UNIQUE constraint on
+// exactly the key their ON CONFLICT names ((resource) for the fence table,
+// (resource, run_id) for the runs table): something other than baton made
+// it. Other columns and keys are fine.
 type ForeignTableError struct {
 	Table  string // the table's name, as configured
 	Where  string // the database file
-	Column string // the first column missing
+	Column string // the first column missing; for a missing key, the key's columns ("resource, run_id")
+	// Problem is what is wrong, as the message says it:
+	// `has no column "last_token"`. Empty means Column is missing.
+	Problem string
 }
 
 func (e *ForeignTableError) Error() string {
-	return fmt.Sprintf("table %q in %s has no column %q: it was not made by baton; rename or drop it, then create baton's with `baton fence init --store URL` (or Store.Init)", e.Table, e.Where, e.Column)
+	problem := e.Problem
+	if problem == "" {
+		problem = fmt.Sprintf("has no column %q", e.Column)
+	}
+	return fmt.Sprintf("table %q in %s %s: it was not made by baton; give the store another table name (WithTable, WithRunsTable), or rename or drop it, then create baton's with `baton fence init --store URL` (or Store.Init)", e.Table, e.Where, problem)
 }
 
 // Hints appended to an error's cause: an *baton.UnavailableError's, or
@@ -43,7 +53,12 @@ func (e *ForeignTableError) Error() string {
 const (
 	hintOpen    = "check that the file's directory exists and is writable, and that the file is an SQLite database"
 	hintNotDone = "the transaction was not committed, so nothing was written; retry"
-	hintBusy    = "another connection or process held the database's write lock for longer than the busy timeout (WithBusyTimeout, or busy_timeout in a sqlite: URL); nothing was written; retry"
+	hintBusy    = "another connection or process held the database's write lock for longer than the busy timeout (WithBusyTimeout, or busy_timeout in a sqlite: URL), or a store call (Raise, Insert, MarkDone, WithTx) made inside WithTx's fn waited for fn's own transaction, which holds it (use fn's tx for writes there); nothing was written; retry"
+	// hintRolledBack is for a COMMIT that finds no transaction: SQLite
+	// rolled it back when one of fn's statements failed (interrupted by
+	// its context, an I/O error, a full disk, no memory), fn did not
+	// return that error, and fn's later statements ran on their own.
+	hintRolledBack = "the transaction was rolled back by an earlier statement in fn that failed (interrupted, I/O error, disk full, out of memory) and whose error fn did not return: the fence check and fn's writes before that statement were not kept, and writes fn made after it may have committed on their own, outside the fence; check them, and return a failed statement's error from fn"
 	// hintSnapshot is for SQLITE_BUSY_SNAPSHOT, which no busy timeout
 	// waits out: a retry that reads first fails the same way.
 	hintSnapshot = "the transaction read before it wrote, and another connection wrote meanwhile; nothing was written; begin the transaction with BEGIN IMMEDIATE (_txlock=immediate in the driver's DSN, as Open does), or Check before any read, and retry"
@@ -99,6 +114,15 @@ func unavailable(err error) (int, bool) {
 		return se.Code(), true
 	}
 	return se.Code(), false
+}
+
+// noTransaction reports whether err is SQLite's refusal of a COMMIT
+// outside a transaction ("cannot commit - no transaction is active"), which
+// SQLite reports with the generic SQLITE_ERROR code, so only its message
+// tells it.
+func noTransaction(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_ERROR && strings.Contains(se.Error(), "no transaction is active")
 }
 
 // missingTable reports which of the store's tables err says is missing.

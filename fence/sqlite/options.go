@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -22,6 +23,11 @@ const (
 // qualifier is what may qualify a table name here, for messages.
 const qualifier = "database"
 
+// maxBusyTimeout is the longest busy timeout SQLite takes: PRAGMA
+// busy_timeout reads a 32-bit count of milliseconds, and a longer one
+// becomes 0, never wait.
+const maxBusyTimeout = (1<<31 - 1) * time.Millisecond
+
 // Option configures a Store.
 type Option func(*config)
 
@@ -41,11 +47,15 @@ func newConfig(opts []Option) (config, error) {
 	if !c.busyGiven {
 		c.busyTimeout = DefaultBusyTimeout
 	}
-	if err := fencesql.ValidateTables(c.table, c.runs, qualifier); err != nil {
+	if err := fencesql.ValidateTablesFolded(c.table, c.runs, qualifier, "main"); err != nil {
 		return config{}, err
 	}
-	if c.busyTimeout < time.Millisecond {
+	switch {
+	case c.busyTimeout < time.Millisecond:
 		return config{}, &baton.OptionError{Option: "busy timeout", Value: c.busyTimeout.String(), Reason: "must be at least 1ms; leave it out for the default, 5s"}
+	case c.busyTimeout > maxBusyTimeout:
+		return config{}, &baton.OptionError{Option: "busy timeout", Value: c.busyTimeout.String(),
+			Reason: fmt.Sprintf("is longer than SQLite's limit, %dms (about 24 days), beyond which it would not wait at all; give a shorter one (WithBusyTimeout, or busy_timeout in a sqlite: URL)", maxBusyTimeout.Milliseconds())}
 	}
 	return c, nil
 }
@@ -53,7 +63,10 @@ func newConfig(opts []Option) (config, error) {
 // WithTable sets the fence table's name. Default "baton_fence". The name is
 // a table, optionally qualified by the name of an attached database
 // ("main.fence"); each part is letters, digits and underscores, not
-// starting with a digit, at most 63 bytes.
+// starting with a digit, at most 63 bytes. SQLite ignores case in names,
+// and an unqualified name is in database main: "fence", "Fence" and
+// "main.FENCE" name one table, so the fence and runs tables must differ
+// in more than that.
 func WithTable(name string) Option { return func(c *config) { c.table = name } }
 
 // WithRunsTable sets the runs table's name, with the rules of WithTable.
@@ -70,7 +83,8 @@ func WithCreate(create bool) Option { return func(c *config) { c.create = create
 // an error wrapping baton.ErrUnavailable. Default 5s. New ignores it: set
 // busy_timeout on the *sql.DB you pass, or open it with DSN and this option.
 // d must be at least 1ms: SQLite's 0, never wait, would fail a fence raise
-// whenever another process writes.
+// whenever another process writes; and at most 2^31-1 milliseconds (about
+// 24 days), SQLite's limit, beyond which it would not wait at all.
 func WithBusyTimeout(d time.Duration) Option {
 	return func(c *config) { c.busyTimeout, c.busyGiven = d, true }
 }

@@ -72,6 +72,9 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 	if err := row.validate(); err != nil {
 		return false, err
 	}
+	if what, isNil := fencesql.NilValue(q); isNil {
+		return false, &baton.OptionError{Option: "InsertOnce querier", Value: what, Reason: "pass the *sql.Tx or *sql.DB to insert with"}
+	}
 	return insertOnce(ctx, q, row, "")
 }
 
@@ -91,7 +94,8 @@ func insertOnce(ctx context.Context, q Querier, row Row, where string) (bool, er
 // Insert raises the fence for resource to token and inserts row, in one
 // transaction. A stale token returns a *baton.StaleTokenError and inserts
 // nothing; a row whose key exists already returns inserted false and a nil
-// error.
+// error. Any error returns inserted false, even one from the commit after
+// the row's INSERT succeeded: the transaction was not committed.
 //
 // Unlike fence/postgres, this takes two statements: SQLite has no
 // data-modifying common table expressions, and one INSERT writes one table,
@@ -107,5 +111,8 @@ func (s *Store) Insert(ctx context.Context, resource string, token baton.Token, 
 		inserted, err = insertOnce(ctx, tx, row, s.where)
 		return err
 	})
-	return inserted, err
+	if err != nil {
+		return false, err
+	}
+	return inserted, nil
 }

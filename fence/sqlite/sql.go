@@ -50,8 +50,17 @@ WHERE CAST(cur.last_token AS INTEGER) <= CAST(excluded.last_token AS INTEGER)`, 
 	}
 }
 
-// columnsSQL lists a table's columns: ?1 the table's name, ?2 its schema.
-const columnsSQL = `SELECT name FROM pragma_table_info(?1, ?2)`
+// columnsSQL lists a table's columns, each with its place in the primary
+// key (0 when not in it): ?1 the table's name, ?2 its schema.
+const columnsSQL = `SELECT name, pk FROM pragma_table_info(?1, ?2)`
+
+// uniqueSQL lists the columns of a table's unique indexes, which its
+// UNIQUE constraints and a primary key that is not a rowid alias make:
+// ?1 the table's name, ?2 its schema. A partial index, which an ON
+// CONFLICT without its WHERE does not use, is left out; an expression in
+// an index has a NULL name.
+const uniqueSQL = `SELECT il.name, ii.name FROM pragma_index_list(?1, ?2) AS il, pragma_index_info(il.name, ?2) AS ii
+WHERE il."unique" AND NOT il.partial ORDER BY il.name, ii.seqno`
 
 // schemaAndName splits a possibly database-qualified table name.
 func schemaAndName(table string) (schema, name string) {

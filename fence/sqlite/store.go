@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -41,7 +42,9 @@ var _ baton.Fence = (*Store)(nil)
 // New returns a Store on db, a database/sql handle on the modernc.org/sqlite
 // driver. With the default WithCreate(true) it creates the fence and runs
 // tables if they are missing; with WithCreate(false) it checks that they
-// exist and returns a *MissingTableError otherwise. For several writers,
+// exist and returns a *MissingTableError otherwise. Either way, a table of
+// one of their names made by something else, without the columns or the
+// key the store's statements use, is a *ForeignTableError. For several writers,
 // open db with a busy timeout and _txlock=immediate, as DSN's settings do;
 // without a busy timeout, a writer that finds the database locked fails at
 // once. The Store does not close db.
@@ -192,33 +195,25 @@ func (s *Store) Init(ctx context.Context) error {
 
 // checkTables returns a *MissingTableError unless both tables exist, and a
 // *ForeignTableError unless they have the columns the store's statements
-// use: a table of the same name made by something else would fail every
-// raise, or every run, with "no such column". A table's columns tell both:
-// a missing table has none.
+// use and a PRIMARY KEY or UNIQUE constraint on exactly the key their ON
+// CONFLICT names: a table of the same name made by something else would
+// fail every raise, or every run, with "no such column" or "ON CONFLICT
+// clause does not match any PRIMARY KEY or UNIQUE constraint". A table's
+// columns tell both whether it exists (a missing table has none) and its
+// primary key; its unique indexes tell its other keys.
 func (s *Store) checkTables(ctx context.Context) error {
 	for _, t := range []struct {
 		name string
 		want []string
+		key  []string // sorted
 	}{
-		{s.cfg.table, []string{"resource", "last_token", "updated_at"}},
-		{s.cfg.runs, []string{"resource", "run_id", "token", "done_at"}},
+		{s.cfg.table, []string{"resource", "last_token", "updated_at"}, []string{"resource"}},
+		{s.cfg.runs, []string{"resource", "run_id", "token", "done_at"}, []string{"resource", "run_id"}},
 	} {
-		op := fmt.Sprintf("read the columns of table %q", t.name)
 		schema, name := schemaAndName(t.name)
-		rows, err := s.db.QueryContext(ctx, columnsSQL, name, schema)
+		have, pk, err := s.columns(ctx, schema, name)
 		if err != nil {
-			return s.wrap(ctx, op, err, hintOpen)
-		}
-		have := map[string]bool{}
-		for rows.Next() {
-			var c string
-			if err = rows.Scan(&c); err != nil {
-				break
-			}
-			have[strings.ToLower(c)] = true
-		}
-		if err := errors.Join(err, rows.Err(), rows.Close()); err != nil {
-			return s.wrap(ctx, op, err, hintOpen)
+			return s.wrap(ctx, fmt.Sprintf("read the columns of table %q", t.name), err, hintOpen)
 		}
 		if len(have) == 0 {
 			return &MissingTableError{Table: t.name, Where: s.where}
@@ -228,6 +223,82 @@ func (s *Store) checkTables(ctx context.Context) error {
 				return &ForeignTableError{Table: t.name, Where: s.where, Column: c}
 			}
 		}
+		keyed := slices.Equal(pk, t.key)
+		if !keyed {
+			keyed, err = s.uniqueOn(ctx, schema, name, t.key)
+			if err != nil {
+				return s.wrap(ctx, fmt.Sprintf("read the unique indexes of table %q", t.name), err, hintOpen)
+			}
+		}
+		if !keyed {
+			key := strings.Join(t.key, ", ")
+			return &ForeignTableError{Table: t.name, Where: s.where, Column: key,
+				Problem: fmt.Sprintf("has no PRIMARY KEY or UNIQUE constraint on exactly (%s), which the store's ON CONFLICT (%s) needs", key, key)}
+		}
 	}
 	return nil
+}
+
+// columns returns the lower-cased names of a table's columns, and those
+// of its primary key, sorted.
+func (s *Store) columns(ctx context.Context, schema, table string) (map[string]bool, []string, error) {
+	rows, err := s.db.QueryContext(ctx, columnsSQL, table, schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	have := map[string]bool{}
+	var pk []string
+	for rows.Next() {
+		var (
+			c     string
+			inKey int
+		)
+		if err = rows.Scan(&c, &inKey); err != nil {
+			break
+		}
+		c = strings.ToLower(c)
+		have[c] = true
+		if inKey > 0 {
+			pk = append(pk, c)
+		}
+	}
+	if err := errors.Join(err, rows.Err(), rows.Close()); err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(pk)
+	return have, pk, nil
+}
+
+// uniqueOn reports whether one of a table's unique indexes is on exactly
+// the columns key (sorted, lower case), in any order.
+func (s *Store) uniqueOn(ctx context.Context, schema, table string, key []string) (bool, error) {
+	rows, err := s.db.QueryContext(ctx, uniqueSQL, table, schema)
+	if err != nil {
+		return false, err
+	}
+	indexes := map[string][]string{}
+	var exprs []string // indexes on an expression, which no ON CONFLICT column list matches
+	for rows.Next() {
+		var (
+			index  string
+			column sql.NullString
+		)
+		if err = rows.Scan(&index, &column); err != nil {
+			break
+		}
+		if !column.Valid {
+			exprs = append(exprs, index)
+		}
+		indexes[index] = append(indexes[index], strings.ToLower(column.String))
+	}
+	if err := errors.Join(err, rows.Err(), rows.Close()); err != nil {
+		return false, err
+	}
+	for index, cols := range indexes {
+		slices.Sort(cols)
+		if !slices.Contains(exprs, index) && slices.Equal(cols, key) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

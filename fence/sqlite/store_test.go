@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"errors"
 	"io/fs"
 	"os"
@@ -72,7 +73,6 @@ func TestStore_New_DB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close() // leaves db open
 	if err := s.Raise(ctx, "a", 3); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +88,36 @@ func TestStore_New_DB(t *testing.T) {
 	// The tables exist now, under any case.
 	if _, err := sqlite.New(ctx, db, sqlite.WithTable("fence"), sqlite.WithRunsTable("RUNS"), sqlite.WithCreate(false)); err != nil {
 		t.Fatal(err)
+	}
+	// Close leaves db open.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("db after the Store's Close: %v; want it open", err)
+	}
+	if n := count(t, db, `SELECT count(*) FROM runs`); n != 1 {
+		t.Fatalf("runs holds %d rows after the Store's Close, want 1", n)
+	}
+}
+
+// TestStore_New_SameTable: SQLite ignores case in names, and an
+// unqualified name is in database main, so these pairs name one table,
+// which would be both the fence table and the runs table.
+func TestStore_New_SameTable(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "x.db"))
+	db.SetMaxOpenConns(1) // for the ATTACH below, which holds for its connection only
+	for _, tc := range [][2]string{{"fence", "FENCE"}, {"Fence", "main.fence"}, {"MAIN.runs", "runs"}, {"main.baton_fence", "Baton_Fence"}} {
+		fence, runs := tc[0], tc[1]
+		_, err := sqlite.New(t.Context(), db, sqlite.WithTable(fence), sqlite.WithRunsTable(runs))
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "same table") {
+			t.Errorf("New(table %q, runs %q): %v; want ErrInvalidOption saying they are the same table", fence, runs, err)
+		}
+	}
+	// Another attached database's table of the same name is another table.
+	mustExec(t, db, "ATTACH DATABASE ? AS other", filepath.Join(t.TempDir(), "other.db"))
+	if _, err := sqlite.New(t.Context(), db, sqlite.WithTable("fence"), sqlite.WithRunsTable("other.fence")); err != nil {
+		t.Fatalf("New(fence, other.fence): %v", err)
 	}
 }
 
@@ -341,5 +371,110 @@ func TestStore_TableNotOurs(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Column != "last_token" || !strings.Contains(err.Error(), "baton fence init") {
 			t.Errorf("Open(create %v) on a table not ours: %v; want a *ForeignTableError naming the column", create, err)
 		}
+	}
+}
+
+// TestStore_Insert_CommitFails: a row whose INSERT succeeded but whose
+// transaction did not commit was not inserted. A deferred foreign key
+// fails the COMMIT, not the INSERT.
+func TestStore_Insert_CommitFails(t *testing.T) {
+	ctx := t.Context()
+	dsn, err := sqlite.DSN(filepath.Join(t.TempDir(), "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", dsn+"&_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := sqlite.New(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, db, `CREATE TABLE clients (id INTEGER PRIMARY KEY)`)
+	mustExec(t, db, `CREATE TABLE invoices (client_id INTEGER PRIMARY KEY REFERENCES clients (id) DEFERRABLE INITIALLY DEFERRED)`)
+	inserted, err := s.Insert(ctx, "invoices", 3, sqlite.Row{Table: "invoices", Columns: []string{"client_id"}, Values: []any{7}})
+	if err == nil || inserted {
+		t.Fatalf("Insert with a dangling deferred foreign key = %v, %v; want false and the commit's error", inserted, err)
+	}
+	if n := count(t, db, "SELECT count(*) FROM invoices"); n != 0 {
+		t.Fatalf("%d invoices after the failed commit, want none", n)
+	}
+}
+
+// TestStore_TableWithoutKey: a table of baton's name made by something
+// else with the columns but without a PRIMARY KEY or UNIQUE constraint on
+// exactly the key of the store's ON CONFLICT is refused by Open and New,
+// naming the table and the key, not by every raise. One with more columns
+// and the key, as a UNIQUE constraint or index, is used.
+func TestStore_TableWithoutKey(t *testing.T) {
+	ctx := t.Context()
+	const (
+		fenceCols = "resource TEXT NOT NULL, last_token INTEGER NOT NULL, updated_at TEXT NOT NULL DEFAULT ''"
+		runsCols  = "resource TEXT NOT NULL, run_id TEXT NOT NULL, token INTEGER NOT NULL, done_at TEXT NOT NULL DEFAULT ''"
+	)
+	for _, tc := range []struct {
+		name  string
+		ddl   []string
+		table string // the table refused, "" for none
+		key   string
+	}{
+		{"fence without a key", []string{"CREATE TABLE baton_fence (" + fenceCols + ")"}, "baton_fence", "resource"},
+		{"fence keyed on more", []string{"CREATE TABLE baton_fence (" + fenceCols + ", PRIMARY KEY (resource, last_token))"}, "baton_fence", "resource"},
+		{"fence with a partial index", []string{
+			"CREATE TABLE baton_fence (" + fenceCols + ")",
+			"CREATE UNIQUE INDEX f_res ON baton_fence (resource) WHERE last_token > 0",
+		}, "baton_fence", "resource"},
+		{"fence with an expression index", []string{
+			"CREATE TABLE baton_fence (" + fenceCols + ")",
+			"CREATE UNIQUE INDEX f_res ON baton_fence (lower(resource))",
+		}, "baton_fence", "resource"},
+		{"runs keyed on less", []string{"CREATE TABLE baton_runs (" + runsCols + ", PRIMARY KEY (run_id))"}, "baton_runs", "resource, run_id"},
+		{"keys as constraints and indexes, more columns", []string{
+			"CREATE TABLE baton_fence (id INTEGER PRIMARY KEY, note TEXT, " + fenceCols + ", UNIQUE (resource))",
+			"CREATE TABLE baton_runs (" + runsCols + ", host TEXT)",
+			"CREATE UNIQUE INDEX r_key ON baton_runs (run_id, resource)",
+		}, "", ""},
+		{"composite primary key in another order", []string{
+			"CREATE TABLE baton_fence (" + fenceCols + ", PRIMARY KEY (resource)) WITHOUT ROWID",
+			"CREATE TABLE baton_runs (" + runsCols + ", PRIMARY KEY (run_id, resource))",
+		}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "x.db")
+			db := openDB(t, path)
+			for _, q := range tc.ddl {
+				mustExec(t, db, q)
+			}
+			s, err := sqlite.New(ctx, db)
+			if tc.table == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Raise(ctx, "a", 2); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.MarkDone(ctx, "a", "run-1", 2); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.MarkDone(ctx, "a", "run-1", 2); err != nil { // again: the key makes it nothing
+					t.Fatal(err)
+				}
+				return
+			}
+			var fe *sqlite.ForeignTableError
+			if !errors.As(err, &fe) || fe.Table != tc.table || fe.Column != tc.key {
+				t.Fatalf("New: %v; want a *ForeignTableError for %s's key (%s)", err, tc.table, tc.key)
+			}
+			for _, want := range []string{`"` + tc.table + `"`, path, "no PRIMARY KEY or UNIQUE constraint on exactly (" + tc.key + ")", "baton fence init"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			if _, err := sqlite.Open(ctx, path, sqlite.WithCreate(false)); !errors.As(err, &fe) {
+				t.Errorf("Open: %v; want a *ForeignTableError", err)
+			}
+		})
 	}
 }

@@ -36,6 +36,65 @@ func TestValidateTables(t *testing.T) {
 	}
 }
 
+// TestValidateTablesFolded: in SQLite names ignore case and an unqualified
+// name is in database main, so each pair refused names one table; in
+// PostgreSQL, which quotes names and keeps their case, "Fence" and
+// "fence" are two tables.
+func TestValidateTablesFolded(t *testing.T) {
+	for _, tc := range [][2]string{{"fence", "FENCE"}, {"Fence", "main.fence"}, {"MAIN.fence", "fence"}, {"main.f", "Main.F"}} {
+		err := fencesql.ValidateTablesFolded(tc[0], tc[1], "database", "main")
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "same table as the fence table") {
+			t.Errorf("ValidateTablesFolded(%q, %q): %v, want ErrInvalidOption naming the same table", tc[0], tc[1], err)
+		}
+	}
+	for _, tc := range [][2]string{{"fence", "runs"}, {"fence", "other.fence"}, {"main.fence", "other.fence"}, {"mainfence", "fence"}} {
+		if err := fencesql.ValidateTablesFolded(tc[0], tc[1], "database", "main"); err != nil {
+			t.Errorf("ValidateTablesFolded(%q, %q): %v", tc[0], tc[1], err)
+		}
+	}
+	if err := fencesql.ValidateTablesFolded("fence", "1runs", "database", "main"); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("ValidateTablesFolded with a bad runs name: %v, want ErrInvalidOption", err)
+	}
+	if err := fencesql.ValidateTables("Fence", "fence", "schema"); err != nil {
+		t.Errorf("ValidateTables(Fence, fence): %v; PostgreSQL keeps their case, so they are two tables", err)
+	}
+}
+
+func TestNilValue(t *testing.T) {
+	for _, tc := range []struct {
+		q    any
+		want string
+	}{{nil, "nil"}, {(*strings.Builder)(nil), "nil *strings.Builder"}, {map[string]int(nil), "nil map[string]int"}} {
+		if what, isNil := fencesql.NilValue(tc.q); !isNil || what != tc.want {
+			t.Errorf("NilValue(%#v) = %q, %v; want %q, true", tc.q, what, isNil, tc.want)
+		}
+	}
+	for _, q := range []any{&strings.Builder{}, 0, "", struct{}{}} {
+		if what, isNil := fencesql.NilValue(q); isNil {
+			t.Errorf("NilValue(%#v) = %q, true; want false", q, what)
+		}
+	}
+}
+
+// TestStaleUnread: a refusal whose newest token could not be read is a
+// stale token, holding the read's error, and its message does not claim
+// the newest token is 0.
+func TestStaleUnread(t *testing.T) {
+	readErr := errors.New("disk I/O error")
+	err := fencesql.StaleUnread("invoices", 41, readErr)
+	var stale *baton.StaleTokenError
+	if !errors.Is(err, baton.ErrStaleToken) || !errors.Is(err, readErr) || !errors.As(err, &stale) {
+		t.Fatalf("StaleUnread = %v; want it to match ErrStaleToken and the read's error", err)
+	}
+	if *stale != (baton.StaleTokenError{Resource: "invoices", Got: 41}) {
+		t.Errorf("its StaleTokenError is %+v, want resource invoices, got 41, newest 0 (unknown)", *stale)
+	}
+	want := `fence "invoices" refused token 41: it has seen a newer token; another holder took the lock since (the newest token is unknown: disk I/O error)`
+	if err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+}
+
 func TestRow_Validate(t *testing.T) {
 	good := fencesql.Row{Table: "invoices", Columns: []string{"client_id", "month"}, Values: []any{1, "2026-10"}, Key: []string{"client_id", "month"}}
 	if err := good.Validate("schema"); err != nil {

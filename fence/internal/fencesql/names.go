@@ -32,18 +32,47 @@ func ValidateTable(what, name, qualifier string) error {
 }
 
 // ValidateTables checks a store's fence and runs table names with
-// ValidateTable, and that they differ.
+// ValidateTable, and that they differ. It is for a store that quotes its
+// names and so keeps their case, as PostgreSQL's does: there "Fence" and
+// "fence" are two tables.
 func ValidateTables(fence, runs, qualifier string) error {
-	if err := ValidateTable("fence table", fence, qualifier); err != nil {
-		return err
-	}
-	if err := ValidateTable("runs table", runs, qualifier); err != nil {
+	if err := validateBoth(fence, runs, qualifier); err != nil {
 		return err
 	}
 	if fence == runs {
 		return &baton.OptionError{Option: "runs table", Value: strconv.Quote(runs), Reason: "is the same as the fence table; give them different names"}
 	}
 	return nil
+}
+
+// ValidateTablesFolded is ValidateTables for a store whose names ignore
+// case even when quoted, and in which an unqualified name means a table of
+// the qualifier named def, as SQLite's do (def "main"): there "fence",
+// "FENCE" and "main.Fence" are one table, and naming it twice would make
+// the fence table and the runs table the same.
+func ValidateTablesFolded(fence, runs, qualifier, def string) error {
+	if err := validateBoth(fence, runs, qualifier); err != nil {
+		return err
+	}
+	unqualified := func(name string) string {
+		if q, t, ok := strings.Cut(name, "."); ok && strings.EqualFold(q, def) {
+			return t
+		}
+		return name
+	}
+	if strings.EqualFold(unqualified(fence), unqualified(runs)) {
+		return &baton.OptionError{Option: "runs table", Value: strconv.Quote(runs),
+			Reason: fmt.Sprintf("is the same table as the fence table %q (names ignore case, and an unqualified name is in %s %s); give them different names", fence, qualifier, def)}
+	}
+	return nil
+}
+
+// validateBoth checks the fence and runs table names with ValidateTable.
+func validateBoth(fence, runs, qualifier string) error {
+	if err := ValidateTable("fence table", fence, qualifier); err != nil {
+		return err
+	}
+	return ValidateTable("runs table", runs, qualifier)
 }
 
 // validateIdent checks one part of an SQL identifier: name is the whole
