@@ -74,7 +74,10 @@ type Factory struct {
 	Slow func(t testing.TB, latency time.Duration, opts ...baton.Option) (Client, error)
 }
 
-// Run runs the whole suite.
+// Run runs the whole suite. The backend must implement baton.Inspector,
+// with LockInfo.Waiters counting the acquisitions in line: the cases that
+// need a waiter queued before they go on (Acquire_WaitsForRelease, the
+// election) wait for it to show there.
 func Run(t *testing.T, f Factory) {
 	if f.Rounds == 0 {
 		f.Rounds = 500

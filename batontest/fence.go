@@ -19,7 +19,10 @@ func (s *suite) fenceAhead(t *testing.T) {
 		t.Skip("backend gives no tokens")
 	}
 	name := lockName(t)
-	fa, _ := s.locker(t).Fenced()
+	// A must still be the holder the lock service names when the fence's
+	// answer comes: a lease at the suite's TTL, lost to a stall of the
+	// machine, would turn Ahead off and blame the backend. Steady.
+	fa, _ := s.steady(t).Fenced()
 	a, err := fa.Acquire(ctxFor(t, 10*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
@@ -30,17 +33,27 @@ func (s *suite) fenceAhead(t *testing.T) {
 	if err := a.Raise(ctxFor(t, 10*time.Second), elsewhere); !errors.As(err, &stale) || !stale.Ahead {
 		t.Fatalf("Raise on a fence ahead of the lock service: %v; want a *StaleTokenError with Ahead", err)
 	}
+	if err := a.Release(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("release A: %v", err)
+	}
 
 	// A later holder of this lock service raised the fence. On a backend
-	// whose holder hears of its lease's end at once, a's Err already says
-	// so; on the others (PostgreSQL), the lock service's answer naming b
-	// is what keeps Ahead unset.
+	// whose holder hears of its lease's end at once, the expired holder's
+	// Err already says so; on the others (PostgreSQL), the lock service's
+	// answer naming b is what keeps Ahead unset. The expired holder, x,
+	// has the suite's TTL: its end is the point (and the ZooKeeper Expire
+	// waits out its session); b must outlive the case: steady.
 	if s.f.Expire == nil {
 		t.Log("backend has no Expire hook: the later holder's case is not checked")
 		return
 	}
-	s.f.Expire(t, a.Lease())
-	fb, _ := s.locker(t).Fenced()
+	fx, _ := s.locker(t).Fenced()
+	x, err := fx.Acquire(ctxFor(t, 10*time.Second), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.f.Expire(t, x.Lease())
+	fb, _ := s.steady(t).Fenced()
 	b, err := fb.Acquire(ctxFor(t, 10*s.f.TTL), name)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +64,7 @@ func (s *suite) fenceAhead(t *testing.T) {
 		t.Fatalf("the later holder's Raise: %v", err)
 	}
 	stale = nil
-	if err := a.Raise(ctxFor(t, 10*time.Second), ours); !errors.As(err, &stale) || stale.Ahead {
+	if err := x.Raise(ctxFor(t, 10*time.Second), ours); !errors.As(err, &stale) || stale.Ahead {
 		t.Fatalf("the expired holder's Raise after a later holder's: %v; want a *StaleTokenError without Ahead", err)
 	}
 }

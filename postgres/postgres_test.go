@@ -25,24 +25,10 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 		Holds:   postgres.Holds,
 		Observe: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
-			cfg, err := pgxpool.ParseConfig(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return newClient(t, cfg, opts...)
+			return newClient(t, dsn, 0, opts...)
 		},
 		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
-			cfg, err := pgxpool.ParseConfig(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := testsvc.NewDelayedProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), latency)
-			host, port, _ := net.SplitHostPort(p.Addr())
-			cfg.ConnConfig.Host = host
-			n, _ := strconv.Atoi(port)
-			cfg.ConnConfig.Port = uint16(n)
-			cfg.ConnConfig.Fallbacks = nil // none may bypass the proxy
-			return newClient(t, cfg, opts...)
+			return newClient(t, dsn, latency, opts...)
 		},
 		// The row's expiry moved to the past, as if its TTL had run out.
 		ExpireSeenByRenewal: true,
@@ -52,9 +38,22 @@ func factory(t *testing.T, dsn string) batontest.Factory {
 	}
 }
 
-// newClient is one conformance client: a pool of its own on cfg, as a
-// process would have, closed when t ends; a crash closes it.
-func newClient(t testing.TB, cfg *pgxpool.Config, opts ...baton.Option) (batontest.Client, error) {
+// newClient is one conformance client: a pool of its own on dsn, as a
+// process would have, closed when t ends, through a proxy of its own,
+// each way latency late. Its Crash blocks the proxy: a cut cable, so that
+// its statements go unanswered (not refused at once, as by a closed pool)
+// and its leases end at their local deadline, as batontest.Client says.
+func newClient(t testing.TB, dsn string, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testsvc.NewDelayedProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), latency)
+	host, port, _ := net.SplitHostPort(p.Addr())
+	cfg.ConnConfig.Host = host
+	n, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Port = uint16(n)
+	cfg.ConnConfig.Fallbacks = nil // none may bypass the proxy
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +63,10 @@ func newClient(t testing.TB, cfg *pgxpool.Config, opts ...baton.Option) (batonte
 	if err != nil {
 		return batontest.Client{}, err
 	}
-	return batontest.Client{Locker: fl.Locker(), Crash: pool.Close}, nil
+	return batontest.Client{Locker: fl.Locker(), Crash: func() {
+		p.Block()
+		t.Cleanup(p.Unblock) // before the Locker's Close: cleanups run last first
+	}}, nil
 }
 
 func TestConformance(t *testing.T) {

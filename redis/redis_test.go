@@ -61,18 +61,25 @@ func timeout(tb testing.TB, d time.Duration) context.Context {
 }
 
 // factory is the conformance factory for a Redis server at addr: each
-// client has its own connection pool, as a process would.
+// client has its own connection pool, as a process would, through a proxy
+// of its own, which its Crash blocks: a cut cable, so that its requests
+// go unanswered (not refused at once, as by a closed client) and its
+// leases end at their local deadline at the latest, as batontest.Client
+// says.
 func factory(addr string) batontest.Factory {
 	return batontest.Factory{
 		TTL:     time.Second,
 		Observe: true,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
-			c := client(t, addr)
-			l, err := redis.New(c, opts...)
+			p := testsvc.NewProxy(t, addr)
+			l, err := redis.New(client(t, p.Addr()), opts...)
 			if err != nil {
 				return batontest.Client{}, err
 			}
-			return batontest.Client{Locker: l, Crash: func() { _ = c.Close() }}, nil
+			return batontest.Client{Locker: l, Crash: func() {
+				p.Block()
+				t.Cleanup(p.Unblock) // before the Locker's Close: cleanups run last first
+			}}, nil
 		},
 		Slow: func(t testing.TB, latency time.Duration, opts ...baton.Option) (batontest.Client, error) {
 			p := testsvc.NewDelayedProxy(t, addr, latency)

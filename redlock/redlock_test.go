@@ -66,6 +66,28 @@ func timeout(tb testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
+// proxiedClients is clients, each through a proxy of its own, returned
+// too: a conformance client's Crash blocks them all, a cut cable, so that
+// its requests go unanswered (not refused at once, as by closed clients)
+// and its leases end at their local deadline at the latest, as
+// batontest.Client says.
+func proxiedClients(tb testing.TB, nodes []*testsvc.Redis) ([]goredis.UniversalClient, []*testsvc.Proxy) {
+	tb.Helper()
+	cs := make([]goredis.UniversalClient, len(nodes))
+	ps := make([]*testsvc.Proxy, len(nodes))
+	for i, n := range nodes {
+		ps[i] = testsvc.NewProxy(tb, n.Addr)
+		c := client(tb, ps[i].Addr())
+		select {
+		case <-n.Exited():
+		default:
+			_ = c.Ping(timeout(tb, 5*time.Second)).Err() // connected, as clients leaves them
+		}
+		cs[i] = c
+	}
+	return cs, ps
+}
+
 // TestConformance runs the suite, the guide's 500-round race included, on
 // five independent nodes.
 func TestConformance(t *testing.T) {
@@ -74,7 +96,7 @@ func TestConformance(t *testing.T) {
 		TTL:   2 * time.Second,
 		Holds: redlock.Holds,
 		New: func(t testing.TB, opts ...baton.Option) (batontest.Client, error) {
-			cs := clients(t, nodes)
+			cs, ps := proxiedClients(t, nodes)
 			l, err := redlock.New(cs, opts...)
 			if err != nil {
 				return batontest.Client{}, err
@@ -87,8 +109,9 @@ func TestConformance(t *testing.T) {
 			// that pause.)
 			redlock.SetNodeTimeout(l, time.Second)
 			return batontest.Client{Locker: l, Crash: func() {
-				for _, c := range cs {
-					_ = c.Close()
+				for _, p := range ps {
+					p.Block()
+					t.Cleanup(p.Unblock) // before the Locker's Close: cleanups run last first
 				}
 			}}, nil
 		},
