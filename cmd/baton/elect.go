@@ -48,9 +48,20 @@ running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT,
 SIGTERM, SIGHUP and SIGQUIT sent to elect while COMMAND runs are passed on to its
 process group, and elect then exits with COMMAND's code, or 76 if leadership
 was lost meanwhile; any of them while elect still campaigns makes it exit
-130. SIGUSR1, SIGUSR2 and SIGWINCH are passed on to the group alone while
+130; one ignored when elect started (SIGHUP under nohup) stays ignored.
+SIGUSR1, SIGUSR2 and SIGWINCH are passed on to the group alone while
 COMMAND runs, and dropped between terms. Ctrl-Z stops COMMAND's group, then elect, and a killed elect takes
-COMMAND's group with it, as under baton run.
+COMMAND's group with it, as under baton run. Processes of COMMAND's group
+that baton may not signal (another user's, under sudo) or that put
+themselves out of the group (setsid, a daemon) are not stopped: when some
+are still alive 5s after SIGKILL, elect exits 76 instead of campaigning
+again, which would start COMMAND a second time beside them.
+
+Exit codes: COMMAND's when it exits by itself; 76 leadership lost when
+COMMAND exited, at the resignation, or with processes left; 77 a fence ahead
+of the lock service's tokens; 69 the lock service is unreachable at the
+start (later outages are waited out); 127 COMMAND cannot be started; 130
+interrupted while campaigning; 2 bad input; 1 any other failure.
 
 COMMAND gets the same environment as under baton run: BATON_LOCK, BATON_HOLDER
 and, on fenced backends, BATON_TOKEN (on etcd also ETCD_LOCK_KEY and
@@ -126,18 +137,16 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 		return err
 	}
 	defer s.Close()
-	var (
-		led   bool    // a term began: failures to campaign since are retried (a lost session always is)
-		pause backoff // between a failed campaign or a stale term and the next
-	)
+	var pause backoff // between a failed campaign or a stale term and the next
 	for {
 		h, err := s.take(ctx, name, (*baton.Locker).Campaign, (*baton.FencedLocker).Campaign)
 		if err != nil {
-			// A session lost while campaigning held nothing: a standby
-			// that waited through an outage longer than the TTL
-			// campaigns again, as the leader does, instead of exiting 76
-			// and leaving fewer replicas to take over.
-			if err := interrupted(ctx, err, "while campaigning"); !transient(err) || !led && !errors.Is(err, baton.ErrLeaseLost) {
+			// The lock service answered at the start (s.open), so a
+			// campaign that failed on an outage or a lost session is
+			// made again, by a standby too: one that exited 69 or 76
+			// when the service restarted would leave fewer replicas to
+			// take over.
+			if err := interrupted(ctx, err, "while campaigning"); !transient(err) {
 				return err
 			}
 			if err := pause.wait(ctx, s.stderr, fmt.Sprintf("campaign for %s failed: %v", name, err)); err != nil {
@@ -145,7 +154,6 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			}
 			continue
 		}
-		led = true
 		lease, token := h.lease, h.token()
 		bg := context.WithoutCancel(ctx)
 		if s.fenced != nil {
@@ -205,6 +213,10 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 				return err
 			}
 			return codeOf(res.code)
+		case res.lost != nil && res.left > 0:
+			// A new term would start a second COMMAND beside what is
+			// left of this one's.
+			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("leadership of %s lost; %s of %s still running after SIGKILL (another user's, or stuck in the kernel): not campaigning again, which would start %s a second time beside them", name, processes(res.left), argv[0], argv[0])}
 		case res.lost != nil:
 			fmt.Fprintf(s.stderr, "baton: leadership of %s lost; stopped %s (%s); campaigning again\n", name, argv[0], res.status)
 		default:

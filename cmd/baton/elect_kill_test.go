@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton/internal/proc"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -38,25 +39,28 @@ func TestElect_KillLeader(t *testing.T) {
 			electors := map[string]*execResult{}
 			for i := range 3 {
 				id := fmt.Sprintf("%s-%d", name, i)
-				// The command prints the token it runs under, then waits;
-				// exec, so baton's parent-death signal reaches the sleep.
+				// The command prints the token it runs under and its pid,
+				// then waits; exec, so baton's parent-death signal
+				// reaches the sleep.
 				electors[id] = startBaton(t, "elect", "--backend", be, "--ttl", ttl.String(), "--grace", "1s", "--id", id, "scheduler", "--",
-					"sh", "-c", `echo "$BATON_HOLDER ${BATON_TOKEN:-0}"; exec sleep 600`)
+					"sh", "-c", `echo "$BATON_HOLDER ${BATON_TOKEN:-0} $$"; exec sleep 600`)
 			}
 			var order []string // the leaders, in office order
 			// leader waits for an elector not yet in order to run its
-			// command, and returns its id and token.
-			leader := func() (string, int64) {
+			// command, and returns its id, token and command's pid.
+			leader := func() (string, int64, int) {
 				t.Helper()
 				var id string
 				var tok int64
+				var pid int
 				waitFor(t, 20*time.Second, func() bool {
 					for eid, p := range electors {
 						for _, line := range strings.Split(strings.TrimSpace(p.stdout.String()), "\n") {
 							var got string
 							var gt int64
-							if n, _ := fmt.Sscanf(line, "%s %d", &got, &gt); n == 2 && got == eid && !slices.Contains(order, eid) {
-								id, tok = eid, gt
+							var gp int
+							if n, _ := fmt.Sscanf(line, "%s %d %d", &got, &gt, &gp); n == 3 && got == eid && !slices.Contains(order, eid) {
+								id, tok, pid = eid, gt, gp
 								return true
 							}
 						}
@@ -64,16 +68,25 @@ func TestElect_KillLeader(t *testing.T) {
 					return false
 				}, func() string { return "no new leader ran its command" })
 				order = append(order, id)
-				return id, tok
+				return id, tok, pid
 			}
 
-			first, tok1 := leader()
+			first, tok1, pid1 := leader()
+			t.Cleanup(func() { _ = syscall.Kill(pid1, syscall.SIGKILL) })
 			if err := syscall.Kill(-electors[first].cmd.Process.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			killed := time.Now()
 			delete(electors, first)
-			second, tok2 := leader()
+			// The killed leader's command dies with it (the parent-death
+			// signal), before the next leader's may start.
+			waitFor(t, 10*time.Second, func() bool {
+				_, state, ok := proc.Stat(pid1)
+				return !ok || state == 'Z'
+			}, func() string {
+				return fmt.Sprintf("the killed leader %s's command (pid %d) is still running", first, pid1)
+			})
+			second, tok2, _ := leader()
 			took := time.Since(killed)
 			t.Logf("%s killed; %s led %v later (TTL %v)", first, second, took.Round(time.Millisecond), ttl)
 			// The lock is freed at most one TTL after the server last

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/baton-go/baton/fence/sqlite"
 	"github.com/baton-go/baton/internal/obsend"
 	"github.com/baton-go/baton/internal/proc"
+	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -545,5 +547,106 @@ func TestEndReason(t *testing.T) {
 	}
 	if s := out.String(); !strings.Contains(s, "an error") || strings.Contains(s, "some other warning") || strings.Contains(s, obsend.Prefix) {
 		t.Errorf("printed %q; want the error only", s)
+	}
+}
+
+// TestElect_StandbyOutage: a standby whose campaign fails because the lock
+// service stopped answering (a Redis restart) campaigns again, as the
+// help says, instead of exiting 69 and leaving fewer replicas to take
+// over: it did so until it had led once.
+func TestElect_StandbyOutage(t *testing.T) {
+	backend := useFake(t, &fakeBackend{script: []error{&baton.UnavailableError{Where: "fake", Err: errors.New("no answer")}}})
+	r := runInProcess("elect", "--backend", backend, "mailer", "--", "true")
+	if r.code != 0 || !strings.Contains(r.stderr, "no answer; campaigning again in") || !strings.Contains(r.stderr, "leading mailer") {
+		t.Fatalf("exit %d, stderr %q; want 0 after campaigning again", r.code, r.stderr)
+	}
+}
+
+// TestRelease_Interrupted: a forced release interrupted while the lock
+// service has not answered may have freed the lock all the same: baton
+// exits 130 and says to look before forcing again (forcing again could
+// free the next holder's lock). It exited 1 with "interrupt signal
+// received" alone.
+func TestRelease_Interrupted(t *testing.T) {
+	b := forceFake{fakeBackend: &fakeBackend{}, started: make(chan struct{})}
+	backend := useForceFake(t, b)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() {
+		<-b.started
+		cancel(signalCause{syscall.SIGINT})
+	}()
+	var out, errb syncbuf.Buffer
+	code := run(ctx, []string{"release", "--backend", backend, "--force", "invoices"}, &out, &errb)
+	r := result{code: code, stdout: out.String(), stderr: errb.String()}
+	if r.code != exitInterrupted || !strings.Contains(r.stderr, "interrupted while freeing invoices") || !strings.Contains(r.stderr, "may have been freed all the same: look with baton status before forcing again") {
+		t.Fatalf("exit %d, stderr %q; want %d saying the lock may be freed", r.code, r.stderr, exitInterrupted)
+	}
+	oneLine(t, r)
+}
+
+// TestElect_LeftRunning_NoNewTerm: elect runs as another user than a
+// process of its command's group (as when COMMAND is sudo -u svc ...,
+// here a root process that joined the group), which it may not signal.
+// When leadership is lost, that process outlives SIGKILL: elect exits 76
+// saying so, instead of campaigning again and starting a second COMMAND
+// beside it.
+func TestElect_LeftRunning_NoNewTerm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run baton as another user than a process of its command's group")
+	}
+	backend := etcdBackend(t)
+	// A copy of this binary that user nobody may run, in a directory it may
+	// write its command's pid to.
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "baton")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(dir, "pid")
+	cmd := exec.Command(bin, "elect", "--backend", backend, "--grace", "1s", "--id", "nobody-1", "mailer", "--",
+		"sh", "-c", fmt.Sprintf(`echo $$ > %s; exec sleep 600`, pidFile))
+	cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=20")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	p := startCmd(t, cmd)
+	var pgid int
+	waitFor(t, 20*time.Second, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return false
+		}
+		pgid, err = syscall.Getpgid(pid)
+		return err == nil
+	}, func() string { return "elect did not run its command: " + p.stderr.String() })
+	// A root process in the command's group: elect (nobody) may not signal it.
+	root := exec.Command("sleep", "600")
+	root.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+	if err := root.Start(); err != nil {
+		t.Fatalf("start a root process in the command's group %d: %v", pgid, err)
+	}
+	t.Cleanup(func() { _ = root.Process.Kill(); _ = root.Wait() })
+
+	if r := runInProcess("release", "--backend", backend, "--force", "mailer"); r.code != 0 {
+		t.Fatalf("release --force: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r := p.wait(t)
+	t.Log(r.stderr)
+	if r.code != exitLeaseLost || !strings.Contains(r.stderr, "1 process of sh still running after SIGKILL") || !strings.Contains(r.stderr, "not campaigning again") {
+		t.Errorf("exit %d, stderr %q; want %d saying a process was left and elect does not campaign again", r.code, r.stderr, exitLeaseLost)
+	}
+	if n := strings.Count(r.stderr, "leading mailer"); n != 1 {
+		t.Errorf("elect led %d times; want one term, none beside what was left of it", n)
 	}
 }

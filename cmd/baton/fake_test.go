@@ -114,3 +114,31 @@ func (h *fakeHold) Err() error {
 	}
 	return context.Cause(h.ctx)
 }
+
+// forceFake is a fakeBackend that can force a release: ForceRelease
+// closes started, then waits for ctx to end, as against a server that does
+// not answer, and returns its cause.
+type forceFake struct {
+	*fakeBackend
+	started chan struct{}
+}
+
+func (b forceFake) ForceRelease(ctx context.Context, _ string) (baton.LockInfo, error) {
+	close(b.started)
+	<-ctx.Done()
+	return baton.LockInfo{}, context.Cause(ctx)
+}
+
+// useForceFake is useFake for b.
+func useForceFake(t *testing.T, b forceFake) string {
+	t.Helper()
+	u := useFake(t, b.fakeBackend)
+	openers["fake"] = func(_ context.Context, _ *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+		cfg, err := baton.NewConfig(opts...)
+		if err != nil {
+			return nil, err
+		}
+		return baton.NewLocker(b, cfg), nil
+	}
+	return u
+}

@@ -36,7 +36,7 @@ exist; 'baton fence init' creates them.`,
 			}
 			s, err := fence.Open(cmd.Context(), store, fence.WithCreate(true))
 			if err != nil {
-				return err
+				return interrupted(cmd.Context(), err, "while opening the fence store "+baton.Redact(store))
 			}
 			defer closeStore(cmd, g, store, s)
 			fmt.Fprintf(cmd.OutOrStdout(), "fence tables ready in %s\n", baton.Redact(store))
@@ -53,12 +53,12 @@ exist; 'baton fence init' creates them.`,
 			}
 			s, err := fence.Open(cmd.Context(), store)
 			if err != nil {
-				return err
+				return interrupted(cmd.Context(), err, "while opening the fence store "+baton.Redact(store))
 			}
 			defer closeStore(cmd, g, store, s)
 			entries, err := s.List(cmd.Context())
 			if err != nil {
-				return err
+				return interrupted(cmd.Context(), err, "while reading the fences")
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "RESOURCE\tNEWEST TOKEN\tRAISED")

@@ -19,7 +19,13 @@ func newRelease(g *globals) *cobra.Command {
 and its token (on fenced backends). The holder is told its lease is lost (baton run stops its
 command), and the next waiter gets the lock. If the holder is frozen rather
 than dead, it may still write when it wakes: only a fence stops that, once
-the next holder has raised it. A lock no one holds is left as it is (exit 0).`,
+the next holder has raised it. A lock no one holds is left as it is (exit 0).
+
+Exit codes: 0 freed, or not held; 2 bad input, or --force missing; 69 the
+lock service is unreachable, or did not answer (the lock may have been freed
+all the same: look with baton status before forcing again); 130 interrupted
+(the same holds); 1 any other failure, such as a lock that changed hands
+between the look and the delete (nothing freed).`,
 		Example: "  baton release --force invoices",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -44,8 +50,12 @@ the next holder has raised it. A lock no one holds is left as it is (exit 0).`,
 				fmt.Fprintf(cmd.OutOrStdout(), "%s is not held: nothing to release\n", name)
 				return nil
 			}
+			const mayBeFreed = "the lock may have been freed all the same: look with baton status before forcing again, which would free the next holder's lock"
+			if err != nil && cmd.Context().Err() != nil {
+				return &exitError{code: exitInterrupted, msg: fmt.Sprintf("interrupted while freeing %s; %s", name, mayBeFreed)}
+			}
 			if errors.Is(err, baton.ErrUnavailable) {
-				return fmt.Errorf("%w; the lock may have been freed all the same: look with baton status before forcing again, which would free the next holder's lock", err)
+				return fmt.Errorf("%w; %s", err, mayBeFreed)
 			}
 			if err != nil {
 				return err

@@ -110,14 +110,26 @@ var urlFlags = []struct{ name, example string }{
 	{"store", storeURLs},
 }
 
-// tookAFlag refuses a URL flag whose value looks like a flag: given
-// without a value, it took the next flag for one (--fence --backend URL),
-// which moves the arguments, and every message after would be about the
-// wrong words. A URL never starts with '-'.
+// nameFlags are the other flags that take a word, with an example of one.
+var nameFlags = []struct{ name, example string }{
+	{"id", "web-1"},
+	{"once", "2026-10-31"},
+}
+
+// tookAFlag refuses a URL flag, or --id or --once, whose value looks like
+// a flag: given without a value, it took the next flag for one (--fence
+// --backend URL), which moves the arguments, and every message after would
+// be about the wrong words. A URL never starts with '-', and a holder name
+// or run id that did would read as a flag on every command line.
 func tookAFlag(fl *pflag.FlagSet) error {
 	for _, u := range urlFlags {
 		if f := fl.Lookup(u.name); f != nil && f.Changed && strings.HasPrefix(f.Value.String(), "-") {
 			return usageError("--%s took %s as its value, a flag, not a URL: give --%s a URL, such as %s", u.name, f.Value, u.name, u.example)
+		}
+	}
+	for _, n := range nameFlags {
+		if f := fl.Lookup(n.name); f != nil && f.Changed && strings.HasPrefix(f.Value.String(), "-") {
+			return usageError("--%s took %s as its value, which reads as a flag: give --%s a value of its own, such as %s (one that starts with '-' is refused)", n.name, f.Value, n.name, n.example)
 		}
 	}
 	return nil

@@ -251,6 +251,8 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"elect", "--observe", "--backend", "--json", "n"}, exitUsage, "--backend took --json as its value"},
 		{[]string{"status", "--backend", "--json"}, exitUsage, "--backend took --json as its value"},
 		{[]string{"fence", "show", "--store", "--json"}, exitUsage, "--store took --json as its value"},
+		{[]string{"elect", "--backend", backend, "--id", "--observe", "n"}, exitUsage, "--id took --observe as its value"},
+		{[]string{"run", "--backend", backend, "--once", "--fence", store, "n", "--", "true"}, exitUsage, "--once took --fence as its value"},
 		{[]string{"run", "--backend", backend, "--fence", "/tmp/f.db", "n", "--", "true"}, exitUsage, "write sqlite:/tmp/f.db for a SQLite file, or postgres://"},
 		{[]string{"elect", "--backend", backend, "--fence", "f.db", "n", "--", "true"}, exitUsage, "write sqlite:f.db"},
 		{[]string{"fence", "init", "--store", "/tmp/f.db"}, exitUsage, "write sqlite:/tmp/f.db"},
@@ -1160,5 +1162,28 @@ func TestFenceCall_Stale(t *testing.T) {
 		if !errors.Is(err, baton.ErrStaleToken) || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("ahead=%v: %v; want an error matching ErrStaleToken, beginning %q", tc.ahead, err, tc.want)
 		}
+	}
+}
+
+// TestWriteTable_KeyWithoutHolder: a held lock whose key names no holder
+// (a client of another kind wrote it) is held, in the table as in the
+// JSON, which keep its key, token and TTL: the table showed it (free).
+func TestWriteTable_KeyWithoutHolder(t *testing.T) {
+	infos := []baton.LockInfo{{Name: "job", Key: "/baton/lock/job/694d", Token: 5, TTLLeft: 3 * time.Second}, {Name: "idle"}}
+	var b strings.Builder
+	if err := writeTable(&b, infos); err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(rows) != 3 || strings.Contains(rows[1], "(free)") || !strings.Contains(rows[1], "(unnamed)") || !strings.Contains(rows[1], " 5 ") || !strings.Contains(rows[1], " 3s ") || !strings.Contains(rows[2], "(free)") {
+		t.Errorf("table:\n%s\nwant job held by (unnamed) with token 5 and 3s left, idle free", b.String())
+	}
+	b.Reset()
+	if err := writeJSON(&b, infos); err != nil {
+		t.Fatal(err)
+	}
+	var st []statusJSON
+	if err := json.Unmarshal([]byte(b.String()), &st); err != nil || len(st) != 2 || st[0].TTLLeftSec == nil || *st[0].TTLLeftSec != 3 || st[1].TTLLeftSec != nil {
+		t.Errorf("JSON %s: want job's TTL left, 3s, and none for idle", b.String())
 	}
 }

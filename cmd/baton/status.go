@@ -32,9 +32,13 @@ redis and redlock, which give none; TTL LEFT on ZooKeeper, where the lease is
 the holder's session, whose time left only its server knows; SINCE on redis
 and redlock, whose keys hold no time.
 
+A lock whose key names no holder (written by a client of another kind) shows
+(unnamed).
+
 Exit codes: 0 listed; 2 bad input, or a server that refuses the URL's
-credentials; 69 the lock service is unreachable; 141 the output had no reader
-left; 1 any other failure.`,
+credentials; 69 the lock service is unreachable; 130 interrupted (SIGINT,
+SIGTERM, SIGHUP or SIGQUIT); 141 the output had no reader left; 1 any other
+failure.`,
 		Example: `  baton status
   baton status invoices stock --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -58,7 +62,7 @@ left; 1 any other failure.`,
 			}
 			infos, err := insp.Inspect(cmd.Context(), names...)
 			if err != nil {
-				return err
+				return interrupted(cmd.Context(), err, "while listing the locks")
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), infos)
@@ -151,7 +155,7 @@ func writeJSON(w io.Writer, infos []baton.LockInfo) error {
 	out := make([]statusJSON, 0, len(infos))
 	for _, i := range infos {
 		s := statusJSON{Name: i.Name, Holder: i.Holder, Key: i.Key, Token: int64(i.Token), Waiters: i.Waiters}
-		if i.Holder != "" && i.TTLLeft >= 0 {
+		if isHeld(i) && i.TTLLeft >= 0 {
 			sec := i.TTLLeft.Seconds()
 			s.TTLLeftSec = &sec
 		}
@@ -172,9 +176,13 @@ func writeTable(w io.Writer, infos []baton.LockInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL LEFT\tSINCE\tWAITERS")
 	for _, i := range infos {
-		if i.Holder == "" {
+		if !isHeld(i) {
 			fmt.Fprintf(tw, "%s\t(free)\t-\t-\t-\t%d\n", i.Name, i.Waiters)
 			continue
+		}
+		holder := baton.Printable(i.Holder) // a holder's newline would make a row
+		if i.Holder == "" {
+			holder = "(unnamed)" // a key whose value names no one: a client of another kind
 		}
 		tok, ttl, since := "-", "?", "-"
 		if i.Token != 0 {
@@ -186,7 +194,12 @@ func writeTable(w io.Writer, infos []baton.LockInfo) error {
 		if !i.Since.IsZero() {
 			since = i.Since.Local().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", i.Name, baton.Printable(i.Holder), tok, ttl, since, i.Waiters) // a holder's newline would make a row
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", i.Name, holder, tok, ttl, since, i.Waiters)
 	}
 	return tw.Flush()
 }
+
+// isHeld reports whether i is a held lock: it has a holder's key, or names a
+// holder. A key whose value names no one (written by a client of another
+// kind) is held all the same, as Locker.Leader and release --force take it.
+func isHeld(i baton.LockInfo) bool { return i.Key != "" || i.Holder != "" }

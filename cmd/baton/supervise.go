@@ -32,6 +32,10 @@ type supervised struct {
 	interrupted bool
 	signal      syscall.Signal
 	status      string
+	// left counts the processes of the command's group still alive
+	// killStuck after SIGKILL, when supervise gave up waiting for them:
+	// another user's (which baton may not signal) or stuck in the kernel.
+	left int
 }
 
 // passedOn are the signals baton handles: they end a wait for the lock
@@ -322,7 +326,8 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		case <-killed:
 			stuck = time.After(killStuck)
 		case <-stuck:
-			fmt.Fprintf(stderr, "baton: warning: %s of %s still alive %v after SIGKILL (stuck in the kernel?); not waiting for them any longer\n", processes(liveInGroup(pgid)), argv[0], killStuck)
+			res.left = liveInGroup(pgid)
+			fmt.Fprintf(stderr, "baton: warning: %s of %s still alive %v after SIGKILL (another user's, or stuck in the kernel?); not waiting for them any longer\n", processes(res.left), argv[0], killStuck)
 			if leader != nil { // the main process has not ended either
 				res.code, res.status = 128+int(syscall.SIGKILL), fmt.Sprintf("not ended %v after SIGKILL", killStuck)
 			}
