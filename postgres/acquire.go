@@ -32,12 +32,62 @@ var errTooSlow = errors.New("the lock was granted, but the answer came after the
 // and no live waiter is queued ahead; with req.Wait it queues the caller in
 // the same statement when it cannot. A release hands the lock to the first
 // waiter in the same transaction and NOTIFYs it with its token, so the
-// waiter holds the lock without another round trip. A waiter also looks again on its own, when the holder's lease
-// or the place of the waiter ahead of it ends by the database's clock (as
-// the database reported it), and at least every RenewEvery, which keeps
-// its own place alive; that look claims a hand-off whose NOTIFY was lost.
-// Waiters get the lock in the order they queued.
+// waiter holds the lock without another round trip. A waiter also looks
+// again on its own, when the holder's lease or the place of the waiter
+// ahead of it ends by the database's clock (as the database reported it),
+// and at least every RenewEvery, which keeps its own place alive; that
+// look claims a hand-off whose NOTIFY was lost. Waiters get the lock in
+// the order they queued.
+//
+// The acquisition runs on a goroutine of its own, so that Acquire returns
+// at most the release timeout after ctx ends even while a statement is in
+// flight, which is never cut off by the caller (see op). What is left of
+// it then (the statement's answer, giving back a lease it granted,
+// leaving the queue) goes on without the caller, and Close waits for it.
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	type outcome struct {
+		h   baton.Hold
+		err error
+	}
+	res := make(chan outcome) // unbuffered: taken by the caller, unless it abandoned the acquisition
+	abandoned := make(chan struct{})
+	go func() {
+		h, err := b.acquire(ctx, req)
+		select {
+		case res <- outcome{h, err}:
+		case <-abandoned:
+			defer b.abandoned.Done()
+			if h != nil { // granted as ctx ended: nobody will use it
+				_ = h.Release(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	select {
+	case o := <-res:
+		return o.h, o.err
+	case <-ctx.Done():
+	}
+	timer := time.NewTimer(b.cfg.ReleaseTimeout)
+	defer timer.Stop()
+	select {
+	case o := <-res:
+		return o.h, o.err
+	case <-timer.C:
+	}
+	b.mu.Lock()
+	if b.closed { // Close may be waiting for the abandoned already: wait here instead
+		b.mu.Unlock()
+		o := <-res
+		return o.h, o.err
+	}
+	b.abandoned.Add(1)
+	close(abandoned)
+	b.mu.Unlock()
+	return nil, context.Cause(ctx)
+}
+
+// acquire is Acquire's acquisition.
+func (b *backend) acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	// key names our waiter in the NOTIFY of a hand-off to us: a new one
 	// for each attempt, so that a hand-off tells which attempt it came
 	// after. One whose NOTIFY names an earlier attempt (held up on its way
@@ -46,17 +96,21 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	// given back, or freed by force, and held by another since.
 	var key string
 	var wake <-chan int64
+	// lis is the Locker's listener once it runs. Its first wait starts it
+	// only when its first attempt did not get the lock: an Acquire of a
+	// free lock opens no connection for it.
 	var lis *listener
 	var slot int32 // our waiters row; 0, no row, when not waiting
 	// unsure: a statement on our slot's row failed, so it may yet run,
-	// late (see giveSlot).
+	// late (see giveSlot), or have run with its answer lost.
 	unsure := false
 	if req.Wait {
-		var err error
-		if lis, err = b.listener(ctx); err != nil {
-			return nil, err
-		}
-		defer func() { lis.unregister(key) }()
+		lis = b.runningListener()
+		defer func() {
+			if lis != nil {
+				lis.unregister(key)
+			}
+		}()
 		slot = b.slots.take()
 		// After leaving the queue: deferred calls run last first.
 		defer func() { b.giveSlot(slot, unsure) }()
@@ -64,8 +118,14 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	var ticket int64 // our place in the queue, once queued
 	wrote := false   // a statement queued us: our slot has a row on this lock
 	defer func() {
-		if ticket != 0 && !b.leaveQueue(ctx, req.Name, slot, ticket) {
-			unsure = true
+		// A statement that failed may have queued us, its answer lost (a
+		// place whose ticket we never learned): leave then too, which
+		// needs no ticket.
+		if req.Wait && (ticket != 0 || unsure) {
+			wrote = true
+			if !b.leaveQueue(ctx, req.Name, slot, ticket, key) {
+				unsure = true
+			}
 		}
 		if wrote {
 			b.keepRow(ctx, req.Name)
@@ -75,12 +135,16 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		if lis != nil {
-			// Known to the listener before the statement that queues us
-			// can commit, so its NOTIFY cannot arrive unrouted.
-			lis.unregister(key)
+		if req.Wait {
+			if lis != nil {
+				lis.unregister(key)
+			}
 			key = strconv.FormatUint(b.waiterSeq.Add(1), 10)
-			wake = lis.register(key)
+			if lis != nil {
+				// Known to the listener before the statement that queues
+				// us can commit, so its NOTIFY cannot arrive unrouted.
+				wake = lis.register(key)
+			}
 		}
 		sent := time.Now()
 		r, err := b.attempt(ctx, req, slot, ticket, key)
@@ -105,6 +169,16 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		}
 		if !req.Wait {
 			return nil, r.notAcquired(req.Name)
+		}
+		if lis == nil {
+			// This Locker's first wait: listen, then look again at once.
+			// That look claims a hand-off made before the LISTEN, whose
+			// NOTIFY nobody heard, and has the next one sent to a key the
+			// listener knows.
+			if lis, err = b.listener(ctx); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		timer.Reset(r.recheckIn(b.cfg.RenewEvery))
 		select {
@@ -153,6 +227,7 @@ func (b *backend) attempt(ctx context.Context, req baton.Request, slot int32, ti
 		return row.Scan(&r.token, &r.ticket, &r.holder, &r.holderToken, &r.holderLeft, &r.ahead, &r.aheadLeft, &r.next)
 	})
 	if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
+		b.failures.Add(1)
 		return r, b.fail(ctx, fmt.Sprintf("acquire %q", req.Name), err)
 	}
 	return r, nil
@@ -245,20 +320,22 @@ func (b *backend) giveSlot(slot int32, unsure bool) {
 	}
 }
 
-// leaveQueue takes us off the queue (ends our place in slot). If the lock was handed to us
-// meanwhile (or an acquisition we never heard back from took it), it frees
-// it and hands it on; all under the row's lock, so no hand-off can pick us
-// after we left. When we were first in line, the waiter now first is told
-// to look again: waiters behind the first sleep up to RenewEvery, and it
-// would find the holder's lease ended that late. It reports whether the
-// server confirmed it.
-func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticket int64) bool {
+// leaveQueue takes us off the queue (ends our place in slot), also when
+// ticket is 0: a statement whose answer was lost may have queued us. If
+// the lock was handed to us meanwhile (to ticket, or to the place our last
+// attempt, key, made; or an acquisition we never heard back from took
+// it), it frees it and hands it on; all under the row's lock, so no
+// hand-off can pick us after we left. When we were first in line, the
+// waiter now first is told to look again: waiters behind the first sleep
+// up to RenewEvery, and it would find the holder's lease ended that late.
+// It reports whether the server confirmed it.
+func (b *backend) leaveQueue(ctx context.Context, name string, slot int32, ticket int64, key string) bool {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
 	var batch pgx.Batch
 	batch.Queue(b.sql.lockRow, name)
 	batch.Queue(b.sql.leave, name, b.channel, slot)
-	batch.Queue(b.sql.freeOur, name, ticket)
+	batch.Queue(b.sql.freeOur, name, ticket, b.channel, slot, key)
 	batch.Queue(b.sql.handOff, name)
 	batch.Queue(b.sql.tellHead, name, ticket)
 	if err := b.pool.SendBatch(fctx, &batch).Close(); err != nil {

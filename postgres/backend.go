@@ -52,10 +52,17 @@ type backend struct {
 	slots     slots         // this Locker's rows in the waiters table
 	kept      keptRows      // the locks this Locker has waited on, which keep its rows
 	attempts  atomic.Int64  // acquisition statements sent, for tests
+	failures  atomic.Int64  // acquisition statements that failed, for tests
 	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
 
-	lisMu sync.Mutex // held while the listener starts
-	lis   *listener  // started by the first wait; guarded by lisMu
+	lisMu       sync.Mutex
+	lis         *listener     // started by the first wait; guarded by lisMu
+	lisStarting chan struct{} // closed when the start under way ends; nil when none is; guarded by lisMu
+
+	// abandoned counts the acquisitions whose callers returned at the end
+	// of their ctx (see Acquire) while they finish on their own; Close
+	// waits for them. Added to under mu, only while not closed.
+	abandoned sync.WaitGroup
 
 	holds holdset.Set[*hold] // ended by Close
 
@@ -84,12 +91,16 @@ var _ baton.FencedBackend = (*backend)(nil)
 // request timeout, and without it a statement held up on the server (a
 // lock row behind a long transaction) would commit later what nobody waits
 // for: a lease for an Acquire that already failed, which then stays taken
-// until its TTL runs out.
+// until its TTL runs out. (A renewal, given up at the lease's local
+// deadline, can still commit up to statement_timeout after it began: see
+// the package documentation.)
 //
 // Options: baton.WithTTL (at least MinTTL; default 15s), baton.WithPrefix
 // (the lease table, default DefaultTable, optionally schema-qualified), and
 // the rest of baton's. An unreachable server is an error wrapping
-// baton.ErrUnavailable; a bad option a *baton.OptionError.
+// baton.ErrUnavailable; a bad option a *baton.OptionError, and so is a
+// user the server refuses a privilege the lock needs (here or at any
+// later call), with the GRANT statements to run.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...baton.Option) (*baton.FencedLocker, error) {
 	b, err := newBackend(ctx, pool, opts)
 	if err != nil {
@@ -218,13 +229,52 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 }
 
 // failWithin is fail for a request bounded by bound (a release's, by the
-// release timeout), which a message about a missing answer names.
+// release timeout), which a message about a missing answer names. A
+// statement the server refused, which trying again cannot mend, is not the
+// service failing: see refused.
 func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		err = fmt.Errorf("%w; the lock tables %s were dropped after this Locker was built: create them again with postgres.Init", err, b.n.table)
+	if ctx.Err() == nil {
+		if rerr := b.refused(what, err); rerr != nil {
+			return rerr
+		}
 	}
 	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded), bound)
+}
+
+// refused returns the error for err when the server refused the statement
+// for good, and nil when err is the lock service failing: a connection
+// that failed or an answer that did not come (pgkit.ConnFailure), a
+// statement PostgreSQL gave up on because it waited or conflicted
+// (pgkit.GaveUp, class 40), a server short of resources (53), shutting
+// down or restarting (57), failing in itself (58, XX), or read-only, as a
+// primary turned standby is until its clients reach the new one (25006).
+// A privilege the user lacks is a *baton.OptionError naming the grants the
+// lock needs; any other refusal (a lock table dropped, a column missing)
+// an error saying what the server refused, which matches neither
+// baton.ErrUnavailable nor baton.ErrInvalidOption.
+func (b *backend) refused(what string, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgkit.ConnFailure(err) || pgkit.GaveUp(err) || pgErr.Code == "25006" { // read_only_sql_transaction
+		return nil
+	}
+	switch {
+	case strings.HasPrefix(pgErr.Code, "40"), strings.HasPrefix(pgErr.Code, "53"), strings.HasPrefix(pgErr.Code, "57"),
+		strings.HasPrefix(pgErr.Code, "58"), strings.HasPrefix(pgErr.Code, "XX"):
+		return nil
+	case pgErr.Code == "42501": // insufficient_privilege
+		return &baton.OptionError{Option: "PostgreSQL user at", Value: b.where,
+			Reason: fmt.Sprintf("%s: %v; grant it what the lock needs: %s", what, err, b.n.grants(b.pool.Config().ConnConfig.User))}
+	case pgErr.Code == "42P01": // undefined_table
+		return fmt.Errorf("%s: %s: %w; the lock tables %s were dropped after this Locker was built: create them again with postgres.Init", b.where, what, err, b.n.table)
+	}
+	return fmt.Errorf("%s: %s: %w (refused by the server; trying again will not mend it)", b.where, what, err)
+}
+
+// unavailable classifies err as the service failing, whatever it says:
+// for a renewal, whose failures are retried until the local deadline and
+// whose last one the loss wraps, never a refusal of another kind.
+func (b *backend) unavailable(ctx context.Context, what string, err error) error {
+	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded), b.cfg.RequestTimeout)
 }
 
 // Close ends every hold (freeing its lease row, so the next waiter gets the
@@ -248,10 +298,8 @@ func (b *backend) Close() error {
 	for _, o := range observers {
 		<-o.done
 	}
-	b.lisMu.Lock() // waits for a listener being started
-	lis := b.lis
-	b.lis = nil
-	b.lisMu.Unlock()
+	b.abandoned.Wait()
+	lis := b.stopListening()
 
 	err := parallel.Join(holds, func(h *hold) error { return h.end(context.Background(), baton.ErrClosed, false) })
 	if lis != nil {

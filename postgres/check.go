@@ -27,7 +27,8 @@ type Querier interface {
 // serialization failure), is an error wrapping baton.ErrUnavailable; any
 // other error (no lease table in this database, a transaction an earlier
 // statement aborted) is returned as it is, with context: trying again
-// would not mend it.
+// would not mend it. A nil lease or q (a nil *pgxpool.Pool included), or a
+// lease of another backend, is a *baton.OptionError.
 //
 // Run it beside a fence/postgres check in a transaction on the same
 // database (inside Store.WithTx): the fence refuses a token older than one
@@ -40,6 +41,9 @@ type Querier interface {
 func CheckLease(ctx context.Context, q Querier, lease *baton.FencedLease) error {
 	if lease == nil {
 		return &baton.OptionError{Option: "lease", Value: "nil", Reason: "pass the *baton.FencedLease the work runs under"}
+	}
+	if isNil(q) {
+		return &baton.OptionError{Option: "querier", Value: "nil", Reason: "pass the transaction (pgx.Tx) the work writes in"}
 	}
 	table, name, ok := splitKey(lease.Key())
 	n, err := newNames(table)

@@ -25,8 +25,11 @@ import (
 // dsn sets application_name, the Locker's connections carry
 // "baton HOLDER", so pg_stat_activity shows whose they are. Unless it sets
 // statement_timeout, the server cancels any of the Locker's statements
-// after half the request timeout (baton.WithRequestTimeout), so that a
-// statement the Locker gave up on cannot take or extend a lease later;
+// after half the request timeout (baton.WithRequestTimeout), so that an
+// acquisition the Locker gave up on cannot take a lease later (a renewal,
+// given up sooner, at the lease's local deadline, can still extend the
+// row up to that timeout after it began, for a lease its holder no longer
+// uses: see the package documentation);
 // it is SET on each new connection, as is default_transaction_isolation
 // to READ COMMITTED, which the lock's statements need whatever the
 // database's or the role's default. Behind a pooler such as PgBouncer,
@@ -107,10 +110,14 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 // gives up on a statement after the request timeout, but the server does
 // not know: a statement waiting for a lock row (behind a long transaction,
 // a stalled server) would run when the row is free and commit what nobody
-// waits for any more (a lease taken for an Acquire that already failed, a
-// renewal of a lease its holder gave up). With the timeout, the server
-// cancels such a statement while its client still waits for the answer,
-// and the client learns that it failed. A batch of two statements (lock
+// waits for any more (a lease taken for an Acquire that already failed).
+// With the timeout, the server cancels such a statement while its client
+// still waits for the answer, and the client learns that it failed. A
+// renewal's client gives up sooner, at the lease's local deadline, which
+// can come well within the timeout (under a second after the send at
+// MinTTL): such a renewal can still commit up to the timeout after it
+// began, keeping the row taken for another TTL for a holder that has
+// stopped; Release frees it by its token. A batch of two statements (lock
 // the row, then act) waits in the first; the second runs when the first
 // is done, well within the other half.
 func statementTimeout(params map[string]string, requestTimeout time.Duration) (ms int64, ok bool) {

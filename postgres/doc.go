@@ -96,7 +96,17 @@
 // Init as the owner. Once added they stay.
 //
 // The user needs SELECT, INSERT, UPDATE and DELETE on both tables and USAGE
-// on both sequences. Rows of the lease table are never deleted, only
+// on both sequences (and on the schema of a schema-qualified table). A
+// statement the server refuses for want of a privilege fails with a
+// *baton.OptionError that gives the GRANT statements, not with
+// baton.ErrUnavailable: trying again cannot mend it (baton run exits 2,
+// and baton elect stops). Another refusal that trying again cannot mend
+// (a lock table dropped while Lockers run, a column missing) is an error
+// that says what the server refused and matches neither. Only a
+// connection that fails or gets no answer, and a statement the server
+// gives up on (a lock or statement timeout, a serialization failure, a
+// deadlock), shuts down for, has no resources for, or cannot write (a
+// primary turned standby) is baton.ErrUnavailable. Rows of the lease table are never deleted, only
 // expired: one small row per lock name ever used. Do not delete them by hand
 // while clients run (an acquisition in flight could then insert a token
 // drawn before the newest one); to free a lock by hand, run
@@ -217,7 +227,17 @@
 //
 // A waiter that gives up locks the row, ends its place, frees the lock if
 // it was handed to its ticket meanwhile, and hands it on (the last
-// statement above); a forced release locks the row, expires it and hands
+// statement above). It does so also when it never heard whether its first
+// statement queued it (no answer): its place is its Locker's row (channel
+// and slot), and a lock handed to that place is found by the waiter key
+// its statement wrote there:
+//
+//	UPDATE baton_lock_waiters SET expires_at = clock_timestamp() WHERE name = $1 AND channel = $2 AND slot = $3;
+//	UPDATE baton_lock SET expires_at = '-infinity'
+//	WHERE name = $1 AND ticket > 0 AND ticket IN ($2, (SELECT w.ticket FROM baton_lock_waiters w
+//		WHERE w.name = $1 AND w.channel = $3 AND w.slot = $4 AND w.waiter = $5));
+//
+// A forced release locks the row, expires it and hands
 // it on. New and Dial sweep rows of the waiters table whose place ended
 // over an hour ago (WHERE expires_at < clock_timestamp() - interval '1
 // hour'); Close deletes the Locker's rows and those (WHERE channel = $1 OR
@@ -251,6 +271,20 @@
 // database on each NOTIFY, so each waiting Locker's listener wakes on the
 // server once per release, to find nothing for it; that costs server CPU,
 // not statements.
+//
+// A Locker's first Acquire that finds the lock taken opens that
+// connection, once its attempt has queued it, and then looks again at
+// once: that look claims a hand-off made before the LISTEN, whose NOTIFY
+// nobody heard. An Acquire that gets the lock at its first attempt opens
+// nothing. A waiter whose ctx ends while the connection opens for another
+// does not wait for it.
+//
+// Acquire returns at most the release timeout after its ctx ends, having
+// left the queue when the server answers in time. A statement in flight
+// then is not cut off (the server could still commit it): it and what
+// follows it (giving back a lease it granted, leaving the queue) go on
+// without the caller, each bounded by its timeout, and Close waits for
+// them.
 //
 // # Observing elections
 //
@@ -397,21 +431,28 @@
 //     raised the fence (the guide's first gap).
 //   - A statement cut off by the request timeout may still have committed:
 //     an acquisition nobody heard back from ends within one TTL (sooner if
-//     its waiter leaves the queue, which frees it). A statement held up on
-//     the server does not commit after its client gave up on it: pgx sends
-//     a cancel request when it gives up, and for a client cut off from the
-//     server, so that the cancel cannot get through either, Dial sets
-//     statement_timeout to half the request timeout (New leaves that to
-//     the pool's settings; see New). What the network delays before the
-//     server reads it is bounded by neither: such a copy, arriving late,
-//     can take a free lock (or, for a waiter, a place in the queue) for an
-//     acquisition that failed, which then lapses within one TTL (a place
-//     handed the lock just before it lapses: within two). It cannot
-//     take a lock that is held, reserved for a waiter, or freed since it
-//     was handed to that acquisition. Likewise a renewal nobody heard back
-//     from may have committed: Release of a lease lost by its local
-//     deadline therefore frees its row all the same (by its token, so
-//     never another holder's).
+//     its waiter leaves the queue, which frees it). pgx sends a cancel
+//     request when it gives up on a statement, and for a client cut off
+//     from the server, so that the cancel cannot get through either, Dial
+//     sets statement_timeout to half the request timeout (New leaves that
+//     to the pool's settings; see New): the server ends any statement that
+//     has run that long. An acquisition, which the client gives up only at
+//     the request timeout, therefore does not commit after its client gave
+//     up on it. A renewal is given up sooner, at the lease's local
+//     deadline (under a second after its send at MinTTL): one held up on
+//     the server can still commit up to statement_timeout after it began,
+//     after the holder stopped, and keep the row taken for another TTL
+//     from then. That is safe (the holder's work context was cancelled at
+//     the deadline, and tokens order any later holder's writes), and
+//     Release of a lease lost by its local deadline frees its row all the
+//     same, by its token, so never another holder's; a renewal that comes
+//     after that finds the row freed and extends nothing. What the
+//     network delays before the server reads it is bounded by neither:
+//     such a copy, arriving late, can take a free lock (or, for a waiter,
+//     a place in the queue) for an acquisition that failed, which then
+//     lapses within one TTL (a place handed the lock just before it
+//     lapses: within two). It cannot take a lock that is held, reserved
+//     for a waiter, or freed since it was handed to that acquisition.
 //
 // # TTL
 //

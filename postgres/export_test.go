@@ -15,6 +15,10 @@ func SetClock(l *baton.Locker, now func() time.Time) { l.Backend().(*backend).no
 // Attempts returns how many acquisition statements l's backend has sent.
 func Attempts(l *baton.Locker) int64 { return l.Backend().(*backend).attempts.Load() }
 
+// FailedAttempts returns how many of l's acquisition statements failed
+// (no answer within the request timeout, an error).
+func FailedAttempts(l *baton.Locker) int64 { return l.Backend().(*backend).failures.Load() }
+
 // Channel returns l's NOTIFY channel.
 func Channel(l *baton.Locker) string { return l.Backend().(*backend).channel }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
 	fencepg "github.com/baton-go/baton/fence/postgres"
@@ -102,12 +103,78 @@ func TestCheckLease_WithFence(t *testing.T) {
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("invoices %v, want %v", got, want)
 	}
+}
 
-	// A lease of another backend is refused plainly.
-	if err := postgres.CheckLease(context.Background(), admin, nil); !errors.Is(err, baton.ErrInvalidOption) {
-		t.Errorf("CheckLease(nil) = %v, want ErrInvalidOption", err)
+// TestCheckLease_BadArguments: no lease, no querier (nil, or a nil
+// *pgxpool.Pool), or a lease of another backend is an invalid option, not
+// a panic or a check against some row; Init refuses a nil pool likewise.
+func TestCheckLease_BadArguments(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	ctx := timeout(t, 30*time.Second)
+	lease, err := dial(t, dsn, baton.WithTTL(5*time.Second)).Acquire(ctx, "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	if err := postgres.CheckLease(ctx, admin, nil); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("CheckLease of a nil lease = %v, want ErrInvalidOption", err)
+	}
+	if err := postgres.CheckLease(ctx, nil, lease); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("CheckLease in a nil querier = %v, want ErrInvalidOption", err)
+	}
+	var pool *pgxpool.Pool
+	if err := postgres.CheckLease(ctx, pool, lease); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("CheckLease in a nil *pgxpool.Pool = %v, want ErrInvalidOption", err)
+	}
+	if err := postgres.Init(ctx, pool, ""); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("Init on a nil *pgxpool.Pool = %v, want ErrInvalidOption", err)
+	}
+	var conn *pgx.Conn
+	if err := postgres.Init(ctx, conn, ""); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("Init on a nil *pgx.Conn = %v, want ErrInvalidOption", err)
+	}
+
+	// Leases of other backends, with their keys' shapes (an etcd key, a
+	// ZooKeeper node), and a key of this backend's shape naming another
+	// lock: CheckLease reads only the key, the name and the token.
+	for _, key := range []string{"/baton/lock/invoices/694d8c1a2b3c4d5e", "/baton/invoices/_c_9f3b2e-lock-0000000001", "baton_lock/payroll"} {
+		cfg, err := baton.NewConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl := baton.NewFencedLocker(foreignBackend{key: key}, cfg)
+		foreign, err := fl.Acquire(ctx, "invoices")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = postgres.CheckLease(ctx, admin, foreign)
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "not a lease of the postgres backend") {
+			t.Errorf("CheckLease of a lease with key %q = %v; want ErrInvalidOption saying it is not this backend's", key, err)
+		}
+		_ = foreign.Release(ctx)
 	}
 }
+
+// foreignBackend is a fenced backend whose only hold has the key key:
+// pure logic, for the leases of another backend that CheckLease refuses.
+type foreignBackend struct{ key string }
+
+func (f foreignBackend) Acquire(context.Context, baton.Request) (baton.Hold, error) {
+	return foreignHold(f), nil
+}
+func (foreignBackend) Close() error        { return nil }
+func (foreignBackend) TokenSource() string { return "a test's constant" }
+
+// foreignHold is foreignBackend's hold: live for an hour, token 7.
+type foreignHold struct{ key string }
+
+func (h foreignHold) Key() string                 { return h.key }
+func (foreignHold) Token() baton.Token            { return 7 }
+func (foreignHold) Context() context.Context      { return context.Background() }
+func (foreignHold) Err() error                    { return nil }
+func (foreignHold) Deadline() time.Time           { return time.Now().Add(time.Hour) }
+func (foreignHold) Release(context.Context) error { return nil }
 
 // TestCheckLease_SQLErrorIsNotUnavailable: only a failed connection or a
 // statement PostgreSQL gave up on is ErrUnavailable; a transaction on a

@@ -86,6 +86,7 @@ func TestHandOff_Held(t *testing.T) {
 	dsn := pg.Database(t)
 	a := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("a"))
 	w := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("w"))
+	listenFirst(t, w)
 	admin := newPool(t, dsn)
 	var before int64
 	handOff(t, admin, a, w, "handoff", func() { before = postgres.Attempts(w.Locker()) })

@@ -90,6 +90,14 @@ func queued(t testing.TB, admin *pgxpool.Pool, name string) int {
 // and returns dsn as that role.
 func dmlUser(t testing.TB, admin *pgxpool.Pool, dsn string) string {
 	t.Helper()
+	return roleUser(t, admin, dsn, "GRANT SELECT, INSERT, UPDATE, DELETE ON baton_lock, baton_lock_waiters TO %[1]s"+
+		"; GRANT USAGE ON SEQUENCE baton_lock_token, baton_lock_ticket TO %[1]s")
+}
+
+// roleUser makes a login role that owns nothing (dropped when t ends),
+// runs grants (%[1]s names the role) and returns dsn as that role.
+func roleUser(t testing.TB, admin *pgxpool.Pool, dsn, grants string) string {
+	t.Helper()
 	role := fmt.Sprintf("app_%d", time.Now().UnixNano()%1e9)
 	execSQL(t, admin, "CREATE ROLE "+role+" LOGIN")
 	t.Cleanup(func() {
@@ -99,12 +107,40 @@ func dmlUser(t testing.TB, admin *pgxpool.Pool, dsn string) string {
 			t.Errorf("drop role %s: %v", role, err)
 		}
 	})
-	execSQL(t, admin, "GRANT SELECT, INSERT, UPDATE, DELETE ON baton_lock, baton_lock_waiters TO "+role+
-		"; GRANT USAGE ON SEQUENCE baton_lock_token, baton_lock_ticket TO "+role)
+	execSQL(t, admin, fmt.Sprintf(grants, role))
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.User = url.User(role)
 	return u.String()
+}
+
+// listenFirst has l wait once, on a lock of its own, so that its listener
+// runs. A Locker's first wait opens it only once its first attempt has
+// queued, and then looks again: a statement more, after the waiter shows
+// as queued, which a test counting a wait's statements must not see.
+func listenFirst(t *testing.T, l *baton.FencedLocker) {
+	t.Helper()
+	ctx := timeout(t, 30*time.Second)
+	const name = "listen-first"
+	first, err := l.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		second, err := l.Acquire(ctx, name)
+		if err == nil {
+			err = second.Release(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, l, name)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -52,7 +52,7 @@ func (h *hold) renew(ctx context.Context) error {
 	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("renew %q: no answer before the local deadline: %w", h.name, err)
 	case err != nil:
-		return h.b.fail(context.Background(), fmt.Sprintf("renew %q", h.name), err)
+		return h.b.unavailable(context.Background(), fmt.Sprintf("renew %q", h.name), err)
 	case tag.RowsAffected() == 0:
 		return fmt.Errorf("%w: renewal refused: the lease row of %q in %s no longer holds token %d, or its expiry passed by the database's clock", baton.ErrLeaseLost, h.name, h.b.n.table, h.token)
 	}

@@ -154,6 +154,7 @@ func TestAcquire_WokenByRelease_FIFO(t *testing.T) {
 	t.Cleanup(wg.Wait)
 	for i := range n {
 		waiters[i] = dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder(fmt.Sprintf("waiter-%d", i)))
+		listenFirst(t, waiters[i])
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -284,32 +285,44 @@ func TestAcquire_CrashedHolder_TakenOverAtExpiry(t *testing.T) {
 }
 
 // TestTokens_IncreaseInHoldOrder has four clients take the lock in turns
-// as fast as they can, and checks that the tokens, in the order the lock
-// was held, strictly increase, and that every client got its turns.
+// as fast as they can, and checks that no two hold it at once, that the
+// tokens, in the order the lock was held, strictly increase, and that
+// every client got its turns. Each holder stays inside across a round trip
+// to the database, in which the row must hold its lease's token: a second
+// holder let in meanwhile would be inside too, or have taken the row.
 func TestTokens_IncreaseInHoldOrder(t *testing.T) {
 	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
 	const clients, rounds = 4, 25
 	var mu sync.Mutex
 	var tokens []baton.Token
 	var inside int
 	var wg sync.WaitGroup
-	errc := make(chan error, clients)
+	errc := make(chan error, clients*(2*rounds+1)) // room for every error: a sender never blocks
 	for i := range clients {
 		l := dial(t, dsn, baton.WithTTL(5*time.Second), baton.WithHolder(fmt.Sprintf("client-%d", i)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				lease, err := l.Acquire(timeout(t, 30*time.Second), "tokens")
+				ctx := timeout(t, 30*time.Second)
+				lease, err := l.Acquire(ctx, "tokens")
 				if err != nil {
 					errc <- err
 					return
 				}
 				mu.Lock()
 				inside++
-				if inside != 1 {
-					errc <- fmt.Errorf("%d holders at once", inside)
+				n := inside
+				mu.Unlock()
+				if n != 1 {
+					errc <- fmt.Errorf("%d holders at once", n)
 				}
+				var live int64
+				if err := admin.QueryRow(ctx, `SELECT token FROM baton_lock WHERE name = 'tokens' AND expires_at > clock_timestamp()`).Scan(&live); err != nil || live != int64(lease.Token()) {
+					errc <- fmt.Errorf("holder of token %d: the row's live token is %d (%v)", lease.Token(), live, err)
+				}
+				mu.Lock()
 				tokens = append(tokens, lease.Token())
 				inside--
 				mu.Unlock()
@@ -371,10 +384,12 @@ func TestListener_Reconnects(t *testing.T) {
 		}
 		return pids
 	}
-	old := listeners()
-	if len(old) != 1 {
-		t.Fatalf("%d listener connections, want 1", len(old))
-	}
+	// The waiter's first wait starts the listener once it has queued.
+	var old []int32
+	batontest.WaitFor(t, 10*time.Second, "the waiter's listener connection", func() bool {
+		old = listeners()
+		return len(old) == 1
+	})
 	execSQL(t, admin, `SELECT pg_terminate_backend($1)`, old[0])
 	batontest.WaitFor(t, 10*time.Second, "a new listener connection", func() bool {
 		p := listeners()

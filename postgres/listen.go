@@ -190,23 +190,74 @@ func (l *listener) stop() {
 	<-l.exited
 }
 
-// listener returns the Locker's listener, starting it on first use.
+// listener returns the Locker's listener, starting it on first use. A
+// caller that finds a start under way waits for it only until its ctx
+// ends; when that start fails, the next caller tries again.
 func (b *backend) listener(ctx context.Context) (*listener, error) {
+	for {
+		b.lisMu.Lock()
+		b.mu.Lock()
+		closed := b.closed
+		b.mu.Unlock()
+		switch {
+		case closed:
+			b.lisMu.Unlock()
+			return nil, baton.ErrClosed
+		case b.lis != nil:
+			l := b.lis
+			b.lisMu.Unlock()
+			return l, nil
+		case b.lisStarting != nil:
+			starting := b.lisStarting
+			b.lisMu.Unlock()
+			select {
+			case <-starting: // started, or failed: look again
+				continue
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		}
+		starting := make(chan struct{})
+		b.lisStarting = starting
+		b.lisMu.Unlock()
+
+		l, err := startListener(ctx, b.connect, b.channel, b.cfg.RequestTimeout, b.cfg.Logger, &b.deaf)
+		b.lisMu.Lock()
+		b.lisStarting = nil
+		close(starting)
+		if err == nil {
+			b.lis = l // Close, which waits for starting, stops it
+		}
+		b.lisMu.Unlock()
+		if err != nil {
+			return nil, b.fail(ctx, "listen for wake-ups", err)
+		}
+		return l, nil
+	}
+}
+
+// runningListener returns the Locker's listener if it was started, and nil
+// if not.
+func (b *backend) runningListener() *listener {
 	b.lisMu.Lock()
 	defer b.lisMu.Unlock()
-	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
-		return nil, baton.ErrClosed
+	return b.lis
+}
+
+// stopListening waits for a listener start under way (bounded by its
+// caller's ctx and the request timeout; the Locker ends its callers' ctx
+// before its backend's Close), and takes the listener away for Close to
+// stop. Once Close has set closed, no listener starts again.
+func (b *backend) stopListening() *listener {
+	b.lisMu.Lock()
+	for b.lisStarting != nil {
+		starting := b.lisStarting
+		b.lisMu.Unlock()
+		<-starting
+		b.lisMu.Lock()
 	}
-	if b.lis != nil {
-		return b.lis, nil
-	}
-	l, err := startListener(ctx, b.connect, b.channel, b.cfg.RequestTimeout, b.cfg.Logger, &b.deaf)
-	if err != nil {
-		return nil, b.fail(ctx, "listen for wake-ups", err)
-	}
-	b.lis = l
-	return l, nil
+	lis := b.lis
+	b.lis = nil
+	b.lisMu.Unlock()
+	return lis
 }

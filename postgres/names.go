@@ -86,6 +86,21 @@ func newNames(table string) (names, error) {
 	}, nil
 }
 
+// grants is what a Locker's database user needs on the lock's objects, as
+// the statements that grant it to user (the owner runs them).
+func (n names) grants(user string) string {
+	u := "the Locker's user"
+	if user != "" {
+		u = pgx.Identifier{user}.Sanitize()
+	}
+	g := "GRANT SELECT, INSERT, UPDATE, DELETE ON " + n.lease + ", " + n.waiters + " TO " + u +
+		"; GRANT USAGE ON SEQUENCE " + n.tokenSeq + ", " + n.ticketSeq + " TO " + u
+	if schema, _, ok := strings.Cut(n.table, "."); ok {
+		g += "; GRANT USAGE ON SCHEMA " + pgx.Identifier{schema}.Sanitize() + " TO " + u
+	}
+	return g
+}
+
 // key is a hold's key: TABLE/NAME. Lock names and table names cannot hold
 // a slash, so the last one splits them.
 func (n names) key(name string) string { return n.table + "/" + name }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,13 +27,16 @@ type Execer interface {
 // are missing, and the first Observe the function and triggers; run Init
 // yourself (or the SQL) as the owner of the tables where the Locker's
 // database user may not create them, or may not add the triggers (only the
-// table's owner may) and someone will observe elections.
+// table's owner may) and someone will observe elections. A server that
+// cannot be reached, or gives up on the statements (a lock wait), is an
+// error wrapping baton.ErrUnavailable; a refusal (a privilege the user
+// lacks) an error that says what to do, which trying again would not mend.
 func Init(ctx context.Context, db Execer, table string) error {
 	n, err := newNames(table)
 	if err != nil {
 		return err
 	}
-	if db == nil {
+	if isNil(db) {
 		return &baton.OptionError{Option: "db", Value: "nil", Reason: "pass a *pgxpool.Pool or a *pgx.Conn"}
 	}
 	// No arguments: pgx sends it with the simple protocol, all statements
@@ -42,9 +46,29 @@ func Init(ctx context.Context, db Execer, table string) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("create lock tables %s: %w", n.table, context.Cause(ctx))
 		}
-		return &baton.UnavailableError{Where: pgkit.WhereOf(db), Err: fmt.Errorf("create lock tables %s: %w%s", n.table, err, privilegeHint(err))}
+		err = fmt.Errorf("create lock tables %s: %w%s", n.table, err, privilegeHint(err))
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgkit.ConnFailure(err) || pgkit.GaveUp(err) {
+			return &baton.UnavailableError{Where: pgkit.WhereOf(db), Err: err}
+		}
+		return err // refused: trying again would not mend it
 	}
 	return nil
+}
+
+// isNil reports whether db, a caller's database handle, is nil, or a nil
+// pointer in an interface (a *pgxpool.Pool that was never made), whose
+// methods would panic.
+func isNil(db any) bool {
+	if db == nil {
+		return true
+	}
+	v := reflect.ValueOf(db)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
 }
 
 // ensureSchema creates the tables and sequences unless they exist already,
@@ -70,7 +94,11 @@ func (b *backend) ensureSchema(ctx context.Context) error {
 			return b.fail(ctx, "replace the waiters table "+b.n.waiters+" of an older baton (keyed by name and ticket)",
 				fmt.Errorf("%w; have its owner run postgres.Init, or DROP TABLE %s (it holds only places in queues; stop the older Lockers first, which fail on the new table)", err, b.n.waiters))
 		}
-		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, privilegeHint(err)))
+		hint := privilegeHint(err)
+		if refusedPrivilege(err) {
+			hint = "; create them once as a user who may (postgres.Init, or the SQL in the postgres package documentation)" // fail adds the grants
+		}
+		return b.fail(ctx, "create the lock tables "+b.n.table, fmt.Errorf("%w%s", err, hint))
 	}
 	return nil
 }
@@ -90,8 +118,14 @@ func (b *backend) sweepWaiters(ctx context.Context) {
 // privilegeHint says what to do when the user may not create the tables.
 func privilegeHint(err error) string {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42501" || pgErr.Code == "3F000") { // insufficient_privilege, invalid_schema_name
+	if refusedPrivilege(err) || errors.As(err, &pgErr) && pgErr.Code == "3F000" { // invalid_schema_name
 		return "; create them once as a user who may (postgres.Init, or the SQL in the postgres package documentation), and grant this user SELECT, INSERT, UPDATE, DELETE on the tables and USAGE on the sequences"
 	}
 	return ""
+}
+
+// refusedPrivilege reports whether err is PostgreSQL's insufficient_privilege.
+func refusedPrivilege(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
 }

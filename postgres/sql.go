@@ -43,7 +43,7 @@ type statements struct {
 	// line for $1, NOTIFYs the live waiter now first to look again (token
 	// 0), which then waits for the holder's lease to end, not RenewEvery.
 	tellHead string
-	freeOur  string // $1 name, $2 ticket; free a lease handed to ticket
+	freeOur  string // $1 name, $2 ticket, $3 channel, $4 slot, $5 key; free a lease handed to ticket, or to the place our attempt with key made (its ticket maybe unheard)
 	forget   string // $1 channel; delete a closing Locker's waiters rows, and swept ones
 	// forgetName deletes a Locker's ended rows for one lock ($1 name, $2
 	// channel); sweep deletes every row whose place ended an hour ago.
@@ -322,7 +322,9 @@ const forgetNameSQL = `DELETE FROM {waiters} WHERE name = $1 AND channel = $2 AN
 
 const sweepSQL = `DELETE FROM {waiters} WHERE expires_at < clock_timestamp() - interval '1 hour'`
 
-const freeOurSQL = `UPDATE {lease} SET expires_at = '-infinity' WHERE name = $1 AND ticket = $2 AND ticket > 0`
+const freeOurSQL = `UPDATE {lease} SET expires_at = '-infinity'
+WHERE name = $1 AND ticket > 0 AND ticket IN ($2::bigint,
+	(SELECT w.ticket FROM {waiters} w WHERE w.name = $1 AND w.channel = $3 AND w.slot = $4 AND w.waiter = $5))`
 
 const inspectSQL = `SELECT t.name, t.holder, t.token, t.acquired_at,
 	extract(epoch FROM t.expires_at - now())::float8,

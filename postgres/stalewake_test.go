@@ -28,15 +28,20 @@ func bothHold(t *testing.T, name string, a, b *baton.FencedLease, rowToken int64
 // wake channel is for the lease it has just given back, and must not be
 // taken for a hold. Before the NOTIFY named the attempt it came after, it
 // was: two holders.
+//
+// The hand-off's lease lasts w's TTL (10s) from the release, so the next
+// waiter, v, holding the lock within a second of the claim's landing is
+// the give-back, not that lease's expiry; w still waiting, queued again,
+// is the too-slow path, not a failed Acquire leaving the queue.
 func TestStaleWake_TooSlowClaimGivenBack_NotAHold(t *testing.T) {
 	const name = "stale-wake"
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
 	p, pdsn := proxied(t, dsn)
 	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
-	// TTL 3s, drift 1s: a grant answered 2s after its statement was sent
-	// is too slow; the hand-off's lease lasts 3s from the release.
-	w := dial(t, pdsn, baton.WithTTL(3*time.Second), baton.WithDrift(time.Second), baton.WithRenewEvery(time.Second), baton.WithHolder("late-w"))
+	// TTL 10s, drift 8s: a grant answered 2s after its statement was sent
+	// is too slow; the hand-off's lease lasts 10s from the release.
+	w := dial(t, pdsn, baton.WithTTL(10*time.Second), baton.WithDrift(8*time.Second), baton.WithRenewEvery(time.Second), baton.WithHolder("late-w"))
 	v := dial(t, dsn, baton.WithTTL(3*time.Second), baton.WithHolder("v"))
 	ctx := timeout(t, 60*time.Second)
 
@@ -56,44 +61,63 @@ func TestStaleWake_TooSlowClaimGivenBack_NotAHold(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("w sent no re-check")
 	}
-	caught := time.Now()
-	if err := lh.Release(ctx); err != nil { // hands the lock to w; its NOTIFY arrives at once
+	caught := time.Now() // after w sent it
+	// Hands the lock to w; its NOTIFY arrives at once.
+	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if holder, _, _ := handedTo(t, admin, name); holder != "late-w" {
+	holder, _, handed := handedTo(t, admin, name)
+	if holder != "late-w" {
 		t.Fatalf("handed to %q, want late-w", holder)
 	}
-	time.Sleep(2200*time.Millisecond - time.Since(caught)) // past TTL - drift since the re-check was sent
+	// The claim must land past TTL - drift (2s) after w sent it: it is
+	// delivered 2.2s after it was caught, which was after it was sent.
+	<-time.After(time.Until(caught.Add(2200 * time.Millisecond)))
+	landed := time.Now()
 	held.Release()
 
 	select {
 	case <-gv.done:
-	case <-ctx.Done():
-		t.Fatal("v was not handed the lock w gave back")
+	case <-time.After(5 * time.Second):
+		t.Fatal("v was not handed the lock w gave back (w's lease would expire 8s after the claim)")
 	}
 	if gv.err != nil {
 		t.Fatalf("v: %v", gv.err)
 	}
+	if took := gv.at.Sub(landed); took > time.Second {
+		t.Fatalf("v held the lock %v after w's claim landed; want within a second, by w giving it back", took.Round(time.Millisecond))
+	}
+	if gv.l.Token() <= baton.Token(handed) {
+		t.Fatalf("v holds token %d; want one above the %d handed to w", gv.l.Token(), handed)
+	}
 	select {
 	case <-gw.done:
-	case <-time.After(3 * time.Second):
-		// w still waits, as it should: v holds the lock, and hands it on.
-		if err := gv.l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		<-gw.done
+		_, _, tok := handedTo(t, admin, name)
 		if gw.err != nil {
-			t.Fatalf("w, after v released: %v", gw.err)
+			t.Fatalf("w's Acquire failed (%v) instead of giving the too-slow grant back and waiting on", gw.err)
 		}
-		_ = gw.l.Release(ctx)
-		return
+		t.Logf("w holds token %d, v holds token %d, the row holds %d", gw.l.Token(), gv.l.Token(), tok)
+		bothHold(t, name, gw.l, gv.l, tok)
+		t.Fatal("w's Acquire returned while v holds the lock; want it to wait, queued again")
+	default:
+	}
+	// w waits, queued again behind v's hold, and gets the lock when v
+	// releases it.
+	batontest.WaitFor(t, 10*time.Second, "w queued again", func() bool { return queued(t, admin, name) == 1 })
+	if err := gv.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gw.done:
+	case <-ctx.Done():
+		t.Fatal("w was not handed the lock v released")
 	}
 	if gw.err != nil {
-		t.Fatalf("w: %v", gw.err)
+		t.Fatalf("w, after v released: %v", gw.err)
 	}
-	_, _, tok := handedTo(t, admin, name)
-	t.Logf("w holds token %d, v holds token %d, the row holds %d", gw.l.Token(), gv.l.Token(), tok)
-	bothHold(t, name, gw.l, gv.l, tok)
+	if gw.l.Token() <= gv.l.Token() {
+		t.Errorf("w holds token %d after v's %d", gw.l.Token(), gv.l.Token())
+	}
 }
 
 // TestStaleWake_ForcedHandOff_NotAHold: the lock is handed to a

@@ -203,10 +203,11 @@ func TestWaiters_OldTableReplaced(t *testing.T) {
 		holder text NOT NULL, ttl interval NOT NULL, holder_clock timestamptz, expires_at timestamptz NOT NULL,
 		PRIMARY KEY (name, ticket))`)
 
-	// A user who may not drop it is told what to do.
+	// A user who may not drop it is told what to do; trying again would
+	// not mend it.
 	_, err := postgres.Dial(timeout(t, 10*time.Second), dmlUser(t, admin, dsn))
-	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "older baton") || !strings.Contains(err.Error(), `DROP TABLE "baton_lock_waiters"`) {
-		t.Fatalf("Dial by a user who may not replace the old waiters table: %v; want ErrUnavailable saying it is an older baton's and how to drop it", err)
+	if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "older baton") || !strings.Contains(err.Error(), `DROP TABLE "baton_lock_waiters"`) {
+		t.Fatalf("Dial by a user who may not replace the old waiters table: %v; want ErrInvalidOption, not ErrUnavailable, saying it is an older baton's and how to drop it", err)
 	}
 
 	a, b := lockers(t, dsn, "a", "b")

@@ -1,0 +1,320 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/postgres"
+)
+
+// TestAcquire_CancelledDuringSilentRecheck: a waiter's re-check is held
+// up in the network, which then goes silent, and the caller gives up.
+// The re-check was sent detached from ctx, to run to its request timeout
+// (4s), but Acquire returns within about the release timeout (300ms) of
+// ctx's end, as baton.Locker.Acquire promises, leaving the rest (the
+// re-check's answer, leaving the queue) to a goroutine that Close waits
+// for. It used to return after both timeouts, 4.3s.
+func TestAcquire_CancelledDuringSilentRecheck(t *testing.T) {
+	const name = "cancel-recheck"
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	p, pdsn := proxied(t, dsn)
+	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	w := dial(t, pdsn, baton.WithHolder("w"), baton.WithRequestTimeout(4*time.Second),
+		baton.WithReleaseTimeout(300*time.Millisecond), baton.WithRenewEvery(500*time.Millisecond))
+	ctx := timeout(t, 60*time.Second)
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := acquireAsync(t, w, wctx, name)
+	batontest.WaitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, name) == 1 })
+
+	held := p.HoldFirst([]byte(name)) // a parameter of w's re-checks (w holds nothing to renew)
+	select {
+	case <-held.Caught():
+	case <-time.After(5 * time.Second):
+		t.Fatal("w sent no re-check")
+	}
+	p.Block() // nothing w sends from now on is answered, leaving the queue included
+	cancel()
+	cancelled := time.Now()
+	select {
+	case <-got.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not return 10s after its ctx ended")
+	}
+	if !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("Acquire after its ctx ended = %v; want context.Canceled", got.err)
+	}
+	if took := got.at.Sub(cancelled); took > time.Second {
+		t.Fatalf("Acquire returned %v after its ctx ended; want within about the release timeout, 300ms", took.Round(time.Millisecond))
+	}
+	// The network back, the acquisition left behind finishes: it hears the
+	// re-check's answer and leaves the queue.
+	p.Unblock()
+	held.Release()
+	batontest.WaitFor(t, 10*time.Second, "w's place left", func() bool { return queued(t, admin, name) == 0 })
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAcquire_ListenerStartHoldsNoOtherWaiter: while one waiter's start of
+// the Locker's listener hangs (its connection held up in the network,
+// bounded only by the request timeout, 10s), another waiter of the same
+// Locker whose ctx ends returns at once, not when that start ends.
+func TestAcquire_ListenerStartHoldsNoOtherWaiter(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	p, pdsn := proxied(t, dsn)
+	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	w := dial(t, pdsn, baton.WithHolder("w"), baton.WithRequestTimeout(10*time.Second))
+	ctx := timeout(t, 60*time.Second)
+	for _, name := range []string{"first", "second"} {
+		if _, err := h.Acquire(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A connection's start carries its parameters; w's pool has the one
+	// it needs, so the next to open is the listener's.
+	held := p.HoldFirst([]byte("application_name"))
+	first := acquireAsync(t, w, ctx, "first")
+	select {
+	case <-held.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("w opened no connection")
+	}
+	batontest.WaitFor(t, 10*time.Second, "the first waiter queued", func() bool { return queued(t, admin, "first") == 1 })
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	second := acquireAsync(t, w, sctx, "second")
+	batontest.WaitFor(t, 10*time.Second, "the second waiter queued", func() bool { return queued(t, admin, "second") == 1 })
+	cancel()
+	cancelled := time.Now()
+	select {
+	case <-second.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second waiter did not return 15s after its ctx ended")
+	}
+	if !errors.Is(second.err, context.Canceled) {
+		t.Fatalf("second waiter after its ctx ended = %v; want context.Canceled", second.err)
+	}
+	if took := second.at.Sub(cancelled); took > time.Second {
+		t.Fatalf("second waiter returned %v after its ctx ended; want at once, not when the first's listener start ends", took.Round(time.Millisecond))
+	}
+	if queued(t, admin, "second") != 0 {
+		t.Error("the second waiter returned without leaving the queue")
+	}
+	held.Release()
+	select {
+	case <-first.done:
+		t.Fatalf("the first waiter returned (%v) while h holds its lock", first.err)
+	default:
+	}
+}
+
+// TestAcquire_AnswerLost_PlaceLeft: a waiter's first statement commits,
+// queueing it, but its answer is lost (the network goes silent after the
+// statement reached the server, so that pgx's cancel request is lost too)
+// and its client gives up after the request timeout (1s): a place whose
+// ticket the waiter never heard. Acquire leaves the queue all the same
+// (by its row, which needs no ticket), so the holder's release hands the
+// lock to the next waiter at once, not to that place, where it would sit
+// for a TTL (30s).
+func TestAcquire_AnswerLost_PlaceLeft(t *testing.T) { answerLost(t, false) }
+
+// TestAcquire_AnswerLost_HandOffGivenBack: as above, but the holder
+// releases while the waiter is still cut off, handing the lock to the
+// place whose ticket the waiter never heard. Leaving the queue frees that
+// hand-off (the place is known by the waiter key of the statement that
+// made it) and hands the lock on.
+func TestAcquire_AnswerLost_HandOffGivenBack(t *testing.T) { answerLost(t, true) }
+
+// answerLost is the two tests above; handedFirst releases the holder's
+// lease before the waiter can leave the queue.
+func answerLost(t *testing.T, handedFirst bool) {
+	const name = "answer-lost"
+	const ttl = 30 * time.Second
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	p, pdsn := proxied(t, dsn)
+	h := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("h"))
+	w := dial(t, pdsn, baton.WithTTL(ttl), baton.WithHolder("lost-w"), baton.WithRequestTimeout(time.Second), baton.WithReleaseTimeout(10*time.Second))
+	v := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("v"))
+	ctx := timeout(t, 60*time.Second)
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// w's statement waits on the server for the row, so that the network
+	// can be cut after it got there and before it is answered.
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT FROM baton_lock WHERE name = $1 FOR UPDATE`, name); err != nil {
+		t.Fatal(err)
+	}
+	gw := acquireAsync(t, w, ctx, name)
+	batontest.WaitFor(t, 10*time.Second, "w's statement waiting for the row", func() bool { return lockWaitsOf(t, admin, "baton lost-w") == 1 })
+	p.Block()
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batontest.WaitFor(t, 10*time.Second, "w's statement queued it", func() bool { return queued(t, admin, name) == 1 })
+	batontest.WaitFor(t, 10*time.Second, "w gave up on its statement", func() bool { return postgres.FailedAttempts(w.Locker()) == 1 })
+
+	gv := acquireAsync(t, v, ctx, name)
+	batontest.WaitFor(t, 10*time.Second, "v queued", func() bool {
+		var n int
+		queryRow(t, admin, `SELECT count(*) FROM baton_lock_waiters WHERE name = $1 AND holder = 'v' AND expires_at > clock_timestamp()`, []any{name}, &n)
+		return n == 1
+	})
+	release := func() {
+		if err := lh.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if handedFirst {
+		release()
+		if holder, _, _ := handedTo(t, admin, name); holder != "lost-w" {
+			t.Fatalf("h's release handed the lock to %q; want the place of w's lost answer", holder)
+		}
+	}
+	p.Unblock()
+	select {
+	case <-gw.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("w's Acquire did not return")
+	}
+	if !errors.Is(gw.err, baton.ErrUnavailable) {
+		t.Fatalf("w's Acquire whose statement got no answer = %v; want ErrUnavailable", gw.err)
+	}
+	left := time.Now() // w left the queue, or gave up on it
+	if !handedFirst {
+		release()
+	}
+	select {
+	case <-gv.done:
+	case <-time.After(ttl / 6):
+		holder, ticket, _ := handedTo(t, admin, name)
+		t.Fatalf("v not handed the lock %v after h released it and w left; the lock is %q's (ticket %d): the place of w's lost answer", ttl/6, holder, ticket)
+	}
+	if gv.err != nil {
+		t.Fatal(gv.err)
+	}
+	if took := gv.at.Sub(left); took > time.Second {
+		t.Fatalf("v got the lock %v after h released it and w left; want at once", took.Round(time.Millisecond))
+	}
+}
+
+// TestAcquire_FreeLockOpensNoListener: an Acquire that gets the lock at
+// its first attempt opens no LISTEN connection; the first that has to
+// wait does, and is woken through it.
+func TestAcquire_FreeLockOpensNoListener(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	a := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("free-a"))
+	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	ctx := timeout(t, 60*time.Second)
+	listeners := func() int {
+		var n int
+		queryRow(t, admin, `SELECT count(*) FROM pg_stat_activity WHERE query = $1`, []any{`LISTEN "` + postgres.Channel(a.Locker()) + `"`}, &n)
+		return n
+	}
+	la, err := a.Acquire(ctx, "free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := listeners(); n != 0 {
+		t.Fatalf("%d LISTEN connections after an Acquire of a free lock; want none", n)
+	}
+
+	lh, err := h.Acquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t, a, ctx, "busy")
+	batontest.WaitFor(t, 10*time.Second, "the waiter's LISTEN connection", func() bool { return listeners() == 1 })
+	waitQueued(t, a, "busy")
+	released := time.Now()
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not handed the lock 5s after the release")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	t.Logf("handed the lock %v after the release", got.at.Sub(released).Round(time.Millisecond))
+}
+
+// TestAcquire_HandOffBeforeListen_Claimed: a Locker's first wait starts
+// its listener only after its first attempt queued it. A release that
+// hands it the lock before the LISTEN (here while the listener's
+// connection is held up) notifies nobody; the look the waiter takes once
+// it listens claims the hand-off at once, not at its next timed look
+// (RenewEvery, 10s).
+func TestAcquire_HandOffBeforeListen_Claimed(t *testing.T) {
+	const name = "before-listen"
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	p, pdsn := proxied(t, dsn)
+	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	w := dial(t, pdsn, baton.WithTTL(30*time.Second), baton.WithHolder("w"))
+	ctx := timeout(t, 60*time.Second)
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := p.HoldFirst([]byte("application_name")) // the next connection to open: the listener's
+	got := acquireAsync(t, w, ctx, name)
+	select {
+	case <-held.Caught():
+	case <-time.After(10 * time.Second):
+		t.Fatal("w opened no connection")
+	}
+	batontest.WaitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, name) == 1 })
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if holder, _, _ := handedTo(t, admin, name); holder != "w" {
+		t.Fatalf("h's release handed the lock to %q, want w", holder)
+	}
+	listening := time.Now()
+	held.Release()
+	select {
+	case <-got.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("w did not claim the lock handed to it before it listened, 5s after it could listen")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	t.Logf("w held the lock %v after its listener could connect", got.at.Sub(listening).Round(time.Millisecond))
+}
+
+// lockWaitsOf returns how many of the server's sessions named app wait for
+// a lock.
+func lockWaitsOf(t testing.TB, admin *pgxpool.Pool, app string) int {
+	var n int
+	queryRow(t, admin, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, []any{app}, &n)
+	return n
+}

@@ -1,0 +1,42 @@
+package postgres_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-go/baton"
+)
+
+// TestAcquire_PrivilegeRefusedIsNotUnavailable: a user who may only read
+// the lock tables is refused by the server on every attempt, which trying
+// again cannot mend. That is not the service failing (baton elect would
+// campaign for ever, baton run would report it unreachable): it is an
+// invalid option, the user, with the grants it lacks.
+func TestAcquire_PrivilegeRefusedIsNotUnavailable(t *testing.T) {
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	dial(t, dsn).Close() // the tables
+	reader := roleUser(t, admin, dsn, "GRANT SELECT ON baton_lock, baton_lock_waiters TO %[1]s")
+	l := dial(t, reader, baton.WithHolder("reader"))
+	ctx := timeout(t, 30*time.Second)
+	for _, c := range []struct {
+		what    string
+		acquire func() error
+	}{
+		{"TryAcquire", func() error { _, err := l.TryAcquire(ctx, "refused"); return err }},
+		{"Acquire", func() error { _, err := l.Acquire(ctx, "refused"); return err }},
+	} {
+		err := c.acquire()
+		t.Logf("%s: %v", c.what, err)
+		if err == nil || errors.Is(err, baton.ErrUnavailable) || !errors.Is(err, baton.ErrInvalidOption) {
+			t.Fatalf("%s by a user who may only read: %v; want ErrInvalidOption, not ErrUnavailable", c.what, err)
+		}
+		for _, want := range []string{"permission denied", `GRANT SELECT, INSERT, UPDATE, DELETE ON "baton_lock", "baton_lock_waiters"`, "GRANT USAGE ON SEQUENCE"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s by a user who may only read: %v; want it to say %q", c.what, err, want)
+			}
+		}
+	}
+}
