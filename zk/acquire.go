@@ -323,8 +323,14 @@ func outlast[T any](b *backend, ctx context.Context, s *session, ch <-chan resul
 // that found the connection down. Once it has lasted the session timeout,
 // the server heard nothing from the session for that long, and has
 // expired it (or will, as soon as a new leader's fresh timeouts run out):
-// the waiter's node is gone, and its place in line with it.
-type outage struct{ t *time.Timer }
+// the waiter's node is gone, and its place in line with it. A look that
+// finds the connection down again after a reconnection the waiter did not
+// see (the drops counted since the timer started) starts it again: the
+// server heard from the session when it reconnected.
+type outage struct {
+	t     *time.Timer
+	drops uint64 // the connection's drops when t started
+}
 
 // see returns a channel that receives when the connection, found down in
 // v, has been down for ttl; nil while it is up.
@@ -333,8 +339,11 @@ func (o *outage) see(v snap, ttl time.Duration) <-chan time.Time {
 		o.stop()
 		return nil
 	}
+	if o.t != nil && o.drops != v.mark.drops {
+		o.stop()
+	}
 	if o.t == nil {
-		o.t = time.NewTimer(ttl)
+		o.t, o.drops = time.NewTimer(ttl), v.mark.drops
 	}
 	return o.t.C
 }

@@ -27,7 +27,9 @@ func Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.F
 // Dial connects to the ZooKeeper servers (host:port), asking for a session
 // timeout equal to the TTL (baton.WithTTL; default 15s), and returns a
 // FencedLocker that owns the connection: closing the Locker closes it,
-// which ends the session and every node it holds.
+// which ends the session and every node it holds. A server that is not a
+// host:port, or is given twice, is a *baton.OptionError; a chroot, as in
+// a Java connect string (zk1:2181/app), is the root: baton.WithPrefix.
 //
 // It waits, within the request timeout, for a session, and checks the
 // session timeout the server granted: a server grants from 2 to 20 times
@@ -52,6 +54,11 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 	}
 	if len(servers) == 0 {
 		return nil, &baton.OptionError{Option: "ZooKeeper servers", Value: "[]", Reason: "give at least one host:port"}
+	}
+	for i, hp := range servers {
+		if reason := checkServer(hp, servers[:i]); reason != "" {
+			return nil, &baton.OptionError{Option: "ZooKeeper server", Value: baton.Printable(strconv.Quote(hp)), Reason: reason}
+		}
 	}
 	where := "zk://" + strings.Join(servers, ",")
 	cs := newConnState()
@@ -199,6 +206,31 @@ func urlTTL(u *url.URL, err error) error {
 	return err
 }
 
+// checkServer says what is wrong with hp, one of the servers given to
+// Dial or in a URL, after those in earlier: "" when it is a host:port not
+// among them. A Java connect string's chroot (zk1:2181/app) is not part
+// of a server: it is the root.
+func checkServer(hp string, earlier []string) string {
+	if i := strings.IndexByte(hp, '/'); i >= 0 {
+		chroot := baton.Printable(hp[i:])
+		return fmt.Sprintf("is not a host:port: a chroot (%s) is not part of a server; make it the root, with baton.WithPrefix(%q) or the URL's path (zk://host:port%s)", chroot, chroot, chroot)
+	}
+	if strings.Contains(hp, ",") {
+		return "is not a host:port: give each server as a host:port of its own"
+	}
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil || host == "" {
+		return "is not a host:port: want host:port, such as zk1:2181"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "has a bad port: the port must be 1 to 65535"
+	}
+	if slices.Contains(earlier, hp) {
+		return "is given twice"
+	}
+	return ""
+}
+
 // ParseURL turns a zk:// URL (see Open) into the servers, the Settings and
 // baton's options. Its errors are *baton.OptionError, on one line, and
 // never contain the password.
@@ -213,15 +245,8 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 		return nil, set, nil, bad("want zk://host:port[,host:port][/root]")
 	}
 	for _, hp := range strings.Split(u.Host, ",") {
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil || host == "" {
-			return nil, set, nil, bad(fmt.Sprintf("server %s: want host:port", baton.Printable(strconv.Quote(hp))))
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, set, nil, bad(fmt.Sprintf("server %s: port must be 1 to 65535", baton.Printable(strconv.Quote(hp))))
-		}
-		if slices.Contains(servers, hp) {
-			return nil, set, nil, bad(fmt.Sprintf("server %s given twice", baton.Printable(strconv.Quote(hp))))
+		if reason := checkServer(hp, servers); reason != "" {
+			return nil, set, nil, bad(fmt.Sprintf("server %s %s", baton.Printable(strconv.Quote(hp)), reason))
 		}
 		servers = append(servers, hp)
 	}

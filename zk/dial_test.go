@@ -216,6 +216,39 @@ func TestDial_Unreachable(t *testing.T) {
 	}
 }
 
+// TestDial_BadServers: Dial checks each server as ParseURL does, before it
+// connects: a Java connect string's chroot (zk1:2181/app) is refused at
+// once, pointing to the root option, rather than failing as no server
+// answering; so are a server without a port, two in one string, and one
+// given twice.
+func TestDial_BadServers(t *testing.T) {
+	for _, tc := range []struct {
+		servers []string
+		want    string // in the reason
+	}{
+		{[]string{"127.0.0.1:2181/app"}, `baton.WithPrefix("/app") or the URL's path (zk://host:port/app)`},
+		{[]string{"127.0.0.1:2181", "127.0.0.1:2182/app/locks"}, "(/app/locks)"},
+		{[]string{"127.0.0.1"}, "want host:port"},
+		{[]string{"127.0.0.1:2181,127.0.0.1:2182"}, "a host:port of its own"},
+		{[]string{"127.0.0.1:0"}, "1 to 65535"},
+		{[]string{"127.0.0.1:2181", "127.0.0.1:2181"}, "given twice"},
+	} {
+		start := time.Now()
+		_, err := zk.Dial(timeout(t, 10*time.Second), tc.servers)
+		var oe *baton.OptionError
+		if !errors.As(err, &oe) || !strings.Contains(oe.Reason, tc.want) {
+			t.Errorf("Dial(%q) = %v; want a *baton.OptionError saying %q", tc.servers, err, tc.want)
+			continue
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Dial(%q) took %v to refuse a server it need not try", tc.servers, d)
+		}
+		if strings.ContainsAny(err.Error(), "\n\r") {
+			t.Errorf("Dial(%q): multi-line error %q", tc.servers, err)
+		}
+	}
+}
+
 // TestDial_DigestAuth: with a user and password the nodes are the
 // identity's alone; another identity, or none, cannot take the lock, and is
 // told it is a permission problem, not contention: at Dial when the root is

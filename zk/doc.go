@@ -6,6 +6,11 @@
 //	fl, err := zk.Dial(ctx, []string{"zk1:2181", "zk2:2181", "zk3:2181"}, baton.WithTTL(10*time.Second))
 //	// or, from a URL: zk://user:password@zk1:2181,zk2:2181/baton/lock?session-timeout=10s
 //
+// Each server is a host:port. A Java connect string's chroot
+// (zk1:2181,zk2:2181/app) is not part of a server: Dial refuses it with a
+// *baton.OptionError; make it the root instead (baton.WithPrefix("/app"),
+// or the URL's path).
+//
 // # Nodes and the recipe
 //
 // Lock NAME is the election node ROOT/NAME (ROOT defaults to /baton/lock;
@@ -34,6 +39,22 @@
 // identity alone; without one they are open to all. ZooKeeper accepts any
 // identity and refuses only what an ACL does not allow, so Dial lists the
 // root and returns a *baton.OptionError when its ACL refuses the identity.
+//
+// That ACL (or Settings.ACL) goes on every node baton creates, the root's
+// missing ancestors included, as Curator does with an ACLProvider. So
+// with an identity, the first user to create a shared ancestor owns it:
+// when alice's root /baton/alice made /baton hers, bob's /baton/bob is
+// refused (NoAuth). Create shared ancestors beforehand with the ACL you
+// want (zkCli create /baton, open to all), or give each user a root of
+// its own at the top (/alice, /bob). An ACL of your own must let the
+// holder Create, Delete and Read on the election node, Read on the
+// candidates, Create on the root (for new election nodes), and Write on
+// the election node for the one-request create (without it, see below).
+// Without Delete no node of ours can be deleted: every Release fails and
+// the node stays, holding the lock, until the session ends; a TryAcquire
+// that finds the lock taken leaves its node in line too. baton does not
+// check an ACL of your own for these rights: a super user, for one,
+// needs none.
 //
 // # Tokens: czxid, not the sequence number
 //
@@ -164,7 +185,9 @@
 // session). That timeout counts from when the waiter finds the connection
 // down: go-zookeeper notices a silent connection only after two thirds of
 // the session timeout, so the waiter can stop that much after the server
-// expired the session.
+// expired the session. A reconnection, one the waiter saw or not (the
+// connection flapped between two looks), starts the count again: the
+// server heard from the session then.
 // Settings.ContinueWhileSuspended (URL:
 // on-suspend=continue) keeps the work going instead, until the local
 // deadline or the session's expiry, and keeps the lease if the session
@@ -202,10 +225,21 @@
 //     cannot learn the tickTime.
 //   - TTLLeft in status is unknown (-1): only the server knows how long a
 //     session has left.
-//   - Sequence numbers past 2^31 wrap on the server; an election node that
-//     sees two billion candidates must be re-created before then: past the
-//     wrap, candidates are no longer in the order they came, and two may
-//     each find themselves first. Tokens keep rising; a fence still
+//   - An election node numbers its candidates with a signed 32-bit count
+//     of the creates under it, which wraps past 2^31-1 (two billion
+//     candidates; the server names the next "-2147483648"): past the wrap,
+//     candidates are no longer in the order they came, and two may each
+//     find themselves first. baton refuses to queue there (an error
+//     matching ErrSequenceWrap, not baton.ErrUnavailable) once our node's
+//     number is within 2^20 of the wrap, and whenever a candidate numbered
+//     past it is in line (another client's, such as Curator's, zk.Lock's
+//     or kazoo's, which need not check); Inspect and ForceRelease fail
+//     then too, unable to tell the holder. The election node must then be
+//     deleted and created again: zkCli deleteall (a holder's lease is then
+//     lost), or let the server remove it once no one holds or waits (it
+//     is a container); its numbers start again from 0, and tokens keep
+//     rising. Until then those other clients may still take the lock past
+//     the wrap, beside a holder of ours that came before it; a fence
 //     refuses the older holder.
 //   - A TryAcquire whose node is first in line just as the connection
 //     drops waits for the connection, up to the session's local deadline,

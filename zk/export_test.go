@@ -19,6 +19,7 @@ func ConnOf(l *baton.Locker) *zkgo.Conn { return backendOf(l).conn }
 // ConnStatus is what the backend knows of its connection.
 type ConnStatus struct {
 	Connected bool
+	State     zkgo.State      // go-zookeeper's, as last reported
 	Drops     uint64          // disconnections so far
 	Changed   <-chan struct{} // closed at the next change
 }
@@ -26,8 +27,26 @@ type ConnStatus struct {
 // StatusOf returns l's view of its connection.
 func StatusOf(l *baton.Locker) ConnStatus {
 	v := backendOf(l).cs.snapshot()
-	return ConnStatus{Connected: v.connected(), Drops: v.mark.drops, Changed: v.changed}
+	return ConnStatus{Connected: v.connected(), State: v.state, Drops: v.mark.drops, Changed: v.changed}
 }
+
+// Outage is the timer with which a waiter, or an observation, counts an
+// outage (see outage).
+type Outage struct{ o outage }
+
+// See shows o the connection as a look finds it: connected, or not after
+// drops disconnections. The channel receives once the connection has been
+// down for ttl; it is nil while connected.
+func (o *Outage) See(connected bool, drops uint64, ttl time.Duration) <-chan time.Time {
+	st := zkgo.StateDisconnected
+	if connected {
+		st = zkgo.StateHasSession
+	}
+	return o.o.see(snap{state: st, mark: mark{drops: drops}}, ttl)
+}
+
+// Stop stops o's timer.
+func (o *Outage) Stop() { o.o.stop() }
 
 // OnPredecessorEvent calls fn each time one of l's waiters sees the watch
 // on its predecessor fire. It keeps the other hooks set.
@@ -171,3 +190,44 @@ func SessionObjectDone(l *baton.Locker) <-chan struct{} {
 	}
 	return b.sess.k.Done()
 }
+
+// Candidate is one candidate as the recipe orders them: its node's name
+// and the sequence number read from it.
+type Candidate struct {
+	Name string
+	Seq  int64
+}
+
+// ParseSeq is the recipe's reading of a node name's sequence number.
+func ParseSeq(name string) (int64, bool) { return parseSeq(name) }
+
+// OrderCandidates keeps and orders the candidates among the children of
+// the election node dir, as the recipe does.
+func OrderCandidates(dir string, children []string) ([]Candidate, error) {
+	cands, err := orderCandidates(dir, children)
+	if cands == nil {
+		return nil, err
+	}
+	out := make([]Candidate, len(cands))
+	for i, c := range cands {
+		out[i] = Candidate{Name: c.name, Seq: c.seq}
+	}
+	return out, err
+}
+
+// Predecessor is the recipe's place of ours among cands, and the
+// candidate just before it.
+func Predecessor(cands []Candidate, ours string) (int, Candidate) {
+	in := make([]candidate, len(cands))
+	for i, c := range cands {
+		in[i] = candidate{name: c.Name, seq: c.Seq}
+	}
+	pos, pred := predecessor(in, ours)
+	return pos, Candidate{Name: pred.name, Seq: pred.seq}
+}
+
+// SeqRoom is the check of the number ZooKeeper gave our node, name, in
+// the election node dir, and SeqMargin the room it leaves below 2^31-1.
+func SeqRoom(dir, name string) error { return seqRoom(dir, name) }
+
+const SeqMargin = seqMargin

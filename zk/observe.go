@@ -30,9 +30,10 @@ var _ baton.Observer = (*backend)(nil)
 // in order, and every term that outlasts that time is reported, also to a
 // slow reader: the observation goes on meanwhile and keeps up to 1,024 terms
 // it has not taken (then the oldest go). An observation whose connection
-// stays down for the session timeout (the TTL) ends: the session, and its
-// watch, are gone, and the leader is unknown; the reader gets the terms
-// queued before, then the channel closes.
+// stays down for the session timeout (the TTL), counted from its last
+// drop, ends: the session, and its watch, are gone, and the leader is
+// unknown; the reader gets the terms queued before, then the channel
+// closes.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -68,13 +69,11 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 	b.observed(cur)
 	// A connection down for the session timeout has lost its session, and
 	// with it the watch: the observation ends then (go-zookeeper keeps the
-	// watch open, and would say nothing until it reconnects).
-	down := time.NewTimer(b.cfg.TTL)
-	defer down.Stop()
+	// watch open, and would say nothing until it reconnects). A
+	// reconnection between two looks starts the count again (see outage).
+	var down outage
+	defer down.stop()
 	v := b.observe()
-	if v.connected() {
-		down.Stop()
-	}
 	for {
 		var out chan<- baton.Term // nil, blocking, while nothing waits
 		var head baton.Term
@@ -90,16 +89,9 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 		case <-b.life.Done():
 			return
 		case <-v.changed:
-			was := v.connected()
 			v = b.observe()
-			switch {
-			case was && !v.connected():
-				down.Reset(b.cfg.TTL)
-			case !was && v.connected():
-				down.Stop()
-			}
 			continue
-		case <-down.C:
+		case <-down.see(v, b.cfg.TTL):
 			ended("the connection stayed down for the session timeout", "ttl", b.cfg.TTL)
 			flush(ctx, b.life, ch, queue)
 			return
@@ -194,7 +186,10 @@ func (b *backend) leaderW(ctx context.Context, name, dir string) (baton.Term, <-
 		if err != nil {
 			return baton.Term{}, nil, b.fail(ctx, "list candidates of "+dir, err)
 		}
-		cands := orderCandidates(l.kids)
+		cands, err := orderCandidates(dir, l.kids)
+		if err != nil {
+			return baton.Term{}, nil, err
+		}
 		if len(cands) == 0 {
 			if l.watch != nil {
 				return baton.Term{Election: name}, l.watch, nil

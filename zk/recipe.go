@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,9 +59,10 @@ func candidatePrefix(dir, guid string) string {
 }
 
 // parseSeq returns the sequence number at the end of a sequential node's
-// name, and false for a name that has none (not a candidate).
+// name, and false for a name that has none (not a candidate), or whose
+// number ZooKeeper appended past the wrap (see wrappedSeq).
 func parseSeq(name string) (int64, bool) {
-	if len(name) < seqDigits {
+	if len(name) < seqDigits || wrappedSeq(name) {
 		return 0, false
 	}
 	digits := name[len(name)-seqDigits:]
@@ -73,12 +75,43 @@ func parseSeq(name string) (int64, bool) {
 	return n, err == nil
 }
 
-// orderCandidates keeps the children that are candidates and sorts them in
-// the order they queued: by sequence number, which the election node's
-// counter hands out in creation order.
-func orderCandidates(children []string) []candidate {
+// wrappedSeq reports whether name ends in a sequence number that ZooKeeper
+// appended after the election node's counter passed 2^31-1. The number is
+// the counter, a signed 32-bit integer, formatted as %010d: past the wrap
+// it is "-2147483648", "-2147483647", ... "-000000001", a sign and 10 or 9
+// digits. Its last 10 characters would read as a large number (two
+// candidates each first), or hold the sign (the candidate unseen). The
+// recipes put a separator before the number, "-" (Curator's, zk.Lock's
+// and ours, lock-) or "_" (kazoo's __lock__): a sign right after one is
+// the wrap. A wrapped number of 10 digits is -1000000000 or below, so
+// its first digit is not 0: "lock--0000000005" is a prefix lock-- and 5.
+func wrappedSeq(name string) bool {
+	d := 0 // trailing digits
+	for d < len(name) && name[len(name)-1-d] >= '0' && name[len(name)-1-d] <= '9' {
+		d++
+	}
+	sign := len(name) - d - 1
+	if (d != seqDigits-1 && d != seqDigits) || sign < 1 || name[sign] != '-' {
+		return false
+	}
+	if sep := name[sign-1]; sep != '-' && sep != '_' {
+		return false
+	}
+	return d == seqDigits-1 || name[sign+1] != '0'
+}
+
+// orderCandidates keeps the children of the election node dir that are
+// candidates and sorts them in the order they queued: by sequence number,
+// which the election node's counter hands out in creation order. A child
+// whose number wrapped (see wrappedSeq) has no place in that order: it
+// fails with an error matching ErrSequenceWrap. Other children (no number
+// at the end) are not candidates, and are left out.
+func orderCandidates(dir string, children []string) ([]candidate, error) {
 	out := make([]candidate, 0, len(children))
 	for _, c := range children {
+		if wrappedSeq(c) {
+			return nil, seqWrapped(dir, "candidate "+baton.Printable(c)+" was numbered past the limit")
+		}
 		if seq, ok := parseSeq(c); ok {
 			out = append(out, candidate{name: c, seq: seq})
 		}
@@ -86,7 +119,48 @@ func orderCandidates(children []string) []candidate {
 	slices.SortFunc(out, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(a.seq, b.seq), strings.Compare(a.name, b.name))
 	})
-	return out
+	return out, nil
+}
+
+// ErrSequenceWrap means that an election node's sequence numbers have
+// reached ZooKeeper's limit of 2^31-1, or come within seqMargin of it:
+// past it they wrap to negative numbers, and candidates no longer queue in
+// the order they came. Acquisitions there fail with it, until the election
+// node is deleted and created again (its numbers start again from 0;
+// tokens keep rising). It is not baton.ErrUnavailable: trying again does
+// not help.
+var ErrSequenceWrap = errors.New("its ZooKeeper sequence numbers are at or near their limit of 2^31-1, past which candidates no longer queue in order")
+
+// seqMargin is how close our node's sequence number may come to 2^31-1
+// before the acquisition is refused (see seqRoom): 2^20, about a million
+// numbers, where a queue holds a handful. A candidate let in is numbered
+// at least that far below the wrap, and a node is numbered past the wrap
+// only after a million more creates (a refused acquisition takes a number
+// too): every candidate let in before has long left by then, so no two
+// live candidates straddle the wrap, and a client that does not check
+// (Curator, zk.Lock) finds none of ours in its way. The refusals start
+// while every number is still in order, with time to re-create the
+// election node before the wrap.
+const seqMargin = 1 << 20
+
+// seqRoom returns an error matching ErrSequenceWrap when name, our node in
+// the election node dir, was numbered past the wrap or within seqMargin
+// of it. ZooKeeper numbers a sequential node with its parent's count of
+// creates (its child version, as the server keeps it): the name says it
+// exactly, however our node was made or found. (The child version a Stat
+// reports is another number: it counts deletes too, as twice the creates
+// less the children, and overflows at about 2^30 creates.)
+func seqRoom(dir, name string) error {
+	if seq, ok := parseSeq(name); ok && seq <= math.MaxInt32-seqMargin {
+		return nil
+	}
+	return seqWrapped(dir, fmt.Sprintf("our node %s; acquisitions are refused from %d on", baton.Printable(name), math.MaxInt32-seqMargin+1))
+}
+
+// seqWrapped is the error for an election node dir whose sequence numbers
+// wrapped, or are about to; why says what showed it.
+func seqWrapped(dir, why string) error {
+	return fmt.Errorf("election node %s: %w (%s): delete it (zkCli deleteall %s; a holder's lease is then lost), or let the server remove it once no one holds or waits (it is a container); it is created again, numbered from 0, and tokens keep rising", dir, ErrSequenceWrap, why, dir)
 }
 
 // predecessor returns our position among cands and the candidate just
@@ -118,7 +192,7 @@ func (b *backend) listCandidates(ctx context.Context, dir string, waiter *sessio
 	case err != nil:
 		return nil, b.readFailed(ctx, "list candidates of "+dir, waiter, err)
 	}
-	return orderCandidates(kids), nil
+	return orderCandidates(dir, kids)
 }
 
 // watched is a node read with a one-time watch set on it.
@@ -327,14 +401,20 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 		}
 		switch {
 		case err == nil:
-			b.crowded.Store(!own.alone)
 			name := own.path[len(dir)+1:]
+			if err := seqRoom(dir, name); err != nil {
+				return own, nil, err // the caller deletes our node
+			}
+			b.crowded.Store(!own.alone)
 			if seq, ok := parseSeq(name); ok && own.alone {
 				return own, []candidate{{name: name, seq: seq}}, nil
 			}
 			if lc != nil {
 				if kids, lerr := await(b, ctx, lc); lerr == nil {
-					cands := orderCandidates(kids)
+					cands, err := orderCandidates(dir, kids)
+					if err != nil {
+						return own, nil, err
+					}
 					if pos, _ := predecessor(cands, name); pos >= 0 {
 						return own, cands, nil
 					}
@@ -355,6 +435,9 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 				return created{}, nil, b.fail(ctx, "find our node after the connection dropped", ferr)
 			}
 			if found {
+				if err := seqRoom(dir, own.path[len(dir)+1:]); err != nil {
+					return own, nil, err
+				}
 				cands, err := b.listCandidates(ctx, dir, waiter)
 				return own, cands, err
 			}

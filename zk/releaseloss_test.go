@@ -162,7 +162,7 @@ const (
 // request goes out on a goroutine of its own, maybe after the sync's.
 // answer, called with each answer's xid, may hold it back.
 type syncDelete struct {
-	syncXid, delXid               atomic.Int32
+	syncXid, delXid, existsXid    atomic.Int32
 	syncSent, delSent, existsSent chan struct{}
 	syncOnce, delOnce, existsOnce sync.Once
 }
@@ -170,9 +170,17 @@ type syncDelete struct {
 // armSyncDelete makes d follow the next sync and delete, and hold answers
 // back as answer says.
 func armSyncDelete(d *stallDialer, answer func(sd *syncDelete, xid int32)) *syncDelete {
+	return armSyncDeleteGated(d, nil, answer)
+}
+
+// armSyncDeleteGated is armSyncDelete, and holds the next exists back
+// until gate, when not nil, is closed; existsSent is closed once it left.
+// (The connection sends nothing else meanwhile.)
+func armSyncDeleteGated(d *stallDialer, gate <-chan struct{}, answer func(sd *syncDelete, xid int32)) *syncDelete {
 	sd := &syncDelete{syncSent: make(chan struct{}), delSent: make(chan struct{}), existsSent: make(chan struct{})}
 	sd.syncXid.Store(-100)
 	sd.delXid.Store(-100)
+	sd.existsXid.Store(-100)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.onWrite = func(xid, op int32) {
@@ -182,7 +190,13 @@ func armSyncDelete(d *stallDialer, answer func(sd *syncDelete, xid int32)) *sync
 		case opDelete:
 			sd.delOnce.Do(func() { sd.delXid.Store(xid); close(sd.delSent) })
 		case opExists:
-			sd.existsOnce.Do(func() { close(sd.existsSent) })
+			sd.existsOnce.Do(func() {
+				sd.existsXid.Store(xid)
+				if gate != nil {
+					<-gate
+				}
+				close(sd.existsSent)
+			})
 		}
 	}
 	d.onFrame = func(xid int32) { answer(sd, xid) }
@@ -258,6 +272,11 @@ func TestRelease_RenewedDuringRelease_NodeGoneIsALoss(t *testing.T) {
 // within the request timeout. The loss, which a renewal saw, must be
 // reported. Before, Release reported a failed release only, and the lease
 // said ErrReleased.
+//
+// The hooks are armed before the node is deleted, so that no renewal can
+// see it gone before Release: the next exists is held back until the
+// delete is done, and its answer until the release's delete has left
+// (answers come in order: nothing behind it is delivered either).
 func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
 	addr := zkServer.Addr(t)
 	admin := adminConn(t, addr)
@@ -269,27 +288,26 @@ func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Deleted before the hooks are armed: the next renewal's exists finds
-	// it gone (one before the arming would end the hold before Release,
-	// and the test would pass).
-	if err := admin.Delete(lease.Key(), -1); err != nil {
-		t.Fatal(err)
-	}
-	sd := armSyncDelete(d, func(sd *syncDelete, xid int32) {
+	deleted := make(chan struct{})
+	sd := armSyncDeleteGated(d, deleted, func(sd *syncDelete, xid int32) {
 		switch xid {
-		case sd.syncXid.Load():
-			<-sd.delSent
+		case sd.existsXid.Load():
+			select { // the renewal's answer comes once the release is on its way
+			case <-sd.delSent:
+			case <-ctx.Done():
+			}
 		case sd.delXid.Load():
 			time.Sleep(1500 * time.Millisecond) // past the request timeout
 		}
 	})
-	<-sd.syncSent   // the renewal, whose exists will find the node gone
-	<-sd.existsSent // sent after the release's delete, its answer would queue behind the delete's, held past the request timeout
+	err = admin.Delete(lease.Key(), -1)
+	close(deleted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-sd.existsSent // the renewal whose exists finds the node gone
 	if err := lease.Err(); err != nil {
-		// The renewal we wait for is held back (its sync's answer waits
-		// for the release's delete): an earlier one, between the delete
-		// and the arming, ended the hold, and the path is not reached.
-		t.Skipf("a renewal before the arming ended the hold (%v): Release would not meet a renewal in flight; run again", err)
+		t.Fatalf("the lease ended before Release: %v; no renewal's answer can come before the release's delete leaves", err)
 	}
 	rerr := lease.Release(ctx)
 	var lost *baton.LostError

@@ -30,9 +30,15 @@ type Settings struct {
 	// false: a lost connection cancels the work at once, because the holder
 	// can no longer know that it still holds the lock.
 	ContinueWhileSuspended bool
-	// ACL is the ACL of every node baton creates (the root, the election
-	// nodes and the candidates). Default: zk.WorldACL(zk.PermAll), or
-	// zk.AuthACL(zk.PermAll) (only the creating identity) when Auth is set.
+	// ACL is the ACL of every node baton creates (the root and its
+	// missing ancestors, the election nodes and the candidates). Default:
+	// zk.WorldACL(zk.PermAll), or zk.AuthACL(zk.PermAll) (only the
+	// creating identity) when Auth is set. It must let the holder Create,
+	// Delete and Read on the election nodes; without Delete every Release
+	// fails, and the node holds the lock until the session ends. Since
+	// ancestors get it too, with Auth set a shared ancestor is the first
+	// identity's alone: create shared ones beforehand (see the package
+	// doc).
 	ACL []zkgo.ACL
 	// Auth is the digest identity Dial adds to its connection before any
 	// request. New only uses it to pick the default ACL: authenticate your
