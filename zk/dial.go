@@ -55,7 +55,14 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 	if len(servers) == 0 {
 		return nil, &baton.OptionError{Option: "ZooKeeper servers", Value: "[]", Reason: "give at least one host:port"}
 	}
+	servers = slices.Clone(servers)
 	for i, hp := range servers {
+		if _, _, err := net.SplitHostPort(hp); err != nil && !strings.ContainsAny(hp, "/,") && hp != "" {
+			// A host alone: ZooKeeper's port, as go-zookeeper, the Java
+			// client and kazoo default it.
+			hp = net.JoinHostPort(strings.Trim(hp, "[]"), "2181")
+			servers[i] = hp
+		}
 		if reason := checkServer(hp, servers[:i]); reason != "" {
 			return nil, &baton.OptionError{Option: "ZooKeeper server", Value: baton.Printable(strconv.Quote(hp)), Reason: reason}
 		}
@@ -212,8 +219,9 @@ func urlTTL(u *url.URL, err error) error {
 // of a server: it is the root.
 func checkServer(hp string, earlier []string) string {
 	if i := strings.IndexByte(hp, '/'); i >= 0 {
-		chroot := baton.Printable(hp[i:])
-		return fmt.Sprintf("is not a host:port: a chroot (%s) is not part of a server; make it the root, with baton.WithPrefix(%q) or the URL's path (zk://host:port%s)", chroot, chroot, chroot)
+		chroot := hp[i:]
+		root := chroot + DefaultRoot // where the locks are under the chroot
+		return fmt.Sprintf("is not a host:port: a chroot (%s) is not part of a server; put it before the root, with baton.WithPrefix(%q) or the URL's path (zk://host:port%s), so that the locks are where they are under the chroot", baton.Printable(chroot), root, baton.Printable(root))
 	}
 	if strings.Contains(hp, ",") {
 		return "is not a host:port: give each server as a host:port of its own"

@@ -218,17 +218,19 @@ func TestDial_Unreachable(t *testing.T) {
 
 // TestDial_BadServers: Dial checks each server as ParseURL does, before it
 // connects: a Java connect string's chroot (zk1:2181/app) is refused at
-// once, pointing to the root option, rather than failing as no server
-// answering; so are a server without a port, two in one string, and one
-// given twice.
+// once, pointing to the root option with the chroot before the root,
+// rather than failing as no server answering; so are two servers in one
+// string, a bad port, and one given twice (a host alone is ZooKeeper's
+// port, 2181, as go-zookeeper and the Java client take it).
 func TestDial_BadServers(t *testing.T) {
 	for _, tc := range []struct {
 		servers []string
 		want    string // in the reason
 	}{
-		{[]string{"127.0.0.1:2181/app"}, `baton.WithPrefix("/app") or the URL's path (zk://host:port/app)`},
+		{[]string{"127.0.0.1:2181/app"}, `baton.WithPrefix("/app/baton/lock") or the URL's path (zk://host:port/app/baton/lock)`},
 		{[]string{"127.0.0.1:2181", "127.0.0.1:2182/app/locks"}, "(/app/locks)"},
-		{[]string{"127.0.0.1"}, "want host:port"},
+		{[]string{"127.0.0.1", "127.0.0.1:2181"}, "given twice"},
+		{[]string{":2181"}, "want host:port"},
 		{[]string{"127.0.0.1:2181,127.0.0.1:2182"}, "a host:port of its own"},
 		{[]string{"127.0.0.1:0"}, "1 to 65535"},
 		{[]string{"127.0.0.1:2181", "127.0.0.1:2181"}, "given twice"},

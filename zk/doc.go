@@ -226,19 +226,20 @@
 //   - TTLLeft in status is unknown (-1): only the server knows how long a
 //     session has left.
 //   - An election node numbers its candidates with a signed 32-bit count
-//     of the creates under it, which wraps past 2^31-1 (two billion
-//     candidates; the server names the next "-2147483648"): past the wrap,
-//     candidates are no longer in the order they came, and two may each
-//     find themselves first. baton refuses to queue there (an error
-//     matching ErrSequenceWrap, not baton.ErrUnavailable) once our node's
-//     number is within 2^20 of the wrap, and whenever a candidate numbered
-//     past it is in line (another client's, such as Curator's, zk.Lock's
-//     or kazoo's, which need not check); Inspect and ForceRelease fail
-//     then too, unable to tell the holder. The election node must then be
-//     deleted and created again: zkCli deleteall (a holder's lease is then
-//     lost), or let the server remove it once no one holds or waits (it
-//     is a container); its numbers start again from 0, and tokens keep
-//     rising. Until then those other clients may still take the lock past
+//     of the creates under it, which runs out past 2^31-1 (two billion
+//     candidates; servers before 3.6 go on to "-2147483648", 3.6 and later
+//     name every later candidate "2147483647"): past it, candidates are
+//     no longer in the order they came, and two may each find themselves
+//     first. baton refuses to queue there (an error matching
+//     ErrSequenceWrap, not baton.ErrUnavailable) once our node's number is
+//     within 2^20 of the limit, and whenever a candidate numbered at or
+//     past it, or two with one number, are in line (another client's, such
+//     as Curator's, zk.Lock's or kazoo's, which need not check); Inspect,
+//     Observe and ForceRelease fail then too, unable to tell the holder.
+//     The election node must then be deleted and created again: zkCli
+//     deleteall (a holder's lease is then lost; a server before 3.6 does
+//     not remove such a container node by itself); its numbers start
+//     again from 0, and tokens keep rising. Until then those other clients may still take the lock past
 //     the wrap, beside a holder of ours that came before it; a fence
 //     refuses the older holder.
 //   - A TryAcquire whose node is first in line just as the connection

@@ -103,9 +103,12 @@ func wrappedSeq(name string) bool {
 // orderCandidates keeps the children of the election node dir that are
 // candidates and sorts them in the order they queued: by sequence number,
 // which the election node's counter hands out in creation order. A child
-// whose number wrapped (see wrappedSeq) has no place in that order: it
-// fails with an error matching ErrSequenceWrap. Other children (no number
-// at the end) are not candidates, and are left out.
+// whose number wrapped (see wrappedSeq), numbered 2^31-1, or sharing its
+// number with another has no place in that order: it fails with an error
+// matching ErrSequenceWrap. (Since ZooKeeper 3.6 the counter sticks at
+// 2^31-1 once it has wrapped, and names every later candidate
+// ...2147483647; before, it goes on to negative numbers.) Other children
+// (no number at the end) are not candidates, and are left out.
 func orderCandidates(dir string, children []string) ([]candidate, error) {
 	out := make([]candidate, 0, len(children))
 	for _, c := range children {
@@ -113,12 +116,20 @@ func orderCandidates(dir string, children []string) ([]candidate, error) {
 			return nil, seqWrapped(dir, "candidate "+baton.Printable(c)+" was numbered past the limit")
 		}
 		if seq, ok := parseSeq(c); ok {
+			if seq >= math.MaxInt32 {
+				return nil, seqWrapped(dir, "candidate "+baton.Printable(c)+" was numbered at the limit")
+			}
 			out = append(out, candidate{name: c, seq: seq})
 		}
 	}
 	slices.SortFunc(out, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(a.seq, b.seq), strings.Compare(a.name, b.name))
 	})
+	for i := 1; i < len(out); i++ {
+		if out[i].seq == out[i-1].seq {
+			return nil, seqWrapped(dir, fmt.Sprintf("candidates %s and %s have the same number", baton.Printable(out[i-1].name), baton.Printable(out[i].name)))
+		}
+	}
 	return out, nil
 }
 
@@ -160,7 +171,7 @@ func seqRoom(dir, name string) error {
 // seqWrapped is the error for an election node dir whose sequence numbers
 // wrapped, or are about to; why says what showed it.
 func seqWrapped(dir, why string) error {
-	return fmt.Errorf("election node %s: %w (%s): delete it (zkCli deleteall %s; a holder's lease is then lost), or let the server remove it once no one holds or waits (it is a container); it is created again, numbered from 0, and tokens keep rising", dir, ErrSequenceWrap, why, dir)
+	return fmt.Errorf("election node %s: %w (%s): delete it (zkCli deleteall %s; a holder's lease is then lost); it is created again, numbered from 0, and tokens keep rising", dir, ErrSequenceWrap, why, dir)
 }
 
 // predecessor returns our position among cands and the candidate just

@@ -105,8 +105,8 @@ func TestOrderCandidates(t *testing.T) {
 	// Around the wrap: each, first or last in the list, fails it.
 	for _, wrapped := range []string{ours + "-2147483648", ours + "-2147483647", ours + "-000000001", curator + "-1000000000", kazoo + "-000000002"} {
 		for _, kids := range [][]string{
-			{wrapped, ours + "2147483646", curator + "2147483647"},
-			{ours + "2147483646", curator + "2147483647", wrapped},
+			{wrapped, ours + "2147483645", curator + "2147483646"},
+			{ours + "2147483645", curator + "2147483646", wrapped},
 		} {
 			cands, err := zk.OrderCandidates(dir, kids)
 			if !errors.Is(err, zk.ErrSequenceWrap) || errors.Is(err, baton.ErrUnavailable) {
@@ -118,6 +118,25 @@ func TestOrderCandidates(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, say)
 				}
 			}
+		}
+	}
+}
+
+// TestOrderCandidates_AtTheLimit: since ZooKeeper 3.6 the counter sticks
+// at 2^31-1 once it has run out, and every later candidate is named
+// ...2147483647: a candidate at the limit, or two with one number, fail
+// the order as a wrapped one does (they sorted by name, so Inspect and
+// Observe could name a waiter the holder).
+func TestOrderCandidates_AtTheLimit(t *testing.T) {
+	const dir = "/baton/lock/jobs"
+	for _, kids := range [][]string{
+		{curator + "2147483647", kazoo + "2147483647"},
+		{ours + "2147483646", curator + "2147483647"},
+		{ours + "0000000005", kazoo + "0000000005"},
+	} {
+		cands, err := zk.OrderCandidates(dir, kids)
+		if !errors.Is(err, zk.ErrSequenceWrap) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("OrderCandidates(%q) = %v, %v; want an error matching zk.ErrSequenceWrap only, naming %s", kids, cands, err, dir)
 		}
 	}
 }
