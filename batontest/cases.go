@@ -124,12 +124,13 @@ func waitQueued(t testing.TB, l *baton.Locker, name string, n int, check func())
 	}
 	const within = 10 * time.Second
 	end := time.Now().Add(within)
+	ctx := ctxFor(t, within) // one bound for every look, not 10s each
 	waiters := -1
 	for {
 		if check != nil {
 			check()
 		}
-		infos, err := insp.Inspect(ctxFor(t, within), name)
+		infos, err := insp.Inspect(ctx, name)
 		if err != nil {
 			t.Fatalf("Inspect(%q): %v", name, err)
 		}

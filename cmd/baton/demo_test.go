@@ -77,14 +77,15 @@ func TestDemo_SummaryFromResults(t *testing.T) {
 		t.Errorf("the guide's night: err %v, output %q", err, out.String())
 	}
 	for name, spoil := range map[string]func(*demo.Result){
-		"billed through the fence": func(r *demo.Result) { r.StaleWrites = []int{4} },
-		"reached the database":     func(r *demo.Result) { r.StaleSkipped = []int{5} },
-		"never refused":            func(r *demo.Result) { r.FirstWake, r.Rejected = nil, nil },
-		"first write not refused":  func(r *demo.Result) { r.FirstWake = &warehouse.Event{Kind: "skipped", Client: 4} },
-		"ledger has the old token": func(r *demo.Result) { r.Billed[8] = 6 },
-		"ledger misses a client":   func(r *demo.Result) { delete(r.Billed, 10) },
-		"tokens did not grow":      func(r *demo.Result) { r.Token2 = 6 },
-		"loss not seen":            func(r *demo.Result) { r.Runner1Exit = 0 },
+		"billed through the fence":  func(r *demo.Result) { r.StaleWrites = []int{4} },
+		"reached the database":      func(r *demo.Result) { r.StaleSkipped = []int{5} },
+		"never refused":             func(r *demo.Result) { r.FirstWake, r.Rejected = nil, nil },
+		"first write not refused":   func(r *demo.Result) { r.FirstWake = &warehouse.Event{Kind: "skipped", Client: 4} },
+		"ledger has the old token":  func(r *demo.Result) { r.Billed[8] = 6 },
+		"ledger misses a client":    func(r *demo.Result) { delete(r.Billed, 10) },
+		"tokens did not grow":       func(r *demo.Result) { r.Token2 = 6 },
+		"refused for another token": func(r *demo.Result) { r.FirstWake = &warehouse.Event{Kind: "rejected", Client: 4, Token: 6, Newest: 9} },
+		"loss not seen":             func(r *demo.Result) { r.Runner1Exit = 0 },
 	} {
 		fenced := heldNight()
 		spoil(fenced)

@@ -597,10 +597,24 @@ func TestElect_LeftRunning_NoNewTerm(t *testing.T) {
 	backend := etcdBackend(t)
 	// A copy of this binary that user nobody may run, in a directory it may
 	// write its command's pid to.
+	// Only the two directories t.TempDir made are opened up (t.TempDir is
+	// TMPDIR/TestName.../NNN); every directory above them must already let
+	// nobody through.
 	dir := t.TempDir()
-	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
+	if parent := filepath.Dir(dir); filepath.Dir(parent) != filepath.Clean(os.TempDir()) {
+		t.Fatalf("t.TempDir() = %s, not two levels under %s", dir, os.TempDir())
+	} else if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Clean(os.TempDir()); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			t.Skipf("user nobody cannot pass through %s (%v), above the test's temp dir: set TMPDIR to a directory it can reach", d, err)
+		}
+		if d == "/" {
+			break
 		}
 	}
 	self, err := os.ReadFile(os.Args[0])
@@ -648,5 +662,16 @@ func TestElect_LeftRunning_NoNewTerm(t *testing.T) {
 	}
 	if n := strings.Count(r.stderr, "leading mailer"); n != 1 {
 		t.Errorf("elect led %d times; want one term, none beside what was left of it", n)
+	}
+}
+
+// TestRun_IDStartingWithDash: a holder name that starts with '-' but names
+// no flag is taken (--id=-worker); one that is a flag of the command is
+// refused as a missing value (TestRun_BadInput).
+func TestRun_IDStartingWithDash(t *testing.T) {
+	backend := useFake(t, &fakeBackend{})
+	r := runInProcess("run", "--backend", backend, "--id=-worker", "invoices", "--", "sh", "-c", `test "$BATON_HOLDER" = -worker`)
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q; want the command run as holder -worker", r.code, r.stderr)
 	}
 }

@@ -116,11 +116,11 @@ var nameFlags = []struct{ name, example string }{
 	{"once", "2026-10-31"},
 }
 
-// tookAFlag refuses a URL flag, or --id or --once, whose value looks like
-// a flag: given without a value, it took the next flag for one (--fence
-// --backend URL), which moves the arguments, and every message after would
-// be about the wrong words. A URL never starts with '-', and a holder name
-// or run id that did would read as a flag on every command line.
+// tookAFlag refuses a URL flag whose value looks like a flag, or an --id or
+// --once whose value is one of the command's flags: given without a value,
+// it took the next flag for one (--fence --backend URL), which moves the
+// arguments, and every message after would be about the wrong words. A URL
+// never starts with '-'.
 func tookAFlag(fl *pflag.FlagSet) error {
 	for _, u := range urlFlags {
 		if f := fl.Lookup(u.name); f != nil && f.Changed && strings.HasPrefix(f.Value.String(), "-") {
@@ -128,11 +128,28 @@ func tookAFlag(fl *pflag.FlagSet) error {
 		}
 	}
 	for _, n := range nameFlags {
-		if f := fl.Lookup(n.name); f != nil && f.Changed && strings.HasPrefix(f.Value.String(), "-") {
-			return usageError("--%s took %s as its value, which reads as a flag: give --%s a value of its own, such as %s (one that starts with '-' is refused)", n.name, f.Value, n.name, n.example)
+		if f := fl.Lookup(n.name); f != nil && f.Changed && namesAFlag(fl, f.Value.String()) {
+			return usageError("--%s took %s as its value, a flag of this command: give --%s a value, such as %s", n.name, f.Value, n.name, n.example)
 		}
 	}
 	return nil
+}
+
+// namesAFlag reports whether v is "--" or names a flag fl defines (--name,
+// --name=value, or -x for its shorthand x): what a flag given no value
+// takes from the next word. A holder name or run id that starts with '-'
+// otherwise (--id=-worker) is taken.
+func namesAFlag(fl *pflag.FlagSet, v string) bool {
+	switch {
+	case v == "--":
+		return true
+	case strings.HasPrefix(v, "--"):
+		name, _, _ := strings.Cut(v[2:], "=")
+		return fl.Lookup(name) != nil
+	case len(v) >= 2 && v[0] == '-':
+		return fl.ShorthandLookup(v[1:2]) != nil
+	}
+	return false
 }
 
 // strictCompletion makes `baton completion SHELL` with an unknown SHELL a

@@ -252,6 +252,7 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"status", "--backend", "--json"}, exitUsage, "--backend took --json as its value"},
 		{[]string{"fence", "show", "--store", "--json"}, exitUsage, "--store took --json as its value"},
 		{[]string{"elect", "--backend", backend, "--id", "--observe", "n"}, exitUsage, "--id took --observe as its value"},
+		{[]string{"elect", "--backend", backend, "--id", "--", "n", "--", "true"}, exitUsage, "--id took -- as its value"},
 		{[]string{"run", "--backend", backend, "--once", "--fence", store, "n", "--", "true"}, exitUsage, "--once took --fence as its value"},
 		{[]string{"run", "--backend", backend, "--fence", "/tmp/f.db", "n", "--", "true"}, exitUsage, "write sqlite:/tmp/f.db for a SQLite file, or postgres://"},
 		{[]string{"elect", "--backend", backend, "--fence", "f.db", "n", "--", "true"}, exitUsage, "write sqlite:f.db"},

@@ -110,6 +110,8 @@ func (r *Result) FenceHeld() error {
 		errs = append(errs, errors.New("runner 1 wrote nothing after waking: the fence was never put to the test"))
 	case r.FirstWake.Kind != "rejected":
 		errs = append(errs, fmt.Errorf("runner 1's first write after waking (client %d) was %s, not refused by the fence", r.FirstWake.Client, r.FirstWake.Kind))
+	case r.FirstWake.Token != r.Token1 || r.FirstWake.Newest != r.Token2:
+		errs = append(errs, fmt.Errorf("the fence refused token %d for having seen %d; want runner 1's %d refused for runner 2's %d", r.FirstWake.Token, r.FirstWake.Newest, r.Token1, r.Token2))
 	}
 	if len(r.StaleWrites) > 0 {
 		errs = append(errs, fmt.Errorf("runner 1 billed clients %v after the takeover", r.StaleWrites))
@@ -357,6 +359,11 @@ func Night(ctx context.Context, cfg Config) (*Result, error) {
 	// write before this process has read the clock after SIGCONT.)
 	afterFreeze := false
 	for _, e := range events {
+		if e.Runner == "runner-2" && (e.Kind == "lost" || e.Kind == "released") {
+			// Not what the night is about, nor a fault of the fence's:
+			// runner 2 held its lease until a stall ended it.
+			return nil, fmt.Errorf("runner 2 lost its lease while billing (was the machine stalled past the %v TTL?); run the demo again", cfg.TTL)
+		}
 		if e.Kind == "skipped" {
 			res.Duplicates = append(res.Duplicates, e.Client)
 		}
