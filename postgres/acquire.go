@@ -58,7 +58,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		case <-abandoned:
 			defer b.abandoned.Done()
 			if h != nil { // granted as ctx ended: nobody will use it
-				_ = h.Release(context.WithoutCancel(ctx))
+				// As freeDetached: a failure to free leaves the lock
+				// taken until its TTL runs out, which the error says. A
+				// loss leaves nothing to free.
+				if err := h.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, baton.ErrLeaseLost) {
+					b.cfg.Logger.Warn("could not give back a lease nobody will use", "lock", req.Name, "token", int64(h.Token()), "err", err)
+				}
 			}
 		}
 	}()

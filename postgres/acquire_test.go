@@ -26,7 +26,10 @@ func TestAcquire_CancelledDuringSilentRecheck(t *testing.T) {
 	admin := newPool(t, dsn)
 	p, pdsn := proxied(t, dsn)
 	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
-	w := dial(t, pdsn, baton.WithHolder("w"), baton.WithRequestTimeout(4*time.Second),
+	// TTL 5s: w's place expires within the 10s the test waits for it to
+	// go, also when the goroutine left behind overruns its release
+	// timeout (300ms) leaving the queue.
+	w := dial(t, pdsn, baton.WithHolder("w"), baton.WithTTL(5*time.Second), baton.WithRequestTimeout(4*time.Second),
 		baton.WithReleaseTimeout(300*time.Millisecond), baton.WithRenewEvery(500*time.Millisecond))
 	ctx := timeout(t, 60*time.Second)
 	lh, err := h.Acquire(ctx, name)
@@ -65,6 +68,97 @@ func TestAcquire_CancelledDuringSilentRecheck(t *testing.T) {
 	batontest.WaitFor(t, 10*time.Second, "w's place left", func() bool { return queued(t, admin, name) == 0 })
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClose_AbandonedLateGrantGivenBack: a waiter's re-check is held up
+// in the network while the holder's release hands it the lock, and its
+// caller gives up: Acquire returns at the release timeout, leaving the
+// acquisition to finish on its own. The Locker is closed while the
+// re-check's answer is still held up. Close ends the Locker's other hold
+// at once, not after the abandoned acquisition (whose answer may take up
+// to the request timeout), but returns only once that acquisition has
+// finished: its re-check claims the hand-off late, and it gives the lease
+// back, so that once Close returns the Locker holds no row and has no
+// place in the queue. Before, Close waited for the abandoned acquisition
+// before ending its holds.
+func TestClose_AbandonedLateGrantGivenBack(t *testing.T) {
+	const name = "late-grant" // no other lock's name contains it
+	dsn := pg.Database(t)
+	admin := newPool(t, dsn)
+	p, pdsn := proxied(t, dsn)
+	h := dial(t, dsn, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	// The request timeout (20s) outlasts the test: the held re-check is
+	// answered, never given up on.
+	w := dial(t, pdsn, baton.WithHolder("w"), baton.WithTTL(30*time.Second), baton.WithRequestTimeout(20*time.Second),
+		baton.WithReleaseTimeout(2*time.Second), baton.WithRenewEvery(500*time.Millisecond))
+	ctx := timeout(t, 60*time.Second)
+	live := func(name string) int {
+		var n int
+		queryRow(t, admin, `SELECT count(*) FROM baton_lock WHERE name = $1 AND expires_at > clock_timestamp()`, []any{name}, &n)
+		return n
+	}
+	if _, err := w.Acquire(ctx, "kept"); err != nil { // the hold Close ends
+		t.Fatal(err)
+	}
+	lh, err := h.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := acquireAsync(t, w, wctx, name)
+	batontest.WaitFor(t, 10*time.Second, "w queued", func() bool { return queued(t, admin, name) == 1 })
+
+	held := p.HoldFirst([]byte(name)) // a parameter of w's re-checks
+	t.Cleanup(held.Release)           // before w's Close, should the test fail first
+	select {
+	case <-held.Caught():
+	case <-time.After(5 * time.Second):
+		t.Fatal("w sent no re-check")
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if holder, _, _ := handedTo(t, admin, name); holder != "w" {
+		t.Fatalf("h's release handed the lock to %q, want w", holder)
+	}
+	cancel()
+	select {
+	case <-got.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not return 10s after its ctx ended")
+	}
+	if !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("Acquire after its ctx ended = %v; want context.Canceled", got.err)
+	}
+
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	batontest.WaitFor(t, 10*time.Second, "w's Close ended its other hold", func() bool { return live("kept") == 0 })
+	select {
+	case err := <-closed:
+		t.Fatalf("w's Close returned (%v) while its abandoned acquisition still waited for an answer", err)
+	default:
+	}
+	held.Release() // the re-check claims the hand-off, late
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("w's Close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("w's Close did not return 15s after its abandoned acquisition could finish")
+	}
+	if n := live(name); n != 0 {
+		holder, _, token := handedTo(t, admin, name)
+		t.Fatalf("after w's Close the lock is %q's (token %d); want it free: the lease granted late given back", holder, token)
+	}
+	if n := queued(t, admin, name); n != 0 {
+		t.Fatalf("%d waiters queued after w's Close; want none", n)
+	}
+	if n := postgres.FailedAttempts(w.Locker()); n != 0 {
+		t.Fatalf("%d of w's statements failed; want its held re-check answered (the late grant)", n)
 	}
 }
 
@@ -126,7 +220,7 @@ func TestAcquire_ListenerStartHoldsNoOtherWaiter(t *testing.T) {
 // TestAcquire_AnswerLost_PlaceLeft: a waiter's first statement commits,
 // queueing it, but its answer is lost (the network goes silent after the
 // statement reached the server, so that pgx's cancel request is lost too)
-// and its client gives up after the request timeout (1s): a place whose
+// and its client gives up after the request timeout (2s): a place whose
 // ticket the waiter never heard. Acquire leaves the queue all the same
 // (by its row, which needs no ticket), so the holder's release hands the
 // lock to the next waiter at once, not to that place, where it would sit
@@ -149,7 +243,22 @@ func answerLost(t *testing.T, handedFirst bool) {
 	admin := newPool(t, dsn)
 	p, pdsn := proxied(t, dsn)
 	h := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("h"))
-	w := dial(t, pdsn, baton.WithTTL(ttl), baton.WithHolder("lost-w"), baton.WithRequestTimeout(time.Second), baton.WithReleaseTimeout(10*time.Second))
+	// The test acts in two windows, which Dial's defaults for w (a
+	// statement_timeout of half the request timeout, a connect timeout of
+	// the request timeout) made 500ms and 1s at the 1s request timeout it
+	// had: too short on a loaded machine under -race. First, between w's
+	// statement reaching the server and the proxy blocking: w's DSN sets
+	// statement_timeout=0, which Dial keeps, so the server never cancels
+	// the statement waiting for the row; only w's client giving up (at the
+	// request timeout, now 2s, when pgx's cancel request would still get
+	// through) bounds it. Second, between the lost answer and the
+	// unblocking: leaving the queue opens a connection through the blocked
+	// proxy, and connect_timeout=30 leaves that wait to the release
+	// timeout (10s). Neither changes what is tested: the statement commits,
+	// queueing w, after the network went silent, and w leaves the queue
+	// once it can reach the server again.
+	wdsn := withParam(t, withParam(t, pdsn, "statement_timeout", "0"), "connect_timeout", "30")
+	w := dial(t, wdsn, baton.WithTTL(ttl), baton.WithHolder("lost-w"), baton.WithRequestTimeout(2*time.Second), baton.WithReleaseTimeout(10*time.Second))
 	v := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("v"))
 	ctx := timeout(t, 60*time.Second)
 	lh, err := h.Acquire(ctx, name)

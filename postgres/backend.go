@@ -242,32 +242,47 @@ func (b *backend) failWithin(ctx context.Context, what string, err error, bound 
 }
 
 // refused returns the error for err when the server refused the statement
-// for good, and nil when err is the lock service failing: a connection
-// that failed or an answer that did not come (pgkit.ConnFailure), a
-// statement PostgreSQL gave up on because it waited or conflicted
-// (pgkit.GaveUp, class 40), a server short of resources (53), shutting
-// down or restarting (57), failing in itself (58, XX), or read-only, as a
-// primary turned standby is until its clients reach the new one (25006).
+// for good, and nil when err is the lock service failing (see failing).
 // A privilege the user lacks is a *baton.OptionError naming the grants the
 // lock needs; any other refusal (a lock table dropped, a column missing)
 // an error saying what the server refused, which matches neither
 // baton.ErrUnavailable nor baton.ErrInvalidOption.
 func (b *backend) refused(what string, err error) error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgkit.ConnFailure(err) || pgkit.GaveUp(err) || pgErr.Code == "25006" { // read_only_sql_transaction
+	if !errors.As(err, &pgErr) || failing(err) {
 		return nil
 	}
-	switch {
-	case strings.HasPrefix(pgErr.Code, "40"), strings.HasPrefix(pgErr.Code, "53"), strings.HasPrefix(pgErr.Code, "57"),
-		strings.HasPrefix(pgErr.Code, "58"), strings.HasPrefix(pgErr.Code, "XX"):
-		return nil
-	case pgErr.Code == "42501": // insufficient_privilege
+	switch pgErr.Code {
+	case "42501": // insufficient_privilege
 		return &baton.OptionError{Option: "PostgreSQL user at", Value: b.where,
 			Reason: fmt.Sprintf("%s: %v; grant it what the lock needs: %s", what, err, b.n.grants(b.pool.Config().ConnConfig.User))}
-	case pgErr.Code == "42P01": // undefined_table
+	case "42P01": // undefined_table
 		return fmt.Errorf("%s: %s: %w; the lock tables %s were dropped after this Locker was built: create them again with postgres.Init", b.where, what, err, b.n.table)
 	}
 	return fmt.Errorf("%s: %s: %w (refused by the server; trying again will not mend it)", b.where, what, err)
+}
+
+// failing reports whether err is the lock service failing, which may mend
+// itself, rather than the server refusing a statement for good: a
+// connection that failed or an answer that did not come
+// (pgkit.ConnFailure), a statement PostgreSQL gave up on because it waited
+// or conflicted (pgkit.GaveUp, class 40), a server short of resources
+// (53), shutting down or restarting (57), failing in itself (58, XX), or
+// read-only, as a primary turned standby is until its clients reach the
+// new one (25006). Acquire's errors (refused) and Init's are classified by
+// it alike.
+func failing(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgkit.ConnFailure(err) || pgkit.GaveUp(err) {
+		return true
+	}
+	switch code := pgErr.Code; {
+	case code == "25006", // read_only_sql_transaction
+		strings.HasPrefix(code, "40"), strings.HasPrefix(code, "53"), strings.HasPrefix(code, "57"),
+		strings.HasPrefix(code, "58"), strings.HasPrefix(code, "XX"):
+		return true
+	}
+	return false
 }
 
 // unavailable classifies err as the service failing, whatever it says:
@@ -278,9 +293,11 @@ func (b *backend) unavailable(ctx context.Context, what string, err error) error
 }
 
 // Close ends every hold (freeing its lease row, so the next waiter gets the
-// lock at once), stops the listener and every observer (closing their
-// channels) and closes the pool if Dial made it. A lost hold is not among
-// them (dropped at its loss), as Close would not free its row anyway.
+// lock at once), then waits for the acquisitions whose callers returned at
+// the end of their ctx (see Acquire) to finish, stops the listener and
+// every observer (closing their channels) and closes the pool if Dial made
+// it. A lost hold is not among them (dropped at its loss), as Close would
+// not free its row anyway.
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -295,13 +312,17 @@ func (b *backend) Close() error {
 		observers = append(observers, o)
 	}
 	b.mu.Unlock()
+	// The holds end first: the Locker has marked their leases lost, and
+	// other processes wait for their rows. The abandoned acquisitions
+	// finish meanwhile; they still use the pool and the listener, which
+	// stay open until they have, and one granted a lease now ends it
+	// itself (track refuses it).
+	err := parallel.Join(holds, func(h *hold) error { return h.end(context.Background(), baton.ErrClosed, false) })
 	for _, o := range observers {
 		<-o.done
 	}
 	b.abandoned.Wait()
 	lis := b.stopListening()
-
-	err := parallel.Join(holds, func(h *hold) error { return h.end(context.Background(), baton.ErrClosed, false) })
 	if lis != nil {
 		lis.stop()
 		// This Locker waited: its rows in the waiters table go with it,

@@ -106,7 +106,8 @@
 // connection that fails or gets no answer, and a statement the server
 // gives up on (a lock or statement timeout, a serialization failure, a
 // deadlock), shuts down for, has no resources for, or cannot write (a
-// primary turned standby) is baton.ErrUnavailable. Rows of the lease table are never deleted, only
+// primary turned standby) is baton.ErrUnavailable, from the Locker's calls
+// and from Init alike. Rows of the lease table are never deleted, only
 // expired: one small row per lock name ever used. Do not delete them by hand
 // while clients run (an acquisition in flight could then insert a token
 // drawn before the newest one); to free a lock by hand, run

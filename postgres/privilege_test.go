@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/postgres"
 )
 
 // TestAcquire_PrivilegeRefusedIsNotUnavailable: a user who may only read
@@ -38,5 +39,28 @@ func TestAcquire_PrivilegeRefusedIsNotUnavailable(t *testing.T) {
 				t.Errorf("%s by a user who may only read: %v; want it to say %q", c.what, err, want)
 			}
 		}
+	}
+}
+
+// TestInit_ReadOnlyIsUnavailable: a server that cannot write, as a primary
+// turned standby is during a failover until its clients reach the new
+// one (read_only_sql_transaction), is the service failing for Init as it
+// is for Acquire: an error matching baton.ErrUnavailable, which trying
+// again mends. Init called it a refusal.
+func TestInit_ReadOnlyIsUnavailable(t *testing.T) {
+	dsn := pg.Database(t)
+	ro := withParam(t, dsn, "default_transaction_read_only", "on")
+	ctx := timeout(t, 30*time.Second)
+	err := postgres.Init(ctx, newPool(t, ro), "")
+	t.Logf("Init: %v", err)
+	if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("Init on a read-only server: %v; want ErrUnavailable", err)
+	}
+	dial(t, dsn).Close() // the tables, for a Locker on the read-only server
+	l := dial(t, ro, baton.WithHolder("ro"))
+	_, err = l.TryAcquire(ctx, "read-only")
+	t.Logf("TryAcquire: %v", err)
+	if !errors.Is(err, baton.ErrUnavailable) {
+		t.Fatalf("TryAcquire on a read-only server: %v; want ErrUnavailable, as Init", err)
 	}
 }

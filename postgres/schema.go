@@ -28,9 +28,11 @@ type Execer interface {
 // yourself (or the SQL) as the owner of the tables where the Locker's
 // database user may not create them, or may not add the triggers (only the
 // table's owner may) and someone will observe elections. A server that
-// cannot be reached, or gives up on the statements (a lock wait), is an
-// error wrapping baton.ErrUnavailable; a refusal (a privilege the user
-// lacks) an error that says what to do, which trying again would not mend.
+// cannot be reached, gives up on the statements (a lock wait) or cannot
+// write (a standby during a failover) is an error wrapping
+// baton.ErrUnavailable, as for the Locker's calls; a refusal (a privilege
+// the user lacks) an error that says what to do, which trying again would
+// not mend.
 func Init(ctx context.Context, db Execer, table string) error {
 	n, err := newNames(table)
 	if err != nil {
@@ -47,8 +49,7 @@ func Init(ctx context.Context, db Execer, table string) error {
 			return fmt.Errorf("create lock tables %s: %w", n.table, context.Cause(ctx))
 		}
 		err = fmt.Errorf("create lock tables %s: %w%s", n.table, err, privilegeHint(err))
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgkit.ConnFailure(err) || pgkit.GaveUp(err) {
+		if failing(err) { // as Acquire's errors: a read-only standby too
 			return &baton.UnavailableError{Where: pgkit.WhereOf(db), Err: err}
 		}
 		return err // refused: trying again would not mend it
