@@ -120,3 +120,59 @@ func TestDial_AuthNotEnabled(t *testing.T) {
 	}
 	_ = l.Close()
 }
+
+// TestAcquire_ReadOnlyUser: a user whose role may read the prefix but not
+// write it passes Dial's read, and every acquisition is then refused at
+// its first write. That is an invalid option naming the grant, not an
+// unavailable server, which baton elect and run --wait would retry for
+// ever.
+// It runs on the embedded server and on Debian's etcd 3.4.
+func TestAcquire_ReadOnlyUser(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { testAcquireReadOnlyUser(t, testsvc.StartEtcd(t)) })
+	t.Run("etcd3.4", func(t *testing.T) { testAcquireReadOnlyUser(t, testsvc.StartEtcdBinary(t)) })
+}
+
+func testAcquireReadOnlyUser(t *testing.T, srv *testsvc.Etcd) {
+	ctx := timeout(t, 10*time.Second)
+	c := testsvc.Client(t, srv.Endpoint)
+	for i, step := range []func() error{
+		func() error { _, err := c.RoleAdd(ctx, "reader"); return err },
+		func() error {
+			_, err := c.RoleGrantPermission(ctx, "reader", "/ro/", clientv3.GetPrefixRangeEnd("/ro/"), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		},
+		func() error { _, err := c.UserAdd(ctx, "reader", "reader-pw"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "reader", "reader"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("adding the read-only user, step %d: %v", i, err)
+		}
+	}
+	enableAuth(t, srv.Endpoint)
+
+	u, _ := url.Parse("etcd://reader:reader-pw@" + strings.TrimPrefix(srv.Endpoint, "http://") + "/ro/")
+	l, err := etcd.Open(timeout(t, 30*time.Second), u, baton.WithTTL(2*time.Second), baton.WithRequestTimeout(10*time.Second)) // bcrypt is slow under -race
+	if err != nil {
+		t.Fatalf("Open as a user who may read /ro/: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s succeeded for a user who may not write the prefix", what)
+		}
+		t.Logf("%s: %v", what, err)
+		var oe *baton.OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) {
+			t.Fatalf("%s: err = %v (%T), want a *baton.OptionError and not ErrUnavailable", what, err, err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "/ro/") || !strings.Contains(msg, "readwrite") || strings.Contains(msg, "reader-pw") {
+			t.Errorf("%s: err = %q: want it to name the prefix /ro/ and the readwrite grant, and no password", what, msg)
+		}
+	}
+	_, err = l.TryAcquire(timeout(t, 10*time.Second), "nightly")
+	check("TryAcquire", err)
+	_, err = l.Acquire(timeout(t, 10*time.Second), "nightly")
+	check("Acquire", err)
+}

@@ -153,10 +153,50 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 }
 
 // failWithin is fail for a request bounded by bound (a release's, by the
-// release timeout), which a message about a missing answer names.
+// release timeout), which a message about a missing answer names. A
+// request the server refused, which trying again cannot mend, is not the
+// service failing: see refusal.
 func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
+	if ctx.Err() == nil {
+		if rerr := b.refusal(what, err); rerr != nil {
+			return rerr
+		}
+	}
+	return b.unavailableWithin(ctx, what, err, bound)
+}
+
+// unavailable classifies err as the service failing, whatever it says:
+// for a renewal, whose failures are retried until the local deadline and
+// whose last one the loss wraps, never a refusal of another kind.
+func (b *backend) unavailable(ctx context.Context, what string, err error) error {
+	return b.unavailableWithin(ctx, what, err, b.cfg.RequestTimeout)
+}
+
+func (b *backend) unavailableWithin(ctx context.Context, what string, err error, bound time.Duration) error {
 	timedOut := errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
 	return failkit.Unavailable(ctx, b.where, what, err, timedOut, bound)
+}
+
+// refusal returns the error for err when the server refused the request
+// (what) for good, and nil when err may be the lock service failing. A
+// user the server does not know, or may not write the prefix, is a
+// *baton.OptionError naming what to grant or give (see refused); a request
+// larger than the server takes (a holder of megabytes) an error saying so,
+// which matches neither baton.ErrUnavailable nor baton.ErrInvalidOption.
+//
+// Everything else may mend itself, and stays the service failing: no
+// leader, a timeout, too many requests, a database out of space (an
+// operator compacts and disarms the alarm), and an invalid auth token or
+// an old auth revision, which the client answers by fetching a new token
+// (a password it can no longer log in with is then ErrAuthFailed).
+func (b *backend) refusal(what string, err error) error {
+	if rerr := refused(err, b.where, b.prefix, "was refused "+what+" under it ("+err.Error()+")"); rerr != nil {
+		return rerr
+	}
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+		return fmt.Errorf("%s: %s: %w (refused by the server, whose --max-request-bytes it exceeds; a shorter holder name will do)", b.where, what, err)
+	}
+	return nil
 }
 
 // Close ends every hold and every observation, revokes the session leases

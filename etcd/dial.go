@@ -38,7 +38,7 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	cc.Context = ctx
 	client, err := clientv3.New(cc)
 	if err != nil {
-		if err := refused(err, where, ""); err != nil {
+		if err := refused(err, where, "", ""); err != nil {
 			return nil, err
 		}
 		return nil, &baton.UnavailableError{Where: where, Err: err}
@@ -59,7 +59,7 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if err := refused(err, where, b.prefix); err != nil {
+		if err := refused(err, where, b.prefix, "may not read keys under it"); err != nil {
 			return nil, err
 		}
 		if pctx.Err() == nil { // an answer, not a timeout
@@ -140,16 +140,17 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 }
 
 // refused returns a *baton.OptionError when err is the server's refusal of
-// the client's credentials, or of its access to prefix (when not ""):
-// settings to change, not a server to wait for. Otherwise it returns nil.
-func refused(err error, where, prefix string) error {
+// the client's credentials, or of its access to prefix (when not ""), which
+// denied says in words ("may not read keys under it"): settings to change,
+// not a server to wait for. Otherwise it returns nil.
+func refused(err error, where, prefix, denied string) error {
 	switch {
-	case errors.Is(err, rpctypes.ErrAuthFailed):
+	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrGRPCAuthFailed):
 		return &baton.OptionError{Option: "etcd credentials for", Value: where, Reason: "the server refused the user:password; check them"}
-	case errors.Is(err, rpctypes.ErrUserEmpty):
+	case errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrGRPCUserEmpty):
 		return &baton.OptionError{Option: "etcd credentials for", Value: where, Reason: "the server has authentication on and none were given; write etcd://user:password@host:port"}
-	case errors.Is(err, rpctypes.ErrPermissionDenied) && prefix != "":
-		return &baton.OptionError{Option: "prefix", Value: prefix, Reason: "the etcd user may not read keys under it at " + where + "; grant its role readwrite on the prefix, or use a prefix it has"}
+	case prefix != "" && (errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied)):
+		return &baton.OptionError{Option: "prefix", Value: prefix, Reason: "the etcd user " + denied + " at " + where + "; grant its role readwrite on the prefix, or use a prefix it has"}
 	}
 	return nil
 }

@@ -122,5 +122,14 @@
 // that it answers by reading under the prefix. Dial returns a
 // *baton.OptionError (the CLI's exit 2), not an unavailable server, when
 // the server refuses the credentials, gets none, or refuses the user the
-// prefix.
+// prefix. A user who may read the prefix but not write it passes Dial;
+// its acquisitions (and any other request the server refuses it later,
+// as when its password or role changed) then return a *baton.OptionError
+// saying to grant readwrite on the prefix, which baton elect and run
+// --wait do not retry. A request larger than the server's
+// --max-request-bytes (a holder of megabytes) is refused with an error
+// that is neither. Everything else the server answers with (no leader, a
+// timeout, too many requests, a database out of space, an auth token to
+// fetch again) matches baton.ErrUnavailable, and so does every failed
+// renewal.
 package etcd

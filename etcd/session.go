@@ -227,7 +227,7 @@ func (b *backend) renewer(id clientv3.LeaseID) keeper.RenewFunc {
 		case ctx.Err() != nil:
 			return fmt.Errorf("renew lease: no answer before the local deadline: %w", err)
 		default:
-			return b.fail(context.Background(), "renew lease", err)
+			return b.unavailable(context.Background(), "renew lease", err)
 		}
 	}
 }
