@@ -64,7 +64,7 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 			// the undo waits its timeout.
 			b.undos.Go(func() { b.leave(ctx, k, value) })
 		}
-		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
+		return attempt{}, b.fail(ctx, "acquire "+k.lock, err, k.all()...)
 	case !c.Ours:
 		return attempt{holder: c.Holder}, nil
 	case !c.Marked:
@@ -88,7 +88,7 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed, 
 		r, err = rediskit.ParseReply(res)
 	}
 	if err != nil {
-		return attempt{}, b.fail(ctx, "acquire "+k.lock, err)
+		return attempt{}, b.fail(ctx, "acquire "+k.lock, err, k.all()...)
 	}
 	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
 }

@@ -145,27 +145,38 @@ func (b *backend) op(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(ctx, b.cfg.RequestTimeout)
 }
 
-// fail classifies err from a request made with a context derived from ctx:
-// the caller's cancellation, or the lock service failing.
-func (b *backend) fail(ctx context.Context, what string, err error) error {
-	return b.failWithin(ctx, what, err, b.cfg.RequestTimeout)
+// fail classifies err from a request made with a context derived from ctx
+// on keys (those a reply of WRONGTYPE names): the caller's cancellation, a
+// refusal, or the lock service failing.
+func (b *backend) fail(ctx context.Context, what string, err error, keys ...string) error {
+	return b.failWithin(ctx, what, err, b.cfg.RequestTimeout, keys...)
 }
 
 // failWithin is fail for a request bounded by bound.
-// A request the server's ACL refused is an error in the configuration, not
-// the service failing: a *baton.OptionError naming what to grant.
-func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration) error {
-	if ctx.Err() == nil && rediskit.NoPerm(err) {
-		return rediskit.PermissionError(b.where, what, err, rediskit.Grants(b.prefix))
+// A request the server refused for good (see rediskit.Refusal) is not the
+// service failing: an error in the configuration (an ACL without what
+// baton needs, credentials changed) is a *baton.OptionError naming what to
+// grant or check, and a key of another type or a command the server does
+// not run an error that matches neither baton.ErrUnavailable nor
+// baton.ErrInvalidOption.
+func (b *backend) failWithin(ctx context.Context, what string, err error, bound time.Duration, keys ...string) error {
+	if ctx.Err() == nil {
+		if rerr := rediskit.Refusal(b.where, what, err, rediskit.Grants(b.prefix), keys); rerr != nil {
+			return rerr
+		}
 	}
 	return b.unavailable(ctx, what, err, bound)
 }
 
 // unavailable classifies err as the service failing, whatever it says: for
 // a renewal, whose failure is the lease's loss (a *baton.LostError), never
-// an invalid option.
+// an invalid option. A replica's READONLY says what it may mean.
 func (b *backend) unavailable(ctx context.Context, what string, err error, bound time.Duration) error {
-	return failkit.Unavailable(ctx, b.where, what, err, errors.Is(err, context.DeadlineExceeded) || rediskit.TimedOut(err), bound)
+	timedOut := errors.Is(err, context.DeadlineExceeded) || rediskit.TimedOut(err)
+	if rediskit.ReadOnly(err) {
+		err = fmt.Errorf("%w (%s)", err, rediskit.ReadOnlyHint)
+	}
+	return failkit.Unavailable(ctx, b.where, what, err, timedOut, bound)
 }
 
 // Close ends every hold, freeing its key on the server (and handing it to
@@ -213,7 +224,7 @@ func (b *backend) cleanup(ctx context.Context) (context.Context, context.CancelF
 func (b *backend) release(ctx context.Context, k keys, value string) (bool, error) {
 	n, err := releaseScript.Run(ctx, b.client, k.all(), value).Int()
 	if err != nil {
-		return false, b.failWithin(context.Background(), "release "+k.lock, err, b.cfg.ReleaseTimeout)
+		return false, b.failWithin(context.Background(), "release "+k.lock, err, b.cfg.ReleaseTimeout, k.all()...)
 	}
 	return n == 1, nil
 }

@@ -64,30 +64,34 @@ func clientOptions(o *goredis.Options, cfg baton.Config) {
 // ping checks that client's server answers within timeout, and returns a
 // *baton.UnavailableError naming it otherwise (or the cause of ctx), or a
 // *baton.OptionError when the server refused the URL's database number or
-// credentials.
+// credentials, or is a replica (see rediskit.Role), which would refuse
+// every acquisition with READONLY.
 func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
+	o := client.Options()
+	where := fmt.Sprintf("redis://%s/%d", o.Addr, o.DB)
+	err := client.Ping(pctx).Err()
+	switch {
+	case err == nil:
+		if rediskit.Role(pctx, client) == "replica" {
+			return rediskit.ReplicaError("redis URL", where)
 		}
-		o := client.Options()
-		where := fmt.Sprintf("redis://%s/%d", o.Addr, o.DB)
-		if rediskit.Refused(err) {
-			return &baton.OptionError{Option: "redis URL", Value: where, Reason: fmt.Sprintf("the server refused the connection (%v): check the database number and the user:password", err)}
-		}
-		var rerr goredis.Error
-		if errors.As(err, &rerr) {
-			return &baton.UnavailableError{Where: where, Err: fmt.Errorf("PING answered with an error: %w", err)}
-		}
-		if !rediskit.TimedOut(err) && !errors.Is(err, context.DeadlineExceeded) {
-			// Refused or reset at once: no wait to speak of.
-			return &baton.UnavailableError{Where: where, Err: fmt.Errorf("cannot reach the server: %w", err)}
-		}
-		return &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer to PING within %v: %w", timeout, err)}
+		return nil
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case rediskit.Refused(err):
+		return &baton.OptionError{Option: "redis URL", Value: where, Reason: fmt.Sprintf("the server refused the connection (%v): check the database number and the user:password", err)}
 	}
-	return nil
+	var rerr goredis.Error
+	if errors.As(err, &rerr) {
+		return &baton.UnavailableError{Where: where, Err: fmt.Errorf("PING answered with an error: %w", err)}
+	}
+	if !rediskit.TimedOut(err) && !errors.Is(err, context.DeadlineExceeded) {
+		// Refused or reset at once: no wait to speak of.
+		return &baton.UnavailableError{Where: where, Err: fmt.Errorf("cannot reach the server: %w", err)}
+	}
+	return &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer to PING within %v: %w", timeout, err)}
 }
 
 // ParseURL turns a redis:// URL into client options and baton options.

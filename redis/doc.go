@@ -142,7 +142,22 @@
 // refuses (NOPERM, or on Redis 7.0 "The user executing the script can't"
 // for a call inside a script, which has then run up to it) fails with a
 // *baton.OptionError naming what to grant, not with ErrUnavailable: trying
-// again cannot mend it. A renewal so refused is the lease's loss, as any
+// again cannot mend it. So do credentials the server stops accepting
+// (NOAUTH, WRONGPASS). Other replies that trying again cannot mend fail
+// with an error that matches neither ErrUnavailable nor ErrInvalidOption
+// (the CLI's exit 1), naming the reply: WRONGTYPE (a key of the lock holds
+// a value of another type, set by something else: the error lists the
+// lock's keys), and an unknown command or one the server does not allow
+// (renamed or disabled, or a proxy in front). Replies that may change stay
+// ErrUnavailable: LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, OOM,
+// MISCONF, NOREPLICAS, too many clients, and READONLY. A replica answers
+// READONLY; so does a primary demoted by a failover, until a new
+// connection (which go-redis makes after that reply) reaches its
+// successor behind a DNS name, so Open refuses an address that HELLO says
+// is a replica, with a *baton.OptionError saying to give the primary, and
+// a READONLY reply later says what it may mean. New makes no request: on
+// a client of a replica every acquisition is ErrUnavailable, READONLY. A
+// renewal refused in any way is the lease's loss, as any
 // failed renewal. Redis Cluster works through redis.UniversalClient (the
 // queue keys share the lock key's hash slot; the prefix must not contain
 // braces). For a client you build yourself, set ContextTimeoutEnabled so

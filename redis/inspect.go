@@ -130,7 +130,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		ttl = p.PTTL(octx, k.lock)
 		return nil
 	}); err != nil && !errors.Is(err, goredis.Nil) {
-		return baton.LockInfo{}, b.fail(ctx, "read "+k.lock, err)
+		return baton.LockInfo{}, b.fail(ctx, "read "+k.lock, err, k.lock)
 	}
 	v, err := get.Result()
 	if errors.Is(err, goredis.Nil) {
@@ -142,7 +142,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return n == 1, err
 	})
 	if err != nil {
-		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err)
+		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err, k.all()...)
 	}
 	if !gone {
 		return info, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)

@@ -86,7 +86,7 @@ func (b *backend) state(ctx context.Context, k keys) (lockState, error) {
 	defer cancel()
 	res, err := stateScript.Run(octx, b.client, []string{k.lock, k.o, k.n}, b.obsTTL.Milliseconds(), "0").Slice()
 	if err != nil {
-		return lockState{}, b.fail(ctx, "read lock state", err)
+		return lockState{}, b.fail(ctx, "read lock state", err, k.lock, k.o, k.n)
 	}
 	var st lockState
 	if len(res) != 6 {

@@ -303,7 +303,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 					during = fmt.Sprintf(" in every round for %v", time.Since(failingSince).Round(time.Millisecond))
 				}
 				why := b.noMajority(r.errs, during)
-				return nil, b.unavailableWhy(ctx, "acquire "+k.lock, why, r.errs)
+				return nil, b.unavailableWhy(ctx, "acquire "+k.lock, why, r.errs, k.all()...)
 			}
 		} else {
 			failingSince = time.Time{}

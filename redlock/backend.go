@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -327,12 +328,15 @@ func (n *node) err(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || rediskit.TimedOut(err) {
 		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time (%v)", what, errNoAnswer, err)}
 	}
+	if rediskit.ReadOnly(err) {
+		err = fmt.Errorf("%w (%s)", err, rediskit.ReadOnlyHint)
+	}
 	return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w", what, err)}
 }
 
-// unavailable reports that no majority could answer.
-func (b *backend) unavailable(ctx context.Context, what string, errs []error) error {
-	return b.unavailableWhy(ctx, what, b.noMajority(errs, ""), errs)
+// unavailable reports that no majority could answer a request on keys.
+func (b *backend) unavailable(ctx context.Context, what string, errs []error, keys ...string) error {
+	return b.unavailableWhy(ctx, what, b.noMajority(errs, ""), errs, keys...)
 }
 
 // noMajority says how many nodes failed or did not answer, in errs (and
@@ -353,23 +357,52 @@ func (b *backend) noMajority(errs []error, during string) string {
 func grants(prefix string) string { return rediskit.Grants(prefix) + " +info" }
 
 // unavailableWhy is unavailable saying why, the nodes' errors after it.
-func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []error) error {
+//
+// Nodes that refused the request for good (see rediskit.Refusal: an ACL
+// without what baton needs, a key of another type, a command the server
+// does not run) count as failed, like nodes that are down, and a majority
+// of the others still holds the lock. When they alone deny the majority,
+// no retry can mend it: the error is theirs, not the service failing, a
+// *baton.OptionError when every refusal is one (NOPERM, credentials), and
+// otherwise an error that matches neither baton.ErrUnavailable nor
+// baton.ErrInvalidOption, saying so. When nodes that are down or slow have
+// their part, it is an outage, which may end.
+func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []error, keys ...string) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	// Nodes whose ACL refused the request are an error in the
-	// configuration, not the service failing, when they alone deny the
-	// quorum: no retry can mend that.
-	var refused []error
-	for _, err := range errs {
-		if rediskit.NoPerm(err) {
-			refused = append(refused, err)
+	var noPerm, options, plain []error
+	for i, err := range errs {
+		if err == nil || err == errPending {
+			continue
+		}
+		r := rediskit.Refusal(b.nodes[i].where, what, err, grants(b.prefix), keys)
+		switch {
+		case r == nil:
+		case rediskit.NoPerm(err):
+			noPerm = append(noPerm, err)
+		case errors.Is(r, baton.ErrInvalidOption):
+			options = append(options, r)
+		default:
+			plain = append(plain, r)
 		}
 	}
-	if len(refused) > 0 && len(b.nodes)-len(refused) < b.quorum {
-		return rediskit.PermissionError(b.where, what+": "+why, errors.Join(refused...), grants(b.prefix))
+	refused := len(noPerm) + len(options) + len(plain)
+	switch {
+	case refused == 0 || len(b.nodes)-refused >= b.quorum:
+		return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %s: %w", what, why, errors.Join(errs...))}
+	case len(plain) == 0 && len(options) == 0:
+		return rediskit.PermissionError(b.where, what+": "+why, errors.Join(noPerm...), grants(b.prefix))
+	case len(plain) == 0:
+		return &baton.OptionError{Option: "redlock nodes", Value: b.where, Reason: fmt.Sprintf("%s: %s: %v", what, why, errors.Join(slices.Concat(options, noPerm)...))}
 	}
-	return &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%s: %s: %w", what, why, errors.Join(errs...))}
+	// Configuration errors among them are said, not wrapped: the error
+	// is not an invalid option as a whole.
+	var said []error
+	for _, err := range slices.Concat(options, noPerm) {
+		said = append(said, errors.New(err.Error()))
+	}
+	return fmt.Errorf("%s: %s: %s; %d of them refused it for good, which trying again will not mend: %w", b.where, what, why, refused, errors.Join(slices.Concat(plain, said)...))
 }
 
 // Close ends every hold (freeing its keys on every node), all at once, each
@@ -435,7 +468,7 @@ func (b *backend) unlock(ctx context.Context, k keys, leave, notify bool, timeou
 	}, nil)
 	_, failed := count(errs)
 	if failed > len(b.nodes)-b.quorum {
-		return 0, b.unavailable(context.Background(), "release "+k.lock, errs)
+		return 0, b.unavailable(context.Background(), "release "+k.lock, errs, k.all()...)
 	}
 	for i, o := range ours {
 		if errs[i] == nil && !o {

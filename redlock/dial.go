@@ -24,8 +24,10 @@ const DefaultPort = rediskit.DefaultPort
 // naming an odd number (at least 3) of independent Redis nodes, all with
 // the same credentials and database. It connects to each, checks that a
 // majority answers and that no two nodes are one server (reached by two
-// names, such as localhost and 127.0.0.1: Redis's run_id tells), and
-// returns a Locker that owns the clients.
+// names, such as localhost and 127.0.0.1: Redis's run_id tells) and
+// that none is a replica (HELLO tells, see rediskit.Role: a replica
+// refuses every write, READONLY), and returns a Locker that owns the
+// clients.
 // Options in opts override those in the URL.
 func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
 	ros, urlOpts, err := ParseURL(u)
@@ -57,12 +59,16 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 		closeAll()
 		return nil, err
 	}
-	ids, errs := each(ctx, b, cfg.RequestTimeout, func(ctx context.Context, n *node) (string, error) {
+	type server struct {
+		id      string // run_id, or "" when not told
+		replica bool
+	}
+	servers, errs := each(ctx, b, cfg.RequestTimeout, func(ctx context.Context, n *node) (server, error) {
 		id, err := serverID(ctx, n.client)
 		if err != nil {
-			return "", n.err("INFO server", err)
+			return server{}, n.err("INFO server", err)
 		}
-		return id, nil
+		return server{id: id, replica: rediskit.Role(ctx, n.client) == "replica"}, nil
 	}, nil)
 	if _, failed := count(errs); failed > len(clients)-b.quorum {
 		b.bg.Wait()
@@ -82,6 +88,18 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 			return nil, &baton.OptionError{Option: "redlock URL", Value: b.where, Reason: fmt.Sprintf("the servers refused the connection (%v): check the database number and the user:password", refused[0])}
 		}
 		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("a majority of nodes did not answer INFO within %v, or answered it with an error: %w", cfg.RequestTimeout, errors.Join(errs...))}
+	}
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = s.id
+		if s.replica && errs[i] == nil {
+			// A replica refuses every write (READONLY): a node that
+			// never votes, and, a replica of another node, not an
+			// independent one.
+			b.bg.Wait()
+			closeAll()
+			return nil, rediskit.ReplicaError("redlock node", b.nodes[i].where+" in "+b.where)
+		}
 	}
 	if i, j, ok := sameServer(ids, errs); ok {
 		b.bg.Wait()

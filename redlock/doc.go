@@ -207,9 +207,22 @@
 //	ACL SETUSER app on >pw ~baton:lock:* ~{baton:lock:* &baton:wake:* +@read +@write +@scripting +@pubsub +@connection +time +info
 //
 // Without INFO, Open cannot tell a server named twice (it then counts as
-// two votes). A request that nodes refuse by their ACL fails with a
-// *baton.OptionError naming what to grant when those nodes alone deny a
-// majority, and as unavailable when an outage has its part. A node that
+// two votes). Open refuses a node that HELLO says is a replica (which
+// refuses every write, READONLY, and, a replica of another node, is not
+// independent) with a *baton.OptionError saying to give a primary.
+//
+// A node that refuses a request for good, as the redis package says (its
+// ACL, NOAUTH or WRONGPASS, WRONGTYPE, an unknown or disallowed command),
+// counts as a failed node: a majority of the others still takes, renews
+// and frees the lock, so one misconfigured node stops nothing. When the
+// refusing nodes alone deny a majority, the error is theirs, listing each,
+// which baton elect and run --wait do not retry: a *baton.OptionError
+// naming what to grant or check when every refusal is a setting (the ACL,
+// credentials), and otherwise an error that matches neither
+// baton.ErrUnavailable nor baton.ErrInvalidOption and says that they
+// refused it for good. When an outage has its part (a node down, slow,
+// or answering READONLY, LOADING and the like), it is
+// baton.ErrUnavailable, with the refusals among its causes. A node that
 // refuses the wake-up channels refuses its SUBSCRIBE (its waiters look on
 // their timed retries) and a release that hands the lock on there.
 package redlock

@@ -179,7 +179,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		return v, nil
 	}, nil)
 	if failedMajority(b, errs) {
-		return baton.LockInfo{}, b.unavailable(ctx, "delete "+k.lock, errs)
+		return baton.LockInfo{}, b.unavailable(ctx, "delete "+k.lock, errs, k.all()...)
 	}
 	info := infos[0]
 	// Report the holder whose keys were deleted, on most nodes: Inspect
@@ -190,7 +190,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	case info.Key == "" && n < b.quorum && n+failed >= b.quorum:
 		// The nodes that failed may have held the rest of a majority:
 		// whether a holder was there is not known.
-		return baton.LockInfo{}, b.unavailableWhy(ctx, "delete "+k.lock, fmt.Sprintf("deleted a key of %s on %d of %d nodes, and %d failed: whether it held the lock is not known; look again with Inspect, or force again once they answer", baton.Printable(rediskit.HolderOf(best)), n, len(b.nodes), failed), errs)
+		return baton.LockInfo{}, b.unavailableWhy(ctx, "delete "+k.lock, fmt.Sprintf("deleted a key of %s on %d of %d nodes, and %d failed: whether it held the lock is not known; look again with Inspect, or force again once they answer", baton.Printable(rediskit.HolderOf(best)), n, len(b.nodes), failed), errs, k.all()...)
 	case info.Key == "" && n < b.quorum:
 		// Held by no majority, before the deletes or by them: a key they
 		// found on a minority (a claim that landed after Inspect read its

@@ -321,3 +321,115 @@ func Refused(err error) bool {
 	}
 	return false
 }
+
+// Refusal returns the error for err, a request (what) that the server at
+// where answered with an error reply, when trying again cannot mend it,
+// and nil otherwise: a request that failed another way, or a reply that
+// may change (see transientReply). keys are the keys the request touched,
+// named when one of them holds another type. Refused:
+//
+//   - NOPERM (see NoPerm): a *baton.OptionError naming grants;
+//   - NOAUTH or WRONGPASS (credentials changed on the server since the
+//     connection was made): a *baton.OptionError;
+//   - WRONGTYPE: a key holds a value of another type, set by something
+//     other than baton; an error naming the keys;
+//   - an unknown command, or one the server does not allow (renamed or
+//     disabled in its configuration, refused by a proxy in front of it):
+//     an error naming the reply.
+//
+// The plain errors wrap the reply (a goredis.Error), and match neither
+// baton.ErrUnavailable nor baton.ErrInvalidOption: the CLI exits 1.
+func Refusal(where, what string, err error, grants string, keys []string) error {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return nil
+	}
+	msg := rerr.Error()
+	switch {
+	case NoPerm(rerr):
+		return PermissionError(where, what, rerr, grants)
+	case transientReply(msg):
+		return nil
+	case hasCode(msg, "NOAUTH"), hasCode(msg, "WRONGPASS"):
+		return &baton.OptionError{Option: "Redis credentials for", Value: where, Reason: fmt.Sprintf("%s: %v; the server no longer accepts the user:password given: check them", what, rerr)}
+	case hasCode(msg, "WRONGTYPE"):
+		which := "a key it touched"
+		if len(keys) > 0 {
+			which = "one of " + strings.Join(keys, ", ")
+		}
+		return fmt.Errorf("%s: %s: %w; a key of the lock (%s) holds a value of another type, not set by baton: delete it, or use another prefix", where, what, rerr, which)
+	case strings.Contains(msg, "unknown command"), strings.Contains(msg, "unknown subcommand"),
+		strings.HasPrefix(msg, "ERR ") && strings.Contains(msg, "not allowed"):
+		return fmt.Errorf("%s: %s: %w (the server does not run a command baton sends: renamed or disabled in its configuration, or refused by a proxy in front of it; trying again will not mend it)", where, what, rerr)
+	}
+	return nil
+}
+
+// transientReply reports whether msg, an error reply, may change on its
+// own, and so stays the service failing: a server loading its data
+// (LOADING), running a long script (BUSY), a replica cut off from its
+// primary (MASTERDOWN), a cluster resharding or failing over (TRYAGAIN,
+// CLUSTERDOWN), short of memory (OOM: keys expire, an operator frees
+// some), unable to persist (MISCONF), short of replicas
+// (NOREPLICAS), full of clients, or read-only (READONLY: a replica,
+// which after a failover behind a DNS name a new connection, which
+// go-redis makes after this reply, may no longer reach; a replica named
+// in a URL is refused by Open instead, see Role). Redis 6 puts the code
+// of a reply inside a script's after "-" or ": ", Redis 7 at the start.
+func transientReply(msg string) bool {
+	for _, c := range []string{"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM", "MISCONF", "NOREPLICAS", "READONLY", "NOSCRIPT"} {
+		if hasCode(msg, c) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "max number of clients reached")
+}
+
+// hasCode reports whether the error reply msg has code c, at its start
+// or, in a script's error on Redis 6, after "-" or ": ".
+func hasCode(msg, c string) bool {
+	return strings.HasPrefix(msg, c+" ") || strings.Contains(msg, "-"+c+" ") || strings.Contains(msg, ": "+c+" ")
+}
+
+// ReadOnly reports whether err is a replica's READONLY reply to a write.
+func ReadOnly(err error) bool {
+	var rerr goredis.Error
+	return errors.As(err, &rerr) && hasCode(rerr.Error(), "READONLY")
+}
+
+// ReadOnlyHint is said after a READONLY reply: it is the service failing
+// (see transientReply) until the address leads to a primary again.
+const ReadOnlyHint = "the server is a read-only replica: after a failover, until a new connection reaches the primary; if it stays so, the address names a replica: give the primary's"
+
+// Role returns the role of the server c talks to ("master" or "replica")
+// as HELLO without arguments tells it, in the category @connection that
+// Grants lists, or "" when the server does not say (a server before 6.2,
+// a proxy, a reply of another shape, a request that failed: the request
+// that follows reports what it was).
+func Role(ctx context.Context, c goredis.UniversalClient) string {
+	res, err := c.Do(ctx, "hello").Result()
+	if err != nil {
+		return ""
+	}
+	switch r := res.(type) {
+	case map[any]any: // RESP3
+		s, _ := r["role"].(string)
+		return s
+	case []any: // RESP2: field, value, ...
+		for i := 0; i+1 < len(r); i += 2 {
+			if f, _ := r[i].(string); f == "role" {
+				s, _ := r[i+1].(string)
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// ReplicaError is the error for the server at where that Role says is a
+// replica: a *baton.OptionError (a replica refuses writes; a lock on it
+// would be a lock on nothing the primary knows), saying to give the
+// primary. what names the setting, such as "redis URL".
+func ReplicaError(option, where string) error {
+	return &baton.OptionError{Option: option, Value: where, Reason: "the server is a replica, which refuses writes (READONLY): give the address of its primary"}
+}

@@ -147,3 +147,81 @@ func TestLiveWaiters(t *testing.T) {
 		t.Errorf("LiveWaiters at 1500 = %d, want 0", got)
 	}
 }
+
+// replyErr is an error reply, as go-redis returns one.
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}
+
+// TestRefusal: replies that trying again cannot mend are refusals, of the
+// kind the CLI should exit with (an invalid option for the configuration,
+// a plain error otherwise); replies that may change, and failures that
+// are not replies, are not, also when Redis 6 puts them inside a
+// script's error.
+func TestRefusal(t *testing.T) {
+	const (
+		none = iota
+		option
+		plain
+	)
+	for _, tc := range []struct {
+		reply error
+		want  int
+		says  string
+	}{
+		{replyErr("NOPERM this user has no permissions to access one of the keys used as arguments"), option, "grant"},
+		{replyErr("NOAUTH Authentication required."), option, "user:password"},
+		{replyErr("WRONGPASS invalid username-password pair or user is disabled."), option, "user:password"},
+		{replyErr("WRONGTYPE Operation against a key holding the wrong kind of value script: 1234, on @user_script:5."), plain, "k, {k}:q"},
+		{replyErr("ERR Error running script (call to f_1234): @user_script:5: WRONGTYPE Operation against a key holding the wrong kind of value"), plain, "another type"},
+		{replyErr("ERR unknown command 'evalsha', with args beginning with: "), plain, "renamed or disabled"},
+		{replyErr("ERR unknown command `EVAL`, with args beginning with: "), plain, "renamed or disabled"},
+		{replyErr("ERR command not allowed"), plain, "renamed or disabled"},
+		{replyErr("ERR This Redis command is not allowed from script script: 1234, on @user_script:1."), plain, "renamed or disabled"},
+
+		{replyErr("READONLY You can't write against a read only replica."), none, ""},
+		{replyErr("ERR Error running script (call to f_1234): @user_script:5: @user_script: 5: -READONLY You can't write against a read only replica."), none, ""},
+		{replyErr("LOADING Redis is loading the dataset in memory"), none, ""},
+		{replyErr("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), none, ""},
+		{replyErr("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), none, ""},
+		{replyErr("TRYAGAIN Multiple keys request during rehashing of slot"), none, ""},
+		{replyErr("CLUSTERDOWN The cluster is down"), none, ""},
+		{replyErr("OOM command not allowed when used memory > 'maxmemory'."), none, ""},
+		{replyErr("ERR Error running script (call to f_1234): @user_script:5: @user_script: 5: -OOM command not allowed when used memory > 'maxmemory'."), none, ""},
+		{replyErr("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled"), none, ""},
+		{replyErr("NOREPLICAS Not enough good replicas to write."), none, ""},
+		{replyErr("ERR max number of clients reached"), none, ""},
+		{replyErr("NOSCRIPT No matching script. Please use EVAL."), none, ""},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), none, ""},
+		{context.DeadlineExceeded, none, ""},
+	} {
+		err := Refusal("redis://h:1/0", "acquire k", fmt.Errorf("wrapped: %w", tc.reply), "+@all", []string{"k", "{k}:q"})
+		var got int
+		switch {
+		case err == nil:
+			got = none
+		case errors.Is(err, baton.ErrInvalidOption):
+			got = option
+		default:
+			got = plain
+		}
+		if got != tc.want {
+			t.Errorf("%q: %v; want kind %d, got %d", tc.reply, err, tc.want, got)
+			continue
+		}
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "redis://h:1/0") || !strings.Contains(err.Error(), "acquire k") {
+			t.Errorf("%q: %q; want it to say where, what and %q, and not match ErrUnavailable", tc.reply, err, tc.says)
+		}
+		var rerr goredis.Error
+		if got == plain && !errors.As(err, &rerr) {
+			t.Errorf("%q: %v does not wrap the reply", tc.reply, err)
+		}
+	}
+	if !ReadOnly(fmt.Errorf("w: %w", replyErr("READONLY You can't write against a read only replica."))) || ReadOnly(replyErr("LOADING x")) {
+		t.Error("ReadOnly")
+	}
+}

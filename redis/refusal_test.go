@@ -1,0 +1,123 @@
+package redis_test
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redis"
+)
+
+// refusedForGood fails t unless err is a refusal that trying again cannot
+// mend: not ErrUnavailable (which baton elect and run --wait retry for
+// ever), not an invalid option (the CLI's exit 2 is for configuration),
+// the server's reply kept, and saying each of says.
+func refusedForGood(t *testing.T, what string, err error, says ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s succeeded", what)
+	}
+	t.Logf("%s: %v", what, err)
+	var rerr goredis.Error
+	if errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrInvalidOption) || !errors.As(err, &rerr) {
+		t.Fatalf("%s: err = %v; want the server's refusal, neither ErrUnavailable nor ErrInvalidOption", what, err)
+	}
+	for _, s := range says {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: err = %q; want it to say %q", what, err, s)
+		}
+	}
+}
+
+// TestAcquire_WrongType: a lock key that holds a list (set by something
+// other than baton) refuses every acquisition with WRONGTYPE until it is
+// deleted: an error naming the key, not an unavailable server.
+func TestAcquire_WrongType(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	ctx := timeout(t, 10*time.Second)
+	key := redis.DefaultPrefix + "job"
+	if err := c.LPush(ctx, key, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, srv.Addr)
+	_, err := l.TryAcquire(ctx, "job")
+	refusedForGood(t, "TryAcquire", err, "WRONGTYPE", key)
+	_, err = l.Acquire(timeout(t, 5*time.Second), "job")
+	refusedForGood(t, "Acquire", err, "WRONGTYPE", key)
+
+	// Waiting behind a holder: the acquire script meets the list in the
+	// queue's place.
+	if err := c.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := newLocker(t, srv.Addr, baton.WithHolder("a")).TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	q := "{" + key + "}:q"
+	if err := c.LPush(ctx, q, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Acquire(timeout(t, 5*time.Second), "job")
+	refusedForGood(t, "Acquire behind a holder", err, "WRONGTYPE", q)
+}
+
+// TestAcquire_UnknownCommand: a server whose scripting commands are
+// renamed away refuses a waiting acquisition (which runs a script) with
+// "unknown command": an error saying so, not an unavailable server.
+func TestAcquire_UnknownCommand(t *testing.T) {
+	srv := testsvc.StartRedis(t, "--rename-command", "EVALSHA", "", "--rename-command", "EVAL", "")
+	ctx := timeout(t, 10*time.Second)
+	held, err := newLocker(t, srv.Addr, baton.WithHolder("a")).TryAcquire(ctx, "job") // a claim: no script
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	_, err = newLocker(t, srv.Addr, baton.WithHolder("b")).Acquire(timeout(t, 5*time.Second), "job")
+	refusedForGood(t, "Acquire", err, "unknown command", "renamed or disabled")
+}
+
+// TestReplica: a replica refuses writes with READONLY. Open refuses a URL
+// that names one as an invalid option (the CLI's exit 2) saying to give
+// the primary. A READONLY reply to a request stays the service failing,
+// since a primary demoted by a failover answers so until a new connection
+// reaches its successor (go-redis drops the connection on READONLY), but
+// says what it may mean.
+func TestReplica(t *testing.T) {
+	primary, replica := testsvc.StartRedis(t), testsvc.StartRedis(t)
+	ctx := timeout(t, 10*time.Second)
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	if err := client(t, replica.Addr).ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(replica.URL())
+	l, err := redis.Open(ctx, u)
+	if err == nil {
+		_ = l.Close()
+		t.Fatal("Open on a replica succeeded")
+	}
+	t.Logf("Open: %v", err)
+	if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "primary") || !strings.Contains(err.Error(), replica.Addr) {
+		t.Fatalf("Open on a replica: %v; want an invalid option naming it and saying to give the primary", err)
+	}
+
+	u, _ = url.Parse(primary.URL())
+	if l, err = redis.Open(ctx, u); err != nil {
+		t.Fatalf("Open on the primary: %v", err)
+	}
+	_ = l.Close()
+
+	_, err = newLocker(t, replica.Addr).TryAcquire(ctx, "job")
+	t.Logf("TryAcquire on a replica's client: %v", err)
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") || !strings.Contains(err.Error(), "give the primary's") {
+		t.Fatalf("TryAcquire on a replica's client: %v; want ErrUnavailable saying it is a replica", err)
+	}
+}

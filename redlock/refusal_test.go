@@ -1,0 +1,106 @@
+package redlock_test
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redlock"
+)
+
+// TestRefusal_WrongType: a node whose lock key holds a list (set by
+// something other than baton) refuses every request on it for good. One
+// such node counts as failed, and the majority of the others still holds
+// the lock. Two of three deny the majority alone: an error saying so,
+// that no retry will mend, neither ErrUnavailable (which baton elect and
+// run --wait retry for ever) nor an invalid option; with a node down too,
+// an outage has its part, which may end: ErrUnavailable.
+func TestRefusal_WrongType(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	ctx := timeout(t, 30*time.Second)
+	key := redlock.DefaultPrefix + "job"
+	l := lockerOn(t, cs, baton.WithRequestTimeout(time.Second))
+
+	if err := cs[0].LPush(ctx, key, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatalf("one node of three refusing: %v; want the majority's lock", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release with one node refusing: %v", err)
+	}
+
+	if err := cs[1].LPush(ctx, key, "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		t.Logf("%s: %v", what, err)
+		var rerr goredis.Error
+		if err == nil || errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrInvalidOption) || !errors.As(err, &rerr) {
+			t.Fatalf("%s with two nodes of three refusing: %v; want their refusal, neither ErrUnavailable nor ErrInvalidOption", what, err)
+		}
+		for _, s := range []string{"WRONGTYPE", key, "2 of 3 nodes", "refused it for good", nodes[0].Addr, nodes[1].Addr} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: %q; want it to say %q", what, err, s)
+			}
+		}
+	}
+	_, err = l.TryAcquire(ctx, "job")
+	check("TryAcquire", err)
+	start := time.Now()
+	_, err = l.Acquire(ctx, "job")
+	check("Acquire", err)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Acquire took %v to give up", d)
+	}
+
+	if err := cs[1].Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].Kill()
+	_, err = l.TryAcquire(ctx, "job")
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("one node refusing, one down: %v; want ErrUnavailable, with the refusal among its causes", err)
+	}
+}
+
+// TestReplicaNode: Open refuses a node that is a replica as an invalid
+// option, saying to give a primary. On a Locker built with New, the
+// replica's READONLY counts as one node failing: the other two hold the
+// lock.
+func TestReplicaNode(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 4)
+	ctx := timeout(t, 30*time.Second)
+	host, port, _ := strings.Cut(nodes[3].Addr, ":")
+	if err := client(t, nodes[2].Addr).ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse("redlock://" + strings.Join(testsvc.RedisAddrs(nodes[:3]), ","))
+	l, err := redlock.Open(ctx, u)
+	if err == nil {
+		_ = l.Close()
+		t.Fatal("Open with a replica among the nodes succeeded")
+	}
+	t.Logf("Open: %v", err)
+	if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), nodes[2].Addr) || !strings.Contains(err.Error(), "primary") {
+		t.Fatalf("Open with a replica among the nodes: %v; want an invalid option naming it and saying to give a primary", err)
+	}
+
+	lease, err := newLocker(t, nodes[:3]).TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatalf("a replica among three nodes: %v; want the other two's lock", err)
+	}
+	_ = lease.Release(ctx)
+}
