@@ -144,11 +144,7 @@ func (b *backend) probeRoot(ctx context.Context) error {
 	case err == nil, errors.Is(err, zkgo.ErrNoNode):
 		return nil
 	case errors.Is(err, zkgo.ErrNoAuth):
-		who := "a client without credentials; give zk://user:password@host:port" + b.root
-		if a := b.set.Auth; a != nil {
-			who = "the identity " + a.String() + "; give the user:password that created it"
-		}
-		return &baton.OptionError{Option: "ZooKeeper credentials for", Value: b.place() + b.root, Reason: "the ACL of " + b.root + " refuses " + who}
+		return &baton.OptionError{Option: "ZooKeeper credentials for", Value: b.place() + b.root, Reason: "the ACL of " + b.root + " refuses " + b.identity()}
 	}
 	return b.fail(ctx, "list "+b.root, err)
 }

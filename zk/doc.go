@@ -39,6 +39,12 @@
 // identity alone; without one they are open to all. ZooKeeper accepts any
 // identity and refuses only what an ACL does not allow, so Dial lists the
 // root and returns a *baton.OptionError when its ACL refuses the identity.
+// A request refused later (NoAuth: a lock's nodes that are another
+// identity's; InvalidACL: an ACL the server will not set) is a
+// *baton.OptionError too (the CLI's exit 2), not ErrUnavailable, which
+// baton elect and run --wait would retry for ever: go-zookeeper sends the
+// credentials again before any other request on a new connection, so a
+// refusal is never an artefact of a reconnection.
 //
 // That ACL (or Settings.ACL) goes on every node baton creates, the root's
 // missing ancestors included, as Curator does with an ACLProvider. So

@@ -146,16 +146,41 @@ func call[T any](b *backend, ctx context.Context, fn func() (T, error)) (T, erro
 var errNoAnswer = errors.New("no answer within the request timeout")
 
 // fail classifies err from a request made under ctx: the caller's
-// cancellation, the session's end, or the lock service failing.
+// cancellation, the session's end, an ACL that refuses the request, or
+// the lock service failing.
+//
+// NoAuth and InvalidACL are settings to change, not a server to wait for:
+// a *baton.OptionError, which baton elect and run --wait do not retry.
+// NoAuth is not an artefact of a reconnection: go-zookeeper sends the
+// connection's credentials again (and waits for their answer) before any
+// queued request on a new connection, and closes a connection whose
+// credentials failed, so a request never runs unauthenticated between
+// the two. A node's ACL changes only by a request (setAcl); one that
+// refuses the identity now refuses it until an operator changes it, or,
+// for a candidate of another identity the doc's rules would let us read,
+// until that holder leaves: a mix of identities the doc asks to avoid.
 func (b *backend) fail(ctx context.Context, what string, err error) error {
 	switch {
 	case ctx.Err() != nil:
 	case errors.Is(err, zkgo.ErrSessionExpired):
 		return fmt.Errorf("%w: %s: %w", baton.ErrLeaseLost, what, ErrSessionExpired)
 	case errors.Is(err, zkgo.ErrNoAuth):
-		err = fmt.Errorf("%w (the nodes' ACL refuses this client: give the user:password that created them)", err)
+		return &baton.OptionError{Option: "ZooKeeper credentials for", Value: b.place() + b.root,
+			Reason: fmt.Sprintf("%s: %v: the nodes' ACL refuses %s, or lets it do less than the lock needs (Create, Delete and Read on the election node, Read on the candidates: see the package doc)", what, err, b.identity())}
+	case errors.Is(err, zkgo.ErrInvalidACL):
+		return &baton.OptionError{Option: "ZooKeeper ACL for", Value: b.place() + b.root,
+			Reason: fmt.Sprintf("%s: %v: the server refuses the ACL baton gives new nodes (Settings.ACL; an auth-scheme ACL needs an identity on the connection, Settings.Auth or zk://user:password@)", what, err)}
 	}
 	return failkit.Unavailable(ctx, b.place(), what, err, errors.Is(err, errNoAnswer), b.cfg.RequestTimeout)
+}
+
+// identity names the connection's identity, for a refusal by an ACL, and
+// what to give instead.
+func (b *backend) identity() string {
+	if a := b.set.Auth; a != nil {
+		return "the identity " + a.String() + "; give the user:password that created them"
+	}
+	return "a client without credentials; give zk://user:password@host:port" + b.root
 }
 
 // isConnErr reports whether err says the request may not have reached the
