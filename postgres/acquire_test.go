@@ -48,19 +48,7 @@ func TestAcquire_CancelledDuringSilentRecheck(t *testing.T) {
 		t.Fatal("w sent no re-check")
 	}
 	p.Block() // nothing w sends from now on is answered, leaving the queue included
-	cancel()
-	cancelled := time.Now()
-	select {
-	case <-got.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Acquire did not return 10s after its ctx ended")
-	}
-	if !errors.Is(got.err, context.Canceled) {
-		t.Fatalf("Acquire after its ctx ended = %v; want context.Canceled", got.err)
-	}
-	if took := got.at.Sub(cancelled); took > time.Second {
-		t.Fatalf("Acquire returned %v after its ctx ended; want within about the release timeout, 300ms", took.Round(time.Millisecond))
-	}
+	cancelReturns(t, cancel, got, "Acquire", "within about the release timeout, 300ms")
 	// The network back, the acquisition left behind finishes: it hears the
 	// re-check's answer and leaves the queue.
 	p.Unblock()
@@ -193,19 +181,7 @@ func TestAcquire_ListenerStartHoldsNoOtherWaiter(t *testing.T) {
 	defer cancel()
 	second := acquireAsync(t, w, sctx, "second")
 	batontest.WaitFor(t, 10*time.Second, "the second waiter queued", func() bool { return queued(t, admin, "second") == 1 })
-	cancel()
-	cancelled := time.Now()
-	select {
-	case <-second.done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the second waiter did not return 15s after its ctx ended")
-	}
-	if !errors.Is(second.err, context.Canceled) {
-		t.Fatalf("second waiter after its ctx ended = %v; want context.Canceled", second.err)
-	}
-	if took := second.at.Sub(cancelled); took > time.Second {
-		t.Fatalf("second waiter returned %v after its ctx ended; want at once, not when the first's listener start ends", took.Round(time.Millisecond))
-	}
+	cancelReturns(t, cancel, second, "the second waiter", "at once, not when the first's listener start ends")
 	if queued(t, admin, "second") != 0 {
 		t.Error("the second waiter returned without leaving the queue")
 	}
@@ -426,4 +402,24 @@ func lockWaitsOf(t testing.TB, admin *pgxpool.Pool, app string) int {
 	var n int
 	queryRow(t, admin, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, []any{app}, &n)
 	return n
+}
+
+// cancelReturns cancels the acquisition got (cancel ends its ctx) and fails
+// t unless it returns context.Canceled within a second (want says what is
+// expected, for the message), or at all within 15s.
+func cancelReturns(t *testing.T, cancel context.CancelFunc, got *pending, what, want string) {
+	t.Helper()
+	cancel()
+	cancelled := time.Now()
+	select {
+	case <-got.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s did not return 15s after its ctx ended", what)
+	}
+	if !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("%s after its ctx ended = %v; want context.Canceled", what, got.err)
+	}
+	if took := got.at.Sub(cancelled); took > time.Second {
+		t.Fatalf("%s returned %v after its ctx ended; want %s", what, took.Round(time.Millisecond), want)
+	}
 }
