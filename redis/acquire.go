@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -151,7 +150,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			return nil, err
 		}
 		if a.held {
-			return b.held(ctx, k, value, sent)
+			h, late, err := b.held(ctx, k, value, sent)
+			if late {
+				b.leave(ctx, k, value)
+				return nil, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("the answer came %v after the request, past the lease's local deadline (TTL %v - drift %v)", time.Since(sent).Round(time.Millisecond), b.cfg.TTL, b.cfg.Drift))
+			}
+			return h, err
 		}
 		if !req.Wait {
 			return nil, &baton.NotAcquiredError{Name: req.Name, Holder: rediskit.HolderOf(a.holder)}
@@ -195,8 +199,19 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// with less time for it than any renewed lease has, or past
 			// its deadline), is checked by an attempt at once: the key
 			// is ours, for a whole TTL, if the handoff still stands.
+			// So is one that held finds late, a moment after this check:
+			// this goroutine was held up past TTL - drift - RenewEvery
+			// in between. The key, handed to value, stays ours for that
+			// attempt (held does not release it); should it have run out
+			// meanwhile, the attempt takes it if free, or queues again
+			// (the handoff took us out of the queue).
 			if tag == lastNum && time.Now().Before(lastQueued.Add(b.cfg.RenewEvery)) {
-				return b.held(ctx, k, value, lastQueued)
+				if b.beforeHandoffHeld != nil {
+					b.beforeHandoffHeld(lastQueued.Add(b.cfg.TTL - b.cfg.Drift))
+				}
+				if h, late, err := b.held(ctx, k, value, lastQueued); !late {
+					return h, err
+				}
 			}
 		case <-timer.C:
 		}
@@ -206,20 +221,15 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 // retryIn is how long a queued waiter sleeps before its next attempt, when
 // no handoff wakes it first: at most RenewEvery, which keeps its entry in
 // the queue alive and bounds how stale lastQueued can be; and, when it is
-// first in line, just past the key's remaining TTL, with jitter, so a
-// crashed holder is taken over right after its key expires.
+// first in line, just past the key's remaining TTL, with a little jitter
+// (see rediskit.PastExpiry), so a crashed holder is taken over right after
+// its key expires.
 func (b *backend) retryIn(a attempt) time.Duration {
 	d := b.cfg.RenewEvery
 	if a.head && a.pttl >= 0 { // 0: the key expires within the millisecond
-		d = min(d, a.pttl+jitter(a.pttl))
+		d = min(d, rediskit.PastExpiry(a.pttl))
 	}
 	return max(d, time.Millisecond)
-}
-
-// jitter returns a random duration in [1ms, 1ms + d/20), so waiters that
-// saw the same TTL do not retry in step.
-func jitter(d time.Duration) time.Duration {
-	return time.Millisecond + rand.N(d/20+1)
 }
 
 // leave releases value: it takes a waiter out of the queue when it gives
@@ -234,18 +244,19 @@ func (b *backend) leave(ctx context.Context, k keys, value string) {
 }
 
 // held makes the hold for value, whose key was set by a request sent at
-// sent, unless its local deadline already passed or the backend closed.
-func (b *backend) held(ctx context.Context, k keys, value string, sent time.Time) (baton.Hold, error) {
+// sent, unless its local deadline already passed (late: no hold, no
+// error, and the key left as it is, for the caller to release or take
+// again with an attempt) or the backend closed.
+func (b *backend) held(ctx context.Context, k keys, value string, sent time.Time) (_ baton.Hold, late bool, _ error) {
 	if !time.Now().Before(sent.Add(b.cfg.TTL - b.cfg.Drift)) {
-		b.leave(ctx, k, value)
-		return nil, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("the answer came %v after the request, past the lease's local deadline (TTL %v - drift %v)", time.Since(sent).Round(time.Millisecond), b.cfg.TTL, b.cfg.Drift))
+		return nil, true, nil
 	}
 	h := newHold(b, k, value, sent)
 	if !b.track(h) {
 		ctx, cancel := b.cleanup(ctx)
 		defer cancel()
 		_ = h.end(ctx, baton.ErrClosed)
-		return nil, baton.ErrClosed
+		return nil, false, baton.ErrClosed
 	}
-	return h, nil
+	return h, false, nil
 }

@@ -50,6 +50,11 @@ type backend struct {
 
 	obsTTL, obsRefresh time.Duration // observerTTL and observerRefresh, but in tests
 	obsRead            atomic.Int64  // stream entries its observations read, for tests
+
+	// beforeHandoffHeld, when set (tests), runs between a waiter's check
+	// that a handoff came in time and the hold made of it, with that
+	// hold's local deadline (see OnHandoffHeld).
+	beforeHandoffHeld func(deadline time.Time)
 }
 
 var _ baton.Backend = (*backend)(nil)
@@ -80,8 +85,8 @@ func New(client goredis.UniversalClient, opts ...baton.Option) (*baton.Locker, e
 }
 
 func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, error) {
-	if client == nil {
-		return nil, &baton.OptionError{Option: "redis client", Value: "nil", Reason: "pass a redis.UniversalClient, or use Open"}
+	if what, isNil := rediskit.NilClient(client); isNil {
+		return nil, &baton.OptionError{Option: "redis client", Value: what, Reason: "pass a redis.UniversalClient, or use Open"}
 	}
 	cfg, err := baton.NewConfig(opts...)
 	if err != nil {

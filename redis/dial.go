@@ -121,7 +121,7 @@ func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
 	if o.DB, err = rediskit.DB(u.Path); err != nil {
 		return nil, nil, bad(err.Error())
 	}
-	opts, err := rediskit.QueryOptions(u.Query())
+	opts, err := rediskit.URLOptions(u)
 	if err != nil {
 		return nil, nil, bad(err.Error())
 	}

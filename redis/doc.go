@@ -49,8 +49,8 @@
 // channel; only that waiter wakes, already holding the lock. Waiters get
 // the lock in arrival order; a fresh acquisition does not barge past them.
 // A waiter also retries on a timer: the first in line just past the key's
-// remaining TTL (PTTL) plus jitter, so a crashed holder is taken over
-// right after its key expires (a first waiter that gives up tells the one
+// remaining TTL (PTTL), by 1ms plus a jitter under 10ms whatever the TTL,
+// so a crashed holder is taken over right after its key expires (a first waiter that gives up tells the one
 // now first, which then looks at the key's expiry itself); every waiter at least every RenewEvery,
 // which keeps its place alive (a waiter that stops refreshing is dropped
 // once its entry has run out, one TTL on: by the next refresh of the live
@@ -121,8 +121,13 @@
 // does). A message that names an earlier one (it was held up on its way
 // while a later attempt ran), or that comes when a renewal counted from
 // that send time would be due already (the lease would start with less
-// time for its first renewal than any renewed lease has, or none), is
-// checked by one more attempt instead, which gives the key a whole TTL. The
+// time for its first renewal than any renewed lease has, or none), or
+// whose lease's deadline has passed by the time the hold is made (the
+// waiter was held up in between, by a stall of its machine), is checked
+// by one more attempt instead, which gives the key a whole TTL. (An
+// attempt whose own answer comes past that deadline is released, and the
+// acquisition fails, unavailable: the server or the network is that
+// slow.) The
 // server, though, ends the key by its wall clock, so the local deadline
 // is only as good as that clock: see above. (In a fleet of mixed
 // versions, a baton older than these numbered entries reads them as run

@@ -64,3 +64,10 @@ func ObservedEntries(l *baton.Locker) int64 { return l.Backend().(*backend).obsR
 func RetryIn(l *baton.Locker, head bool, pttl time.Duration) time.Duration {
 	return l.Backend().(*backend).retryIn(attempt{head: head, pttl: pttl})
 }
+
+// OnHandoffHeld has fn run when one of l's waiters, handed the lock in
+// time, is about to make its hold, with the hold's local deadline: fn may
+// hold it up past that deadline, as a stall of the machine would.
+func OnHandoffHeld(l *baton.Locker, fn func(deadline time.Time)) {
+	l.Backend().(*backend).beforeHandoffHeld = fn
+}

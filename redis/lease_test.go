@@ -382,6 +382,78 @@ func TestScripts_NOSCRIPT(t *testing.T) {
 			t.Fatalf("round %d: key left after release", i)
 		}
 	}
+
+	// The uncontended Acquire above runs no script (its claim is a plain
+	// SET). A queued attempt runs the acquire script after a flush, and a
+	// release after another hands the lock to the queued waiter.
+	flush := func() {
+		t.Helper()
+		if err := cli.ScriptFlush(timeout(t, time.Second)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loaded := func(sha string) bool {
+		t.Helper()
+		ok, err := cli.ScriptExists(timeout(t, time.Second), sha).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok[0]
+	}
+	var woken atomic.Int32
+	redis.OnWake(l, func(string) { woken.Add(1) })
+	h := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("h"))
+	lh, err := h.Acquire(timeout(t, 5*time.Second), "queued")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	type result struct {
+		lease *baton.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lease, err := l.Acquire(timeout(t, 10*time.Second), "queued")
+		got <- result{lease, err}
+	}()
+	waitQueued(t, cli, lh.Key(), 1)
+	if !loaded(redis.AcquireScriptHash) {
+		t.Fatal("the waiter queued after SCRIPT FLUSH, but the acquire script is not loaded: it ran no script")
+	}
+	flush()
+	if err := lh.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("release with a waiter queued, after SCRIPT FLUSH: %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiter, after a release that followed SCRIPT FLUSH: %v", r.err)
+	}
+	defer func() { _ = r.lease.Release(context.Background()) }()
+	if woken.Load() == 0 {
+		t.Error("the waiter got the lock without a handoff message")
+	}
+
+	// The renewal script, after a flush, is sent again: the lease lives
+	// on past RenewEvery (its deadline moves on), and the script is back.
+	flush()
+	before := r.lease.Deadline()
+	ctx := timeout(t, 5*time.Second)
+	for !r.lease.Deadline().After(before) {
+		select {
+		case <-r.lease.Done():
+			t.Fatalf("the lease ended at its first renewal after SCRIPT FLUSH: %v", r.lease.Err())
+		case <-ctx.Done():
+			t.Fatal("no renewal confirmed within 5s after SCRIPT FLUSH")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if !loaded(redis.RenewScriptHash) {
+		t.Error("the lease was renewed after SCRIPT FLUSH, but the renewal script is not loaded")
+	}
+	if err := r.lease.Err(); err != nil {
+		t.Errorf("lease after a renewal that followed SCRIPT FLUSH: %v", err)
+	}
 }
 
 func TestInspect_ForceRelease(t *testing.T) {
@@ -1790,4 +1862,56 @@ func TestClose_FrozenServer_OneReleaseTimeout(t *testing.T) {
 	srv := testsvc.StartRedis(t)
 	defer srv.Resume()
 	batontest.CloseSilent(t, newLocker(t, srv.Addr, baton.WithReleaseTimeout(time.Second)), srv.Pause)
+}
+
+// TestHandoff_StalledPastDeadline_ConfirmedByAttempt: a waiter handed the
+// lock in time (before a renewal counted from its last attempt is due) is
+// held up, before it makes its hold, past the hold's local deadline, as a
+// stall of the machine would. As for any late handoff, one more attempt
+// confirms it: the waiter gets the lock (it used to fail, unavailable,
+// having released the key), and once it released it a third client gets
+// it at once.
+func TestHandoff_StalledPastDeadline_ConfirmedByAttempt(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartRedis(t)
+	cli := client(t, srv.Addr)
+	a := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("a"))
+	w := newLocker(t, srv.Addr, baton.WithTTL(time.Second), baton.WithHolder("w"))
+	c := newLocker(t, srv.Addr, baton.WithHolder("c"))
+	reached := make(chan struct{}, 1)
+	redis.OnHandoffHeld(w, func(deadline time.Time) {
+		select {
+		case reached <- struct{}{}:
+		default:
+		}
+		<-time.After(time.Until(deadline) + time.Millisecond) // past the deadline held checks, not a guess at it
+	})
+	held, err := a.Acquire(timeout(t, 5*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := batontest.AcquireLater(timeout(t, 30*time.Second), w.Acquire, "job")
+	waitQueued(t, cli, held.Key(), 1)
+	if err := held.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	select {
+	case <-reached:
+	default:
+		// w's timed retry (RenewEvery, 333ms) came first: it held all
+		// the same, and this run did not test the stall.
+		t.Skipf("the machine stalled: w took the lock without the handoff (%v)", r.Err)
+	}
+	if r.Err != nil || r.ReleaseErr != nil {
+		t.Fatalf("w, stalled past its deadline after the handoff: %v, release %v; want the lock, confirmed by an attempt", r.Err, r.ReleaseErr)
+	}
+	if r.Left < time.Second/2 {
+		t.Errorf("w's lease came %v before its local deadline, want a confirmed TTL (1s)", r.Left.Round(time.Millisecond))
+	}
+	lc, err := c.TryAcquire(timeout(t, 5*time.Second), "job")
+	if err != nil {
+		t.Fatalf("c, once w released: %v", err)
+	}
+	_ = lc.Release(context.Background())
 }

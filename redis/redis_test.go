@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -124,6 +125,22 @@ func TestNew_Invalid(t *testing.T) {
 	}
 	if _, err := redis.New(nil); err == nil {
 		t.Error("New(nil) succeeded")
+	}
+	// A typed nil is no nil interface: it got past == nil and panicked
+	// naming the server.
+	for _, nc := range []goredis.UniversalClient{(*goredis.Client)(nil), (*goredis.ClusterClient)(nil), (*goredis.Ring)(nil)} {
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panicked: %v", p)
+				}
+			}()
+			_, err = redis.New(nc)
+			return err
+		}()
+		if want := fmt.Sprintf("nil %T", nc); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
+			t.Errorf("New(%s) = %v, want an option error saying %q", want, err, want)
+		}
 	}
 }
 

@@ -56,6 +56,33 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("ParseURL(%q) = %v, want it to say %q", raw, err, want)
 		}
 	}
+	// What url.URL.Query drops without a word is refused, and the error
+	// says how to write it: a ';' between pairs (the TTL and prefix were
+	// the defaults, shared with every other application), a bad escape,
+	// a fragment (the prefix was cut at '#').
+	for raw, want := range map[string]string{
+		"redis://h:1?ttl=5s;prefix=app:":   "with '&' between pairs",
+		"redis://h:1?prefix=a%zz":          `invalid URL escape "%zz"`,
+		"redis://h:1?ttl=5s&prefix=app#2":  "write a '#' in a parameter as %23",
+		"redis://h:1/0#frag":               "has a #fragment",
+		"redis://h:1?prefix=a;b&ttl=5s":    "%3B",
+		"redis://h:1?prefix=app:&ttl=5s;x": "malformed",
+	} {
+		u, err := baton.ParseURL(raw)
+		if err != nil {
+			t.Errorf("baton.ParseURL(%q): %v", raw, err)
+			continue
+		}
+		if _, _, err := redis.ParseURL(u); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseURL(%q) = %v, want an option error saying %q", raw, err, want)
+		}
+	}
+	u, _ = baton.ParseURL("redis://h:1?prefix=a%3Bb%23c%25")
+	if _, opts, err := redis.ParseURL(u); err != nil {
+		t.Errorf("ParseURL(%s): %v", u, err)
+	} else if cfg, _ := baton.NewConfig(opts...); cfg.Prefix != "a;b#c%" {
+		t.Errorf("ParseURL(%s): prefix %q, want %q", u, cfg.Prefix, "a;b#c%")
+	}
 	u, _ = baton.ParseURL("redis://app:secret@h:1?colour=red")
 	if _, _, err := redis.ParseURL(u); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("error %v shows the password", err)

@@ -423,4 +423,17 @@ func TestRetryIn(t *testing.T) {
 			t.Errorf("retryIn(head %v, pttl %v) = %v, want %v to %v", tc.head, tc.pttl, got, tc.min, tc.max)
 		}
 	}
+	// At any TTL a crashed holder is taken over within 200ms of its key's
+	// expiry: the jitter is no share of the PTTL (19s/20 was up to 950ms).
+	long, err := redis.New(c, baton.WithTTL(time.Minute)) // RenewEvery 20s
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = long.Close() })
+	const pttl = 19 * time.Second
+	for range 1000 {
+		if got := redis.RetryIn(long, true, pttl); got <= pttl || got > pttl+200*time.Millisecond {
+			t.Fatalf("retryIn(head, pttl %v) at a 60s TTL = %v, want just past the PTTL, within 200ms", pttl, got)
+		}
+	}
 }

@@ -184,7 +184,7 @@ func mostCommon(vs []string) (string, int) {
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	k := b.keys(req.Name)
 	value := rediskit.NewValue(req.Holder)
-	score := time.Now().UnixMicro() // our place in every node's queue
+	score := time.Now().UnixMicro() // our place in every node's queue, alike on all: by our clock (see "What is not" in the package documentation)
 
 	hand := newHandoffs(len(b.nodes), value)
 	queued := false
@@ -365,12 +365,21 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 					// come with less time for its first renewal than any
 					// renewed lease has (or none): an attempt takes the
 					// keys ours again, for a whole TTL.
-					// (Before it, held's own deadline check cannot fail:
-					// RenewEvery < TTL - Drift.)
+					// Held's own deadline check, a moment later, finds
+					// the lease late only when this goroutine was held up
+					// past TTL - Drift - RenewEvery in between: then too
+					// an attempt takes the keys, handed to value, ours
+					// again (or finds them gone, as any attempt may).
 					if !time.Now().Before(start.Add(b.cfg.RenewEvery)) {
 						break wait
 					}
-					h, _, err := b.held(ctx, k, value, olds, start, r.settled)
+					if b.beforeHandoffHeld != nil {
+						b.beforeHandoffHeld(start.Add(b.cfg.TTL - b.cfg.Drift))
+					}
+					h, late, err := b.held(ctx, k, value, olds, start, r.settled)
+					if late {
+						break wait
+					}
 					return h, err
 				}
 				if n == 0 || other {
@@ -508,7 +517,7 @@ func (b *backend) retryIn(r round, majority bool, headSplits int) time.Duration 
 	case first && !majority && headSplits <= splitRetries:
 		d = min(d, splitPause())
 	case first && r.pttl > 0:
-		d = min(d, r.pttl+time.Millisecond+rand.N(r.pttl/20+1))
+		d = min(d, rediskit.PastExpiry(r.pttl))
 	case first || !majority:
 		d = min(d, time.Millisecond+rand.N(b.nodeTimeout+1))
 	}
@@ -562,8 +571,10 @@ const maxOlds = 8
 
 // held makes the hold for value, set on a majority by an attempt started
 // at start, unless its validity (TTL - elapsed - drift) already ran out
-// (late: the caller undoes the attempt and tries again) or the backend
-// closed.
+// or the backend closed. Late, it returns no hold and no error: the
+// caller tries again, never returns the nil hold (after a round it
+// undoes the attempt; after a majority's handoffs its next attempt takes
+// the keys handed to value ours again).
 func (b *backend) held(ctx context.Context, k keys, value string, olds []string, start time.Time, settled <-chan struct{}) (_ baton.Hold, late bool, _ error) {
 	if !time.Now().Before(start.Add(b.cfg.TTL - b.cfg.Drift)) {
 		return nil, true, nil

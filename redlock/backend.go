@@ -59,6 +59,11 @@ type backend struct {
 	roundAvg     atomic.Int64  // the time an attempt round takes, moving average, in ns (see noteRound)
 	graceForTest time.Duration // when set, handoffGrace's answer (see SetHandoffGrace)
 
+	// beforeHandoffHeld, when set (tests), runs between a waiter's check
+	// that a majority's handoffs came in time and the hold made of them,
+	// with that hold's local deadline (see OnHandoffHeld).
+	beforeHandoffHeld func(deadline time.Time)
+
 	bg sync.WaitGroup // node requests abandoned at their deadline
 
 	holds holdset.Set[*hold] // ended by Close
@@ -121,8 +126,8 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 	}
 	addrs := make([]string, len(clients))
 	for i, c := range clients {
-		if c == nil {
-			return nil, &baton.OptionError{Option: "redlock node", Value: strconv.Itoa(i), Reason: "is a nil client"}
+		if what, isNil := rediskit.NilClient(c); isNil {
+			return nil, &baton.OptionError{Option: "redlock node", Value: strconv.Itoa(i), Reason: "is a " + what + " client"}
 		}
 		if j, same := sameClient(clients[:i], c); same {
 			return nil, &baton.OptionError{Option: "redlock nodes", Value: fmt.Sprintf("%d and %d", j, i), Reason: fmt.Sprintf("both reach %s: one server would cast two votes, and make a majority with one other; give each node a server of its own", describe(c))}

@@ -184,7 +184,7 @@ func ParseURL(u *url.URL) ([]*goredis.Options, []baton.Option, error) {
 		seen[addr] = true
 		out = append(out, &goredis.Options{Addr: addr, DB: db, Username: user, Password: pass})
 	}
-	opts, err := rediskit.QueryOptions(u.Query())
+	opts, err := rediskit.URLOptions(u)
 	if err != nil {
 		return nil, nil, bad(err.Error())
 	}

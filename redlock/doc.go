@@ -80,14 +80,17 @@
 // every one of those keys was set after that attempt reached its node,
 // so none expires before the attempt's start plus TTL, the base of the
 // lease's deadline, as for a round it wins; unless a renewal counted from
-// that start would be due already (the handoffs came late), when a round
+// that start would be due already (the handoffs came late), or the
+// lease's deadline has passed by the time the hold is made (the waiter
+// was held up in between, by a stall of its machine), when a round
 // confirms the keys first, for a whole TTL. Otherwise (some nodes handed
 // their key to another waiter, or their message is late), after a grace
 // of about two rounds' time it acquires on every node at once, a round that
 // finds the keys handed to it its own. So waiters get the lock in
 // arrival order, a fresh acquisition does not barge past them, and they
 // do not split the vote among themselves. Timed
-// retries (the first in line just past the holder's PTTL; every waiter at
+// retries (the first in line just past the holder's PTTL, by 1ms plus a
+// jitter under 10ms whatever the TTL; every waiter at
 // least every RenewEvery) cover a crashed holder and lost messages; a
 // first waiter that gives up wakes the one now first, which then looks
 // at the holder's PTTL itself.
@@ -123,6 +126,17 @@
 //     asynchronous). Run each node with maxmemory-policy noeviction, no
 //     failover, and either appendfsync always or a restart delayed by one
 //     TTL (antirez's advice).
+//   - Fair order across hosts whose clocks differ. A waiter's place in
+//     every node's queue is its own start time, by its host's wall clock,
+//     so that every node orders the waiters alike (each node's own TIME,
+//     taken as the request reaches it, would order two waiters that queue
+//     at about the same moment differently on different nodes, and split
+//     the handoffs so that no one is first on a majority). A waiter whose
+//     clock is ahead by d waits behind every waiter that queues within d
+//     after it; one whose clock is behind by d goes before every waiter
+//     that queued within d before it. Only the order suffers: mutual
+//     exclusion does not rest on it. Keep the hosts' clocks in step (NTP)
+//     where arrival order matters.
 //
 // # Clock model
 //

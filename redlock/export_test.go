@@ -78,3 +78,11 @@ func OnWake(l *baton.Locker, fn func(value string)) {
 func Holds(l *baton.Locker) int {
 	return len(l.Backend().(*backend).holds.Holds())
 }
+
+// OnHandoffHeld has fn run when one of l's waiters, handed the lock by a
+// majority in time, is about to make its hold, with the hold's local
+// deadline: fn may hold it up past that deadline, as a stall of the
+// machine would.
+func OnHandoffHeld(l *baton.Locker, fn func(deadline time.Time)) {
+	l.Backend().(*backend).beforeHandoffHeld = fn
+}

@@ -246,8 +246,26 @@ func TestNew_Invalid(t *testing.T) {
 			_, err := redlock.New([]goredis.UniversalClient{cs[0], cs[1], client(t, net.JoinHostPort("::ffff:127.0.0.1", port(t, nodes[1].Addr)))})
 			return err
 		}, "1 and 2"},
+		{"nil node", func() error { _, err := redlock.New([]goredis.UniversalClient{cs[0], nil, cs[2]}); return err }, "node 1: is a nil client"},
+		// A typed nil is no nil interface: it got past == nil and
+		// panicked in the check for one server named twice.
+		{"typed nil node first", func() error {
+			_, err := redlock.New([]goredis.UniversalClient{(*goredis.Client)(nil), cs[1], cs[2]})
+			return err
+		}, "node 0: is a nil *redis.Client client"},
+		{"typed nil node last", func() error {
+			_, err := redlock.New([]goredis.UniversalClient{cs[0], cs[1], (*goredis.ClusterClient)(nil)})
+			return err
+		}, "node 2: is a nil *redis.ClusterClient client"},
 	} {
-		err := tc.err()
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panicked: %v", p)
+				}
+			}()
+			return tc.err()
+		}()
 		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an option error saying %q", tc.desc, err, tc.want)
 		}
@@ -1504,4 +1522,77 @@ func TestHandoff_PastARenewal_Confirmed(t *testing.T) {
 	if r.Left < 2*ttl/3 {
 		t.Errorf("w's lease came %v before its local deadline, want a confirmed TTL (%v)", r.Left.Round(time.Millisecond), ttl)
 	}
+}
+
+// acquireRecovered is l.Acquire(ctx, name), with a panic in it returned
+// as an error, so that a test reports it rather than dies of it.
+func acquireRecovered(ctx context.Context, l *baton.Locker, name string) (lease *baton.Lease, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			lease, err = nil, fmt.Errorf("Acquire panicked: %v", p)
+		}
+	}()
+	return l.Acquire(ctx, name)
+}
+
+// TestHandoff_StalledPastDeadline_TriesAgain: a waiter handed the lock by
+// a majority in time (before a renewal counted from its round's start is
+// due) is held up, before it makes its hold, past the hold's local
+// deadline, as a stall of the machine would. It must not return a nil
+// hold (the Locker made a lease of it and panicked), and must leave no
+// key behind: it takes the keys with an attempt, and a third client gets
+// the lock once it released.
+func TestHandoff_StalledPastDeadline_TriesAgain(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	a := newLocker(t, nodes, baton.WithTTL(30*time.Second), baton.WithHolder("a"))
+	w := newLocker(t, nodes, baton.WithTTL(time.Second), baton.WithHolder("w"))
+	c := newLocker(t, nodes, baton.WithHolder("c"))
+	reached := make(chan struct{}, 1)
+	redlock.OnHandoffHeld(w, func(deadline time.Time) {
+		select {
+		case reached <- struct{}{}:
+		default:
+		}
+		<-time.After(time.Until(deadline) + time.Millisecond) // past the deadline held checks, not a guess at it
+	})
+	held, err := a.Acquire(timeout(t, 5*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := clients(t, nodes)
+	redistest.WaitHeld(t, cs, redlock.DefaultPrefix+"job", "a")
+	type result struct {
+		lease *baton.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lease, err := acquireRecovered(timeout(t, 30*time.Second), w, "job")
+		if err == nil {
+			err = lease.Release(context.Background())
+		}
+		got <- result{lease, err}
+	}()
+	redistest.WaitQueued(t, cs, redlock.DefaultPrefix+"job", "a", 1)
+	if err := held.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	select {
+	case <-reached:
+	default:
+		// w's timed retry (RenewEvery, 333ms) came first: it held all
+		// the same, and this run did not test the stall.
+		t.Skipf("the machine stalled: w took the lock without the handoffs (%v)", r.err)
+	}
+	if r.err != nil && strings.Contains(r.err.Error(), "panicked") {
+		t.Fatal(r.err)
+	}
+	t.Logf("w, stalled past its deadline after the handoffs: lease %v, err %v", r.lease != nil, r.err)
+	lc, err := c.TryAcquire(timeout(t, 5*time.Second), "job")
+	if err != nil {
+		t.Fatalf("c, once w returned: %v; want the lock free (w's keys undone or released)", err)
+	}
+	_ = lc.Release(context.Background())
 }

@@ -2,12 +2,14 @@ package redlock
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediskit/redistest"
 )
@@ -364,4 +366,29 @@ func TestUnlockScript_LeaverBehindDeadEntries(t *testing.T) {
 			t.Fatalf("a waiter's leave answered %d, want 0", n)
 		}
 	})
+}
+
+// TestRetryIn_PastExpiry: a waiter first in line behind another's
+// majority looks again just past the keys' PTTL, within 200ms of it at any
+// TTL, so that a crashed holder is taken over right after its keys
+// expire: the jitter is no share of the PTTL (19s/20 was up to 950ms).
+func TestRetryIn_PastExpiry(t *testing.T) {
+	cs := make([]goredis.UniversalClient, 3)
+	for i := range cs {
+		c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(i+1), MaxRetries: -1}) // never asked
+		t.Cleanup(func() { _ = c.Close() })
+		cs[i] = c
+	}
+	b, err := newBackend(cs, []baton.Option{baton.WithTTL(time.Minute)}) // RenewEvery 20s
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	for _, pttl := range []time.Duration{time.Millisecond, 100 * time.Millisecond, 19 * time.Second} {
+		for range 1000 {
+			if got := b.retryIn(round{heads: b.quorum, pttl: pttl}, true, 0); got <= pttl || got > pttl+200*time.Millisecond {
+				t.Fatalf("retryIn(first, pttl %v) at a 60s TTL = %v, want just past the PTTL, within 200ms", pttl, got)
+			}
+		}
+	}
 }

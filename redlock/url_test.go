@@ -74,6 +74,34 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+// TestParseURL_MalformedQuery: what url.URL.Query drops without a word
+// is refused, and the error says how to write it: a ';' between pairs
+// (the TTL and prefix were the defaults, shared with every other
+// application), a bad escape, a fragment (the prefix was cut at '#').
+func TestParseURL_MalformedQuery(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redlock://a,b,c?ttl=5s;prefix=app:":  "with '&' between pairs",
+		"redlock://a,b,c?prefix=a%zz":         `invalid URL escape "%zz"`,
+		"redlock://a,b,c?ttl=5s&prefix=app#2": "write a '#' in a parameter as %23",
+		"redlock://a,b,c/0#frag":              "has a #fragment",
+	} {
+		u, err := baton.ParseURL(raw)
+		if err != nil {
+			t.Errorf("baton.ParseURL(%q): %v", raw, err)
+			continue
+		}
+		if _, _, err := redlock.ParseURL(u); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseURL(%q) = %v, want an option error saying %q", raw, err, want)
+		}
+	}
+	u, _ := baton.ParseURL("redlock://a,b,c?prefix=a%3Bb%23c%25")
+	if _, opts, err := redlock.ParseURL(u); err != nil {
+		t.Errorf("ParseURL(%s): %v", u, err)
+	} else if cfg, _ := baton.NewConfig(opts...); cfg.Prefix != "a;b#c%" {
+		t.Errorf("ParseURL(%s): prefix %q, want %q", u, cfg.Prefix, "a;b#c%")
+	}
+}
+
 func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{"redlock://a:1,b:2,c:3", "redlock://u:p@a,b,c/2?ttl=5s", "redlock://[::1]:1,[::1]:2,[::1]:3?drift=1ms"} {
 		f.Add(s)

@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mrand "math/rand/v2"
 	"net"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,6 +128,58 @@ func CheckPrefix(prefix string) error {
 		return &baton.OptionError{Option: "prefix", Value: strconv.Quote(prefix), Reason: "must not contain braces: the lock's queue keys use {KEY} to share its Cluster hash slot"}
 	}
 	return nil
+}
+
+// MaxExpiryJitter bounds the jitter PastExpiry adds. Only a lock's first
+// waiter sleeps until its key expires (the others sleep RenewEvery), so
+// there is no herd to spread: the jitter only keeps one waiter from
+// retrying in step with a holder's renewal schedule or with a first
+// waiter of another Locker that saw the same PTTL a moment apart. A few
+// milliseconds do that; a share of the TTL (PTTL/20, 750ms at a 15s TTL)
+// only delayed the takeover of a crashed holder's lock.
+const MaxExpiryJitter = 10 * time.Millisecond
+
+// PastExpiry is how long a first waiter that saw a key with pttl left
+// sleeps before it looks again: just past the expiry, by 1ms (PX counts
+// whole milliseconds) plus a random jitter under min(pttl/20,
+// MaxExpiryJitter), so that a crashed holder is taken over within about
+// 11ms of its key's expiry, whatever the TTL.
+func PastExpiry(pttl time.Duration) time.Duration {
+	return pttl + time.Millisecond + mrand.N(min(max(pttl, 0)/20, MaxExpiryJitter)+1)
+}
+
+// NilClient reports whether c is nil, also when it is a typed nil (a
+// (*redis.Client)(nil) in the interface, which compares unequal to nil
+// and panics at its first method call), and says what it is ("nil", or
+// "nil *redis.Client").
+func NilClient(c any) (what string, isNil bool) {
+	if c == nil {
+		return "nil", true
+	}
+	switch v := reflect.ValueOf(c); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		if v.IsNil() {
+			return fmt.Sprintf("nil %T", c), true
+		}
+	}
+	return "", false
+}
+
+// URLOptions reads the query of a redis:// or redlock:// URL u with
+// QueryOptions. It refuses what url.URL.Query would drop without a word:
+// a pair that does not parse (a ';' between pairs, a '%' not followed by
+// two hex digits), with which a prefix meant to keep two applications
+// apart would fall back to the default they share; and a fragment,
+// which cut off whatever follows a '#'.
+func URLOptions(u *url.URL) ([]baton.Option, error) {
+	if u.Fragment != "" {
+		return nil, errors.New("has a #fragment, which is not read; write a '#' in a parameter as %23")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("the query is malformed (%s); write it as ?key=value&key=value, with '&' between pairs, and a '%%', ';' or '&' in a value as %%25, %%3B or %%26", baton.Printable(err.Error()))
+	}
+	return QueryOptions(q)
 }
 
 // QueryOptions reads the query parameters of a redis:// or redlock:// URL:

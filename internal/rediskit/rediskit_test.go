@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,6 +80,28 @@ func TestCheckPrefix(t *testing.T) {
 	var oe *baton.OptionError
 	if err := CheckPrefix("a{b}:"); !errors.As(err, &oe) || !strings.Contains(err.Error(), "braces") {
 		t.Errorf("CheckPrefix with braces: %v", err)
+	}
+}
+
+// TestURLOptions: a query that does not parse, or a fragment, is
+// refused (url.URL.Query dropped them, and the defaults applied).
+func TestURLOptions(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://h?ttl=5s;prefix=app:": "malformed",
+		"redis://h?prefix=a%zz":        "malformed",
+		"redis://h?prefix=a#b":         "#fragment",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := URLOptions(u); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("URLOptions(%q) = %v, want an error saying %q", raw, err, want)
+		}
+	}
+	u, _ := url.Parse("redis://h?ttl=5s&prefix=app%3Bx")
+	if opts, err := URLOptions(u); err != nil || len(opts) != 2 {
+		t.Errorf("URLOptions(%q) = %d options, %v; want 2", u, len(opts), err)
 	}
 }
 
@@ -223,5 +246,22 @@ func TestRefusal(t *testing.T) {
 	}
 	if !ReadOnly(fmt.Errorf("w: %w", replyErr("READONLY You can't write against a read only replica."))) || ReadOnly(replyErr("LOADING x")) {
 		t.Error("ReadOnly")
+	}
+}
+
+func TestNilClient(t *testing.T) {
+	var ifc goredis.UniversalClient
+	for _, tc := range []struct {
+		c    any
+		want string
+	}{{nil, "nil"}, {ifc, "nil"}, {(*goredis.Client)(nil), "nil *redis.Client"}, {(*goredis.ClusterClient)(nil), "nil *redis.ClusterClient"}} {
+		if what, isNil := NilClient(tc.c); !isNil || what != tc.want {
+			t.Errorf("NilClient(%#v) = %q, %v; want %q, true", tc.c, what, isNil, tc.want)
+		}
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if what, isNil := NilClient(c); isNil {
+		t.Errorf("NilClient(a client) = %q, true", what)
 	}
 }
