@@ -467,3 +467,26 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(p)
 }
+
+// nilHoldBackend is a backend with a bug: its Acquire returns neither a
+// hold nor an error.
+type nilHoldBackend struct{}
+
+func (nilHoldBackend) Acquire(context.Context, baton.Request) (baton.Hold, error) { return nil, nil }
+func (nilHoldBackend) Close() error                                               { return nil }
+
+// TestLocker_NilHold: a backend's Acquire that returns no hold and no error
+// (Redlock's did, after a stall) is an error saying so, not a panic on the
+// nil hold.
+func TestLocker_NilHold(t *testing.T) {
+	cfg, err := baton.NewConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := baton.NewLocker(nilHoldBackend{}, cfg)
+	defer l.Close()
+	lease, err := l.TryAcquire(context.Background(), "job")
+	if err == nil || lease != nil || !strings.Contains(err.Error(), "neither a hold nor an error") {
+		t.Fatalf("TryAcquire on a backend that returns nothing = %v, %v; want an error saying so", lease, err)
+	}
+}

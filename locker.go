@@ -113,6 +113,9 @@ func (l *Locker) acquire(ctx context.Context, name string, wait bool) (*Lease, e
 		}
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}
+	if h == nil { // a backend's bug: said so, not a panic on the nil hold
+		return nil, fmt.Errorf("acquire %q: the backend returned neither a hold nor an error (%T): a bug, please report it", name, l.b)
+	}
 	if l.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // the arguments allocate
 		l.cfg.Logger.Debug("lease acquired", "lock", name, "key", h.Key(), "token", int64(h.Token()))
 	}
