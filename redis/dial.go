@@ -64,8 +64,9 @@ func clientOptions(o *goredis.Options, cfg baton.Config) {
 // ping checks that client's server answers within timeout, and returns a
 // *baton.UnavailableError naming it otherwise (or the cause of ctx), or a
 // *baton.OptionError when the server refused the URL's database number or
-// credentials, or is a replica (see rediskit.Role), which would refuse
-// every acquisition with READONLY.
+// credentials. A replica (see rediskit.Role), which would refuse every
+// acquisition with READONLY, is unavailable, as it is for a while after a
+// failover behind the address.
 func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -75,7 +76,7 @@ func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) er
 	switch {
 	case err == nil:
 		if rediskit.Role(pctx, client) == "replica" {
-			return rediskit.ReplicaError("redis URL", where)
+			return rediskit.ReplicaError(where)
 		}
 		return nil
 	case ctx.Err() != nil:

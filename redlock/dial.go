@@ -24,10 +24,11 @@ const DefaultPort = rediskit.DefaultPort
 // naming an odd number (at least 3) of independent Redis nodes, all with
 // the same credentials and database. It connects to each, checks that a
 // majority answers and that no two nodes are one server (reached by two
-// names, such as localhost and 127.0.0.1: Redis's run_id tells) and
-// that none is a replica (HELLO tells, see rediskit.Role: a replica
-// refuses every write, READONLY), and returns a Locker that owns the
-// clients.
+// names, such as localhost and 127.0.0.1: Redis's run_id tells), and
+// returns a Locker that owns the clients. A node that is a replica (HELLO
+// tells, see rediskit.Role: it refuses every write, READONLY) counts as a
+// failed node, and is logged; a majority of nodes down or replicas is
+// unavailable.
 // Options in opts override those in the URL.
 func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
 	ros, urlOpts, err := ParseURL(u)
@@ -89,17 +90,26 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 		}
 		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("a majority of nodes did not answer INFO within %v, or answered it with an error: %w", cfg.RequestTimeout, errors.Join(errs...))}
 	}
+	// A replica refuses every write (READONLY): a node that does not vote
+	// while it is one, as for a while after a failover behind its
+	// address. Like a node down, it is borne while the others make a
+	// majority, and said.
 	ids := make([]string, len(servers))
+	_, failed := count(errs)
+	var replicas []int
 	for i, s := range servers {
 		ids[i] = s.id
 		if s.replica && errs[i] == nil {
-			// A replica refuses every write (READONLY): a node that
-			// never votes, and, a replica of another node, not an
-			// independent one.
-			b.bg.Wait()
-			closeAll()
-			return nil, rediskit.ReplicaError("redlock node", b.nodes[i].where+" in "+b.where)
+			replicas = append(replicas, i)
 		}
+	}
+	if failed+len(replicas) > len(clients)-b.quorum {
+		b.bg.Wait()
+		closeAll()
+		return nil, rediskit.ReplicaError(b.nodes[replicas[0]].where + " in " + b.where)
+	}
+	for _, i := range replicas {
+		cfg.Logger.Warn("a redlock node is a replica, which refuses writes: it fails every request until it is a primary again; if it stays so, give its primary's address (a replica of another node is not an independent node)", "node", b.nodes[i].where, "nodes", b.where)
 	}
 	if i, j, ok := sameServer(ids, errs); ok {
 		b.bg.Wait()

@@ -1586,13 +1586,13 @@ func TestHandoff_StalledPastDeadline_TriesAgain(t *testing.T) {
 		// the same, and this run did not test the stall.
 		t.Skipf("the machine stalled: w took the lock without the handoffs (%v)", r.err)
 	}
-	if r.err != nil && strings.Contains(r.err.Error(), "panicked") {
-		t.Fatal(r.err)
+	if r.err != nil {
+		// It panicked (a nil hold), or gave up keys handed to it.
+		t.Fatalf("w, stalled past its deadline after the handoffs: %v; want the lock, taken again by an attempt", r.err)
 	}
-	t.Logf("w, stalled past its deadline after the handoffs: lease %v, err %v", r.lease != nil, r.err)
 	lc, err := c.TryAcquire(timeout(t, 5*time.Second), "job")
 	if err != nil {
-		t.Fatalf("c, once w returned: %v; want the lock free (w's keys undone or released)", err)
+		t.Fatalf("c, once w released: %v; want the lock free", err)
 	}
 	_ = lc.Release(context.Background())
 }

@@ -171,6 +171,15 @@ func (b *backend) fail(ctx context.Context, what string, err error) error {
 		return &baton.OptionError{Option: "ZooKeeper ACL for", Value: b.place() + b.root,
 			Reason: fmt.Sprintf("%s: %v: the server refuses the ACL baton gives new nodes (Settings.ACL; an auth-scheme ACL needs an identity on the connection, Settings.Auth or zk://user:password@)", what, err)}
 	}
+	return b.unavailable(ctx, what, err)
+}
+
+// unavailable is fail for a renewal (a session's confirmation): whatever
+// refused it, the lease it kept is lost, never a refused setting.
+func (b *backend) unavailable(ctx context.Context, what string, err error) error {
+	if ctx.Err() == nil && errors.Is(err, zkgo.ErrSessionExpired) {
+		return fmt.Errorf("%w: %s: %w", baton.ErrLeaseLost, what, ErrSessionExpired)
+	}
 	return failkit.Unavailable(ctx, b.place(), what, err, errors.Is(err, errNoAnswer), b.cfg.RequestTimeout)
 }
 

@@ -274,7 +274,7 @@ func (b *backend) renewer(s *session) keeper.RenewFunc {
 			if ctx.Err() != nil {
 				return fmt.Errorf("confirm session: no answer before the local deadline: %w", err)
 			}
-			return b.fail(context.Background(), "confirm session", err)
+			return b.unavailable(context.Background(), "confirm session", err)
 		}
 		// The answers prove the requests ran on s only if the connection
 		// still has s's session: a request queued across an expiry runs on

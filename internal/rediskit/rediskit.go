@@ -481,9 +481,11 @@ func Role(ctx context.Context, c goredis.UniversalClient) string {
 }
 
 // ReplicaError is the error for the server at where that Role says is a
-// replica: a *baton.OptionError (a replica refuses writes; a lock on it
-// would be a lock on nothing the primary knows), saying to give the
-// primary. what names the setting, such as "redis URL".
-func ReplicaError(option, where string) error {
-	return &baton.OptionError{Option: option, Value: where, Reason: "the server is a replica, which refuses writes (READONLY): give the address of its primary"}
+// replica, which refuses writes (a lock on it would be a lock on nothing
+// the primary knows): a *baton.UnavailableError, as READONLY is (see
+// transientReply), since an address that names the primary reaches the
+// old one, now a replica, for a while after a failover; it says to give
+// the primary's address if it stays so.
+func ReplicaError(where string) error {
+	return &baton.UnavailableError{Where: where, Err: errors.New(ReadOnlyHint)}
 }
