@@ -158,9 +158,9 @@
 // MISCONF, NOREPLICAS, too many clients, and READONLY. A replica answers
 // READONLY; so does a primary demoted by a failover, until a new
 // connection (which go-redis makes after that reply) reaches its
-// successor behind a DNS name, so Open refuses an address that HELLO says
-// is a replica, with a *baton.OptionError saying to give the primary, and
-// a READONLY reply later says what it may mean. New makes no request: on
+// successor behind a DNS name, so Open reports an address that HELLO says
+// is a replica as unavailable (*baton.UnavailableError), saying to give
+// the primary's if it stays so, and a READONLY reply later says the same. New makes no request: on
 // a client of a replica every acquisition is ErrUnavailable, READONLY. A
 // renewal refused in any way is the lease's loss, as any
 // failed renewal. Redis Cluster works through redis.UniversalClient (the

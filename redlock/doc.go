@@ -221,9 +221,11 @@
 //	ACL SETUSER app on >pw ~baton:lock:* ~{baton:lock:* &baton:wake:* +@read +@write +@scripting +@pubsub +@connection +time +info
 //
 // Without INFO, Open cannot tell a server named twice (it then counts as
-// two votes). Open refuses a node that HELLO says is a replica (which
-// refuses every write, READONLY, and, a replica of another node, is not
-// independent) with a *baton.OptionError saying to give a primary.
+// two votes). A node that HELLO says is a replica (which refuses every
+// write, READONLY, and, a replica of another node, is not independent)
+// counts at Open as a failed node, and is logged, saying to give its
+// primary if it stays so: a majority of nodes down or replicas is
+// unavailable, as for a while after a failover behind an address.
 //
 // A node that refuses a request for good, as the redis package says (its
 // ACL, NOAUTH or WRONGPASS, WRONGTYPE, an unknown or disallowed command),

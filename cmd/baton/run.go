@@ -104,7 +104,7 @@ Exit codes:
   127            COMMAND could not be started (not found, not executable)
   130            interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT) while waiting for the lock or the fence store
   141            not from run, which writes no output of its own: a subcommand's output (elect --observe) had no reader left, as SIGPIPE would end it
-  2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix, a user the server does not let write the locks, or a Redis replica given for its primary
+  2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix, or a user the server does not let write the locks
   1              any other failure (such as a fence store without baton's tables)`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
   0 2 * * *  baton run --backend etcd://10.0.0.1:2379,10.0.0.2:2379 invoices -- ./invoices.sh
