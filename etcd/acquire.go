@@ -96,6 +96,13 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		// connection that just failed would hold the caller up to the
 		// release timeout. A copy of the create held up in the network
 		// may still be applied after that delete (see abandonKey).
+		// A refusal (permission denied, a request too large) applied
+		// nothing: no key to abandon, and no session to retire for it.
+		if ctx.Err() == nil {
+			if rerr := b.refusal("create lock key", err); rerr != nil {
+				return nil, rerr
+			}
+		}
 		select {
 		case <-s.k.Done():
 		default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +157,8 @@ func testAcquireReadOnlyUser(t *testing.T, srv *testsvc.Etcd) {
 		t.Fatalf("Open as a user who may read /ro/: %v", err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
+	var grants atomic.Int32
+	etcd.OnGrantSent(l, func() { grants.Add(1) })
 
 	check := func(what string, err error) {
 		t.Helper()
@@ -175,4 +178,12 @@ func testAcquireReadOnlyUser(t *testing.T, srv *testsvc.Etcd) {
 	check("TryAcquire", err)
 	_, err = l.Acquire(timeout(t, 10*time.Second), "nightly")
 	check("Acquire", err)
+	_, err = l.TryAcquire(timeout(t, 10*time.Second), "nightly")
+	check("TryAcquire again", err)
+	// A refused create applied nothing: its session is not retired for a
+	// key to abandon, so the three refusals share one lease grant (each
+	// granted one, and left a delete retrying, before).
+	if n := grants.Load(); n != 1 {
+		t.Errorf("three refused acquisitions sent %d lease grants; want 1", n)
+	}
 }

@@ -181,8 +181,10 @@ func (b *backend) unavailableWithin(ctx context.Context, what string, err error,
 // (what) for good, and nil when err may be the lock service failing. A
 // user the server does not know, or may not write the prefix, is a
 // *baton.OptionError naming what to grant or give (see refused); a request
-// larger than the server takes (a holder of megabytes) an error saying so,
-// which matches neither baton.ErrUnavailable nor baton.ErrInvalidOption.
+// larger than the server takes (a long prefix, or a server with a small
+// --max-request-bytes: a holder name is at most 200 bytes) an error saying
+// so, which matches neither baton.ErrUnavailable nor
+// baton.ErrInvalidOption.
 //
 // Everything else may mend itself, and stays the service failing: no
 // leader, a timeout, too many requests, a database out of space (an
@@ -194,7 +196,7 @@ func (b *backend) refusal(what string, err error) error {
 		return rerr
 	}
 	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
-		return fmt.Errorf("%s: %s: %w (refused by the server, whose --max-request-bytes it exceeds; a shorter holder name will do)", b.where, what, err)
+		return fmt.Errorf("%s: %s: %w (refused by the server, whose --max-request-bytes it exceeds: raise it, or use a shorter prefix)", b.where, what, err)
 	}
 	return nil
 }

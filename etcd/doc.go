@@ -127,8 +127,8 @@
 // as when its password or role changed) then return a *baton.OptionError
 // saying to grant readwrite on the prefix, which baton elect and run
 // --wait do not retry. A request larger than the server's
-// --max-request-bytes (a holder of megabytes) is refused with an error
-// that is neither. Everything else the server answers with (no leader, a
+// --max-request-bytes (a long prefix, or a server set to take very little)
+// is refused with an error that is neither. Everything else the server answers with (no leader, a
 // timeout, too many requests, a database out of space, an auth token to
 // fetch again) matches baton.ErrUnavailable, and so does every failed
 // renewal.
