@@ -123,10 +123,9 @@ func waitQueued(t testing.TB, l *baton.Locker, name string, n int, check func())
 		t.Fatal("the backend is not a baton.Inspector: the case cannot see a waiter queued")
 	}
 	const within = 10 * time.Second
-	end := time.Now().Add(within)
 	ctx := ctxFor(t, within) // one bound for every look, not 10s each
 	waiters := -1
-	for {
+	WaitFor(t, within, fmt.Sprintf("%d waiters queued on %q", n, name), func() bool {
 		if check != nil {
 			check()
 		}
@@ -139,14 +138,8 @@ func waitQueued(t testing.TB, l *baton.Locker, name string, n int, check func())
 				waiters = i.Waiters
 			}
 		}
-		if waiters >= n {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%q has %d waiters queued after %v, want %d", name, waiters, within, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return waiters >= n
+	})
 }
 
 func (s *suite) acquireCancelled(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/nilval"
 	"github.com/baton-go/baton/internal/pgkit"
 )
 
@@ -42,7 +43,7 @@ func CheckLease(ctx context.Context, q Querier, lease *baton.FencedLease) error 
 	if lease == nil {
 		return &baton.OptionError{Option: "lease", Value: "nil", Reason: "pass the *baton.FencedLease the work runs under"}
 	}
-	if isNil(q) {
+	if _, isNil := nilval.Of(q); isNil {
 		return &baton.OptionError{Option: "querier", Value: "nil", Reason: "pass the transaction (pgx.Tx) the work writes in"}
 	}
 	table, name, ok := splitKey(lease.Key())

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/nilval"
 	"github.com/baton-go/baton/internal/pgkit"
 )
 
@@ -38,7 +38,7 @@ func Init(ctx context.Context, db Execer, table string) error {
 	if err != nil {
 		return err
 	}
-	if isNil(db) {
+	if _, isNil := nilval.Of(db); isNil {
 		return &baton.OptionError{Option: "db", Value: "nil", Reason: "pass a *pgxpool.Pool or a *pgx.Conn"}
 	}
 	// No arguments: pgx sends it with the simple protocol, all statements
@@ -55,21 +55,6 @@ func Init(ctx context.Context, db Execer, table string) error {
 		return err // refused: trying again would not mend it
 	}
 	return nil
-}
-
-// isNil reports whether db, a caller's database handle, is nil, or a nil
-// pointer in an interface (a *pgxpool.Pool that was never made), whose
-// methods would panic.
-func isNil(db any) bool {
-	if db == nil {
-		return true
-	}
-	v := reflect.ValueOf(db)
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
 }
 
 // ensureSchema creates the tables and sequences unless they exist already,

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-go/baton/internal/failkit"
 	"github.com/baton-go/baton/internal/holdset"
 	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/nilval"
 	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediswake"
@@ -85,7 +86,7 @@ func New(client goredis.UniversalClient, opts ...baton.Option) (*baton.Locker, e
 }
 
 func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, error) {
-	if what, isNil := rediskit.NilClient(client); isNil {
+	if what, isNil := nilval.Of(client); isNil {
 		return nil, &baton.OptionError{Option: "redis client", Value: what, Reason: "pass a redis.UniversalClient, or use Open"}
 	}
 	cfg, err := baton.NewConfig(opts...)
@@ -178,9 +179,7 @@ func (b *backend) failWithin(ctx context.Context, what string, err error, bound 
 // an invalid option. A replica's READONLY says what it may mean.
 func (b *backend) unavailable(ctx context.Context, what string, err error, bound time.Duration) error {
 	timedOut := errors.Is(err, context.DeadlineExceeded) || rediskit.TimedOut(err)
-	if rediskit.ReadOnly(err) {
-		err = fmt.Errorf("%w (%s)", err, rediskit.ReadOnlyHint)
-	}
+	err = rediskit.WithReadOnlyHint(err)
 	return failkit.Unavailable(ctx, b.where, what, err, timedOut, bound)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/holdset"
 	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/nilval"
 	"github.com/baton-go/baton/internal/parallel"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediswake"
@@ -126,7 +127,7 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 	}
 	addrs := make([]string, len(clients))
 	for i, c := range clients {
-		if what, isNil := rediskit.NilClient(c); isNil {
+		if what, isNil := nilval.Of(c); isNil {
 			return nil, &baton.OptionError{Option: "redlock node", Value: strconv.Itoa(i), Reason: "is a " + what + " client"}
 		}
 		if j, same := sameClient(clients[:i], c); same {
@@ -333,9 +334,7 @@ func (n *node) err(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || rediskit.TimedOut(err) {
 		return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w in time (%v)", what, errNoAnswer, err)}
 	}
-	if rediskit.ReadOnly(err) {
-		err = fmt.Errorf("%w (%s)", err, rediskit.ReadOnlyHint)
-	}
+	err = rediskit.WithReadOnlyHint(err)
 	return &baton.UnavailableError{Where: n.where, Err: fmt.Errorf("%s: %w", what, err)}
 }
 

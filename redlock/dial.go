@@ -71,7 +71,8 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 		}
 		return server{id: id, replica: rediskit.Role(ctx, n.client) == "replica"}, nil
 	}, nil)
-	if _, failed := count(errs); failed > len(clients)-b.quorum {
+	_, failed := count(errs)
+	if failed > len(clients)-b.quorum {
 		b.bg.Wait()
 		closeAll()
 		if ctx.Err() != nil {
@@ -95,7 +96,6 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 	// address. Like a node down, it is borne while the others make a
 	// majority, and said.
 	ids := make([]string, len(servers))
-	_, failed := count(errs)
 	var replicas []int
 	for i, s := range servers {
 		ids[i] = s.id

@@ -569,7 +569,7 @@ func TestElect_StandbyOutage(t *testing.T) {
 // received" alone.
 func TestRelease_Interrupted(t *testing.T) {
 	b := forceFake{fakeBackend: &fakeBackend{}, started: make(chan struct{})}
-	backend := useForceFake(t, b)
+	backend := useFake(t, b)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		<-b.started

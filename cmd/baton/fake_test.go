@@ -31,7 +31,7 @@ type fakeBackend struct {
 }
 
 // useFake makes the URL scheme "fake" open b for the rest of the test.
-func useFake(t *testing.T, b *fakeBackend) string {
+func useFake(t *testing.T, b baton.Backend) string {
 	t.Helper()
 	prev, had := openers["fake"]
 	openers["fake"] = func(_ context.Context, _ *url.URL, opts ...baton.Option) (*baton.Locker, error) {
@@ -127,18 +127,4 @@ func (b forceFake) ForceRelease(ctx context.Context, _ string) (baton.LockInfo, 
 	close(b.started)
 	<-ctx.Done()
 	return baton.LockInfo{}, context.Cause(ctx)
-}
-
-// useForceFake is useFake for b.
-func useForceFake(t *testing.T, b forceFake) string {
-	t.Helper()
-	u := useFake(t, b.fakeBackend)
-	openers["fake"] = func(_ context.Context, _ *url.URL, opts ...baton.Option) (*baton.Locker, error) {
-		cfg, err := baton.NewConfig(opts...)
-		if err != nil {
-			return nil, err
-		}
-		return baton.NewLocker(b, cfg), nil
-	}
-	return u
 }

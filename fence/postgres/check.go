@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
+	"github.com/baton-go/baton/internal/nilval"
 )
 
 // Check raises the fence for resource to token inside the caller's
@@ -60,7 +61,7 @@ func (s *Store) check(ctx context.Context, tx Querier, resource string, token ba
 // needTx refuses the queriers that are known not to be in a transaction,
 // and a nil one.
 func needTx(q Querier) error {
-	what, isNil := fencesql.NilValue(q)
+	what, isNil := nilval.Of(q)
 	if isNil {
 		return &baton.OptionError{Option: "fence check querier", Value: what, Reason: "pass the pgx.Tx the writes run in, or use WithTx"}
 	}

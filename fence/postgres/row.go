@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
+	"github.com/baton-go/baton/internal/nilval"
 	"github.com/baton-go/baton/internal/pgkit"
 )
 
@@ -98,7 +99,7 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 	if err := row.validate(); err != nil {
 		return false, err
 	}
-	if what, isNil := fencesql.NilValue(q); isNil {
+	if what, isNil := nilval.Of(q); isNil {
 		return false, &baton.OptionError{Option: "InsertOnce querier", Value: what, Reason: "pass the pgx.Tx or a pool to insert with"}
 	}
 	tag, err := q.Exec(ctx, row.insertSQL(1, ""), row.Values...)

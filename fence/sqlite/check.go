@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
+	"github.com/baton-go/baton/internal/nilval"
 )
 
 // Check raises the fence for resource to token inside the caller's
@@ -26,7 +27,7 @@ import (
 // transaction begun with a BEGIN statement, so none is taken), and so is
 // a nil tx.
 func (s *Store) Check(ctx context.Context, tx Querier, resource string, token baton.Token) error {
-	if what, isNil := fencesql.NilValue(tx); isNil {
+	if what, isNil := nilval.Of(tx); isNil {
 		return &baton.OptionError{Option: "fence check querier", Value: what, Reason: "pass the *sql.Tx the writes run in (db.BeginTx), or use WithTx"}
 	}
 	switch tx.(type) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/internal/fencesql"
+	"github.com/baton-go/baton/internal/nilval"
 )
 
 // Row is one row to insert at most once: the guide's idempotent write,
@@ -72,7 +73,7 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 	if err := row.validate(); err != nil {
 		return false, err
 	}
-	if what, isNil := fencesql.NilValue(q); isNil {
+	if what, isNil := nilval.Of(q); isNil {
 		return false, &baton.OptionError{Option: "InsertOnce querier", Value: what, Reason: "pass the *sql.Tx or *sql.DB to insert with"}
 	}
 	return insertOnce(ctx, q, row, "")

@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,23 +145,6 @@ const MaxExpiryJitter = 10 * time.Millisecond
 // 11ms of its key's expiry, whatever the TTL.
 func PastExpiry(pttl time.Duration) time.Duration {
 	return pttl + time.Millisecond + mrand.N(min(max(pttl, 0)/20, MaxExpiryJitter)+1)
-}
-
-// NilClient reports whether c is nil, also when it is a typed nil (a
-// (*redis.Client)(nil) in the interface, which compares unequal to nil
-// and panics at its first method call), and says what it is ("nil", or
-// "nil *redis.Client").
-func NilClient(c any) (what string, isNil bool) {
-	if c == nil {
-		return "nil", true
-	}
-	switch v := reflect.ValueOf(c); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		if v.IsNil() {
-			return fmt.Sprintf("nil %T", c), true
-		}
-	}
-	return "", false
 }
 
 // URLOptions reads the query of a redis:// or redlock:// URL u with
@@ -449,6 +431,15 @@ func hasCode(msg, c string) bool {
 func ReadOnly(err error) bool {
 	var rerr goredis.Error
 	return errors.As(err, &rerr) && hasCode(rerr.Error(), "READONLY")
+}
+
+// WithReadOnlyHint returns err with ReadOnlyHint said after it when it is
+// a READONLY reply, and err as it is otherwise.
+func WithReadOnlyHint(err error) error {
+	if ReadOnly(err) {
+		return fmt.Errorf("%w (%s)", err, ReadOnlyHint)
+	}
+	return err
 }
 
 // ReadOnlyHint is said after a READONLY reply: it is the service failing

@@ -248,20 +248,3 @@ func TestRefusal(t *testing.T) {
 		t.Error("ReadOnly")
 	}
 }
-
-func TestNilClient(t *testing.T) {
-	var ifc goredis.UniversalClient
-	for _, tc := range []struct {
-		c    any
-		want string
-	}{{nil, "nil"}, {ifc, "nil"}, {(*goredis.Client)(nil), "nil *redis.Client"}, {(*goredis.ClusterClient)(nil), "nil *redis.ClusterClient"}} {
-		if what, isNil := NilClient(tc.c); !isNil || what != tc.want {
-			t.Errorf("NilClient(%#v) = %q, %v; want %q, true", tc.c, what, isNil, tc.want)
-		}
-	}
-	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	if what, isNil := NilClient(c); isNil {
-		t.Errorf("NilClient(a client) = %q, true", what)
-	}
-}

@@ -2,27 +2,9 @@ package fencesql
 
 import (
 	"fmt"
-	"reflect"
 
 	"github.com/baton-go/baton"
 )
-
-// NilValue reports whether q, a store's querier, is nil: the nil
-// interface, or a nil pointer (map, slice, func or channel) of some type,
-// on which every statement would panic. what shows it in an error: "nil",
-// or "nil *sql.Tx".
-func NilValue(q any) (what string, isNil bool) {
-	if q == nil {
-		return "nil", true
-	}
-	switch v := reflect.ValueOf(q); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		if v.IsNil() {
-			return fmt.Sprintf("nil %T", q), true
-		}
-	}
-	return "", false
-}
 
 // StaleUnread returns the error for token got, which the fence for
 // resource refused as stale, when reading the fence's newest token then

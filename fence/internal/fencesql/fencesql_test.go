@@ -60,22 +60,6 @@ func TestValidateTablesFolded(t *testing.T) {
 	}
 }
 
-func TestNilValue(t *testing.T) {
-	for _, tc := range []struct {
-		q    any
-		want string
-	}{{nil, "nil"}, {(*strings.Builder)(nil), "nil *strings.Builder"}, {map[string]int(nil), "nil map[string]int"}} {
-		if what, isNil := fencesql.NilValue(tc.q); !isNil || what != tc.want {
-			t.Errorf("NilValue(%#v) = %q, %v; want %q, true", tc.q, what, isNil, tc.want)
-		}
-	}
-	for _, q := range []any{&strings.Builder{}, 0, "", struct{}{}} {
-		if what, isNil := fencesql.NilValue(q); isNil {
-			t.Errorf("NilValue(%#v) = %q, true; want false", q, what)
-		}
-	}
-}
-
 // TestStaleUnread: a refusal whose newest token could not be read is a
 // stale token, holding the read's error, and its message does not claim
 // the newest token is 0.
