@@ -36,16 +36,12 @@ type ForeignTableError struct {
 	Where  string // the database file
 	Column string // the first column missing; for a missing key, the key's columns ("resource, run_id")
 	// Problem is what is wrong, as the message says it:
-	// `has no column "last_token"`. Empty means Column is missing.
+	// `has no column "last_token"`.
 	Problem string
 }
 
 func (e *ForeignTableError) Error() string {
-	problem := e.Problem
-	if problem == "" {
-		problem = fmt.Sprintf("has no column %q", e.Column)
-	}
-	return fmt.Sprintf("table %q in %s %s: it was not made by baton; give the store another table name (WithTable, WithRunsTable), or rename or drop it, then create baton's with `baton fence init --store URL` (or Store.Init)", e.Table, e.Where, problem)
+	return fmt.Sprintf("table %q in %s %s: it was not made by baton; give the store another table name (WithTable, WithRunsTable), or rename or drop it, then create baton's with `baton fence init --store URL` (or Store.Init)", e.Table, e.Where, e.Problem)
 }
 
 // Hints appended to an error's cause: an *baton.UnavailableError's, or

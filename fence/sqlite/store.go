@@ -220,7 +220,7 @@ func (s *Store) checkTables(ctx context.Context) error {
 		}
 		for _, c := range t.want {
 			if !have[c] {
-				return &ForeignTableError{Table: t.name, Where: s.where, Column: c}
+				return &ForeignTableError{Table: t.name, Where: s.where, Column: c, Problem: fmt.Sprintf("has no column %q", c)}
 			}
 		}
 		keyed := slices.Equal(pk, t.key)
@@ -276,8 +276,9 @@ func (s *Store) uniqueOn(ctx context.Context, schema, table string, key []string
 	if err != nil {
 		return false, err
 	}
+	// An index on an expression has a NULL column, read as "", which is no
+	// key's column: it never matches, as no ON CONFLICT column list does.
 	indexes := map[string][]string{}
-	var exprs []string // indexes on an expression, which no ON CONFLICT column list matches
 	for rows.Next() {
 		var (
 			index  string
@@ -286,17 +287,14 @@ func (s *Store) uniqueOn(ctx context.Context, schema, table string, key []string
 		if err = rows.Scan(&index, &column); err != nil {
 			break
 		}
-		if !column.Valid {
-			exprs = append(exprs, index)
-		}
 		indexes[index] = append(indexes[index], strings.ToLower(column.String))
 	}
 	if err := errors.Join(err, rows.Err(), rows.Close()); err != nil {
 		return false, err
 	}
-	for index, cols := range indexes {
+	for _, cols := range indexes {
 		slices.Sort(cols)
-		if !slices.Contains(exprs, index) && slices.Equal(cols, key) {
+		if slices.Equal(cols, key) {
 			return true, nil
 		}
 	}

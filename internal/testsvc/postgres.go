@@ -183,7 +183,7 @@ func startPostgres() (*pgServer, error) {
 		return nil, err
 	}
 	srv, err := onFreePort("PostgreSQL", func(port, try int) (*pgServer, error) {
-		return runPostgres(dir, pb.postgres, port, pb.cred, try)
+		return pb.run(dir, port, try)
 	})
 	if err != nil {
 		os.RemoveAll(dir)
@@ -233,10 +233,10 @@ func (pb pgBinaries) initTemp() (string, error) {
 	return dir, nil
 }
 
-// runPostgres starts the postmaster on port and waits until it accepts a
-// connection.
-func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try int) (*pgServer, error) {
-	cmd := exec.Command(postgres,
+// run starts the postmaster on the data directory in dir (from initTemp)
+// on port, and waits until it accepts a connection.
+func (pb pgBinaries) run(dir string, port, try int) (*pgServer, error) {
+	cmd := exec.Command(pb.postgres,
 		"-D", filepath.Join(dir, "data"),
 		"-p", strconv.Itoa(port),
 		"-k", dir,
@@ -249,7 +249,7 @@ func runPostgres(dir, postgres string, port int, cred *syscall.Credential, try i
 	cmd.Dir = dir
 	// Not a process group of its own: signals go to the postmaster, which
 	// passes them on to its backends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pb.cred, Pdeathsig: syscall.SIGQUIT}
 	proc, err := startProcess(fmt.Sprintf("postgres on port %d", port), cmd, filepath.Join(dir, fmt.Sprintf("postgres-%d.log", try)))
 	if err != nil {
 		return nil, err

@@ -122,7 +122,7 @@ func TestPostgres_PortTakenByAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := runPostgres(dir, pb.postgres, first.port, pb.cred, 0)
+	srv, err := pb.run(dir, first.port, 0)
 	if err == nil {
 		srv.stop()
 		t.Fatalf("a second PostgreSQL on %s came back ready", first.addr())
