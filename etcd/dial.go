@@ -121,7 +121,10 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 	if p := u.Path; p != "" && p != "/" {
 		opts = append(opts, baton.WithPrefix(p))
 	}
-	q := u.Query()
+	q, err := urlparam.Query(u)
+	if err != nil {
+		return cc, nil, bad(err.Error())
+	}
 	if err := urlparam.Once(q); err != nil {
 		return cc, nil, bad(err.Error())
 	}

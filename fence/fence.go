@@ -123,14 +123,20 @@ func parse(rawURL string) (*url.URL, error) {
 		return nil, err
 	}
 	switch u.Scheme {
-	case "postgres", "postgresql", "sqlite":
+	case "sqlite": // sqliteURL reads the rest
+		return u, nil
+	case "postgres", "postgresql":
+		if _, err := urlparam.Query(u); err != nil {
+			return nil, &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL), Reason: err.Error()}
+		}
 		return u, nil
 	}
 	return nil, &baton.OptionError{Option: "fence store URL", Value: baton.Redact(rawURL),
 		Reason: fmt.Sprintf("has the unknown scheme %q; use postgres://user@host:port/database or sqlite:path", u.Scheme)}
 }
 
-// stripLockParams returns u without the lock service's parameters.
+// stripLockParams returns u, whose query parse has checked, without the
+// lock service's parameters.
 func stripLockParams(u *url.URL) string {
 	q := u.Query()
 	for _, p := range urlparam.Postgres {
@@ -169,7 +175,10 @@ func sqliteURL(rawURL string, u *url.URL) (string, []sqlite.Option, error) {
 		return "", nil, bad("has no file path; write sqlite:path/to/fence.db")
 	}
 	var opts []sqlite.Option
-	q := u.Query()
+	q, err := urlparam.Query(u)
+	if err != nil {
+		return "", nil, bad(err.Error())
+	}
 	if err := urlparam.Once(q); err != nil {
 		return "", nil, bad(err.Error())
 	}

@@ -65,7 +65,8 @@ func TestOpen_SQLiteURLs(t *testing.T) {
 			t.Errorf("Open(%q) did not make %s: %v", tc.url, tc.file, err)
 		}
 	}
-	for _, u := range []string{"sqlite:", "sqlite:x.db?busy_timeout=soon", "sqlite:x.db?busy_timeout=0s", "sqlite:x.db?mode=ro", "sqlite:x.db?busy_timeout=1s&busy_timeout=2s"} {
+	for _, u := range []string{"sqlite:", "sqlite:x.db?busy_timeout=soon", "sqlite:x.db?busy_timeout=0s", "sqlite:x.db?mode=ro", "sqlite:x.db?busy_timeout=1s&busy_timeout=2s", "sqlite:x.db?busy_timeout=1s;x=1",
+		"postgres://u:s3cret@127.0.0.1:1/db?sslmode=require;x=1", "postgres://u:s3cret@127.0.0.1:1/db?sslmode=require#x"} {
 		if _, err := fence.Open(ctx, u, fence.WithCreate(true)); !errors.Is(err, baton.ErrInvalidOption) {
 			t.Errorf("Open(%q): %v, want ErrInvalidOption", u, err)
 		}

@@ -171,9 +171,9 @@ func ParseURL(u *url.URL) (dsn string, opts []baton.Option, err error) {
 	if u.Opaque != "" {
 		return "", nil, bad("want postgres://[user@]host[:port]/database")
 	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := urlparam.Query(u)
 	if err != nil {
-		return "", nil, bad("the query is malformed; write it as ?key=value&key=value")
+		return "", nil, bad(err.Error())
 	}
 	if err := urlparam.Once(q, urlparam.Postgres...); err != nil {
 		return "", nil, bad(err.Error())

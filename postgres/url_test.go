@@ -57,6 +57,8 @@ func TestParseURL(t *testing.T) {
 		"postgres://u:s3cret@h/db?table=1abc",
 		"postgres://u:s3cret@h/db?table=x&table=y",
 		"postgres://u:s3cret@h/db?sslmode=sometimes",
+		"postgres://u:s3cret@h/db?sslmode=require;ttl=5s", // pgx would get no sslmode
+		"postgres://u:s3cret@h/db#x",
 		"postgres://u:s3cret@h:notaport/db",
 		"postgres://h/db?password=s3cret&ttl=x",
 		"mysql://u:s3cret@h/db",

@@ -271,9 +271,9 @@ func ParseURL(u *url.URL) (servers []string, set Settings, opts []baton.Option, 
 		}
 		opts = append(opts, baton.WithPrefix(p))
 	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := urlparam.Query(u)
 	if err != nil {
-		return nil, set, nil, bad("query: " + baton.Printable(err.Error()))
+		return nil, set, nil, bad(err.Error())
 	}
 	if err := urlparam.Once(q); err != nil {
 		return nil, set, nil, bad(err.Error())

@@ -45,7 +45,7 @@ func TestParseURL(t *testing.T) {
 		"zk://", "zk://host", "zk://h:1,,h:2", "zk://h:0", "zk://h:99999", "zk://h:1?session-timeout=ten", "zk://h:1?session-timeout=0",
 		"zk://h:1?request-timeout=-1s", "zk://h:1?drift=0", "zk://h:1?drift=soon", "zk://h:1?session-timeout=4s&session-timeout=5s",
 		"zk://h:1?colour=red", "zk://h:1,h:1", "zk:opaque", "zk://h:1/a//b", "zk://h:1/zookeeper/x", "zk://h:1/a/../b",
-		"zk://user@h:1", "zk://h:1?on-suspend=maybe", "etcd://h:1",
+		"zk://user@h:1", "zk://h:1?on-suspend=maybe", "etcd://h:1", "zk://h:1/app?session-timeout=4s;drift=1s", "zk://h:1/app#x",
 	} {
 		u, err := baton.ParseURL(bad)
 		if err == nil {

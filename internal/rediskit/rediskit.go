@@ -148,18 +148,11 @@ func PastExpiry(pttl time.Duration) time.Duration {
 }
 
 // URLOptions reads the query of a redis:// or redlock:// URL u with
-// QueryOptions. It refuses what url.URL.Query would drop without a word:
-// a pair that does not parse (a ';' between pairs, a '%' not followed by
-// two hex digits), with which a prefix meant to keep two applications
-// apart would fall back to the default they share; and a fragment,
-// which cut off whatever follows a '#'.
+// QueryOptions, refusing a malformed query or a fragment (urlparam.Query).
 func URLOptions(u *url.URL) ([]baton.Option, error) {
-	if u.Fragment != "" {
-		return nil, errors.New("has a #fragment, which is not read; write a '#' in a parameter as %23")
-	}
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := urlparam.Query(u)
 	if err != nil {
-		return nil, fmt.Errorf("the query is malformed (%s); write it as ?key=value&key=value, with '&' between pairs, and a '%%', ';' or '&' in a value as %%25, %%3B or %%26", baton.Printable(err.Error()))
+		return nil, err
 	}
 	return QueryOptions(q)
 }

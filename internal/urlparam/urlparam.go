@@ -3,6 +3,7 @@
 package urlparam
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -84,4 +85,21 @@ func Once(q url.Values, keys ...string) error {
 		}
 	}
 	return nil
+}
+
+// Query returns the query parameters of u, refusing what url.URL.Query
+// would drop without a word: a pair that does not parse (a ';' between
+// pairs, a '%' not followed by two hex digits), which would leave a setting
+// at its default (a prefix meant to keep two applications apart, or a
+// DSN's sslmode=require); and a fragment, which cuts off whatever follows a
+// '#'.
+func Query(u *url.URL) (url.Values, error) {
+	if u.Fragment != "" {
+		return nil, errors.New("has a #fragment, which is not read; write a '#' in a path or parameter as %23")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("the query is malformed (%s); write it as ?key=value&key=value, with '&' between pairs, and a '%%', ';' or '&' in a value as %%25, %%3B or %%26", baton.Printable(err.Error()))
+	}
+	return q, nil
 }

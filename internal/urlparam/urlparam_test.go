@@ -75,3 +75,28 @@ func TestOnce(t *testing.T) {
 		t.Errorf("Once(drift, table) = %v, want nil: sslmode and ttl are not asked about", err)
 	}
 }
+
+// TestQuery: what url.URL.Query drops without a word is refused.
+func TestQuery(t *testing.T) {
+	for raw, want := range map[string]string{
+		"etcd://h:1/?ttl=5s;prefix=app":    "query is malformed",
+		"etcd://h:1/?ttl=5%":               "query is malformed",
+		"etcd://h:1/?prefix=a#b&ttl=5s":    "#fragment",
+		"postgres://h/db?sslmode=require#": "", // an empty fragment cuts nothing off
+		"redis://h:1/?ttl=5s&prefix=app":   "",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := Query(u)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("Query(%q) = %v, want no error", raw, err)
+		case want == "" && len(q) == 0:
+			t.Errorf("Query(%q) = no parameters", raw)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("Query(%q) = %v, want an error saying %q", raw, err, want)
+		}
+	}
+}
