@@ -54,10 +54,10 @@ COMMAND runs, and dropped between terms. Ctrl-Z stops COMMAND's group, then elec
 COMMAND's group with it, as under baton run. Processes of COMMAND's group
 that baton may not signal (another user's, under sudo) are not stopped:
 when some are still alive 5s after SIGKILL, elect exits 76 instead of
-campaigning again, which would start COMMAND a second time beside them.
-Processes that put themselves out of the group (setsid, a daemon), or that
-baton cannot see (another user's, with /proc mounted hidepid=2), are
-neither stopped nor seen: elect campaigns again beside them.
+campaigning again, which would start COMMAND a second time beside them
+(with /proc mounted hidepid=2, elect asks the kernel about those it cannot
+see). Processes that put themselves out of the group (setsid, a daemon)
+are neither stopped nor seen: elect campaigns again beside them.
 
 Exit codes: COMMAND's when it exits by itself; 76 leadership lost when
 COMMAND exited, at the resignation, or with processes left; 77 a fence ahead

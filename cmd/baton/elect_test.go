@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -591,6 +592,33 @@ func TestRelease_Interrupted(t *testing.T) {
 // saying so, instead of campaigning again and starting a second COMMAND
 // beside it.
 func TestElect_LeftRunning_NoNewTerm(t *testing.T) {
+	electLeftRunning(t, false)
+}
+
+// TestElect_LeftRunning_Hidden: as TestElect_LeftRunning_NoNewTerm, with
+// /proc mounted hidepid=2 where elect runs, so that it cannot see the root
+// process in its command's group either. It asks the kernel (kill with
+// signal 0 says EPERM), and exits 76 all the same.
+func TestElect_LeftRunning_Hidden(t *testing.T) {
+	for _, tool := range []string{"unshare", "setpriv", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (util-linux), to run elect with /proc mounted hidepid=2: %v", tool, err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		// A mount namespace of its own may be refused (a container
+		// without CAP_SYS_ADMIN): say so instead of failing.
+		if out, err := exec.Command("unshare", "-m", "--propagation", "private", "mount", "-t", "proc", "-o", "hidepid=2", "proc", "/proc").CombinedOutput(); err != nil {
+			t.Skipf("cannot mount /proc hidepid=2 in a mount namespace of its own here (%v: %s)", err, bytes.TrimSpace(out))
+		}
+	}
+	electLeftRunning(t, true)
+}
+
+// electLeftRunning runs elect as user nobody, its /proc mounted hidepid=2
+// when hidden, with a root process in its command's group, then takes the
+// leadership away: elect must exit 76 without leading again.
+func electLeftRunning(t *testing.T, hidden bool) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, to run baton as another user than a process of its command's group")
 	}
@@ -626,10 +654,19 @@ func TestElect_LeftRunning_NoNewTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidFile := filepath.Join(dir, "pid")
-	cmd := exec.Command(bin, "elect", "--backend", backend, "--grace", "1s", "--id", "nobody-1", "mailer", "--",
-		"sh", "-c", fmt.Sprintf(`echo $$ > %s; exec sleep 600`, pidFile))
+	args := []string{bin, "elect", "--backend", backend, "--grace", "1s", "--id", "nobody-1", "mailer", "--",
+		"sh", "-c", fmt.Sprintf(`echo $$ > %s; exec sleep 600`, pidFile)}
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if hidden {
+		// unshare mounts /proc for elect alone, as root, then setpriv
+		// becomes nobody.
+		args = append([]string{"unshare", "-m", "--propagation", "private", "sh", "-c",
+			`mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid=65534 --regid=65534 --clear-groups "$@"`, "sh"}, args...)
+		attr.Credential = nil
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), mainEnv+"=1", "GORACE=atexit_sleep_ms=20")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.SysProcAttr = attr
 	p := startCmd(t, cmd)
 	var pgid int
 	waitFor(t, 20*time.Second, func() bool {

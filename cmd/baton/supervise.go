@@ -471,23 +471,34 @@ func stop(pgid int, sig syscall.Signal) {
 
 // liveInGroup counts the processes of process group pgid that are not
 // zombies, from /proc. It reaps nothing: baton may run in a process
-// (its tests) whose other children are not its to wait for.
+// (its tests) whose other children are not its to wait for. When /proc
+// shows none, it asks the kernel: processes that baton may neither see
+// nor signal (another user's, with /proc mounted hidepid=2) count as one.
 func liveInGroup(pgid int) int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
 	n := 0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	if ents, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if pg, state, ok := proc.Stat(pid); ok && pg == pgid && state != 'Z' && state != 'X' {
+				n++
+			}
 		}
-		if pg, state, ok := proc.Stat(pid); ok && pg == pgid && state != 'Z' && state != 'X' {
-			n++
-		}
+	}
+	if n == 0 && unseenInGroup(pgid) {
+		return 1
 	}
 	return n
+}
+
+// unseenInGroup reports whether process group pgid has a process that
+// baton may not signal, and none that it may: kill(-pgid, 0) says EPERM
+// only then (ESRCH for an empty group, success when one could be
+// signalled).
+func unseenInGroup(pgid int) bool {
+	return errors.Is(syscall.Kill(-pgid, 0), syscall.EPERM)
 }
 
 func processes(n int) string {
