@@ -39,12 +39,13 @@ bench: deps
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedlockPaired -benchtime 100x -count 10 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
 
-## fuzz: a short fuzzing pass over every URL parser (the fence store's sqlite: URLs too), and over Redact.
+## fuzz: a short fuzzing pass over every URL parser (the fence store's sqlite: URLs too), over Redact, and over the fence stores' table-name check.
 FUZZ_PKGS = . ./etcd/ ./zk/ ./postgres/ ./redis/ ./redlock/
 fuzz:
 	for p in $(FUZZ_PKGS); do $(GO) test -run '^$$' -fuzz FuzzParseURL -fuzztime 30s $$p || exit 1; done
 	$(GO) test -run '^$$' -fuzz FuzzRedact -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz FuzzSQLiteURL -fuzztime 30s ./fence/
+	$(GO) test -run '^$$' -fuzz FuzzValidateTable -fuzztime 30s ./fence/internal/fencesql/
 
 ## faults: the long fault matrices, kept out of make test: a ZooKeeper follower
 ## cut off from its leader at session timeouts of 2, 3, 4 and 8 ticks (one to two minutes).
