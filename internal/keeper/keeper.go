@@ -356,12 +356,17 @@ func (k *Keeper) tick() {
 		k.lost(err)
 		return
 	default:
-		k.log.Warn("lease renewal failed; retrying until the local deadline", "err", err, "deadline_in", time.Until(deadline).Round(time.Millisecond))
 		k.mu.Lock()
 		k.lastErr = err
 		k.next = time.Now().Add(min(max(k.every/8, 10*time.Millisecond), time.Second))
 		k.notBeforeSettling()
 		k.mu.Unlock()
+		// The next tick, which declares the loss at the deadline, is
+		// armed before the log line, which a handler writing to a
+		// stalled pipe may hold up for good.
+		k.rearm()
+		k.log.Warn("lease renewal failed; retrying until the local deadline", "err", err, "deadline_in", time.Until(deadline).Round(time.Millisecond))
+		return
 	}
 	k.rearm()
 }
