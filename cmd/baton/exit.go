@@ -82,12 +82,16 @@ func (o outputWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// commandOutput is w as a supervised command's standard output: the file
-// under an outputWriter. Handed a wrapper, exec would copy the command's
-// output through a pipe, and Wait would wait for every process that holds
-// that pipe, the command's leftover group included.
+// commandOutput is w as a supervised command's standard output or error:
+// the file under an outputWriter or a messageWriter. Handed a wrapper, exec
+// would copy the command's output through a pipe, and Wait would wait for
+// every process that holds that pipe, the command's leftover group
+// included.
 func commandOutput(w io.Writer) io.Writer {
-	if o, ok := w.(outputWriter); ok {
+	switch o := w.(type) {
+	case outputWriter:
+		return o.w
+	case *messageWriter:
 		return o.w
 	}
 	return w

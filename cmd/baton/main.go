@@ -86,10 +86,13 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // run is the whole command, testable: it parses args, runs the subcommand
-// and returns the exit code.
+// and returns the exit code. baton's own lines go to stderr through a
+// messageWriter, which run closes before it returns.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(outputWriter{stdout}, stderr)
+	msgs := newMessageWriter(stderr)
+	defer msgs.Close()
+	root := newRoot(outputWriter{stdout}, msgs)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
-	return exitCode(stderr, executed(cmd, err))
+	return exitCode(msgs, executed(cmd, err))
 }

@@ -107,7 +107,7 @@ const (
 func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grace time.Duration, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) (supervised, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, commandOutput(stderr) // baton's own lines go through stderr
 	// Its own process group, so a loss can stop all of it; and the command
 	// is killed if baton itself dies, since nothing would renew the lease
 	// or stop it (what it forks, too: the kernel signals direct children
