@@ -185,6 +185,11 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 	bg := context.WithoutCancel(ctx)
 	defer lease.Release(bg)
 	if s.store != nil {
+		// A lease lost already (granted just before its deadline) raises
+		// nothing: the fence is the next holder's to raise.
+		if err := leaseErr(lease); err != nil {
+			return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; the fence was not raised, %s not started", err, argv[0])}
+		}
 		// On ctx: a signal stops a store that does not answer; the
 		// deferred release then frees the lock.
 		if err := s.raise(ctx, name, h); err != nil {

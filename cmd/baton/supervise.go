@@ -140,15 +140,16 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 	if ctx.Err() != nil {
 		return supervised{}, &exitError{code: exitInterrupted, msg: "interrupted before the command started"}
 	}
-	// The fence raise and the --once check before may have taken long.
-	if err := leaseErr(lease); err != nil {
-		return supervised{}, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; %s not started", err, argv[0])}
-	}
 	g, err := startGuard()
 	if err != nil {
 		fmt.Fprintf(stderr, "baton: warning: %v; should baton die without a say, what %s starts would run on\n", err, argv[0])
 	} else {
 		defer g.release()
+	}
+	// The fence raise, the --once check and the guard's start before may
+	// have taken long.
+	if err := leaseErr(lease); err != nil {
+		return supervised{}, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; %s not started", err, argv[0])}
 	}
 	if err := cmd.Start(); err != nil {
 		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}

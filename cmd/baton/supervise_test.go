@@ -147,6 +147,15 @@ func TestRun_DeadlinePassedBeforeStart(t *testing.T) {
 	if _, err := os.Stat(ran); err == nil {
 		t.Fatal("run: the command ran past its lease's deadline")
 	}
+	// With --fence, a lease lost already raises no fence.
+	store := initStore(t)
+	r = runInProcess("run", "--backend", useFake(t, &fakeBackend{deadline: -time.Second}), "--fence", store, "stock", "--", "touch", ran)
+	if r.code != exitLeaseLost || !strings.Contains(r.stderr, "the fence was not raised") {
+		t.Fatalf("run --fence: exit %d, stderr %q; want %d and the fence not raised", r.code, r.stderr, exitLeaseLost)
+	}
+	if show := runInProcess("fence", "show", "--store", store, "stock"); show.code != 0 || !strings.Contains(show.stdout, "stock     0             never") {
+		t.Errorf("fence show after the lost lease: exit %d, stdout %q, stderr %q; want the fence never raised", show.code, show.stdout, show.stderr)
+	}
 	r = runInProcess("elect", "--backend", useFake(t, &fakeBackend{deadline: -time.Second}), "stock", "--", "touch", ran)
 	if r.code != 0 || !strings.Contains(r.stderr, "not started; campaigning again") {
 		t.Fatalf("elect: exit %d, stderr %q; want 0 after a first term that started nothing", r.code, r.stderr)
