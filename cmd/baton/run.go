@@ -105,7 +105,9 @@ Exit codes:
   130            interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT) while waiting for the lock or the fence store
   141            not from run, which writes no output of its own: a subcommand's output (elect --observe) had no reader left, as SIGPIPE would end it
   2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix, or a user the server does not let write the locks
-  1              any other failure (such as a fence store without baton's tables)`,
+  1              any other failure (such as a fence store without baton's tables)
+Each of baton's own codes comes with a line on stderr saying why; COMMAND's own
+exit code comes with none, even when it is one of these.`,
 		Example: `  # every server's crontab: the first to start bills, the others exit 75
   0 2 * * *  baton run --backend etcd://10.0.0.1:2379,10.0.0.2:2379 invoices -- ./invoices.sh
 
