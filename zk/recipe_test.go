@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,10 +128,32 @@ func TestRecipe_NoHerd(t *testing.T) {
 	got := make([]chan *baton.FencedLease, waiters)
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait) // after the Lockers close (cleanups run last-in first-out), ending waits
+	// Eleven sessions wait in line for the whole test: long ones, so that
+	// a stalled JVM ends none of them (the holder's is dial's). A Locker
+	// on a borrowed connection settles its session at its first
+	// acquisition (3/10 of its TTL): settle them all at once, on another
+	// lock, rather than one after the other in the queue.
+	lockers := make([]*baton.FencedLocker, waiters)
+	var settle sync.WaitGroup
 	for i := range waiters {
-		// Eleven sessions wait in line for the whole test: long ones, so
-		// that a stalled JVM ends none of them (the holder's is dial's).
-		fl := lockerOn(t, connect(t, addr, longTTL, sent[i].dial), longTTL)
+		lockers[i] = lockerOn(t, connect(t, addr, longTTL, sent[i].dial), longTTL)
+		settle.Go(func() {
+			l, err := lockers[i].Acquire(ctx, name+"-settle-"+strconv.Itoa(i))
+			if err != nil {
+				t.Errorf("waiter %d, settling: %v", i, err)
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("waiter %d, settling: %v", i, err)
+			}
+		})
+	}
+	settle.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for i := range waiters {
+		fl := lockers[i]
 		zk.OnPredecessorEvent(fl.Locker(), func(string, string) { events[i].Add(1) })
 		got[i] = make(chan *baton.FencedLease, 1)
 		wg.Add(1)
