@@ -311,12 +311,9 @@ func TestNew_TTLTooLong(t *testing.T) {
 }
 
 func TestDial_Unreachable(t *testing.T) {
-	port, err := testsvc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testsvc.ClosedPort(t) // refuses connections until the test ends
 	start := time.Now()
-	_, err = etcd.Dial(context.Background(), []string{"127.0.0.1:" + itoa(port)}, baton.WithRequestTimeout(time.Second))
+	_, err := etcd.Dial(context.Background(), []string{"127.0.0.1:" + itoa(port)}, baton.WithRequestTimeout(time.Second))
 	if !errors.Is(err, baton.ErrUnavailable) {
 		t.Fatalf("Dial to a closed port: err = %v, want ErrUnavailable", err)
 	}

@@ -102,12 +102,9 @@ func FuzzParseURL(f *testing.F) {
 }
 
 func TestDial_Unreachable(t *testing.T) {
-	port, err := testsvc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testsvc.ClosedPort(t) // refuses connections until the test ends
 	start := time.Now()
-	_, err = postgres.Dial(context.Background(), "postgres://app:s3cret@127.0.0.1:"+strconv.Itoa(port)+"/db", baton.WithRequestTimeout(time.Second))
+	_, err := postgres.Dial(context.Background(), "postgres://app:s3cret@127.0.0.1:"+strconv.Itoa(port)+"/db", baton.WithRequestTimeout(time.Second))
 	if !errors.Is(err, baton.ErrUnavailable) {
 		t.Fatalf("Dial to a closed port: %v, want ErrUnavailable", err)
 	}

@@ -532,13 +532,10 @@ func TestOpen(t *testing.T) {
 }
 
 func TestOpen_Unreachable(t *testing.T) {
-	port, err := testsvc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testsvc.ClosedPort(t) // refuses connections until the test ends
 	u, _ := url.Parse("redis://app:secret@127.0.0.1:" + itoa(port))
 	start := time.Now()
-	_, err = redis.Open(context.Background(), u, baton.WithRequestTimeout(time.Second))
+	_, err := redis.Open(context.Background(), u, baton.WithRequestTimeout(time.Second))
 	if !errors.Is(err, baton.ErrUnavailable) {
 		t.Fatalf("Open on a closed port = %v, want ErrUnavailable", err)
 	}

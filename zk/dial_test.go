@@ -192,13 +192,10 @@ func TestLeaderHeard(t *testing.T) {
 }
 
 func TestDial_Unreachable(t *testing.T) {
-	port, err := testsvc.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := testsvc.ClosedPort(t) // refuses connections until the test ends
 	where := "127.0.0.1:" + strconv.Itoa(port)
 	start := time.Now()
-	_, err = zk.Dial(context.Background(), []string{where}, baton.WithRequestTimeout(time.Second))
+	_, err := zk.Dial(context.Background(), []string{where}, baton.WithRequestTimeout(time.Second))
 	if !errors.Is(err, baton.ErrUnavailable) {
 		t.Fatalf("Dial to a closed port: err = %v, want ErrUnavailable", err)
 	}

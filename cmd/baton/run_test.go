@@ -105,10 +105,11 @@ func TestRun_TokensIncrease(t *testing.T) {
 // SIGSTOP while a command runs: renewals stop, the lease is lost, the
 // command gets SIGTERM, and baton exits 76 saying which lock and token.
 func TestRun_LeaseLost(t *testing.T) {
-	cp, _ := testsvc.FreePort()
-	pp, _ := testsvc.FreePort()
-	serve := startBaton(t, "serve", "--data-dir", t.TempDir(), "--listen", fmt.Sprintf("127.0.0.1:%d", cp), "--peer-listen", fmt.Sprintf("127.0.0.1:%d", pp))
-	backend := fmt.Sprintf("etcd://127.0.0.1:%d", cp)
+	// It serves on its own ports: the server frozen below is the one that
+	// answers.
+	member := startServeMembers(t, 1)[0]
+	serve := member.proc
+	backend := "etcd://" + member.client
 	waitFor(t, 30*time.Second, func() bool { return runInProcess("status", "--backend", backend).code == 0 }, func() string { return "baton serve not answering" })
 
 	dir := t.TempDir()
@@ -224,7 +225,7 @@ func TestRun_SignalPassedOn(t *testing.T) {
 // carry one.
 func TestRun_BadInput(t *testing.T) {
 	backend := etcdBackend(t)
-	closed, _ := testsvc.FreePort()
+	closed := testsvc.ClosedPort(t) // refuses connections until the test ends
 	store := "sqlite:" + filepath.Join(t.TempDir(), "empty.db")
 	const secret = "s3cret-pw"
 	redisNode := testsvc.StartRedis(t).Addr

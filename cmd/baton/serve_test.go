@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -24,26 +25,8 @@ func TestServe_Cluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	type member struct {
-		name, client, peer, dir string
-		proc                    *execResult
-	}
-	ms := make([]*member, 3)
-	var initial []string
-	for i := range ms {
-		cp, err1 := testsvc.FreePort()
-		pp, err2 := testsvc.FreePort()
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		ms[i] = &member{name: fmt.Sprintf("m%d", i+1), client: fmt.Sprintf("127.0.0.1:%d", cp), peer: fmt.Sprintf("http://127.0.0.1:%d", pp)}
-		initial = append(initial, ms[i].name+"="+ms[i].peer)
-	}
-	for _, m := range ms {
-		m.dir = t.TempDir()
-		m.proc = startBaton(t, "serve", "--name", m.name, "--data-dir", m.dir,
-			"--listen", m.client, "--peer-listen", m.peer, "--initial-cluster", strings.Join(initial, ","))
-	}
+	// Every member serves on its own ports: what answers them is ours.
+	ms := startServeMembers(t, 3)
 	all := "etcd://" + ms[0].client + "," + ms[1].client + "," + ms[2].client
 	waitFor(t, 60*time.Second, func() bool { return runInProcess("status", "--backend", all).code == 0 }, func() string { return "cluster not serving" })
 
@@ -161,6 +144,120 @@ func TestServe_StopsWhileWaitingForPeers(t *testing.T) {
 	if r := p.wait(t); r.code != exitInterrupted || !strings.Contains(r.stdout, "waits for a quorum") || !strings.Contains(r.stderr, "interrupted while starting") {
 		t.Fatalf("serve stopped while waiting for its peers: exit %d, stdout %q, stderr %q; want 130, having said it waits for a quorum", r.code, r.stdout, r.stderr)
 	}
+}
+
+// serveMember is one `baton serve` process started by startServeMembers.
+type serveMember struct {
+	name, client, peer, dir string // peer is http://127.0.0.1:PORT
+	proc                    *execResult
+}
+
+// startServeMembers starts n `baton serve` processes on free loopback
+// ports, each with a new data dir (a cluster of members m1, m2, ... when
+// n > 1), and waits until every one says it serves clients, which it
+// says only once it has bound its ports: then, while it runs, what answers
+// them is this member, not another package's server. A port found free
+// can be taken by another process before serve binds it: a member that
+// exits saying an address is in use has them all started again on new
+// ports, as testsvc does for its servers; any other exit fails t.
+func startServeMembers(t *testing.T, n int) []*serveMember {
+	t.Helper()
+	return startServeMembersOn(t, n, testsvc.FreePort)
+}
+
+// startServeMembersOn is startServeMembers with the free ports from
+// freePort.
+func startServeMembersOn(t *testing.T, n int, freePort func() (int, error)) []*serveMember {
+	t.Helper()
+	const tries = 3
+	var taken []string // stderr of each member that lost a port
+	for range tries {
+		ms := make([]*serveMember, n)
+		var initial []string
+		for i := range ms {
+			cp, err1 := freePort()
+			pp, err2 := freePort()
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatalf("free ports for baton serve: %v", err)
+			}
+			ms[i] = &serveMember{name: "default", client: fmt.Sprintf("127.0.0.1:%d", cp), peer: fmt.Sprintf("http://127.0.0.1:%d", pp), dir: t.TempDir()}
+			if n > 1 {
+				ms[i].name = fmt.Sprintf("m%d", i+1)
+			}
+			initial = append(initial, ms[i].name+"="+ms[i].peer)
+		}
+		for _, m := range ms {
+			args := []string{"serve", "--data-dir", m.dir, "--listen", m.client, "--peer-listen", m.peer}
+			if n > 1 {
+				args = append(args, "--name", m.name, "--initial-cluster", strings.Join(initial, ","))
+			}
+			m.proc = startBaton(t, args...)
+		}
+		lost := ""
+		waitFor(t, 60*time.Second, func() bool {
+			serving := 0
+			for _, m := range ms {
+				if code, ok := m.proc.exited(); ok {
+					if code == exitFailure && strings.Contains(m.proc.stderr.String(), "address already in use") {
+						lost = m.proc.stderr.String()
+						return true
+					}
+					t.Fatalf("baton serve %s exited %d before serving: stderr %q", m.name, code, m.proc.stderr.String())
+				}
+				if strings.Contains(m.proc.stdout.String(), "serving clients") {
+					serving++
+				}
+			}
+			return serving == n
+		}, func() string {
+			var out []string
+			for _, m := range ms {
+				out = append(out, fmt.Sprintf("%s: stdout %q, stderr %q", m.name, m.proc.stdout.String(), m.proc.stderr.String()))
+			}
+			return "not every baton serve says it serves clients: " + strings.Join(out, "; ")
+		})
+		if lost == "" {
+			return ms
+		}
+		taken = append(taken, strings.TrimSpace(lost))
+		t.Logf("baton serve lost a port to another process; starting again on new ports: %s", lost)
+		for _, m := range ms {
+			_ = syscall.Kill(-m.proc.cmd.Process.Pid, syscall.SIGKILL)
+			<-m.proc.done
+		}
+	}
+	t.Fatalf("baton serve lost a port to another process on each of %d tries: %s", tries, strings.Join(taken, "; "))
+	return nil
+}
+
+// TestServe_StartMembers_PortTaken: a port found free that another
+// process binds first (here a listener of the test's own, given as the
+// first free port) makes that serve exit; startServeMembers starts it
+// again on new ports, and hands back a member that serves on its own
+// ports, not the port another process answers.
+func TestServe_StartMembers_PortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().(*net.TCPAddr).Port
+	calls := 0
+	freePort := func() (int, error) {
+		calls++
+		if calls == 1 {
+			return taken, nil
+		}
+		return testsvc.FreePort()
+	}
+	m := startServeMembersOn(t, 1, freePort)[0]
+	if m.client == ln.Addr().String() || calls != 4 {
+		t.Fatalf("serve on %s after %d free ports; want a second start on new ports, not %s", m.client, calls, ln.Addr())
+	}
+	if r := runInProcess("status", "--backend", "etcd://"+m.client); r.code != 0 {
+		t.Fatalf("status of the restarted serve: exit %d, stderr %q", r.code, r.stderr)
+	}
+	stopServe(t, m.proc)
 }
 
 // serveAddrs returns two free loopback addresses, for --listen and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,6 +30,9 @@ const (
 	pgPackage      = "postgresql"
 	pgSuperuser    = "postgres"
 )
+
+// pgInitTimeout bounds initdb, which takes a few seconds.
+var pgInitTimeout = 2 * time.Minute
 
 // Postgres is one PostgreSQL server shared by every test of a test binary.
 // Its zero value is ready to use: the server starts on the first call to
@@ -71,8 +75,8 @@ type pgServer struct {
 // Database creates a fresh, empty database for tb, drops it (WITH (FORCE),
 // so open connections do not block it) when tb ends, and returns its DSN,
 // a postgres:// URL without a password. It starts the server on first use.
-// If PostgreSQL is not installed or does not start, tb is skipped, or fails
-// under BATON_REQUIRE_SERVICES=1.
+// If PostgreSQL is not installed, tb is skipped, or fails under
+// BATON_REQUIRE_SERVICES=1; if it is installed and does not start, tb fails.
 func (p *Postgres) Database(tb testing.TB) string {
 	tb.Helper()
 	srv := p.server(tb)
@@ -130,7 +134,12 @@ func (p *Postgres) server(tb testing.TB) *pgServer {
 	}
 	p.once.Do(func() { p.srv, p.err = startPostgres() })
 	if p.err != nil {
-		Unavailable(tb, "PostgreSQL", p.err)
+		// Skip only when it is not installed: a start that fails is a
+		// failure to see, not a skip that says to install it.
+		if errors.As(p.err, new(*MissingError)) {
+			Unavailable(tb, "PostgreSQL", p.err)
+		}
+		tb.Fatalf("PostgreSQL did not start: %v", p.err)
 	}
 	return p.srv
 }
@@ -221,16 +230,66 @@ func (pb pgBinaries) initTemp() (string, error) {
 			os.RemoveAll(dir)
 			return "", fmt.Errorf("give %s to the postgres user: %w", dir, err)
 		}
+		if err := passable(filepath.Dir(dir), cred); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
 	}
-	cmd := exec.Command(pb.initdb, "-D", filepath.Join(dir, "data"), "-A", "trust", "-U", pgSuperuser,
+	ctx, cancel := context.WithTimeout(context.Background(), pgInitTimeout)
+	defer cancel()
+	cmd := boundedCommand(ctx, pb.initdb, "-D", filepath.Join(dir, "data"), "-A", "trust", "-U", pgSuperuser,
 		"--no-sync", "-E", "UTF8", "--locale=C")
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pb.cred, Pdeathsig: syscall.SIGKILL}
-	if out, err := cmd.CombinedOutput(); err != nil {
+	cmd.SysProcAttr.Credential = pb.cred
+	out, err := cmd.CombinedOutput()
+	switch {
+	case ctx.Err() != nil:
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("%s hung: not done within %v, killed: %w; its output:\n%s", pb.initdb, pgInitTimeout, ctx.Err(), tail(out, logTailLines))
+	case err != nil:
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("%s failed: %w\n%s", pb.initdb, err, tail(out, logTailLines))
 	}
 	return dir, nil
+}
+
+// passable returns nil when cred's user, with no supplementary groups (as
+// the binaries run), may pass through dir and every directory above it,
+// by their mode bits; otherwise an error that names the first one that
+// stops it, and what to do. TMPDIR is where the data dir goes, and one
+// closed to others (a 0700 dir of root's) stops initdb with an error that
+// does not say why.
+func passable(dir string, cred *syscall.Credential) error {
+	var blocked []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("PostgreSQL data dir: %w", err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil // not a Unix file system: let initdb say
+		}
+		search := fs.FileMode(0o001) // others
+		switch {
+		case st.Uid == cred.Uid:
+			search = 0o100
+		case st.Gid == cred.Gid:
+			search = 0o010
+		}
+		if fi.Mode().Perm()&search == 0 {
+			blocked = append(blocked, fmt.Sprintf("%s (mode %v, owner %d:%d)", d, fi.Mode().Perm(), st.Uid, st.Gid))
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if len(blocked) > 0 {
+		// The one nearest the root is the first one in the way.
+		return fmt.Errorf("PostgreSQL runs as user %s (uid %d), which cannot pass through %s on the way to its data dir under %s: set TMPDIR to a directory it can reach, such as /tmp",
+			pgSuperuser, cred.Uid, blocked[len(blocked)-1], dir)
+	}
+	return nil
 }
 
 // run starts the postmaster on the data directory in dir (from initTemp)

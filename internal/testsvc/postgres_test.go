@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,4 +132,63 @@ func TestPostgres_PortTakenByAnother(t *testing.T) {
 	if !errors.Is(err, errPortTaken) {
 		t.Fatalf("second start on a taken port: %v; want errPortTaken", err)
 	}
+}
+
+// TestPostgres_InitdbHung: an initdb that never finishes (here a script
+// whose child keeps its output open, as initdb's postgres children would)
+// is killed after the bound, with an error naming it, instead of hanging
+// the test binary.
+func TestPostgres_InitdbHung(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "initdb")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho creating\nsleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { pgInitTimeout = d }(pgInitTimeout)
+	pgInitTimeout = 200 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		dir, err := pgBinaries{initdb: fake}.initTemp()
+		if err == nil {
+			os.RemoveAll(dir)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), fake+" hung") || !strings.Contains(err.Error(), "creating") {
+			t.Fatalf("initTemp with a hung initdb: %v; want an error naming it, with its output", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("initTemp still waiting 10s into a 200ms bound")
+	}
+}
+
+// TestPostgres_TMPDIRUnreachable: when the tests run as root, PostgreSQL
+// runs as user postgres, which must pass through TMPDIR to its data dir.
+// A TMPDIR it cannot enter (a 0700 dir of root's) fails the test with one
+// line that says to set TMPDIR, before initdb runs; before, initdb's
+// error was taken for a missing server, and the test skipped saying to
+// install it.
+func TestPostgres_TMPDIRUnreachable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: PostgreSQL runs as user postgres only when the tests run as root")
+	}
+	if _, err := lookPostgres(); err != nil {
+		Unavailable(t, "PostgreSQL", err)
+	}
+	tmp := t.TempDir()
+	if err := os.Chmod(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv(RequireEnv, "0") // a start failure must fail all the same
+	var p Postgres
+	defer p.Stop()
+	rec := &recordTB{TB: t}
+	rec.run(func(tb testing.TB) { p.Database(tb) })
+	skipped, failed, msg := rec.result()
+	if skipped || !failed || !strings.Contains(msg, "set TMPDIR") || !strings.Contains(msg, "(mode -rwx------, owner 0:0)") || !strings.Contains(msg, tmp) || strings.Contains(msg, "\n") {
+		t.Fatalf("PostgreSQL with TMPDIR=%s (0700, root's): skipped %v, failed %v, %q; want one line failing it, naming the dir and saying to set TMPDIR", tmp, skipped, failed, msg)
+	}
+	t.Log(msg)
 }

@@ -2,6 +2,7 @@ package testsvc
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +23,9 @@ const (
 	redisStopTimeout  = 10 * time.Second
 	redisPollEvery    = 10 * time.Millisecond
 )
+
+// redisVersionTimeout bounds redis-server --version, which answers at once.
+var redisVersionTimeout = 30 * time.Second
 
 // Redis is one redis-server process from Debian's redis-server package, on
 // a free loopback port, in its own temp dir, with persistence off
@@ -98,9 +102,14 @@ func RedisVersion() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out, err := exec.Command(bin, "--version").Output()
+	ctx, cancel := context.WithTimeout(context.Background(), redisVersionTimeout)
+	defer cancel()
+	out, err := boundedCommand(ctx, bin, "--version").Output()
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("%s --version hung: no answer within %v: %w", bin, redisVersionTimeout, ctx.Err())
+	}
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s --version: %w", bin, err)
 	}
 	for _, f := range strings.Fields(string(out)) {
 		if v, ok := strings.CutPrefix(f, "v="); ok {

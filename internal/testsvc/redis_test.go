@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -119,5 +120,41 @@ func TestRedis_PortTakenByAnother(t *testing.T) {
 	}
 	if !errors.Is(err, errPortTaken) {
 		t.Fatalf("second start on a taken port: %v; want errPortTaken", err)
+	}
+}
+
+// TestRedisVersion_Hung: a redis-server --version that never answers (here
+// a script whose child keeps its output open) is given up on after the
+// bound, with an error naming what hung, instead of hanging the test
+// binary.
+func TestRedisVersion_Hung(t *testing.T) {
+	dir := t.TempDir()
+	// The shell's child sleeps on with the shell's stdout: killing the
+	// shell alone would leave the output open.
+	script := "#!/bin/sh\nsleep 30\necho 'Redis server v=0.0.0'\n"
+	if err := os.WriteFile(filepath.Join(dir, "redis-server"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	defer func(d time.Duration) { redisVersionTimeout = d }(redisVersionTimeout)
+	redisVersionTimeout = 200 * time.Millisecond
+	type answer struct {
+		v   string
+		err error
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		v, err := RedisVersion()
+		done <- answer{v, err}
+	}()
+	select {
+	case a := <-done:
+		if a.err == nil || !strings.Contains(a.err.Error(), "redis-server --version hung") {
+			t.Fatalf("RedisVersion = %q, %v; want an error saying redis-server --version hung", a.v, a.err)
+		}
+		t.Logf("%v after %v", a.err, time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("RedisVersion still waiting 10s into a 200ms bound")
 	}
 }

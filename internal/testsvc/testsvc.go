@@ -8,12 +8,15 @@
 package testsvc
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton/internal/etcdserver"
 )
@@ -22,18 +25,34 @@ import (
 // failure.
 const RequireEnv = "BATON_REQUIRE_SERVICES"
 
-// Required reports whether missing servers must fail tests.
-func Required() bool {
-	v, _ := strconv.ParseBool(os.Getenv(RequireEnv))
-	return v
+// Required reports whether missing servers must fail tests: true when
+// BATON_REQUIRE_SERVICES is 1 or true, false when it is unset, empty, 0 or
+// false (strconv.ParseBool's other spellings too). Any other value, such as
+// "yes", is an error: taken for either, it would turn failures into skips
+// or the reverse without a word.
+func Required() (bool, error) {
+	v := os.Getenv(RequireEnv)
+	if v == "" {
+		return false, nil
+	}
+	required, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q in the environment is neither true nor false: set it to 1 (a missing server fails its tests) or 0 (they skip), or unset it", RequireEnv, v)
+	}
+	return required, nil
 }
 
 // Unavailable skips tb, or fails it under BATON_REQUIRE_SERVICES=1, saying
-// which server is missing and why.
+// which server is missing and why. A BATON_REQUIRE_SERVICES that is
+// neither true nor false fails tb, saying what to set it to.
 func Unavailable(tb testing.TB, what string, err error) {
 	tb.Helper()
 	msg := fmt.Sprintf("%s unavailable: %v", what, err)
-	if Required() {
+	required, rerr := Required()
+	if rerr != nil {
+		tb.Fatalf("%v (%s)", rerr, msg)
+	}
+	if required {
 		tb.Fatalf("%s (%s=1: servers are required; run scripts/install-deps.sh)", msg, RequireEnv)
 	}
 	tb.Skipf("%s; skipping (run scripts/install-deps.sh, or set %s=1 to make this a failure)", msg, RequireEnv)
@@ -67,4 +86,45 @@ func LookBinary(name, pkg string, extra ...string) (string, error) {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Another process may take it before the caller binds it: for a port that
+// must stay closed, see ClosedPort.
 func FreePort() (int, error) { return etcdserver.FreePort() }
+
+// ClosedPort returns a TCP port on 127.0.0.1 where connections are refused
+// at once, for as long as tb runs: the port of a socket bound there but
+// not listening, closed when tb ends. Unlike a FreePort port, which
+// another process (another package's test server) may bind and listen on
+// meanwhile, nothing else can bind it: the socket has no SO_REUSEADDR or
+// SO_REUSEPORT, which another bind would need on both sockets, and
+// connect does not take a port bound this way as its local port.
+func ClosedPort(tb testing.TB) int {
+	tb.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("closed port: socket: %v", err)
+	}
+	tb.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatalf("closed port: bind 127.0.0.1:0: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		tb.Fatalf("closed port: getsockname: %v", err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port
+}
+
+// boundedCommand is exec.CommandContext for a short command that must not
+// hang a test: the command runs in a process group of its own, killed
+// whole when ctx ends (its children too, which may hold its output pipes
+// open), and Wait stops waiting for its output waitDelay after that. The
+// caller may set more of cmd.SysProcAttr, such as Credential, but must
+// keep Setpgid.
+func boundedCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	const waitDelay = 5 * time.Second
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = waitDelay
+	return cmd
+}

@@ -1,6 +1,7 @@
 package testsvc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,10 @@ const (
 	zkLogJar         = "/usr/share/java/slf4j-simple.jar" // optional: server logs
 	zkMainClass      = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 	zkFourLetterWait = 2 * time.Second
+	// zkExitBindFailed is ZooKeeper's exit code when it cannot bind its
+	// election or quorum port (ExitCode.UNABLE_TO_BIND_QUORUM_PORT): it
+	// retries the election port three times, a second apart, then exits.
+	zkExitBindFailed = 14
 )
 
 // ZooKeeper is one standalone ZooKeeper server shared by every test of a
@@ -140,6 +145,10 @@ type ZKServer struct {
 
 	java, dir, cfg string
 	port           int // the client port
+	// An ensemble member's ports for the other members: followers connect
+	// to the leader's quorum port, and every member listens on its
+	// election port; 0 when standalone.
+	quorumPort, electionPort int
 
 	mu     sync.Mutex
 	proc   *process // the current run; nil before the first Start
@@ -238,6 +247,9 @@ func (s *ZKServer) Start() error {
 	}
 	s.proc = proc
 	if err := proc.waitReady(s.port, zkStartTimeout, zkPollEvery, s.serving); err != nil {
+		if !proc.running() && proc.cmd.ProcessState.ExitCode() == zkExitBindFailed && !errors.Is(err, errPortTaken) {
+			err = fmt.Errorf("%w (exit code %d: a quorum or election port could not be bound): %w", errPortTaken, zkExitBindFailed, err)
+		}
 		proc.kill()
 		return err
 	}
@@ -404,38 +416,54 @@ func startZKEnsemble(tb testing.TB, n int, linked bool) *ZKEnsemble {
 	if err != nil {
 		Unavailable(tb, "ZooKeeper", err)
 	}
-	var lastErr error
+	// New ports while a member lost one to another process; any other
+	// failure is final.
+	var errs []error
 	for range portTries {
 		var link func(target string) *Proxy
 		if linked {
 			link = func(target string) *Proxy { return NewProxy(tb, target) }
 		}
-		e, err := startEnsemble(tb.TempDir(), java, n, link)
+		ports, err := ensemblePorts(n)
+		if err != nil {
+			tb.Fatalf("ZooKeeper ensemble: %v", err)
+		}
+		e, err := startEnsemble(tb.TempDir(), java, ports, link)
 		if err == nil {
 			tb.Cleanup(e.Stop)
 			return e
 		}
-		lastErr = err
+		errs = append(errs, err)
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
 	}
-	tb.Fatalf("ZooKeeper ensemble did not start: %v", lastErr)
+	tb.Fatalf("ZooKeeper ensemble did not start: %v", errors.Join(errs...))
 	return nil
 }
 
-// startEnsemble writes the configs and starts the servers. With link,
-// each member's config gives the others' quorum ports as proxies made by
-// link, one per pair.
-func startEnsemble(dir, java string, n int, link func(target string) *Proxy) (*ZKEnsemble, error) {
-	e := &ZKEnsemble{links: map[[2]int]*Proxy{}}
+// ensemblePorts returns n members' free loopback ports: client, quorum
+// and election, in that order.
+func ensemblePorts(n int) ([][3]int, error) {
 	ports := make([][3]int, n)
 	for i := range n {
 		for j := range 3 {
 			p, err := FreePort()
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("find free ports: %w", err)
 			}
 			ports[i][j] = p
 		}
 	}
+	return ports, nil
+}
+
+// startEnsemble writes the configs and starts one server for each member's
+// ports (client, quorum, election). With link, each member's config gives
+// the others' quorum ports as proxies made by link, one per pair.
+func startEnsemble(dir, java string, ports [][3]int, link func(target string) *Proxy) (*ZKEnsemble, error) {
+	e := &ZKEnsemble{links: map[[2]int]*Proxy{}}
+	n := len(ports)
 	for i := range n {
 		var members []string
 		for j := range n {
@@ -449,7 +477,7 @@ func startEnsemble(dir, java string, n int, link func(target string) *Proxy) (*Z
 		}
 		sdir := filepath.Join(dir, fmt.Sprintf("zk%d", i+1))
 		s := &ZKServer{ID: i + 1, Addr: "127.0.0.1:" + strconv.Itoa(ports[i][0]), port: ports[i][0], java: java, dir: sdir,
-			cfg: filepath.Join(sdir, "zoo.cfg")}
+			cfg: filepath.Join(sdir, "zoo.cfg"), quorumPort: ports[i][1], electionPort: ports[i][2]}
 		if err := s.writeConfig(zkConfig(filepath.Join(sdir, "data"), ports[i][0], members)); err != nil {
 			return nil, err
 		}
@@ -470,11 +498,113 @@ func startEnsemble(dir, java string, n int, link func(target string) *Proxy) (*Z
 		e.Stop()
 		return nil, err
 	}
-	if err := e.WaitServing(zkStartTimeout); err != nil {
+	if err := e.waitStarted(zkStartTimeout); err != nil {
 		e.Stop()
 		return nil, err
 	}
 	return e, nil
+}
+
+// waitStarted waits until the new ensemble is whole: every member running,
+// serving clients as leader or follower, and listening itself on its
+// election port, and one member leading and listening on its quorum port.
+// WaitServing's look at running members alone is not enough here: a member
+// whose election port another process took (between FreePort and the JVM
+// binding it) answers srvr, may even lead, and exits with code 14 seconds
+// later, when it gives up on the port. Such a member, exited or still
+// trying (its log says the bind failed), is errPortTaken, for the caller
+// to start the ensemble again on new ports.
+func (e *ZKEnsemble) waitStarted(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		leaders, whole := 0, 0
+		var last error
+		for _, s := range e.Servers {
+			s.mu.Lock()
+			proc := s.proc
+			s.mu.Unlock()
+			if err := zkBindErr(s, proc); err != nil {
+				return err
+			}
+			m, err := s.Mode()
+			if err != nil {
+				last = err
+				continue
+			}
+			ports := []int{s.electionPort}
+			switch m {
+			case "leader":
+				leaders++
+				ports = append(ports, s.quorumPort)
+			case "follower":
+			default:
+				last = fmt.Errorf("ZooKeeper server %d is %s, want leader or follower", s.ID, m)
+				continue
+			}
+			if err := listensOnAll(proc, ports); err != nil {
+				last = fmt.Errorf("ZooKeeper server %d: %w", s.ID, err)
+				continue
+			}
+			whole++
+		}
+		if whole == len(e.Servers) && leaders == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ZooKeeper ensemble not whole within %v: %d of %d members serving on their own ports, %d leaders (last: %v)", timeout, whole, len(e.Servers), leaders, last)
+		}
+		time.Sleep(zkPollEvery)
+	}
+}
+
+// zkBindErr returns errPortTaken, quoting the log, when a member's process
+// exited with ZooKeeper's code for a port it could not bind or its log says
+// a bind failed; another error when it exited for another reason; nil while
+// it runs with no bind failure logged.
+func zkBindErr(s *ZKServer, proc *process) error {
+	if proc == nil {
+		return fmt.Errorf("ZooKeeper server %d was not started", s.ID)
+	}
+	if !proc.running() {
+		err := proc.exitErr() // errPortTaken when its log says so
+		if proc.cmd.ProcessState.ExitCode() == zkExitBindFailed && !errors.Is(err, errPortTaken) {
+			err = fmt.Errorf("%w (exit code %d: a quorum or election port could not be bound): %w", errPortTaken, zkExitBindFailed, err)
+		}
+		return err
+	}
+	log, _ := os.ReadFile(proc.logPath)
+	if zkBindFailed(log) {
+		return fmt.Errorf("%w: %s could not bind its quorum or election port; log %s:\n%s", errPortTaken, proc.what, proc.logPath, tail(log, logTailLines))
+	}
+	return nil
+}
+
+// zkBindFailed reports whether a ZooKeeper log says that a port could not
+// be bound: the election port's listener logs "Address already in use" at
+// each try and "Leaving listener thread" when it gives up; a leader whose
+// quorum port is taken logs "Couldn't bind to".
+func zkBindFailed(log []byte) bool {
+	log = bytes.ToLower(log)
+	for _, say := range []string{"address already in use", "leaving listener thread for address", "couldn't bind to"} {
+		if bytes.Contains(log, []byte(say)) {
+			return true
+		}
+	}
+	return false
+}
+
+// listensOnAll returns nil when proc itself listens on every one of ports.
+func listensOnAll(proc *process, ports []int) error {
+	for _, port := range ports {
+		ours, err := proc.listensOn(port)
+		switch {
+		case err != nil:
+			return fmt.Errorf("tell whether it listens on port %d: %w", port, err)
+		case !ours:
+			return fmt.Errorf("does not listen on port %d (yet)", port)
+		}
+	}
+	return nil
 }
 
 // Addrs returns every member's client address.

@@ -2,7 +2,9 @@ package testsvc
 
 import (
 	"errors"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,4 +61,43 @@ func TestZooKeeper_Standalone(t *testing.T) {
 		t.Errorf("temp dir %s after Stop: %v, want it removed", dir, err)
 	}
 	z.Stop() // harmless
+}
+
+// TestZKEnsemble_ElectionPortTaken: a member whose election port another
+// process took between FreePort and the JVM binding it answers srvr, may
+// even lead, and exits (code 14) seconds later, when it gives up on the
+// port. The ensemble's start must not succeed with that member: it is
+// errPortTaken, for startZKEnsemble to try again on new ports.
+func TestZKEnsemble_ElectionPortTaken(t *testing.T) {
+	java, err := zkJava()
+	if err != nil {
+		Unavailable(t, "ZooKeeper", err)
+	}
+	ports, err := ensemblePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process holds member 3's election port.
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(ports[2][2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	start := time.Now()
+	e, err := startEnsemble(t.TempDir(), java, ports, nil)
+	if err == nil {
+		defer e.Stop()
+		took := time.Since(start)
+		// What came of it: the member exits once it gives up on the port.
+		deadline := time.Now().Add(10 * time.Second)
+		for e.Servers[2].Running() && time.Now().Before(deadline) {
+			time.Sleep(zkPollEvery)
+		}
+		t.Fatalf("ensemble start with member 3's election port taken succeeded after %v; member 3 running %v after %v; its log:\n%s",
+			took.Round(time.Millisecond), e.Servers[2].Running(), time.Since(start).Round(time.Millisecond), e.Servers[2].LogTail(3))
+	}
+	if !errors.Is(err, errPortTaken) {
+		t.Fatalf("ensemble start with an election port taken: %v; want errPortTaken", err)
+	}
+	t.Logf("errPortTaken after %v", time.Since(start).Round(time.Millisecond))
 }
