@@ -63,7 +63,7 @@ func TestParseURL(t *testing.T) {
 	for raw, want := range map[string]string{
 		"redis://h:1?ttl=5s;prefix=app:":   "with '&' between pairs",
 		"redis://h:1?prefix=a%zz":          `invalid URL escape "%zz"`,
-		"redis://h:1?ttl=5s&prefix=app#2":  "write a '#' in a parameter as %23",
+		"redis://h:1?ttl=5s&prefix=app#2":  "write a '#' in a path or parameter as %23",
 		"redis://h:1/0#frag":               "has a #fragment",
 		"redis://h:1?prefix=a;b&ttl=5s":    "%3B",
 		"redis://h:1?prefix=app:&ttl=5s;x": "malformed",

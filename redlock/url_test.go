@@ -82,7 +82,7 @@ func TestParseURL_MalformedQuery(t *testing.T) {
 	for raw, want := range map[string]string{
 		"redlock://a,b,c?ttl=5s;prefix=app:":  "with '&' between pairs",
 		"redlock://a,b,c?prefix=a%zz":         `invalid URL escape "%zz"`,
-		"redlock://a,b,c?ttl=5s&prefix=app#2": "write a '#' in a parameter as %23",
+		"redlock://a,b,c?ttl=5s&prefix=app#2": "write a '#' in a path or parameter as %23",
 		"redlock://a,b,c/0#frag":              "has a #fragment",
 	} {
 		u, err := baton.ParseURL(raw)
