@@ -69,6 +69,12 @@
 // for. (baton run's own process is idle: its command runs in a process of
 // its own.)
 //
+// Nor does the loss wait for logging: the logger given with WithLogger
+// gets its records from a goroutine of baton's own, so a handler that
+// blocks (writing to a pipe nobody reads) holds up no loss, give-back or
+// wake-up; past 1,024 waiting records baton drops its records, and logs
+// how many.
+//
 // Go's monotonic clock is CLOCK_MONOTONIC, which keeps running while a
 // process is stopped but not while the machine itself is suspended. A
 // holder on a suspended VM wakes believing less time has passed than did;

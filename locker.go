@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/baton-go/baton/internal/asynclog"
 )
 
 // Locker hands out leases on one lock service. It is safe for concurrent
@@ -193,6 +195,11 @@ func (l *Locker) Close() error {
 		}
 		l.closeErr = l.b.Close()
 		l.relays.Wait() // the backend has closed their observations
+		// The last records, for a program that exits next; a handler
+		// that does not take them within the release timeout loses them.
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ReleaseTimeout)
+		_ = asynclog.Flush(ctx, l.cfg.Logger)
+		cancel()
 	})
 	return l.closeErr
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/baton-go/baton/internal/asynclog"
 )
 
 // Defaults for the options. Zero in a Config field means "use the
@@ -111,7 +113,13 @@ func WithRequestTimeout(d time.Duration) Option {
 // WithPrefix sets where locks live on the lock service; see Config.Prefix.
 func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
 
-// WithLogger sets the logger. Default: no logs.
+// WithLogger sets the logger. Default: no logs. Its handler is called from
+// a goroutine of baton's own, never on the paths that declare a lease lost,
+// cancel the work's context, give a lock back or wake a waiter, so that a
+// handler that blocks (writing to a pipe nobody reads) cannot hold them up:
+// records wait in a queue, and past 1,024 waiting ones baton drops its
+// records and then logs how many it dropped. Locker.Close waits up to the
+// release timeout for the queue to empty.
 func WithLogger(l *slog.Logger) Option { return func(c *Config) { c.Logger = l } }
 
 // NewConfig applies opts over the defaults and validates the result with
@@ -169,8 +177,12 @@ func (c *Config) fill() {
 	if c.Holder == "" {
 		c.Holder = DefaultHolder()
 	}
-	if c.Logger == nil {
+	switch {
+	case c.Logger == nil:
 		c.Logger = slog.New(slog.DiscardHandler)
+	case c.Logger.Handler() != slog.DiscardHandler:
+		// A handler that blocks must not hold up a loss (see WithLogger).
+		c.Logger = slog.New(asynclog.New(c.Logger.Handler()))
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout

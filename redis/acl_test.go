@@ -157,9 +157,11 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		if !errors.Is(err, baton.ErrNotAcquired) {
 			t.Fatalf("newcomer's TryAcquire on a key reserved for a waiter: %v, want not acquired", err)
 		}
-		if out := logs.String(); !strings.Contains(out, "could not release our value") || !strings.Contains(out, rediskit.Grants(redis.DefaultPrefix)) {
-			t.Errorf("log %q; want the failed release's warning naming what to grant", out)
-		}
+		// The logger gets its records from a goroutine of its own.
+		batontest.WaitFor(t, 10*time.Second, "the failed release's warning naming what to grant, in the log", func() bool {
+			out := logs.String()
+			return strings.Contains(out, "could not release our value") && strings.Contains(out, rediskit.Grants(redis.DefaultPrefix))
+		})
 		if g := <-got; g.Err != nil || g.ReleaseErr != nil {
 			t.Fatalf("the waiter: %v, its release: %v", g.Err, g.ReleaseErr)
 		}

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redlock"
@@ -100,9 +101,10 @@ func TestReplicaNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open with one replica of three nodes: %v; want it borne as one failed node", err)
 	}
-	if !strings.Contains(logs.String(), "is a replica") || !strings.Contains(logs.String(), nodes[2].Addr) {
-		t.Errorf("Open with a replica among the nodes logged %q; want a warning naming it", logs.String())
-	}
+	// The logger gets its records from a goroutine of its own.
+	batontest.WaitFor(t, 10*time.Second, "a warning naming the replica, logged by Open", func() bool {
+		return strings.Contains(logs.String(), "is a replica") && strings.Contains(logs.String(), nodes[2].Addr)
+	})
 	if lease, err := l.TryAcquire(ctx, "opened"); err != nil {
 		t.Errorf("TryAcquire with one replica of three: %v", err)
 	} else {
