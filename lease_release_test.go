@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 )
 
 // fakeHold is a Hold for the Lease's own logic: what its Release does is
@@ -413,6 +414,9 @@ func TestLease_ReleaseAfterClose_CloseFailed(t *testing.T) {
 	}
 	if err := lease.Release(t.Context()); err != nil {
 		t.Errorf("Release of a lease Close ended = %v, want nil: releasing a lost lease returns nil", err)
+	}
+	if err := asynclog.Flush(t.Context(), l.Config().Logger); err != nil { // the logger's records come from a goroutine of their own
+		t.Fatal(err)
 	}
 	logMu.Lock()
 	logged := logs.String()

@@ -55,6 +55,8 @@ type Config struct {
 	// default.
 	Prefix string
 	// Logger receives the library's logs. Default: discards everything.
+	// NewConfig puts the handler of a logger given behind a queue of its
+	// own (see WithLogger), so Logger is not the caller's logger then.
 	Logger *slog.Logger
 
 	given given // the durations set by an option, which NewConfig checks

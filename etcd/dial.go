@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,8 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	if err != nil {
 		return nil, err
 	}
+	// One log queue for the Dial and the Locker (see baton.WithLogger).
+	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
 	if len(cc.Endpoints) == 0 {
 		return nil, &baton.OptionError{Option: "etcd endpoints", Value: "[]", Reason: "give at least one host:port"}
 	}

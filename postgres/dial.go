@@ -44,6 +44,8 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	if err != nil {
 		return nil, err
 	}
+	// One log queue for the Dial and the Locker (see baton.WithLogger).
+	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
 	if err := checkHolder(cfg.Holder); err != nil {
 		return nil, err
 	}

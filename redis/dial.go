@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,8 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 	if err != nil {
 		return nil, err
 	}
+	// One log queue for the Dial and the Locker (see baton.WithLogger).
+	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
 	clientOptions(ro, cfg)
 	client := goredis.NewClient(ro)
 	if err := ping(ctx, client, cfg.RequestTimeout); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediskit/redistest"
 	"github.com/baton-go/baton/internal/testsvc"
@@ -1015,6 +1016,7 @@ func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 	// Once it reads the stream again, the observation has looked at the
 	// key after c's term: had it counted a gap, it would have said so.
 	waitBlockedXRead(t, c)
+	flushLog(t, obs)
 	if n := missed.warnings.Load(); n != 0 {
 		t.Fatalf("%d warnings of %d changes missed, with none missed", n, missed.missed.Load())
 	}
@@ -1034,6 +1036,7 @@ func TestObserve_SlowReader_PastTheCap(t *testing.T) {
 	// Blocked in XREAD again, the observation has looked at the stream
 	// after reading its last entry: every warning is out.
 	waitBlockedXRead(t, f.c)
+	flushLog(t, f.obs)
 	n, read := f.missed.missed.Load(), redis.ObservedEntries(f.obs)
 	if n == 0 || read+n != f.changes {
 		t.Fatalf("the observation read %d entries (%d terms) and its warnings say %d changes were missed; the stream had %d changes", read, got, n, f.changes)
@@ -1911,4 +1914,13 @@ func TestHandoff_StalledPastDeadline_ConfirmedByAttempt(t *testing.T) {
 		t.Fatalf("c, once w released: %v", err)
 	}
 	_ = lc.Release(context.Background())
+}
+
+// flushLog waits for l's logger to have handed on every record logged so
+// far: it gets them from a goroutine of its own (see baton.WithLogger).
+func flushLog(t *testing.T, l *baton.Locker) {
+	t.Helper()
+	if err := asynclog.Flush(timeout(t, 10*time.Second), l.Config().Logger); err != nil {
+		t.Fatalf("log records not handed on within 10s: %v", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,6 +41,8 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 	if err != nil {
 		return nil, err
 	}
+	// One log queue for the Dial and the Locker (see baton.WithLogger).
+	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
 	clients := make([]goredis.UniversalClient, len(ros))
 	closeAll := func() {
 		for _, c := range clients {

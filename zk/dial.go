@@ -49,6 +49,8 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 	if err != nil {
 		return nil, err
 	}
+	// One log queue for the Dial and the Locker (see baton.WithLogger).
+	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
 	if _, err := cleanRoot(cfg.Prefix); err != nil {
 		return nil, err
 	}

@@ -37,9 +37,7 @@ func New(h slog.Handler) slog.Handler {
 	if a, ok := h.(*Handler); ok {
 		return a
 	}
-	q := &queue{}
-	q.idle = sync.NewCond(&q.mu)
-	return &Handler{inner: h, q: q}
+	return &Handler{inner: h, q: &queue{}}
 }
 
 // Enabled reports whether the wrapped handler takes records at level l.
@@ -95,10 +93,9 @@ type item struct {
 // queue holds the records waiting, and runs drain while there are any.
 type queue struct {
 	mu       sync.Mutex
-	idle     *sync.Cond // broadcast when drain ends
 	items    []item
-	running  bool // drain runs
-	dropped  int  // records dropped since the last that fitted
+	drained  chan struct{} // not nil while drain runs; closed when it ends
+	dropped  int           // records dropped since the last that fitted
 	lastDrop slog.Handler
 }
 
@@ -114,9 +111,14 @@ func (q *queue) push(it item) {
 		return
 	}
 	q.items = append(q.items, it)
-	if !q.running {
-		q.running = true
-		go q.drain()
+	q.start()
+}
+
+// start starts drain unless it runs. The caller holds mu.
+func (q *queue) start() {
+	if q.drained == nil {
+		q.drained = make(chan struct{})
+		go q.drain(q.drained)
 	}
 }
 
@@ -130,14 +132,15 @@ func (q *queue) notice() item {
 	return it
 }
 
-// drain hands the queued records on, in order, until none is left.
-func (q *queue) drain() {
+// drain hands the queued records on, in order, until none is left, then
+// closes drained.
+func (q *queue) drain(drained chan struct{}) {
 	for {
 		q.mu.Lock()
 		if len(q.items) == 0 {
-			q.running = false
+			q.drained = nil
 			q.items = nil // let a burst's array go
-			q.idle.Broadcast()
+			close(drained)
 			q.mu.Unlock()
 			return
 		}
@@ -154,27 +157,15 @@ func (q *queue) flush(ctx context.Context) error {
 	q.mu.Lock()
 	if q.dropped > 0 { // the count comes last
 		q.items = append(q.items, q.notice())
-		if !q.running {
-			q.running = true
-			go q.drain()
-		}
+		q.start()
 	}
-	if !q.running {
-		q.mu.Unlock()
+	drained := q.drained
+	q.mu.Unlock()
+	if drained == nil {
 		return nil
 	}
-	done := make(chan struct{})
-	go func() { // ends with drain, which ends once the handler returns
-		defer close(done)
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		for q.running {
-			q.idle.Wait()
-		}
-	}()
-	q.mu.Unlock()
 	select {
-	case <-done:
+	case <-drained:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
