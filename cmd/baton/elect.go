@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/obsend"
 )
 
@@ -331,6 +332,10 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	// observation was made on ended, or the election can no longer be
 	// observed (exit 69, as a service that is unreachable at the start),
 	// as the backend's warning, held back for this one line, says.
+	// The backend's records reach ended from the log queue's goroutine.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	_ = asynclog.Flush(fctx, locker.Config().Logger)
+	cancel()
 	why := ended.reason()
 	if why == "" {
 		why = "the lock service stopped answering, or the session the observation was made on ended"

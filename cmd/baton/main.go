@@ -87,12 +87,14 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // run is the whole command, testable: it parses args, runs the subcommand
 // and returns the exit code. baton's own lines go to stderr through a
-// messageWriter, which run closes before it returns.
+// messageWriter, which run closes before it writes the last one.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	msgs := newMessageWriter(stderr)
-	defer msgs.Close()
 	root := newRoot(outputWriter{stdout}, msgs)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
-	return exitCode(msgs, executed(cmd, err))
+	// The last line, on stderr itself once the queue is out: never dropped,
+	// and after everything else.
+	msgs.Close()
+	return exitCode(stderr, executed(cmd, err))
 }

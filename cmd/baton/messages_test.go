@@ -107,9 +107,10 @@ func TestRun_StalledStderr_RelayedSignalThenLoss(t *testing.T) {
 	defer r.Close()
 	defer w.Close()
 	// The command notes each SIGUSR1; a trapped signal ends the shell's
-	// wait at once.
+	// wait at once. Its own stderr is /dev/null: the shell reports the
+	// sleep the signal killed, and a write to the full pipe would stop it.
 	cmd := batonCmd("--log-level", "info", "run", "--backend", backend, "--grace", "500ms", "invoices", "--", "sh", "-c",
-		fmt.Sprintf(`trap 'echo usr1 >> %[2]s' USR1; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; while :; do sleep 600 & wait $!; done`, pidFile, usr1))
+		fmt.Sprintf(`exec 2>/dev/null; trap 'echo usr1 >> %[2]s' USR1; echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; while :; do sleep 600 & wait $!; done`, pidFile, usr1))
 	cmd.Stderr = w
 	run := startCmd(t, cmd)
 	pid := waitPid(t, pidFile, func() string { return "no pid file" })
