@@ -165,6 +165,15 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			fmt.Fprintf(s.stderr, "baton: leading %s\n", name)
 		}
 		if s.store != nil {
+			// A term lost already raises no fence: it ends, as one lost
+			// before its command could start does.
+			if err := leaseErr(lease); err != nil {
+				_ = lease.Release(bg)
+				if err := pause.wait(ctx, s.stderr, fmt.Sprintf("%v; the fence was not raised, %s not started", err, argv[0])); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := s.raise(ctx, name, h); err != nil {
 				_ = lease.Release(bg)
 				// A newer leader has written already (stale), or the store

@@ -163,6 +163,12 @@ func TestRun_DeadlinePassedBeforeStart(t *testing.T) {
 	if _, err := os.Stat(ran); err != nil {
 		t.Fatal("elect: the command did not run in the second term")
 	}
+	// With --fence, the term lost already raises no fence either.
+	store = initStore(t)
+	r = runInProcess("elect", "--backend", useFake(t, &fakeBackend{deadline: -time.Second}), "--fence", store, "stock", "--", "true")
+	if r.code != 0 || !strings.Contains(r.stderr, "the fence was not raised, true not started; campaigning again") {
+		t.Fatalf("elect --fence: exit %d, stderr %q; want 0 after a first term that raised nothing", r.code, r.stderr)
+	}
 }
 
 // TestRun_NestedEnv: a run inside another (an outer run on etcd, an inner
