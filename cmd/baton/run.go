@@ -41,7 +41,8 @@ are never passed on to an inner run's COMMAND.
 
 COMMAND runs in its own process group, in the background as far as the
 terminal goes: a COMMAND that reads from the terminal is stopped by the
-kernel, so give it its input from elsewhere (< /dev/null, a file, a pipe). If
+kernel, so give it its input from elsewhere (< /dev/null, a file, a pipe);
+baton warns once COMMAND has been stopped for 5s, holding the lease. If
 the lease is lost while COMMAND runs, the group gets SIGTERM at once and
 SIGKILL after --grace. The lock is released only once no process of the group
 is left: if COMMAND exits while processes it started still run, they get

@@ -95,6 +95,16 @@ const (
 	killStuck = 5 * time.Second
 )
 
+// stoppedWarn is how long the command's main process may be stopped while
+// baton runs (the kernel stops a background process that reads from the
+// terminal, or writes to it under stty tostop) before baton says so, once
+// a stop; the lease is held all the while. stoppedLook is how often
+// baton looks.
+const (
+	stoppedWarn = 5 * time.Second
+	stoppedLook = time.Second
+)
+
 // supervise runs argv in its own process group until it exits, passing on
 // the signals in passedOn, and stops it when the lease is lost: SIGTERM to
 // the group at once, SIGKILL after grace. It returns only once no process
@@ -196,8 +206,12 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		leader  = exited       // nil once the main process exited
 		done    = lease.Done() // nil once handled: a closed channel would spin
 		stopped = ctx.Done()   // nil once handled
+		look    = time.NewTicker(stoppedLook)
+		since   time.Time // when the main process was first seen stopped; zero while it runs
+		warned  bool      // about this stop
 	)
 	defer func() {
+		look.Stop()
 		if poll != nil {
 			poll.Stop()
 		}
@@ -265,6 +279,21 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 			}
 			poll = time.NewTicker(groupPoll)
 			pollC = poll.C
+		case <-look.C:
+			if leader == nil {
+				continue
+			}
+			if _, state, ok := proc.Stat(pgid); !ok || state != 'T' {
+				since, warned = time.Time{}, false
+				continue
+			}
+			if since.IsZero() {
+				since = time.Now()
+			}
+			if !warned && time.Since(since) >= stoppedWarn {
+				warned = true
+				fmt.Fprintf(stderr, "baton: warning: %s has been stopped for %v, holding the lease (a command in the terminal's background that reads from it is stopped by the kernel: give it its input with < /dev/null)\n", argv[0], stoppedWarn)
+			}
 		case <-pollC:
 			if liveInGroup(pgid) == 0 {
 				return res, nil

@@ -735,3 +735,28 @@ func TestRun_FenceStoreSilentAtOpen(t *testing.T) {
 		t.Fatalf("the lock is held after the run failed: %s", r.stdout)
 	}
 }
+
+// TestRun_StoppedCommand_Warns: a command stopped while baton runs (here
+// by itself; in life, the kernel stops a background process that reads
+// from the terminal) holds the lease without a word unless baton says so:
+// once, after stoppedWarn. Continued, it runs to its end.
+func TestRun_StoppedCommand_Warns(t *testing.T) {
+	backend := etcdBackend(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	run := startBaton(t, "run", "--backend", backend, "stopped", "--", "sh", "-c",
+		fmt.Sprintf(`echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; kill -STOP $$; echo resumed`, pidFile))
+	pid := waitPid(t, pidFile, func() string { return run.stderr.String() })
+	waitFor(t, stoppedWarn+10*time.Second, func() bool {
+		return strings.Contains(run.stderr.String(), "sh has been stopped for 5s, holding the lease")
+	}, func() string { return "no warning about the stopped command: " + run.stderr.String() })
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r := run.wait(t)
+	if r.code != 0 || !strings.Contains(r.stdout, "resumed") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want the command continued to its end", r.code, r.stdout, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "has been stopped"); n != 1 {
+		t.Errorf("warned %d times about one stop, want once: %q", n, r.stderr)
+	}
+}
