@@ -36,7 +36,11 @@ type Locker struct {
 
 // NewLocker wraps a backend built with cfg. Backend packages call it; most
 // programs get a Locker from a backend's constructor or from Open. Fields
-// a Config built by hand leaves zero get NewConfig's defaults.
+// a Config built by hand leaves zero get NewConfig's defaults, and its
+// Logger is put behind a queue as NewConfig does (see WithLogger): a
+// backend that logs should use the Locker's Config().Logger, or build cfg
+// with NewConfig and log through cfg.Logger, so that its records share
+// that queue and Close flushes them.
 func NewLocker(b Backend, cfg Config) *Locker {
 	cfg.fill()
 	closing, shut := context.WithCancelCause(context.Background())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/obsend"
 	"github.com/baton-go/baton/internal/testsvc"
 )
@@ -270,6 +271,7 @@ func TestObserve_Compacted_ReadsAgain(t *testing.T) {
 	if want := []string{"", "h"}; !slices.Equal(got, want) {
 		t.Fatalf("leaders %q; want %q", got, want)
 	}
+	flushLog(t, obs)
 	if n := warned.Load(); n != 1 { // logged before the keys were read again
 		t.Fatalf("%d warnings that changes may have gone unreported; want 1", n)
 	}
@@ -391,6 +393,7 @@ func TestObserve_MemberLosesLeader_Warns(t *testing.T) {
 		t.Fatalf("first term %+v, want no leader", tm)
 	}
 	stopPeersWantEnd(t, ms, terms)
+	flushLog(t, obs)
 	mu.Lock()
 	defer mu.Unlock()
 	noLeader := slices.IndexFunc(warnings, func(m string) bool { return strings.Contains(m, "lost its leader") })
@@ -493,3 +496,14 @@ func (f logTap) Enabled(context.Context, slog.Level) bool      { return true }
 func (f logTap) WithAttrs([]slog.Attr) slog.Handler            { return f }
 func (f logTap) WithGroup(string) slog.Handler                 { return f }
 func (f logTap) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
+
+// flushLog waits for l's logger to have handed on every record logged so
+// far: it gets them from a goroutine of its own (see baton.WithLogger).
+func flushLog(t *testing.T, fl *baton.FencedLocker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := asynclog.Flush(ctx, fl.Locker().Config().Logger); err != nil {
+		t.Fatalf("log records not handed on within 10s: %v", err)
+	}
+}

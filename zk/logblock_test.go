@@ -63,6 +63,11 @@ func TestLogHandlerBlocks_SuspendedAtOnce(t *testing.T) {
 	if err := lease.Err(); !errors.Is(err, zk.ErrSuspended) {
 		t.Errorf("lease lost with %v; want SUSPENDED (zk.ErrSuspended), at the disconnection, not the local deadline", err)
 	}
+	// The handler gets its records from the log queue's goroutine.
+	deadline := time.Now().Add(10 * time.Second)
+	for h.calls.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if h.calls.Load() == 0 {
 		t.Error("the handler took no record after the cut: the test blocked nothing")
 	}

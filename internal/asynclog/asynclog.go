@@ -37,7 +37,7 @@ func New(h slog.Handler) slog.Handler {
 	if a, ok := h.(*Handler); ok {
 		return a
 	}
-	return &Handler{inner: h, q: &queue{}}
+	return &Handler{inner: h, q: &queue{root: h}}
 }
 
 // Enabled reports whether the wrapped handler takes records at level l.
@@ -92,11 +92,11 @@ type item struct {
 
 // queue holds the records waiting, and runs drain while there are any.
 type queue struct {
-	mu       sync.Mutex
-	items    []item
-	drained  chan struct{} // not nil while drain runs; closed when it ends
-	dropped  int           // records dropped since the last that fitted
-	lastDrop slog.Handler
+	root    slog.Handler // the handler given to New, which the count goes to
+	mu      sync.Mutex
+	items   []item
+	drained chan struct{} // not nil while drain runs; closed when it ends
+	dropped int           // records dropped since the last that fitted
 }
 
 func (q *queue) push(it item) {
@@ -107,7 +107,6 @@ func (q *queue) push(it item) {
 	}
 	if q.dropped > 0 || len(q.items) >= Queue {
 		q.dropped++
-		q.lastDrop = it.h
 		return
 	}
 	q.items = append(q.items, it)
@@ -127,9 +126,8 @@ func (q *queue) start() {
 func (q *queue) notice() item {
 	r := slog.NewRecord(time.Now(), slog.LevelWarn, "log records dropped: the log handler did not keep up", 0)
 	r.AddAttrs(slog.Int("dropped", q.dropped))
-	it := item{h: q.lastDrop, ctx: context.Background(), r: r}
-	q.dropped, q.lastDrop = 0, nil
-	return it
+	q.dropped = 0
+	return item{h: q.root, ctx: context.Background(), r: r}
 }
 
 // drain hands the queued records on, in order, until none is left, then
