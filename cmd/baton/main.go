@@ -90,11 +90,12 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 // messageWriter, which run closes before it writes the last one.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	msgs := newMessageWriter(stderr)
+	defer msgs.Close() // on a panic too
 	root := newRoot(outputWriter{stdout}, msgs)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
-	// The last line, on stderr itself once the queue is out: never dropped,
-	// and after everything else.
+	// The last line once the queue is out: written straight through, never
+	// dropped, and after everything else.
 	msgs.Close()
-	return exitCode(stderr, executed(cmd, err))
+	return exitCode(msgs, executed(cmd, err))
 }
