@@ -15,13 +15,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/urlparam"
 )
 
 // Dial connects to the etcd endpoints (host:port or http://host:port), checks
 // that the cluster answers within the request timeout, and returns a
 // FencedLocker that owns the client: closing the Locker closes it.
-func Dial(ctx context.Context, endpoints []string, opts ...baton.Option) (*baton.FencedLocker, error) {
+func Dial(ctx context.Context, endpoints []string, opts ...baton.Option) (_ *baton.FencedLocker, err error) {
 	return dial(ctx, clientv3.Config{Endpoints: endpoints}, opts)
 }
 
@@ -32,6 +33,7 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	}
 	// One log queue for the Dial and the Locker (see baton.WithLogger).
 	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
+	defer asynclog.FlushFailed(&err, cfg.Logger) // no Locker.Close will
 	if len(cc.Endpoints) == 0 {
 		return nil, &baton.OptionError{Option: "etcd endpoints", Value: "[]", Reason: "give at least one host:port"}
 	}

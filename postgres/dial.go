@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/pgkit"
 	"github.com/baton-go/baton/internal/urlparam"
 )
@@ -35,7 +36,7 @@ import (
 // database's or the role's default. Behind a pooler such as PgBouncer,
 // use session pooling: waiters LISTEN, and session settings must stay
 // with the connection that set them.
-func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedLocker, error) {
+func Dial(ctx context.Context, dsn string, opts ...baton.Option) (_ *baton.FencedLocker, err error) {
 	pcfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: pgkit.ParseReason(err)}
@@ -46,6 +47,7 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (*baton.FencedL
 	}
 	// One log queue for the Dial and the Locker (see baton.WithLogger).
 	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
+	defer asynclog.FlushFailed(&err, cfg.Logger) // no Locker.Close will
 	if err := checkHolder(cfg.Holder); err != nil {
 		return nil, err
 	}

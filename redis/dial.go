@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/rediskit"
 )
 
@@ -25,7 +26,7 @@ const DefaultPort = rediskit.DefaultPort
 // It connects, checks that the server answers PING within the request
 // timeout, and returns a Locker that owns the client: closing the Locker
 // closes it. Options in opts override those in the URL.
-func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (_ *baton.Locker, err error) {
 	ro, urlOpts, err := ParseURL(u)
 	if err != nil {
 		return nil, err
@@ -37,6 +38,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 	}
 	// One log queue for the Dial and the Locker (see baton.WithLogger).
 	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
+	defer asynclog.FlushFailed(&err, cfg.Logger) // no Locker.Close will
 	clientOptions(ro, cfg)
 	client := goredis.NewClient(ro)
 	if err := ping(ctx, client, cfg.RequestTimeout); err != nil {

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/rediskit"
 )
 
@@ -31,7 +32,7 @@ const DefaultPort = rediskit.DefaultPort
 // failed node, and is logged; a majority of nodes down or replicas is
 // unavailable.
 // Options in opts override those in the URL.
-func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker, error) {
+func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (_ *baton.Locker, err error) {
 	ros, urlOpts, err := ParseURL(u)
 	if err != nil {
 		return nil, err
@@ -43,6 +44,7 @@ func Open(ctx context.Context, u *url.URL, opts ...baton.Option) (*baton.Locker,
 	}
 	// One log queue for the Dial and the Locker (see baton.WithLogger).
 	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
+	defer asynclog.FlushFailed(&err, cfg.Logger) // no Locker.Close will
 	clients := make([]goredis.UniversalClient, len(ros))
 	closeAll := func() {
 		for _, c := range clients {

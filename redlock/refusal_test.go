@@ -1,10 +1,12 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,6 +114,19 @@ func TestReplicaNode(t *testing.T) {
 	}
 	_ = l.Close()
 
+	// An Open that fails just after it warned of the replica (two of its
+	// nodes are one server, named two ways) has handed the warning on when
+	// it returns, though the handler is slow: no Locker.Close will.
+	_, p0, _ := strings.Cut(nodes[0].Addr, ":")
+	slow := &slowHandler{}
+	su, _ := url.Parse("redlock://" + nodes[0].Addr + ",localhost:" + p0 + "," + nodes[2].Addr)
+	if _, err := redlock.Open(ctx, su, baton.WithLogger(slog.New(slow))); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("Open with one server named twice: %v; want an option error", err)
+	}
+	if logged, taken := slow.logged.Load(), slow.taken.Load(); logged == 0 || taken != logged {
+		t.Errorf("Open returned its failure with %d of its %d records handed on", taken, logged)
+	}
+
 	// Two of three: no majority, unavailable (not a usage error: it may
 	// pass), saying to give a primary if it stays so.
 	host1, port1, _ := strings.Cut(nodes[3].Addr, ":")
@@ -137,3 +152,20 @@ func TestReplicaNode(t *testing.T) {
 	}
 	_ = lease.Release(ctx)
 }
+
+// slowHandler counts the records it is asked about (slog asks Enabled
+// when the record is logged, on the logging goroutine) and those it takes,
+// each after a pause: a handler slower than the code that logs.
+type slowHandler struct{ logged, taken atomic.Int32 }
+
+func (h *slowHandler) Enabled(context.Context, slog.Level) bool {
+	h.logged.Add(1)
+	return true
+}
+func (h *slowHandler) Handle(context.Context, slog.Record) error {
+	time.Sleep(50 * time.Millisecond)
+	h.taken.Add(1)
+	return nil
+}
+func (h *slowHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *slowHandler) WithGroup(string) slog.Handler      { return h }

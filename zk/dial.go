@@ -15,6 +15,7 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/urlparam"
 )
 
@@ -44,13 +45,14 @@ func Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.F
 // acquisition counts its lease's deadline from the dial if it comes within
 // RenewEvery of it, and otherwise waits about 3/10 of the session timeout
 // for a renewal to settle the session (see the package doc).
-func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.FencedLocker, error) {
+func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Option) (_ *baton.FencedLocker, err error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	// One log queue for the Dial and the Locker (see baton.WithLogger).
 	opts = append(slices.Clip(opts), baton.WithLogger(cfg.Logger))
+	defer asynclog.FlushFailed(&err, cfg.Logger) // no Locker.Close will
 	if _, err := cleanRoot(cfg.Prefix); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/backends"
 	"github.com/baton-go/baton/fence"
-	"github.com/baton-go/baton/internal/asynclog"
 )
 
 func newStatus(g *globals) *cobra.Command {
@@ -114,17 +112,8 @@ func openBackend(cmd *cobra.Command, g *globals, backend string, opts ...baton.O
 
 // openLogged is openBackend with the Locker's logger.
 func openLogged(cmd *cobra.Command, logger *slog.Logger, backend string, opts ...baton.Option) (*baton.Locker, error) {
-	// Queued here, as NewConfig would (see baton.WithLogger), so that the
-	// records of a failed Open, which no Locker.Close flushes, come before
-	// baton's line about the failure.
-	logger = slog.New(asynclog.New(logger.Handler()))
 	opts = append(opts, baton.WithLogger(logger))
 	locker, err := openers.Open(cmd.Context(), backend, opts...)
-	if err != nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), time.Second)
-		_ = asynclog.Flush(ctx, logger)
-		cancel()
-	}
 	return locker, withHint(backend, interrupted(cmd.Context(), err, "while connecting to "+baton.Redact(backend)))
 }
 

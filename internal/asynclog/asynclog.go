@@ -83,6 +83,23 @@ func Flush(ctx context.Context, l *slog.Logger) error {
 	return nil
 }
 
+// FailedFlushWait bounds FlushFailed's wait.
+const FailedFlushWait = time.Second
+
+// FlushFailed flushes l (see Flush), waiting FailedFlushWait at most, when
+// *err is not nil: deferred by a constructor that fails, whose records
+// (a server's refusals, a connection's failures) no Locker.Close will
+// flush, so that they come before whatever its caller says about the
+// failure, even when it exits next.
+func FlushFailed(err *error, l *slog.Logger) {
+	if *err == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), FailedFlushWait)
+	defer cancel()
+	_ = Flush(ctx, l)
+}
+
 // item is a record queued for the handler h.
 type item struct {
 	h   slog.Handler
