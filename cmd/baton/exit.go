@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
 )
 
 // Exit codes, as the CLI contract fixes them (sysexits where one fits, the
@@ -83,7 +84,7 @@ func (o outputWriter) Write(p []byte) (int, error) {
 }
 
 // commandOutput is w as a supervised command's standard output or error:
-// the file under an outputWriter or a messageWriter. Handed a wrapper, exec
+// the file under an outputWriter or an asynclog.Writer (newMessageWriter). Handed a wrapper, exec
 // would copy the command's output through a pipe, and Wait would wait for
 // every process that holds that pipe, the command's leftover group
 // included.
@@ -91,8 +92,8 @@ func commandOutput(w io.Writer) io.Writer {
 	switch o := w.(type) {
 	case outputWriter:
 		return o.w
-	case *messageWriter:
-		return o.w
+	case *asynclog.Writer:
+		return o.Unwrap()
 	}
 	return w
 }

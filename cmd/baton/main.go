@@ -6,12 +6,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/internal/asynclog"
 )
 
 func main() { os.Exit(mainCode()) }
@@ -80,6 +83,19 @@ func (c signalCause) Error() string { return c.sig.String() + " signal received"
 // cancelled (interrupted, the backends) reads a signal as that.
 func (c signalCause) Is(target error) bool { return target == context.Canceled }
 
+// newMessageWriter returns the writer of baton's own lines (its log lines
+// and reports) onto stderr: they go through a queue, so that a stderr
+// nobody reads (a stuck log pipe, a terminal paused with Ctrl-S) never
+// holds up what must not wait: the renewal timer that declares a lease
+// lost, and supervise's loop, which stops the command on the loss. run
+// owns it and closes it; a supervised command writes to the stderr under
+// it (commandOutput).
+func newMessageWriter(stderr io.Writer) *asynclog.Writer {
+	return asynclog.NewWriter(stderr, func(n int) string {
+		return fmt.Sprintf("baton: %d of baton's own lines dropped here: stderr was not read\n", n)
+	})
+}
+
 // quietRedis drops go-redis's own log lines.
 type quietRedis struct{}
 
@@ -87,7 +103,8 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // run is the whole command, testable: it parses args, runs the subcommand
 // and returns the exit code. baton's own lines go to stderr through a
-// messageWriter, which run closes before it writes the last one.
+// message writer (newMessageWriter), which run closes before it writes the
+// last one.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	msgs := newMessageWriter(stderr)
 	defer msgs.Close() // on a panic too

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/proc"
 	"github.com/baton-go/baton/internal/syncbuf"
 )
@@ -34,7 +35,7 @@ func TestMessageWriter_StalledStderr(t *testing.T) {
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		for i := range messageQueue + 10 {
+		for i := range asynclog.Queue + 10 {
 			fmt.Fprintf(m, "line %d\n", i)
 		}
 	}()
@@ -49,15 +50,15 @@ func TestMessageWriter_StalledStderr(t *testing.T) {
 	// The drain goroutine may have taken the first line off the queue (and
 	// be blocked writing it) before the queue filled: one more fits then.
 	kept := len(lines) - 1
-	if kept != messageQueue && kept != messageQueue+1 {
-		t.Fatalf("%d lines written before the count, want %d or %d", kept, messageQueue, messageQueue+1)
+	if kept != asynclog.Queue && kept != asynclog.Queue+1 {
+		t.Fatalf("%d lines written before the count, want %d or %d", kept, asynclog.Queue, asynclog.Queue+1)
 	}
 	for i, l := range lines[:kept] {
 		if want := fmt.Sprintf("line %d", i); l != want {
 			t.Fatalf("line %d is %q, want %q", i, l, want)
 		}
 	}
-	if want := fmt.Sprintf("baton: %d of baton's own lines dropped here: stderr was not read", messageQueue+10-kept); lines[kept] != want {
+	if want := fmt.Sprintf("baton: %d of baton's own lines dropped here: stderr was not read", asynclog.Queue+10-kept); lines[kept] != want {
 		t.Errorf("last line %q, want %q", lines[kept], want)
 	}
 	// After Close, a straggler's line is written directly.
@@ -72,13 +73,14 @@ func TestMessageWriter_StalledStderr(t *testing.T) {
 func TestMessageWriter_CountBeforeNextLine(t *testing.T) {
 	g := &gate{open: make(chan struct{})}
 	m := newMessageWriter(g)
-	for i := range messageQueue + 3 {
+	for i := range asynclog.Queue + 3 {
 		fmt.Fprintf(m, "line %d\n", i)
 	}
 	close(g.open)
-	// Wait for the queue to drain, then write one more.
+	// Wait for the queued lines to be written (not Flush, which would
+	// write the count itself), then write one more.
 	deadline := time.Now().Add(10 * time.Second)
-	for len(m.queue) > 0 && time.Now().Before(deadline) {
+	for strings.Count(g.buf.String(), "\n") < asynclog.Queue && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	fmt.Fprintln(m, "after")

@@ -10,12 +10,14 @@
 // next record that fits. The goroutine runs only while records wait: it
 // starts with the first, and ends when the queue is empty, so a Handler
 // leaves nothing running once it has caught up. Flush waits for that.
+//
+// Writer does the same for an io.Writer of lines: baton's CLI writes its
+// own lines to stderr through one.
 package asynclog
 
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -28,7 +30,7 @@ const Queue = 1024
 // queue, so records keep the order they were logged in.
 type Handler struct {
 	inner slog.Handler
-	q     *queue
+	q     *queue[item]
 }
 
 // New returns a Handler that hands records to h from a goroutine of its
@@ -37,7 +39,13 @@ func New(h slog.Handler) slog.Handler {
 	if a, ok := h.(*Handler); ok {
 		return a
 	}
-	return &Handler{inner: h, q: &queue{root: h}}
+	return &Handler{inner: h, q: newQueue(
+		func(it item) { _ = it.h.Handle(it.ctx, it.r) }, // as slog.Logger does: nobody to tell
+		func(dropped int) item {
+			r := slog.NewRecord(time.Now(), slog.LevelWarn, "log records dropped: the log handler did not keep up", 0)
+			r.AddAttrs(slog.Int("dropped", dropped))
+			return item{h: h, ctx: context.Background(), r: r}
+		})}
 }
 
 // Enabled reports whether the wrapped handler takes records at level l.
@@ -105,84 +113,4 @@ type item struct {
 	h   slog.Handler
 	ctx context.Context
 	r   slog.Record
-}
-
-// queue holds the records waiting, and runs drain while there are any.
-type queue struct {
-	root    slog.Handler // the handler given to New, which the count goes to
-	mu      sync.Mutex
-	items   []item
-	drained chan struct{} // not nil while drain runs; closed when it ends
-	dropped int           // records dropped since the last that fitted
-}
-
-func (q *queue) push(it item) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.dropped > 0 && len(q.items) < Queue-1 {
-		q.items = append(q.items, q.notice())
-	}
-	if q.dropped > 0 || len(q.items) >= Queue {
-		q.dropped++
-		return
-	}
-	q.items = append(q.items, it)
-	q.start()
-}
-
-// start starts drain unless it runs. The caller holds mu.
-func (q *queue) start() {
-	if q.drained == nil {
-		q.drained = make(chan struct{})
-		go q.drain(q.drained)
-	}
-}
-
-// notice is the record that says how many records were dropped; it counts
-// them again from 0. The caller holds mu.
-func (q *queue) notice() item {
-	r := slog.NewRecord(time.Now(), slog.LevelWarn, "log records dropped: the log handler did not keep up", 0)
-	r.AddAttrs(slog.Int("dropped", q.dropped))
-	q.dropped = 0
-	return item{h: q.root, ctx: context.Background(), r: r}
-}
-
-// drain hands the queued records on, in order, until none is left, then
-// closes drained.
-func (q *queue) drain(drained chan struct{}) {
-	for {
-		q.mu.Lock()
-		if len(q.items) == 0 {
-			q.drained = nil
-			q.items = nil // let a burst's array go
-			close(drained)
-			q.mu.Unlock()
-			return
-		}
-		it := q.items[0]
-		q.items[0] = item{}
-		q.items = q.items[1:]
-		q.mu.Unlock()
-		_ = it.h.Handle(it.ctx, it.r) // as slog.Logger does: nobody to tell
-	}
-}
-
-// flush waits for drain to end, or for ctx to.
-func (q *queue) flush(ctx context.Context) error {
-	q.mu.Lock()
-	if q.dropped > 0 { // the count comes last
-		q.items = append(q.items, q.notice())
-		q.start()
-	}
-	drained := q.drained
-	q.mu.Unlock()
-	if drained == nil {
-		return nil
-	}
-	select {
-	case <-drained:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
