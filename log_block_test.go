@@ -3,43 +3,13 @@ package baton_test
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/slogtest"
 )
-
-// blockingHandler is a slog.Handler whose Handle, once armed, says which
-// record it got and blocks until freed: a handler writing to a pipe nobody
-// reads.
-type blockingHandler struct {
-	level   slog.Level
-	armed   atomic.Bool
-	entered chan string
-	release chan struct{}
-	once    sync.Once
-}
-
-func newBlockingHandler(l slog.Level) *blockingHandler {
-	return &blockingHandler{level: l, entered: make(chan string, 100), release: make(chan struct{})}
-}
-func (h *blockingHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
-func (h *blockingHandler) Handle(_ context.Context, r slog.Record) error {
-	if !h.armed.Load() {
-		return nil
-	}
-	select {
-	case h.entered <- r.Message:
-	default:
-	}
-	<-h.release
-	return nil
-}
-func (h *blockingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *blockingHandler) WithGroup(string) slog.Handler      { return h }
-func (h *blockingHandler) free()                              { h.once.Do(func() { close(h.release) }) }
 
 // namedBackend grants every name at once, each a hold of its own.
 type namedBackend struct{}
@@ -64,7 +34,7 @@ func within(t *testing.T, ch <-chan struct{}, what string) {
 // "lease lost" record; Close still cancels both leases' work contexts.
 // Before, the second stayed live, and the backend was never closed.
 func TestLogHandlerBlocks_Close(t *testing.T) {
-	h := newBlockingHandler(slog.LevelInfo)
+	h := slogtest.NewBlocking(slog.LevelInfo, false)
 	cfg, err := baton.NewConfig(baton.WithLogger(slog.New(h)))
 	if err != nil {
 		t.Fatal(err)
@@ -78,12 +48,12 @@ func TestLogHandlerBlocks_Close(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.armed.Store(true)
+	h.Arm()
 	closed := make(chan struct{})
 	go func() { _ = l.Close(); close(closed) }()
 	within(t, a.Done(), "lease a's work context cancelled by Close")
 	within(t, b.Done(), "lease b's work context cancelled by Close")
-	h.free()
+	h.Free()
 	within(t, closed, "Close returned once the handler took records again")
 }
 
@@ -91,8 +61,8 @@ func TestLogHandlerBlocks_Close(t *testing.T) {
 // passed gives the lock back even while the handler blocks on the loss's
 // record. Before, the give-back waited behind it.
 func TestLogHandlerBlocks_Release(t *testing.T) {
-	h := newBlockingHandler(slog.LevelInfo)
-	defer h.free()
+	h := slogtest.NewBlocking(slog.LevelInfo, false)
+	defer h.Free()
 	cfg, err := baton.NewConfig(baton.WithLogger(slog.New(h)))
 	if err != nil {
 		t.Fatal(err)
@@ -113,10 +83,10 @@ func TestLogHandlerBlocks_Release(t *testing.T) {
 		t.Fatal(err)
 	}
 	past.Store(true)
-	h.armed.Store(true)
+	h.Arm()
 	done := make(chan struct{})
 	go func() { _ = lease.Release(context.Background()); close(done) }()
 	within(t, released, "the hold given back by Release")
 	within(t, done, "Release returned")
-	h.free() // before Close, which waits for the handler to take the records
+	h.Free() // before Close, which waits for the handler to take the records
 }

@@ -1,39 +1,16 @@
 package zk_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/slogtest"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/zk"
 )
-
-// blockingHandler is a slog.Handler whose Handle, once armed, blocks until
-// freed: a handler writing to a pipe nobody reads.
-type blockingHandler struct {
-	armed   atomic.Bool
-	calls   atomic.Int32
-	release chan struct{}
-	once    sync.Once
-}
-
-func (h *blockingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *blockingHandler) Handle(context.Context, slog.Record) error {
-	if h.armed.Load() {
-		h.calls.Add(1)
-		<-h.release
-	}
-	return nil
-}
-func (h *blockingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *blockingHandler) WithGroup(string) slog.Handler      { return h }
-func (h *blockingHandler) free()                              { h.once.Do(func() { close(h.release) }) }
 
 // TestLogHandlerBlocks_SuspendedAtOnce: the holder's logger (at debug)
 // blocks when its connection is cut. go-zookeeper logs the end of its
@@ -41,8 +18,8 @@ func (h *blockingHandler) free()                              { h.once.Do(func()
 // logger: the work context is still cancelled as SUSPENDED, not at the
 // local deadline. Before, it waited for the deadline, 5.85s into a 6s TTL.
 func TestLogHandlerBlocks_SuspendedAtOnce(t *testing.T) {
-	h := &blockingHandler{release: make(chan struct{})}
-	defer h.free()
+	h := slogtest.NewBlocking(slog.LevelDebug, false)
+	defer h.Free()
 	addr := zkServer.Addr(t)
 	proxy := testsvc.NewProxy(t, addr)
 	defer proxy.Unblock()
@@ -52,7 +29,7 @@ func TestLogHandlerBlocks_SuspendedAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.armed.Store(true)
+	h.Arm()
 	proxy.Block()
 	proxy.Cut()
 	select {
@@ -65,11 +42,11 @@ func TestLogHandlerBlocks_SuspendedAtOnce(t *testing.T) {
 	}
 	// The handler gets its records from the log queue's goroutine.
 	deadline := time.Now().Add(10 * time.Second)
-	for h.calls.Load() == 0 && time.Now().Before(deadline) {
+	for h.Calls() == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if h.calls.Load() == 0 {
+	if h.Calls() == 0 {
 		t.Error("the handler took no record after the cut: the test blocked nothing")
 	}
-	h.free() // before the Locker's Close, which waits for it
+	h.Free() // before the Locker's Close, which waits for it
 }

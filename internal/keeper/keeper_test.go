@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/slogtest"
 )
 
 func config(t *testing.T) baton.Config {
@@ -122,39 +123,23 @@ func TestKeeper_TransientFailures_LostAtDeadline(t *testing.T) {
 func TestKeeper_StalledLogger_LostAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config(t)
-		h := &stuckHandler{release: make(chan struct{})}
+		h := slogtest.NewBlocking(slog.LevelDebug, true)
 		cfg.Logger = slog.New(h)
 		r := &recorder{result: func(context.Context) error { return errors.New("connection refused") }}
 		start := time.Now()
 		k := Start(start, cfg, r.renew)
 		defer k.Stop(baton.ErrReleased)
-		defer close(h.release) // before Stop, which waits for the tick in the handler
+		defer h.Free() // before Stop, which waits for the tick in the handler
 
 		<-k.Done()
 		if lostAt, want := time.Since(start), cfg.TTL-cfg.Drift; lostAt != want {
 			t.Errorf("lost after %v, want exactly TTL - drift = %v", lostAt, want)
 		}
-		if h.calls.Load() == 0 {
+		if h.Calls() == 0 {
 			t.Error("the handler was never called: the test stalled nothing")
 		}
 	})
 }
-
-// stuckHandler is a slog.Handler whose Handle blocks until release is
-// closed.
-type stuckHandler struct {
-	release chan struct{}
-	calls   atomic.Int32
-}
-
-func (h *stuckHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *stuckHandler) Handle(context.Context, slog.Record) error {
-	h.calls.Add(1)
-	<-h.release
-	return nil
-}
-func (h *stuckHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *stuckHandler) WithGroup(string) slog.Handler      { return h }
 
 func TestKeeper_Refused_LostAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
