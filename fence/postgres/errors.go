@@ -55,7 +55,7 @@ const (
 	hintConnect   = "check that PostgreSQL is running and that the store URL (host, port, database, user) is right"
 	hintNotDone   = "the transaction was not committed, so nothing was written; retry when the server is back"
 	hintAmbiguous = "the connection failed during COMMIT, so the transaction may or may not have been committed; check before retrying"
-	hintUnknown   = "the connection failed while the statement ran as a transaction of its own, so it may or may not have been committed; check before retrying (a retried insert finds its own row there already)"
+	hintUnknown   = "the statement, a transaction of its own, was cut short by a failed connection or an ended context, so it may or may not have been committed; check before retrying (a retried insert finds its own row there already)"
 	hintGaveUp    = "PostgreSQL gave up on it (a lock_timeout or statement_timeout ran out, or a serialization failure or deadlock aborted it; another transaction, such as an older holder's, may hold the fence row), so nothing was written; retry"
 )
 

@@ -246,7 +246,7 @@ func TestStore_Insert_RaiseWaits(t *testing.T) {
 		}
 		insertErr <- err
 	}()
-	waitLockWait(t, ctx, pool, `INSERT INTO "invoices"%`, insertErr)
+	waitLockWait(t, ctx, pool, `WITH f AS (_SELECT 1 FROM%`, insertErr)
 
 	raiseErr := make(chan error, 1)
 	go func() { raiseErr <- s.Raise(ctx, "invoices", 43) }()
@@ -321,9 +321,9 @@ func TestStore_Insert_ConnectionKilled_SaysUnknown(t *testing.T) {
 		_, err := s.Insert(ctx, "invoices", 5, invoice(1, 5))
 		done <- err
 	}()
-	waitLockWait(t, ctx, pool, `INSERT INTO "invoices"%`, done)
+	waitLockWait(t, ctx, pool, `WITH f AS (_SELECT 1 FROM%`, done)
 	mustExec(t, pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "invoices"%'`)
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH f AS (_SELECT 1 FROM%'`)
 	err = <-done
 	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "may or may not have been committed") {
 		t.Fatalf("Insert whose connection was killed = %v; want ErrUnavailable saying it may have been committed", err)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/fence/postgres"
@@ -63,6 +64,43 @@ func TestStore_Insert_StaleVsDuplicate(t *testing.T) {
 		t.Fatalf("Insert of a NULL token: %v, want the not-null violation", err)
 	}
 	newest(7)
+}
+
+// A holder's write made again, from inside its own open WithTx of the
+// same resource: a duplicate row, and a run marked done again. The fence
+// holds the token, so they neither raise it nor wait: before, both ran the
+// raising statement, whose queue lock waited for the open transaction,
+// which waited for them, until their ctx ended.
+func TestStore_Insert_DuplicateInsideWithTx(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := t.Context()
+	mustExec(t, pool, invoicesDDL)
+	if _, err := s.Insert(ctx, "invoices", 41, invoice(1, 41)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkDone(ctx, "invoices", "night-1", 41); err != nil {
+		t.Fatal(err)
+	}
+	err := s.WithTx(ctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second) // a bound on the answer, not a timing
+		defer cancel()
+		if got, err := s.Insert(bounded, "invoices", 41, invoice(1, 41)); got || err != nil {
+			t.Errorf("duplicate Insert inside WithTx = %v, %v; want false, nil", got, err)
+		}
+		if err := s.MarkDone(bounded, "invoices", "night-1", 41); err != nil {
+			t.Errorf("MarkDone again inside WithTx: %v", err)
+		}
+		if got, err := s.Insert(bounded, "invoices", 41, invoice(2, 41)); !got || err != nil {
+			t.Errorf("new row's Insert inside WithTx = %v, %v; want true, nil", got, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM invoices"); n != 2 {
+		t.Errorf("%d invoices, want 2", n)
+	}
 }
 
 func TestStore_InsertOnce_Duplicate(t *testing.T) {

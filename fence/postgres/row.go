@@ -118,18 +118,24 @@ func InsertOnce(ctx context.Context, q Querier, row Row) (inserted bool, err err
 // When the fence holds exactly token (a holder's second and later writes),
 // one round trip does it:
 //
-//	INSERT INTO invoices (client_id, month, amount, token)
-//	SELECT $3, $4, $5, $6 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
-//	ON CONFLICT (client_id, month) DO NOTHING
+//	WITH f AS (
+//		SELECT 1 FROM baton_fence WHERE resource = $1 AND last_token = $2 FOR SHARE
+//	), ins AS (
+//		INSERT INTO invoices (client_id, month, amount, token) SELECT $3, $4, $5, $6 FROM f
+//		ON CONFLICT (client_id, month) DO NOTHING
+//		RETURNING 1
+//	)
+//	SELECT (SELECT count(*) FROM f), (SELECT count(*) FROM ins)
 //
-// (without the queue lock of a transaction's check: see the package doc;
-// the raise below takes it, as the package doc shows).
+// (without the queue lock of a transaction's check: see the package doc).
 // The share lock keeps a newer holder's raise waiting until the insert has
 // committed; if a raise committed first, READ COMMITTED re-checks the WHERE
-// clause against the raised row, and nothing is inserted. When that inserts
-// nothing (a new token, a stale one, or a duplicate row), it has written
-// nothing, and a second statement raises the fence and inserts, and tells
-// the cases apart:
+// clause against the raised row, and f is empty. The counts tell the
+// fence's answer from the row's: (1, 0) is a duplicate row, and returns
+// false at once, so that a holder's write made again waits for nothing
+// (not even for its own open WithTx of the same resource). Only when f is
+// empty (a new token, or a stale one) does a second statement raise the
+// fence, taking the queue lock as the package doc shows, and insert:
 //
 //	WITH f AS (
 //		INSERT INTO baton_fence AS cur (resource, last_token) SELECT $1, $2 FROM <the queue lock>
@@ -165,15 +171,14 @@ func (s *Store) insert(ctx context.Context, resource string, token baton.Token, 
 	args = append(args, resource, int64(token))
 	args = append(args, row.Values...)
 
-	tag, err := s.db.Exec(ctx, row.insertSQL(3, s.sql.holdFrom), args...)
+	var fenced, inserted int64
+	err := s.db.QueryRow(ctx, s.sql.heldInsertHead+row.insertSQL(3, "f")+s.sql.fencedInsertTail, args...).Scan(&fenced, &inserted)
 	if err != nil {
 		return false, s.wrap(ctx, op, err, hintUnknown)
 	}
-	if tag.RowsAffected() == 1 {
-		return true, nil
+	if fenced == 1 {
+		return inserted == 1, nil // the fence holds token: nothing else to do
 	}
-
-	var fenced, inserted int64
 	err = s.db.QueryRow(ctx, s.sql.fencedInsertHead+row.insertSQL(3, "f")+s.sql.fencedInsertTail, args...).Scan(&fenced, &inserted)
 	if err != nil {
 		return false, s.wrap(ctx, op, err, hintUnknown)

@@ -18,14 +18,11 @@ type statements struct {
 	newest string // $1 resource
 	list   string
 	done   string // $1 resource, $2 run id
-	// holdFrom is the FROM clause of the fast single-statement insert:
-	// INSERT INTO t (cols) SELECT $3, ... FROM <holdFrom> ON CONFLICT ...
-	// It share-locks the row without the queue lock (see queueKey).
-	holdFrom string
-	// fencedInsertHead and fencedInsertTail surround the row's
-	// INSERT ... SELECT $3, ... FROM f ... in the full single-statement
-	// insert; see Store.Insert.
-	fencedInsertHead, fencedInsertTail string
+	// heldInsertHead and fencedInsertHead, each with fencedInsertTail,
+	// surround the row's INSERT ... SELECT $3, ... FROM f ... in the two
+	// single-statement inserts; see Store.Insert. The first's f
+	// share-locks the fence's row without the queue lock (see queueKey).
+	heldInsertHead, fencedInsertHead, fencedInsertTail string
 }
 
 func newStatements(fence, runs string) statements {
@@ -42,7 +39,7 @@ func newStatements(fence, runs string) statements {
 		newest:           fmt.Sprintf(`SELECT last_token FROM %s WHERE resource = $1`, fence),
 		list:             fmt.Sprintf(`SELECT array_agg(resource ORDER BY resource), array_agg(last_token ORDER BY resource), array_agg(updated_at ORDER BY resource) FROM %s`, fence),
 		done:             fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE resource = $1 AND run_id = $2)`, runs),
-		holdFrom:         fmt.Sprintf(`%s WHERE resource = $1 AND last_token = $2 FOR SHARE`, fence),
+		heldInsertHead:   fmt.Sprintf("WITH f AS (\nSELECT 1 FROM %s WHERE resource = $1 AND last_token = $2 FOR SHARE\n), ins AS (\n", fence),
 		fencedInsertHead: "WITH f AS (\n" + raise + "\nRETURNING 1\n), ins AS (\n",
 		fencedInsertTail: "\nRETURNING 1\n)\nSELECT (SELECT count(*) FROM f), (SELECT count(*) FROM ins)",
 	}
