@@ -40,7 +40,8 @@
 // raise the fence, and a raise that committed earlier makes the check fail.
 // Open begins every transaction with BEGIN IMMEDIATE, taking the write lock
 // at once, and waits up to the busy timeout (default 5s) for it; WAL
-// journaling lets readers go on meanwhile. A handle opened with DSN, for a
+// journaling, which Open sets when it may create (fence init does), lets
+// readers go on meanwhile. A handle opened with DSN, for a
 // program that keeps its own tables in the file and builds its Store with
 // New, gets the same settings. On a handle without them, a transaction
 // that reads before its Check fails at once (SQLITE_BUSY_SNAPSHOT, which no

@@ -87,3 +87,48 @@ func TestDSN_BusyTimeoutLimit(t *testing.T) {
 		}
 	}
 }
+
+// Open without WithCreate, as baton fence show and baton run --fence do,
+// leaves a file's journal mode as it is: looking at a fence, or using it,
+// must not change a file another program keeps in rollback journaling.
+// Before, every Open put the file in WAL mode, for good.
+func TestOpen_NoCreate_KeepsJournalMode(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := sql.Open("sqlite", path) // rollback journaling, SQLite's default
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.New(ctx, db); err != nil { // creates the tables
+		t.Fatal(err)
+	}
+	// Closed while Open runs: SQLite keeps a file's journal mode while
+	// another connection has it open, which would hide a change.
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(ctx, path, sqlite.WithCreate(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Raise(ctx, "invoices", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = sql.Open("sqlite", path); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "delete" {
+		t.Errorf("journal_mode = %s after Open without WithCreate, want delete, as before", mode)
+	}
+}

@@ -80,9 +80,12 @@ func newStore(ctx context.Context, db *sql.DB, cfg config, where string) (*Store
 
 // Open opens the SQLite database file at path and returns New on it; with
 // WithCreate(false), a missing file is a *MissingTableError (NoFile set),
-// and Open creates nothing; the Store owns the handle, so Close it. Its
-// connections use WAL journaling (readers do not block the writer), wait up
-// to the busy timeout (WithBusyTimeout, default 5s) for another writer, and
+// and Open creates nothing; the Store owns the handle, so Close it. With
+// WithCreate(true), the default, it puts the file in WAL journaling
+// (readers do not block the writer), a setting the file keeps; with false,
+// it leaves the file's journal mode as it is, so that opening a file only
+// to look at it changes nothing in it. Its connections wait up to the busy
+// timeout (WithBusyTimeout, default 5s) for another writer, and
 // begin every transaction with BEGIN IMMEDIATE, so that a fenced
 // transaction holds the write lock from its start. synchronous stays FULL:
 // a fence raise must survive a power loss. A file that cannot be used now
@@ -94,7 +97,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	source, err := dsn(path, cfg)
+	source, err := dsn(path, cfg, cfg.create)
 	if err != nil {
 		return nil, err
 	}
@@ -131,8 +134,8 @@ func missingFile(path string) bool {
 }
 
 // DSN returns the modernc.org/sqlite data source name with which Open opens
-// the database file at path (Open adds mode=rw without WithCreate, so that
-// a missing file is not created): WAL journaling, the busy timeout
+// the database file at path (without WithCreate, Open adds mode=rw, so that
+// a missing file is not created, and leaves out the WAL setting): WAL journaling, the busy timeout
 // (WithBusyTimeout; the other options do not change it), synchronous FULL
 // and BEGIN IMMEDIATE, with path escaped so that SQLite reads it as
 // written. A program that keeps its own tables in the same file opens it
@@ -144,11 +147,12 @@ func DSN(path string, opts ...Option) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return dsn(path, cfg)
+	return dsn(path, cfg, true)
 }
 
-// dsn is DSN with a validated config.
-func dsn(path string, cfg config) (string, error) {
+// dsn is DSN with a validated config; wal says whether the connections put
+// the file in WAL journaling.
+func dsn(path string, cfg config, wal bool) (string, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
 		return "", &baton.OptionError{Option: "SQLite path", Value: fmt.Sprintf("%q", path),
 			Reason: "must be a file path; an in-memory database cannot fence other processes"}
@@ -157,7 +161,9 @@ func dsn(path string, cfg config) (string, error) {
 	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
+	if wal {
+		q.Add("_pragma", "journal_mode(WAL)")
+	}
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
 	return "file:" + esc + "?" + q.Encode(), nil
