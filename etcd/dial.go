@@ -121,6 +121,11 @@ func ParseURL(u *url.URL) (clientv3.Config, []baton.Option, error) {
 	if u.User != nil {
 		cc.Username = u.User.Username()
 		cc.Password, _ = u.User.Password()
+		// The client authenticates only with both: one alone would be
+		// dropped without a word, and the connection left unauthenticated.
+		if cc.Username == "" || cc.Password == "" {
+			return cc, nil, bad("give both a user name and a password (etcd://user:password@host:port), or neither: etcd authenticates only with both")
+		}
 	}
 	var opts []baton.Option
 	if p := u.Path; p != "" && p != "/" {

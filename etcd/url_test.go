@@ -33,7 +33,7 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("options from the URL not applied: ttl %v, request timeout %v, prefix %q", cfg.TTL, cfg.RequestTimeout, cfg.Prefix)
 	}
 
-	for _, bad := range []string{"etcd://", "etcd://host", "etcd://h:1,,h:2", "etcd://[::1]", "etcd://a:1,b:xyz", "etcd://a:1,[::1]", "etcd://h:1:2,a:1", "etcd://a:0", "etcd://a:+1", "etcd://h:1?ttl=ten", "etcd://h:1?ttl=0", "etcd://h:1?drift=-1ms", "etcd://h:1?colour=red", "etcd://h:1?ttl=5s&ttl=6s", "etcd://h:1/app?ttl=5s;drift=1s", "etcd://h:1/app?ttl=5%", "etcd://h:1/app#x", "etcd:opaque"} {
+	for _, bad := range []string{"etcd://", "etcd://host", "etcd://h:1,,h:2", "etcd://[::1]", "etcd://a:1,b:xyz", "etcd://a:1,[::1]", "etcd://h:1:2,a:1", "etcd://a:0", "etcd://a:+1", "etcd://h:1?ttl=ten", "etcd://h:1?ttl=0", "etcd://h:1?drift=-1ms", "etcd://h:1?colour=red", "etcd://h:1?ttl=5s&ttl=6s", "etcd://h:1/app?ttl=5s;drift=1s", "etcd://h:1/app?ttl=5%", "etcd://h:1/app#x", "etcd:opaque", "etcd://app@h:1", "etcd://app:@h:1", "etcd://:pw@h:1"} {
 		u, err := baton.ParseURL(bad)
 		if err == nil {
 			_, _, err = etcd.ParseURL(u)
