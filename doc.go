@@ -42,6 +42,14 @@
 //   - Side effects outside the fenced store (an email, a payment call) are
 //     not fenced. Record the intent in the fenced store and have a single
 //     sender act on it.
+//   - A lock taken from a holder that cannot hear the service (a forced
+//     release, or a delete by another client, while it is cut off) is
+//     reported when the holder hears again, or at its local deadline. When
+//     the holder's own Release is the first to hear, and its answer comes
+//     after the local deadline, the release cannot tell that from a key
+//     that ran out with its lease after the work had stopped, and reports
+//     a release, not a loss: the work may have overlapped the next
+//     holder's, which the fence, raised by that holder, made harmless.
 //
 // # The clock model
 //

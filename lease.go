@@ -196,7 +196,10 @@ func (l *Lease) Deadline() time.Time { return l.hold.Deadline() }
 // failure). Err still reports the
 // loss, also one that only the release finds: the local
 // deadline passed before the release, or the lock key was deleted by
-// someone else, which the backend had not yet noticed. In the latter case
+// someone else, which the backend had not yet noticed, when the release's
+// answer came before the local deadline (a later one cannot tell that from
+// a key that ran out after the work stopped: see "What is not" in the
+// package documentation). In the latter case
 // Err changes from ErrReleased to the *LostError when Release returns,
 // while the work context, cancelled as the release began, keeps
 // ErrReleased as its cause.

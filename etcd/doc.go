@@ -93,7 +93,11 @@
 //     through a fence, which refuses the stale token.
 //   - A key deleted by someone else while the holder's watch is cut off
 //     from the cluster is noticed when the watch comes back, or at the
-//     local deadline when renewals fail too; a fence covers the gap.
+//     local deadline when renewals fail too; a fence covers the gap. When
+//     the holder's Release hears first, after the local deadline, it
+//     cannot tell the delete from the key's running out with the session's
+//     lease after the work stopped, and returns nil (see baton's "What is
+//     not").
 //   - Tokens from a cluster restored without --bump-revision start lower,
 //     and fences refuse every holder until they pass the newest seen
 //     (safe, but nothing runs).
