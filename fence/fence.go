@@ -12,12 +12,12 @@
 //
 // A PostgreSQL URL takes every parameter pgx accepts (sslmode,
 // connect_timeout, ...). It may also carry the lock service's parameters
-// (ttl, renew-every, request-timeout, drift and table), so that one URL
-// can serve as both --backend and --fence; the store ignores them. Its
-// tables are always baton_fence and baton_runs: table= names the lock
-// service's table, not the fence's (fence/postgres.WithTable and
-// WithRunsTable choose others in a program). A SQLite URL takes busy_timeout, a duration such
-// as 10s (default 5s; from 1ms to SQLite's limit, about 24 days). It has no
+// (ttl, renew-every, request-timeout, drift and table), so that one URL can
+// serve as both --backend and --fence; the store ignores them. Its tables
+// are always baton_fence and baton_runs: table= names the lock service's
+// table, not the fence's (fence/postgres.WithTable and WithRunsTable choose
+// others in a program). A SQLite URL takes busy_timeout, a duration such as
+// 10s (default 5s; from 1ms to SQLite's limit, about 24 days). It has no
 // host or user (sqlite://host/x.db is refused, not read as a relative
 // path), and a '%', '?' or '#' in its path is written %25, %3F or %23: a
 // '#' would start a fragment, and is refused.
