@@ -31,6 +31,10 @@
 //
 // A Locker keeps one etcd lease (the session) for all its locks, granted
 // with the TTL on first use and renewed by KeepAliveOnce every RenewEvery.
+// A renewal that gets no answer within the request timeout is tried again
+// soon after, until the local deadline: the client sends it to its next
+// endpoint, so a member that holds requests (one cut off from its leader
+// waits about 7s before it answers) does not cost the session.
 // The session is the single source of liveness: when a renewal is refused,
 // or the local deadline (send time of the last confirmed renewal + TTL -
 // drift) passes, every lock on it is lost, waiters stop waiting with an

@@ -216,9 +216,16 @@ func (b *backend) revokeIfDone(s *session) {
 	})
 }
 
+// renewer renews the session's lease. Each renewal is bounded by the
+// request timeout as well as by the local deadline (ctx): a member that
+// holds it (one cut off from its leader waits for its own request timeout,
+// about 7s) fails that renewal only, and the Keeper's next try, soon after,
+// goes out on the client's next endpoint, while the deadline leaves time.
 func (b *backend) renewer(id clientv3.LeaseID) keeper.RenewFunc {
 	return func(ctx context.Context) error {
-		_, err := b.client.KeepAliveOnce(ctx, id)
+		rctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+		defer cancel()
+		_, err := b.client.KeepAliveOnce(rctx, id)
 		switch {
 		case err == nil:
 			return nil
