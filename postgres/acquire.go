@@ -44,6 +44,11 @@ var errTooSlow = errors.New("the lock was granted, but the answer came after the
 // flight, which is never cut off by the caller (see op). What is left of
 // it then (the statement's answer, giving back a lease it granted,
 // leaving the queue) goes on without the caller, and Close waits for it.
+//
+// The Locker's first acquisition (or Observe) creates the lock tables
+// and sequences when they are missing, replaces a waiters table of an
+// older baton, and sweeps the waiters table (see prepare); a failure
+// there is its error, and the next call tries again.
 func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
 	if ctx.Done() == nil { // a ctx that never ends: nothing to return early for
 		return b.acquire(ctx, req)
@@ -94,8 +99,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 	return nil, context.Cause(ctx)
 }
 
-// acquire is Acquire's acquisition.
+// acquire is Acquire's acquisition. The Locker's first one creates the
+// lock tables when they are missing (prepare).
 func (b *backend) acquire(ctx context.Context, req baton.Request) (baton.Hold, error) {
+	if err := b.prepare(ctx); err != nil {
+		return nil, err
+	}
 	// key names our waiter in the NOTIFY of a hand-off to us: a new one
 	// for each attempt, so that a hand-off tells which attempt it came
 	// after. One whose NOTIFY names an earlier attempt (held up on its way
@@ -310,7 +319,7 @@ func (b *backend) keepRow(ctx context.Context, name string) {
 	fctx, cancel := b.detached(ctx)
 	defer cancel()
 	if _, err := b.pool.Exec(fctx, b.sql.forgetName, evict, b.channel); err != nil {
-		b.cfg.Logger.Debug("could not delete this Locker's rows in the waiters table; its Close deletes them, as do a Locker built and the Close of one that waited once their place ended an hour ago", "lock", evict, "err", err)
+		b.cfg.Logger.Debug("could not delete this Locker's rows in the waiters table; its Close deletes them, as do a Locker's first acquisition or observer and the Close of one that waited once their place ended an hour ago", "lock", evict, "err", err)
 	}
 }
 

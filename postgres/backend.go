@@ -55,6 +55,11 @@ type backend struct {
 	failures  atomic.Int64  // acquisition statements that failed, for tests
 	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
 
+	// schemaReady is set once the first call that writes has made the
+	// tables ready (see prepare); schemaMu is held while one does.
+	schemaMu    sync.Mutex
+	schemaReady atomic.Bool
+
 	lisMu       sync.Mutex
 	lis         *listener     // started by the first wait; guarded by lisMu
 	lisStarting chan struct{} // closed when the start under way ends; nil when none is; guarded by lisMu
@@ -76,9 +81,12 @@ type backend struct {
 
 var _ baton.FencedBackend = (*backend)(nil)
 
-// New returns a FencedLocker on pool, creating the lock tables if they are
-// missing (see Init). The pool stays the caller's: closing the Locker does
-// not close it. Waiters listen for wake-ups on one extra connection per
+// New returns a FencedLocker on pool. It reads from the database and
+// writes nothing: the Locker's first Acquire, TryAcquire or Observe
+// creates the lock tables if they are missing (see Init), so that a
+// Locker that only looks (Inspect and ForceRelease, for baton status and
+// baton release --force; Leader) changes nothing in a database without
+// them. The pool stays the caller's: closing the Locker does not close it. Waiters listen for wake-ups on one extra connection per
 // Locker, made with the pool's connection settings and its BeforeConnect
 // and AfterConnect hooks (so is each observer's), opened by the first
 // Acquire that has to wait and closed by Close. The pool's transactions
@@ -99,8 +107,9 @@ var _ baton.FencedBackend = (*backend)(nil)
 // (the lease table, default DefaultTable, optionally schema-qualified), and
 // the rest of baton's. An unreachable server is an error wrapping
 // baton.ErrUnavailable; a bad option a *baton.OptionError, and so is a
-// user the server refuses a privilege the lock needs (here or at any
-// later call), with the GRANT statements to run.
+// user the server refuses a privilege the lock needs (at any call: the
+// first Acquire's creation of missing tables included), with the GRANT
+// statements to run.
 func New(ctx context.Context, pool *pgxpool.Pool, opts ...baton.Option) (*baton.FencedLocker, error) {
 	b, err := newBackend(ctx, pool, opts)
 	if err != nil {
@@ -143,10 +152,9 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 		observers: map[*observer]context.CancelCauseFunc{},
 		obsQueue:  maxQueued,
 	}
+	// Only reads: the tables are made ready by the first call that
+	// writes (prepare), not by a Locker that may only look.
 	if err := b.checkIsolation(ctx); err != nil {
-		return nil, err
-	}
-	if err := b.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -257,7 +265,7 @@ func (b *backend) refused(what string, err error) error {
 		return &baton.OptionError{Option: "PostgreSQL user at", Value: b.where,
 			Reason: fmt.Sprintf("%s: %v; grant it what the lock needs: %s", what, err, b.n.grants(b.pool.Config().ConnConfig.User))}
 	case "42P01": // undefined_table
-		return fmt.Errorf("%s: %s: %w; the lock tables %s were dropped after this Locker was built: create them again with postgres.Init", b.where, what, err, b.n.table)
+		return fmt.Errorf("%s: %s: %w; some of the lock tables %s are missing, dropped after they were made: create them again with postgres.Init", b.where, what, err, b.n.table)
 	}
 	return fmt.Errorf("%s: %s: %w (refused by the server; trying again will not mend it)", b.where, what, err)
 }
@@ -327,12 +335,12 @@ func (b *backend) Close() error {
 		lis.stop()
 		// This Locker waited: its rows in the waiters table go with it,
 		// and so do rows whose place ended over an hour ago (a crashed
-		// Locker's), as when a Locker is built.
+		// Locker's), which a Locker's first call that writes also sweeps.
 		ctx, cancel := b.detached(context.Background())
 		_, err := b.pool.Exec(ctx, b.sql.forget, b.channel)
 		cancel()
 		if err != nil {
-			b.cfg.Logger.Warn("could not delete this Locker's rows in the waiters table; rows whose place ended an hour ago are deleted when a Locker is built or one that waited closes", "channel", b.channel, "err", err)
+			b.cfg.Logger.Warn("could not delete this Locker's rows in the waiters table; rows whose place ended an hour ago are deleted by a Locker's first acquisition or observer, and when one that waited closes", "channel", b.channel, "err", err)
 		}
 	}
 	if b.owned {

@@ -21,10 +21,12 @@ import (
 
 // Dial connects to the PostgreSQL database at dsn (a postgres:// URL or a
 // key=value string, as pgx accepts), checks that it answers within the
-// request timeout, creates the lock tables if they are missing, and returns
-// a FencedLocker that owns its pool: closing the Locker closes it. Unless
-// dsn sets application_name, the Locker's connections carry
-// "baton HOLDER", so pg_stat_activity shows whose they are. Unless it sets
+// request timeout, and returns a FencedLocker that owns its pool: closing
+// the Locker closes it. Like New, it writes nothing to the database: the
+// Locker's first Acquire, TryAcquire or Observe creates the lock tables if
+// they are missing. Unless dsn sets application_name, the Locker's
+// connections carry "baton HOLDER", so pg_stat_activity shows whose they
+// are. Unless it sets
 // statement_timeout, the server cancels any of the Locker's statements
 // after half the request timeout (baton.WithRequestTimeout), so that an
 // acquisition the Locker gave up on cannot take a lease later (a renewal,

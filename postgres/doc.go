@@ -14,8 +14,9 @@
 //
 // Lock NAME is one row of the lease table (DefaultTable, baton_lock, or the
 // table given with baton.WithPrefix or ?table=, optionally
-// schema-qualified). New and Dial create the schema when it is missing; Init
-// creates it on its own, for a user who may; this is it:
+// schema-qualified). A Locker's first Acquire, TryAcquire or Observe
+// creates the schema when it is missing; Init creates it on its own, for a
+// user who may; this is it:
 //
 //	CREATE TABLE IF NOT EXISTS baton_lock (
 //		name         text        PRIMARY KEY,
@@ -87,13 +88,19 @@
 // passes NOTIFY's 8000 bytes (names and holders are at most 200 bytes; only
 // rows written by hand come near).
 //
-// New and Dial create the tables and sequences when they are missing, but
-// not the function and triggers: they cost every change of holder about a
-// sixth of the contended throughput and half the uncontended (measured
-// here), which a lock nobody observes need not pay. Init creates all of
-// it; otherwise the first Observe on the table adds them, when its user
-// may (the table's owner); when it may not, Observe fails, saying to run
-// Init as the owner. Once added they stay.
+// New and Dial only read the database, so that a Locker that only looks
+// changes nothing in it: Inspect and ForceRelease (baton status, baton
+// release --force) and Leader report every lock free where the lease
+// table does not exist (nobody has locked in it yet, or ?table= is
+// mistyped), and create nothing. A Locker's first Acquire, TryAcquire or
+// Observe creates the tables and sequences when they are missing (once
+// per Locker; a failure is that call's error, and the next call tries
+// again), but not the function and triggers: they cost every change of
+// holder about a sixth of the contended throughput and half the
+// uncontended (measured here), which a lock nobody observes need not pay.
+// Init creates all of it; otherwise the first Observe on the table adds
+// them, when its user may (the table's owner); when it may not, Observe
+// fails, saying to run Init as the owner. Once added they stay.
 //
 // The user needs SELECT, INSERT, UPDATE and DELETE on both tables and USAGE
 // on both sequences (and on the schema of a schema-qualified table). A
@@ -123,13 +130,16 @@
 // that statement arriving late must not run on another wait's row. An
 // ended place keeps its row, on the 64 locks its Locker waited
 // on last; Close deletes a Locker's rows. Rows whose place ended over an
-// hour ago (a crashed Locker's) are deleted, on every lock, by New and
-// Dial and by the Close of a Locker that waited. A waiters table of an
-// older baton, keyed (name, ticket), is replaced (dropped and created
-// again) by New, Dial and Init when the user owns it; otherwise New and
-// Dial say so, and its owner runs Init or DROP TABLE baton_lock_waiters. Lockers of
-// that older baton fail on the new table (no constraint matches their ON
-// CONFLICT): stop them first.
+// hour ago (a crashed Locker's) are deleted, on every lock, by a Locker's
+// first Acquire, TryAcquire or Observe and by the Close of a Locker that
+// waited. A waiters table of an older baton, keyed (name, ticket), is
+// replaced (dropped and created again) by a Locker's first Acquire,
+// TryAcquire or Observe and by Init when the user owns it; otherwise that
+// call says so, and its owner runs Init or DROP TABLE baton_lock_waiters.
+// Lockers of that older baton fail on the new table (no constraint
+// matches their ON CONFLICT): stop them first. Inspect leaves such a table
+// as it is, and counts its waiters; ForceRelease of a held lock fails on
+// it, saying what to do.
 //
 // # The statements
 //
@@ -239,8 +249,8 @@
 //		WHERE w.name = $1 AND w.channel = $3 AND w.slot = $4 AND w.waiter = $5));
 //
 // A forced release locks the row, expires it and hands
-// it on. New and Dial sweep rows of the waiters table whose place ended
-// over an hour ago (WHERE expires_at < clock_timestamp() - interval '1
+// it on. A Locker's first Acquire, TryAcquire or Observe sweeps rows of the
+// waiters table whose place ended over an hour ago (WHERE expires_at < clock_timestamp() - interval '1
 // hour'); Close deletes the Locker's rows and those (WHERE channel = $1 OR
 // expires_at < clock_timestamp() - interval '1 hour'); a Locker past 64
 // locks deletes its ended rows on the one it waited on least
@@ -382,8 +392,9 @@
 //     values instead); and never below the lock's last token plus one, so
 //     that a sequence set back (restored, or left behind by a logical
 //     replication cutover, which copies no sequence values) cannot send a
-//     lock's tokens backwards. A sequence that New, Dial or Init has to
-//     make again (dropped, or a table restored alone) starts above every token
+//     lock's tokens backwards. A sequence that a Locker's first
+//     acquisition or Init has to make again (dropped, or a table restored
+//     alone) starts above every token
 //     and ticket in the tables. A ticket sequence set back while waiters'
 //     tickets above it live is not caught: a new waiter could then claim
 //     a lease handed to another; set it forward (setval) before Lockers

@@ -54,3 +54,9 @@ func Decided(l *baton.Locker) int64 { return l.Backend().(*backend).obsDecided.L
 func Holds(l *baton.Locker) int {
 	return len(l.Backend().(*backend).holds.Holds())
 }
+
+// Prepare readies l's lock tables as its first Acquire or Observe does:
+// creates what is missing, replaces an older baton's waiters table, sweeps.
+func Prepare(ctx context.Context, l *baton.Locker) error {
+	return l.Backend().(*backend).prepare(ctx)
+}

@@ -102,6 +102,7 @@ func TestInspect_ByteOrder(t *testing.T) {
 	if icu == 0 {
 		t.Skip("this PostgreSQL has no ICU collation en-x-icu to sort names by locale")
 	}
+	makeTables(t, dsn)
 	fl := dial(t, dsn)
 	execSQL(t, admin, `ALTER TABLE baton_lock ALTER COLUMN name TYPE text COLLATE "en-x-icu"`)
 	ctx := timeout(t, 30*time.Second)

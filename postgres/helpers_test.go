@@ -62,6 +62,18 @@ func dial(t testing.TB, dsn string, opts ...baton.Option) *baton.FencedLocker {
 	return fl
 }
 
+// makeTables creates the lock tables on dsn (the table of opts'
+// baton.WithPrefix, DefaultTable without) as a Locker's first Acquire
+// does, without the observers' triggers; Dial and New create nothing.
+func makeTables(t testing.TB, dsn string, opts ...baton.Option) {
+	t.Helper()
+	fl := dial(t, dsn, opts...)
+	if err := postgres.Prepare(timeout(t, 30*time.Second), fl.Locker()); err != nil {
+		t.Fatalf("create the lock tables: %v", err)
+	}
+	_ = fl.Close()
+}
+
 // queryRow scans one row of sql into dst.
 func queryRow(t testing.TB, pool *pgxpool.Pool, sql string, args []any, dst ...any) {
 	t.Helper()

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/forcekit"
@@ -20,6 +22,9 @@ var (
 // Inspect implements baton.Inspector. TTLLeft is computed by the database
 // from its own clock; Since is when the lock was acquired by the
 // database's clock (not the holder's); Waiters counts live waiter rows.
+// It only reads: where the lease table does not exist (a table nobody has
+// locked in yet, or a mistyped ?table=), no lock is held, and it creates
+// nothing.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	for _, n := range names {
 		if err := baton.ValidateName(n); err != nil {
@@ -36,6 +41,9 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		rows, err = b.pool.Query(octx, b.sql.inspectNames, names)
 	}
 	if err != nil {
+		if b.noLeaseTable(ctx, err) {
+			return freeLocks(names), nil
+		}
 		return nil, b.fail(ctx, "list locks", err)
 	}
 	var out []baton.LockInfo
@@ -70,9 +78,40 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		out = append(out, info)
 	}
 	if err := rows.Err(); err != nil {
+		if b.noLeaseTable(ctx, err) {
+			return freeLocks(names), nil
+		}
 		return nil, b.fail(ctx, "list locks", err)
 	}
 	return out, nil
+}
+
+// noLeaseTable reports whether err is PostgreSQL's undefined_table and the
+// lease table does not exist: then no lock is held. (Only the waiters
+// table missing, beside a lease table that may hold leases, is an error.)
+func (b *backend) noLeaseTable(ctx context.Context, err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42P01" { // undefined_table
+		return false
+	}
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	var missing bool
+	return b.pool.QueryRow(octx, `SELECT to_regclass($1) IS NULL`, b.n.lease).Scan(&missing) == nil && missing
+}
+
+// freeLocks is what Inspect reports where there is no lease table: the
+// named locks, each once, free and sorted by name as the database sorts
+// them (COLLATE "C", bytewise); none when no name is given.
+func freeLocks(names []string) []baton.LockInfo {
+	names = slices.Clone(names)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var out []baton.LockInfo
+	for _, n := range names {
+		out = append(out, baton.LockInfo{Name: n})
+	}
+	return out
 }
 
 // ForceRelease implements baton.ForceReleaser: it expires the holder's row
@@ -80,7 +119,8 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 // holder learns of it at its next renewal, which is refused. It reads the
 // holder's token first and expires the row only while it holds that token
 // (a statement the client gave up on can still run, late); when the lock
-// changed hands in between, it releases nothing and says so.
+// changed hands in between, it releases nothing and says so. Where the
+// lease table does not exist, the lock is free, and it creates nothing.
 func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return baton.LockInfo{}, err
@@ -91,7 +131,10 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	var holder string
 	var since time.Time
 	err := b.pool.QueryRow(octx, b.sql.liveToken, name).Scan(&token, &holder, &since)
-	if errors.Is(err, pgx.ErrNoRows) {
+	var pgErr *pgconn.PgError
+	if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "42P01" { // no row, or no lease table
+		// liveToken reads the lease table alone: undefined_table says it
+		// does not exist, so nobody holds the lock.
 		return baton.LockInfo{}, &baton.NotAcquiredError{Name: name, Free: true}
 	}
 	if err != nil {
@@ -109,6 +152,10 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 	info := read
 	info.Name, info.Key = name, b.n.key(name)
 	token := int64(read.Token)
+	// A statement the server refused (a privilege, an older baton's
+	// waiters table) rolled the batch back, and would be refused again:
+	// it ends the tries, which are for answers that were lost.
+	var refusal error
 	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		var batch pgx.Batch
 		var (
@@ -129,6 +176,10 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 		})
 		batch.Queue(b.sql.handOff, name)
 		if err := b.pool.SendBatch(ctx, &batch).Close(); err != nil {
+			if !failing(err) {
+				refusal = err
+				return false, nil
+			}
 			return false, err
 		}
 		if found {
@@ -136,8 +187,15 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 		}
 		return found, nil
 	})
+	if refusal != nil {
+		err = refusal
+	}
 	if err != nil {
-		return baton.LockInfo{}, b.fail(ctx, fmt.Sprintf("release %q by force", name), err)
+		what := fmt.Sprintf("release %q by force", name)
+		if oerr := b.olderWaiters(ctx, what, err); oerr != nil {
+			return baton.LockInfo{}, oerr
+		}
+		return baton.LockInfo{}, b.fail(ctx, what, err)
 	}
 	if !gone {
 		return baton.LockInfo{}, fmt.Errorf("lock %q: %w", name, baton.ErrChangedHands)

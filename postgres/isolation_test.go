@@ -223,7 +223,7 @@ func TestNew_ReadUncommittedPool(t *testing.T) {
 func TestInit_BehindTableLock(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	_ = dial(t, dsn) // the tables, without the triggers
+	makeTables(t, dsn) // without the triggers
 	tx := openTx(t, admin, "LOCK TABLE baton_lock IN SHARE UPDATE EXCLUSIVE MODE")
 	done := make(chan error, 1)
 	go func() { done <- postgres.Init(timeout(t, 10*time.Second), admin, "") }()

@@ -26,7 +26,8 @@ func TestLease_ConnectionsKilled_LostWithinTTL(t *testing.T) {
 	const ttl = 2 * time.Second
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	taker := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("taker")) // also creates the tables
+	makeTables(t, dsn) // by this user: the victim's role, dropped at the end, must own nothing
+	taker := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("taker"))
 
 	role := fmt.Sprintf("victim_%d", time.Now().UnixNano()%1e9)
 	execSQL(t, admin, "CREATE ROLE "+role+" LOGIN SUPERUSER")
@@ -420,7 +421,8 @@ func TestAcquire_SeesQueueAsOfRowLock(t *testing.T) {
 	const ttl = 30 * time.Second
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	b := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("stale-b")) // creates the tables
+	makeTables(t, dsn)
+	b := dial(t, dsn, baton.WithTTL(ttl), baton.WithHolder("stale-b"))
 	// A holder and a waiter queued behind it, written by hand.
 	execSQL(t, admin, `INSERT INTO baton_lock (name, holder, token, acquired_at, expires_at)
 		VALUES ('ghost', 'holder', nextval('baton_lock_token'), clock_timestamp(), clock_timestamp() + interval '1 hour')`)

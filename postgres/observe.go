@@ -66,8 +66,15 @@ var ErrNotObservable = errors.New("elections on this lock table cannot be observ
 // ErrNotObservable when the lease table lacks the observers' triggers and
 // this user may not add them (only the table's owner may: run Init, or one
 // Observe, as the owner; the CLI's `baton elect --observe NAME` is one).
+// The Locker's first Observe (or Acquire) creates the tables when they
+// are missing, as Acquire says, and fails as it does when it cannot.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
+		return nil, err
+	}
+	// The tables first, as for the Locker's first Acquire: the observer
+	// then adds its triggers to them.
+	if err := b.prepare(ctx); err != nil {
 		return nil, err
 	}
 	var id [8]byte

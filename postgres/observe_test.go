@@ -448,14 +448,14 @@ func TestObserve_Reconnects(t *testing.T) {
 	}
 }
 
-// TestObserve_NoTriggers: Dial makes the tables without the observers'
-// triggers, so a lock nobody observes does not pay for them. A Locker whose
+// TestObserve_NoTriggers: a Locker's first acquisition makes the tables
+// without the observers' triggers, so a lock nobody observes does not pay for them. A Locker whose
 // user may not add them still locks, and Observe says to run Init; it works
 // once the owner has. The first Observe of a user who may add them does.
 func TestObserve_NoTriggers(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	owner := dial(t, dsn) // creates the tables
+	owner := dial(t, dsn) // its first acquisition creates the tables
 	triggers := func() int {
 		var n int
 		queryRow(t, admin, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'baton_lock'::regclass AND tgname LIKE 'baton_observe_%'`, nil, &n)

@@ -18,7 +18,7 @@ import (
 func TestAcquire_PrivilegeRefusedIsNotUnavailable(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	dial(t, dsn).Close() // the tables
+	makeTables(t, dsn)
 	reader := roleUser(t, admin, dsn, "GRANT SELECT ON baton_lock, baton_lock_waiters TO %[1]s")
 	l := dial(t, reader, baton.WithHolder("reader"))
 	ctx := timeout(t, 30*time.Second)
@@ -46,7 +46,8 @@ func TestAcquire_PrivilegeRefusedIsNotUnavailable(t *testing.T) {
 // turned standby is during a failover until its clients reach the new
 // one (read_only_sql_transaction), is the service failing for Init as it
 // is for Acquire: an error matching baton.ErrUnavailable, which trying
-// again mends. Init called it a refusal.
+// again mends. Init called it a refusal. So is it for a Locker's first
+// acquisition, which creates the missing tables.
 func TestInit_ReadOnlyIsUnavailable(t *testing.T) {
 	dsn := pg.Database(t)
 	ro := withParam(t, dsn, "default_transaction_read_only", "on")
@@ -56,8 +57,13 @@ func TestInit_ReadOnlyIsUnavailable(t *testing.T) {
 	if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrInvalidOption) {
 		t.Fatalf("Init on a read-only server: %v; want ErrUnavailable", err)
 	}
-	dial(t, dsn).Close() // the tables, for a Locker on the read-only server
 	l := dial(t, ro, baton.WithHolder("ro"))
+	_, err = l.TryAcquire(ctx, "read-only")
+	t.Logf("first TryAcquire, without the tables: %v", err)
+	if !errors.Is(err, baton.ErrUnavailable) || errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("a first TryAcquire that must create the tables on a read-only server: %v; want ErrUnavailable, as Init", err)
+	}
+	makeTables(t, dsn) // for the Locker on the read-only server
 	_, err = l.TryAcquire(ctx, "read-only")
 	t.Logf("TryAcquire: %v", err)
 	if !errors.Is(err, baton.ErrUnavailable) {

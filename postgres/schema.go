@@ -23,7 +23,8 @@ type Execer interface {
 // and the token and ticket sequences, and the trigger function and the two
 // triggers on the lease table that notify observers of elections, as shown
 // in the package documentation. It is safe to run again, and from several
-// processes at once. New and Dial create the tables and sequences when they
+// processes at once. New and Dial create nothing: a Locker's first
+// Acquire, TryAcquire or Observe creates the tables and sequences when they
 // are missing, and the first Observe the function and triggers; run Init
 // yourself (or the SQL) as the owner of the tables where the Locker's
 // database user may not create them, or may not add the triggers (only the
@@ -57,12 +58,34 @@ func Init(ctx context.Context, db Execer, table string) error {
 	return nil
 }
 
+// prepare readies the schema for the Locker's first call that writes
+// (Acquire, TryAcquire, Observe): ensureSchema, once per Locker. Calls
+// that only look (Inspect, ForceRelease; New and Dial) never run it, so
+// that looking at a lock service changes nothing in it. Concurrent first
+// calls run it once; one that fails returns its error, and the next call
+// tries again. Once it has succeeded, it costs an atomic load.
+func (b *backend) prepare(ctx context.Context) error {
+	if b.schemaReady.Load() {
+		return nil
+	}
+	b.schemaMu.Lock()
+	defer b.schemaMu.Unlock()
+	if b.schemaReady.Load() { // made ready while this call waited
+		return nil
+	}
+	if err := b.ensureSchema(ctx); err != nil {
+		return err
+	}
+	b.schemaReady.Store(true)
+	return nil
+}
+
 // ensureSchema creates the tables and sequences unless they exist already,
 // so a user without CREATE privilege works once they do, and replaces a
 // waiters table of an older baton; when all is there, it sweeps the
 // waiters table (sweepWaiters). It does not add the observers' triggers:
 // the first Observe does (or Init), so that a lock nobody observes does
-// not pay for them.
+// not pay for them. Only prepare calls it.
 func (b *backend) ensureSchema(ctx context.Context) error {
 	octx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
 	defer cancel()
@@ -91,14 +114,33 @@ func (b *backend) ensureSchema(ctx context.Context) error {
 
 // sweepWaiters deletes the rows of the waiters table, on every lock, whose
 // place ended over an hour ago: those of crashed Lockers, and of live ones
-// whose last wait there was that long ago. New and Dial run it, and the
-// Close of a Locker that waited does the same in its own DELETE; a failure
-// (a user who may only read, for baton status) only leaves the rows for
-// the next one.
+// whose last wait there was that long ago. A Locker's first call that
+// writes runs it (prepare), and the Close of a Locker that waited does the
+// same in its own DELETE; a failure only leaves the rows for the next one.
 func (b *backend) sweepWaiters(ctx context.Context) {
 	if _, err := b.pool.Exec(ctx, b.sql.sweep); err != nil {
-		b.cfg.Logger.Debug("could not sweep the waiters table; the next Locker built tries again", "table", b.n.waiters, "err", err)
+		b.cfg.Logger.Debug("could not sweep the waiters table; the next Locker to write tries again", "table", b.n.waiters, "err", err)
 	}
+}
+
+// olderWaiters returns, for err from a statement that names a column of
+// the waiters table (a hand-off's slot), an error saying what to do when
+// that table is an older baton's, keyed (name, ticket) without slots,
+// which only the first call that writes (prepare) or Init replaces: a
+// call that only looks must not, while that baton's Lockers may still
+// use it. It returns nil when err is another failure.
+func (b *backend) olderWaiters(ctx context.Context, what string, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42703" { // undefined_column
+		return nil
+	}
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	var tables, old bool
+	if b.pool.QueryRow(octx, b.sql.exists, b.n.lease, b.n.waiters, b.n.tokenSeq, b.n.ticketSeq).Scan(&tables, &old) != nil || !old {
+		return nil
+	}
+	return fmt.Errorf("%s: %s: %w; the waiters table %s is an older baton's (keyed by name and ticket): use that baton's own baton release --force while its Lockers run, or stop them and run postgres.Init, which replaces the table", b.where, what, err, b.n.waiters)
 }
 
 // privilegeHint says what to do when the user may not create the tables.

@@ -133,8 +133,8 @@ func (n names) replacer() *strings.Replacer {
 // walked them all until VACUUM came: a contended lock slowed to half its
 // speed within seconds. A Locker keeps its rows on the maxKeptLocks locks it
 // waited on last, and Close deletes them; rows whose place ended over an
-// hour ago (a crashed Locker's) are deleted when a Locker is built
-// (sweepSQL) and when one that waited closes (forgetSQL). A
+// hour ago (a crashed Locker's) are deleted by a Locker's first call that
+// writes (sweepSQL) and when one that waited closes (forgetSQL). A
 // waiters table of an older baton, keyed (name, ticket), holds only places
 // in queues, so it is replaced; that baton's Lockers then fail on it (no
 // constraint matches their ON CONFLICT) and must be stopped first.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
-	"github.com/baton-go/baton/postgres"
 )
 
 // pingPong has a and b take the lock name in turns, rounds times each,
@@ -119,10 +118,18 @@ func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 		t.Fatalf("%d waiters rows after both Lockers closed; want 0", n)
 	}
 
-	// Rows a crashed Locker left, after c and d were built: one whose place
-	// ended two hours ago, one a minute ago. The Close of a Locker that
-	// waited (d) sweeps them too.
+	// Rows a crashed Locker left, after c and d were built and made their
+	// first acquisitions (which sweep): one whose place ended two hours
+	// ago, one a minute ago. The Close of a Locker that waited (d) sweeps
+	// them too.
 	c, d := lockers(t, dsn, "c", "d")
+	for _, l := range []*baton.FencedLocker{c, d} {
+		lease, err := l.TryAcquire(timeout(t, 10*time.Second), "first")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = lease.Release(context.Background())
+	}
 	insertEnded(t, admin, "gc")
 	pingPong(t, c, d, "gc", 1)
 	if n := count("channel = 'crashed'"); n != 2 {
@@ -138,11 +145,20 @@ func TestWaiters_ClosedLockerRowsDeleted(t *testing.T) {
 		t.Errorf("%d rows of the crashed Locker left; want 1, the one whose place ended a minute ago", n)
 	}
 
-	// On a lock nobody waits on again, building a Locker sweeps them.
+	// On a lock nobody waits on again, a Locker's first acquisition
+	// sweeps them.
 	insertEnded(t, admin, "orphan")
-	dial(t, dsn)
+	e := dial(t, dsn)
+	if n := count("name = 'orphan'"); n != 2 {
+		t.Errorf("%d rows on a lock nobody waits on after a Locker was built; want both: only its first acquisition sweeps", n)
+	}
+	le, err := e.TryAcquire(timeout(t, 10*time.Second), "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = le.Release(context.Background())
 	if n := count("name = 'orphan'"); n != 1 {
-		t.Errorf("%d rows on a lock nobody waits on after a Locker was built; want 1, the one whose place ended a minute ago", n)
+		t.Errorf("%d rows on a lock nobody waits on after a Locker's first acquisition; want 1, the one whose place ended a minute ago", n)
 	}
 }
 
@@ -191,32 +207,36 @@ func TestWaiters_KeptOnBoundedLocks(t *testing.T) {
 }
 
 // TestWaiters_OldTableReplaced: a waiters table of an older baton (keyed
-// by name and ticket, without slots) is replaced when a Locker is built by
-// a user who may, and the lock works; a user who may not is told how.
+// by name and ticket, without slots) is replaced by the first acquisition
+// of a Locker whose user may, and the lock works; a user who may not is
+// told how by its first acquisition. Building a Locker replaces nothing.
 func TestWaiters_OldTableReplaced(t *testing.T) {
 	dsn := pg.Database(t)
 	admin := newPool(t, dsn)
-	dial(t, dsn).Close() // the current schema
+	makeTables(t, dsn) // the current schema
 	execSQL(t, admin, `DROP TABLE baton_lock_waiters`)
-	execSQL(t, admin, `CREATE UNLOGGED TABLE baton_lock_waiters (
-		name text NOT NULL, ticket bigint NOT NULL, channel text NOT NULL, waiter text NOT NULL,
-		holder text NOT NULL, ttl interval NOT NULL, holder_clock timestamptz, expires_at timestamptz NOT NULL,
-		PRIMARY KEY (name, ticket))`)
+	execSQL(t, admin, oldWaitersSQL)
+	slot := func() (slot bool) {
+		queryRow(t, admin, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'baton_lock_waiters'::regclass AND attname = 'slot')`, nil, &slot)
+		return slot
+	}
 
 	// A user who may not drop it is told what to do; trying again would
 	// not mend it.
-	_, err := postgres.Dial(timeout(t, 10*time.Second), dmlUser(t, admin, dsn))
+	app := dial(t, dmlUser(t, admin, dsn))
+	_, err := app.TryAcquire(timeout(t, 10*time.Second), "upgraded")
 	if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "older baton") || !strings.Contains(err.Error(), `DROP TABLE "baton_lock_waiters"`) {
-		t.Fatalf("Dial by a user who may not replace the old waiters table: %v; want ErrInvalidOption, not ErrUnavailable, saying it is an older baton's and how to drop it", err)
+		t.Fatalf("TryAcquire by a user who may not replace the old waiters table: %v; want ErrInvalidOption, not ErrUnavailable, saying it is an older baton's and how to drop it", err)
 	}
 
 	a, b := lockers(t, dsn, "a", "b")
-	var slot bool
-	queryRow(t, admin, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'baton_lock_waiters'::regclass AND attname = 'slot')`, nil, &slot)
-	if !slot {
-		t.Fatal("the old waiters table was kept")
+	if slot() {
+		t.Fatal("building a Locker replaced the old waiters table")
 	}
 	pingPong(t, a, b, "upgraded", 2)
+	if !slot() {
+		t.Fatal("the old waiters table was kept")
+	}
 }
 
 // TestWaiters_HeadLeaves_NextTold: the first waiter gives up while a
