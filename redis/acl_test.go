@@ -193,3 +193,55 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		}
 	})
 }
+
+// TestOpen_UserWithoutPassword: go-redis sends AUTH only with a password,
+// so a URL naming a user without one (app@, app:@) ran as the default
+// user, with the default user's permissions, without a word. It is
+// refused at Open, saying what to write; a nopass user given any password
+// runs as itself, and a password alone as the default user.
+func TestOpen_UserWithoutPassword(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	ctx := timeout(t, 20*time.Second)
+	admin := client(t, srv.Addr)
+	redistest.SetUser(t, []goredis.UniversalClient{admin}, strings.Fields(rediskit.Grants(redis.DefaultPrefix))...)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "free", "reset", "on", "nopass", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{"redis://app@" + srv.Addr, "redis://app:@" + srv.Addr, "redis://free@" + srv.Addr} {
+		u, _ := url.Parse(raw)
+		l, err := redis.Open(ctx, u)
+		if err == nil {
+			_ = l.Close()
+		}
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), ":PASSWORD@") {
+			t.Errorf("Open(%s) = %v; want an invalid option saying to add :PASSWORD, not a Locker running as the default user", raw, err)
+		}
+	}
+	// A nopass user given any password runs as itself, as the server's
+	// client list tells while its Locker is open.
+	u, _ := url.Parse("redis://free:anything@" + srv.Addr)
+	l, err := redis.Open(ctx, u)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", u.Redacted(), err)
+	}
+	if _, err := l.TryAcquire(ctx, "who"); err != nil {
+		t.Fatal(err)
+	}
+	if list := admin.ClientList(ctx).Val(); !strings.Contains(list, " user=free ") {
+		t.Errorf("no connection runs as the nopass user free: %s", list)
+	}
+	_ = l.Close()
+	// A password alone is the default user's (requirepass): Open
+	// authenticates, or the server would refuse it (NOAUTH).
+	if err := admin.ConfigSet(ctx, "requirepass", "pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	u, _ = url.Parse("redis://:pw@" + srv.Addr)
+	if l, err = redis.Open(ctx, u); err != nil {
+		t.Fatalf("Open(%s): %v", u.Redacted(), err)
+	}
+	if _, err := l.TryAcquire(ctx, "who"); err != nil {
+		t.Error(err)
+	}
+	_ = l.Close()
+}

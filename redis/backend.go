@@ -49,6 +49,17 @@ type backend struct {
 
 	holds holdset.Set[*hold] // ended by Close
 
+	// life is cancelled (with baton.ErrClosed) when Close begins; every
+	// observation runs in a context that ends with it, and is counted in
+	// observers, which Close waits for. It is the backend's own lifetime,
+	// not a caller's context.
+	life    context.Context
+	endLife context.CancelCauseFunc
+
+	obsMu     sync.Mutex     // guards obsClosed, and observers.Add against Close's Wait
+	obsClosed bool           // Close began: no observation starts
+	observers sync.WaitGroup // observation goroutines, awaited by Close
+
 	obsTTL, obsRefresh time.Duration // observerTTL and observerRefresh, but in tests
 	obsRead            atomic.Int64  // stream entries its observations read, for tests
 
@@ -113,6 +124,7 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 		obsTTL:     observerTTL,
 		obsRefresh: observerRefresh,
 	}
+	b.life, b.endLife = context.WithCancelCause(context.Background())
 	b.wake = rediswake.New(client, rediskit.NewWakeChannel(), 10*time.Millisecond)
 	return b, nil
 }
@@ -185,14 +197,27 @@ func (b *backend) unavailable(ctx context.Context, what string, err error, bound
 
 // Close ends every hold, freeing its key on the server (and handing it to
 // the next waiter), all at once, each within the release timeout; stops
-// waking waiters, and closes the client if Open made it. A lost hold is
-// not among them (dropped at its loss): its key, if still ours, expires
-// with its TTL, as after a crash, unless the caller releases it.
+// waking waiters, ends every observation, and closes the client if Open
+// made it. A lost hold is not among them (dropped at its loss): its key,
+// if still ours, expires with its TTL, as after a crash, unless the caller
+// releases it.
+//
+// When Close returns, no observation's goroutine or request runs. An
+// observation ends as soon as its server answers its quit entry (see
+// observe); a read blocked on a server that stopped answering ends only
+// at its deadline (go-redis does not end a read at a cancellation): on
+// the client Open made, Close ends it at once by closing the client; on
+// a caller's client, Close waits for it, at most RenewEvery and the
+// request timeout (with ContextTimeoutEnabled; see Observe).
 func (b *backend) Close() error {
 	holds, first := b.holds.Close()
 	if !first {
 		return nil
 	}
+	b.obsMu.Lock()
+	b.obsClosed = true // no observers.Add after this: Wait below is the last
+	b.obsMu.Unlock()
+	b.endLife(baton.ErrClosed) // observations end while the holds do
 
 	err := parallel.Join(holds, func(h *hold) error {
 		ctx, cancel := b.cleanup(context.Background())
@@ -202,8 +227,11 @@ func (b *backend) Close() error {
 	b.undos.Wait()
 	b.wake.Close()
 	if b.owned {
+		// Also ends an observation's read on a server that stopped
+		// answering, which its cancellation does not.
 		err = errors.Join(err, b.client.Close())
 	}
+	b.observers.Wait()
 	return err
 }
 

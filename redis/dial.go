@@ -101,6 +101,9 @@ func ping(ctx context.Context, client *goredis.Client, timeout time.Duration) er
 }
 
 // ParseURL turns a redis:// URL into client options and baton options.
+// It refuses a user name without a password (redis://app@host), which
+// go-redis would run as the default user (see rediskit.Credentials);
+// a password alone (redis://:pw@host) is the default user's.
 func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
 	bad := func(reason string) error {
 		return &baton.OptionError{Option: "redis URL", Value: baton.Redact(u.String()), Reason: reason}
@@ -120,9 +123,8 @@ func ParseURL(u *url.URL) (*goredis.Options, []baton.Option, error) {
 		return nil, nil, bad(err.Error())
 	}
 	o := &goredis.Options{Addr: addr}
-	if u.User != nil {
-		o.Username = u.User.Username()
-		o.Password, _ = u.User.Password()
+	if o.Username, o.Password, err = rediskit.Credentials(u); err != nil {
+		return nil, nil, bad(err.Error())
 	}
 	if o.DB, err = rediskit.DB(u.Path); err != nil {
 		return nil, nil, bad(err.Error())

@@ -143,7 +143,12 @@
 //
 //	ACL SETUSER app on >pw ~baton:lock:* ~{baton:lock:* &baton:wake:* +@read +@write +@scripting +@pubsub +@connection +time
 //
-// (Redis 7 gives a new user no channels). A request the server's ACL
+// (Redis 7 gives a new user no channels); its URL is
+// redis://app:pw@host. A URL with a user and no password (redis://app@host)
+// is refused: go-redis sends no AUTH without a password, and the
+// connection would run as the default user; a nopass user takes any
+// password. A password alone (redis://:pw@host) is the default user's
+// (requirepass). A request the server's ACL
 // refuses (NOPERM, or on Redis 7.0 "The user executing the script can't"
 // for a call inside a script, which has then run up to it) fails with a
 // *baton.OptionError naming what to grant, not with ErrUnavailable: trying

@@ -57,7 +57,19 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, goredis.Nil) {
+	// Pipelined's error is only the first failed command's: a lock that
+	// is free (GET's Nil) hid another's WRONGTYPE, which showed it free.
+	// Each command's is looked at, naming its keys.
+	if err := rediskit.CmdErr(now); err != nil {
+		return nil, b.fail(ctx, "inspect locks", err)
+	}
+	for i, n := range names {
+		if err := rediskit.CmdErr(cs[i].get, cs[i].pttl, cs[i].wait); err != nil {
+			k := b.keys(n)
+			return nil, b.fail(ctx, "inspect "+k.lock, err, k.lock, k.w)
+		}
+	}
+	if err != nil && !errors.Is(err, goredis.Nil) { // not a command's: the pipeline's own
 		return nil, b.fail(ctx, "inspect locks", err)
 	}
 	out := make([]baton.LockInfo, 0, len(names))

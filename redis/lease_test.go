@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -747,34 +748,161 @@ func TestObserve_EndsWithCtx(t *testing.T) {
 	}
 }
 
-// TestObserve_CloseWithServerAway: Locker.Close ends an observation at
-// once even when the server stopped answering while the observer's read
-// was blocked there (go-redis ends such a read only at its own deadline,
-// and the quit entry cannot get through): the channel is closed when Close
-// returns. With Close waiting for the relay to see the backend's channel
-// close, it took 30s.
+// TestObserve_CloseWithServerAway: Locker.Close ends an observation when
+// the server stopped answering while the observer's read was blocked
+// there (go-redis ends such a read only at its own deadline, and the quit
+// entry cannot get through), and when Close returns the observation's
+// goroutine and requests are over: the channel is closed, and no
+// goroutine of it runs. On the client Open made, Close closes the client,
+// which ends the read at once; on a caller's client, Close waits for it,
+// at most RenewEvery and the request timeout. With Close waiting for the
+// relay to see the backend's channel close, it took 30s; then Close
+// returned at once while the observation's read ran on for 5s, on a
+// client Close had closed.
 func TestObserve_CloseWithServerAway(t *testing.T) {
+	const requestTimeout = time.Second
+	for _, tc := range []struct {
+		name  string
+		open  func(t *testing.T, addr string) *baton.Locker
+		limit time.Duration // for Close
+	}{
+		{"Open's client", func(t *testing.T, addr string) *baton.Locker {
+			u, _ := url.Parse("redis://" + addr)
+			l, err := redis.Open(timeout(t, 5*time.Second), u, baton.WithTTL(time.Second)) // a 5s request timeout
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l
+		}, 2 * time.Second},
+		{"a caller's client", func(t *testing.T, addr string) *baton.Locker {
+			return newLocker(t, addr, baton.WithTTL(time.Second), baton.WithRequestTimeout(requestTimeout))
+		}, time.Second/3 + requestTimeout + 2*time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testsvc.StartRedis(t)
+			l := tc.open(t, srv.Addr)
+			before := observations()
+			terms := observeThenFreeze(t, context.Background(), l, srv, "idle")
+			closed := make(chan error, 1)
+			start := time.Now()
+			go func() { closed <- l.Close() }()
+			select {
+			case <-closed:
+				t.Logf("Close returned after %v", time.Since(start).Round(time.Millisecond))
+			case <-time.After(tc.limit):
+				t.Fatalf("Close still waits %v later, with the server away", tc.limit)
+			}
+			if now := observations(); len(now) > len(before) {
+				t.Errorf("an observation still runs after Close returned:\n%s", strings.Join(now, "\n\n"))
+			}
+			select {
+			case _, ok := <-terms:
+				if ok {
+					t.Fatal("a term after Close")
+				}
+			default:
+				t.Fatal("the observation's channel is still open after Close returned")
+			}
+		})
+	}
+}
+
+// TestObserve_EndsAtClose: when Locker.Close returns, the observations
+// of a server that answers are over too, their requests included: no
+// goroutine of theirs runs, their channels are closed, and on a caller's
+// client (which Close leaves open) their quit streams are deleted. Close
+// used to return while they ran on, sending requests to a client that
+// Open's Locker had closed.
+func TestObserve_EndsAtClose(t *testing.T) {
 	srv := testsvc.StartRedis(t)
-	l, err := redis.New(client(t, srv.Addr), baton.WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	terms := observeThenFreeze(t, context.Background(), l, srv, "idle")
-	closed := make(chan error, 1)
-	go func() { closed <- l.Close() }()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close still waits 5s later, with the server away")
-	}
-	select {
-	case _, ok := <-terms:
-		if ok {
-			t.Fatal("a term after Close")
+	c := client(t, srv.Addr)
+	for _, opened := range []bool{false, true} {
+		before := observations()
+		var l *baton.Locker
+		if opened {
+			u, _ := url.Parse(srv.URL())
+			var err error
+			if l, err = redis.Open(timeout(t, 5*time.Second), u, baton.WithTTL(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			var err error
+			if l, err = redis.New(client(t, srv.Addr), baton.WithTTL(time.Second)); err != nil {
+				t.Fatal(err)
+			}
 		}
-	default:
-		t.Fatal("the observation's channel is still open after Close returned")
+		var chans []<-chan baton.Term
+		for _, name := range []string{"x", "y", "z"} {
+			terms, err := l.Observe(timeout(t, time.Minute), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := batontest.NextLeader(t, terms, 5*time.Second); got != "-" {
+				t.Fatalf("first term %q, want no leader", got)
+			}
+			chans = append(chans, terms)
+		}
+		waitBlockedN(t, c, 3)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if now := observations(); len(now) > len(before) {
+			t.Errorf("opened %v: %d observations still run after Close returned:\n%s", opened, len(now)-len(before), strings.Join(now, "\n\n"))
+		}
+		for _, terms := range chans {
+			select {
+			case _, ok := <-terms:
+				if ok {
+					t.Errorf("opened %v: a term after Close", opened)
+				}
+			default:
+				t.Errorf("opened %v: an observation's channel is still open after Close returned", opened)
+			}
+		}
+		if !opened {
+			// Each observation deleted its quit stream before it ended.
+			keys, err := c.Keys(timeout(t, 5*time.Second), "{"+redis.DefaultPrefix+"*}:x:*").Result()
+			if err != nil || len(keys) != 0 {
+				t.Errorf("quit streams left after Close returned: %q, %v", keys, err)
+			}
+		}
 	}
+}
+
+// waitBlockedN waits until n clients of c's server are blocked
+// (observers' XREADs).
+func waitBlockedN(t *testing.T, c *goredis.Client, n int) {
+	t.Helper()
+	want := fmt.Sprintf("blocked_clients:%d\r\n", n)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.Info(timeout(t, time.Second), "clients").Val(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %d clients blocked within 10s", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// observations returns the stacks of the goroutines that run an
+// observation of the redis backend (or its quit entry's request).
+func observations() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "redis.(*backend).observe") || strings.Contains(g, "redis.(*backend).Observe.func") {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // TestObserve_FrozenServer_Ends: an observation whose server stops

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +57,9 @@ const (
 // reports the claimer as a holder for that moment. An observation whose
 // server stops answering ends within RenewEvery and twice the request
 // timeout (on a client with ContextTimeoutEnabled, as Open's; else
-// go-redis ends the blocked read 10s after its block).
+// go-redis ends the blocked read 10s after its block). Close ends every
+// observation, and waits for it (see Close); after Close, Observe returns
+// an error matching baton.ErrClosed.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
@@ -66,8 +69,20 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 	if err != nil {
 		return nil, err
 	}
+	b.obsMu.Lock()
+	defer b.obsMu.Unlock()
+	if b.obsClosed {
+		return nil, fmt.Errorf("observe %q: %w", name, baton.ErrClosed)
+	}
+	// The observation ends with ctx or at Close, whichever comes first.
+	octx, cancel := context.WithCancelCause(ctx)
+	stopLife := context.AfterFunc(b.life, func() { cancel(context.Cause(b.life)) })
 	ch := make(chan baton.Term)
-	go b.observe(ctx, k, st, ch)
+	b.observers.Go(func() {
+		defer cancel(nil)
+		defer stopLife()
+		b.observe(octx, k, st, ch)
+	})
 	return ch, nil
 }
 
@@ -122,8 +137,9 @@ func (b *backend) term(name, value string) baton.Term {
 	return baton.Term{Election: name, Leader: rediskit.HolderOf(value), Key: b.keys(name).lock}
 }
 
-// observe is owned by Observe's caller through ctx; it closes ch when ctx
-// ends or Redis fails.
+// observe is owned by Observe's caller through ctx (which Close also
+// ends), and counted in b.observers: it returns once its requests have,
+// its quit entry's included. It closes ch when ctx ends or Redis fails.
 func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- baton.Term) {
 	// go-redis ends a blocked read at a deadline but not at a
 	// cancellation: when ctx ends, an entry in a stream of this observer's
@@ -131,17 +147,22 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	// before the XREAD ends it too), ends the wait at once. It shares the
 	// lock's hash slot, as Cluster wants of the keys of one XREAD.
 	quit := "{" + k.lock + "}:x:" + rediskit.NewValue("")[:16]
+	added := make(chan bool, 1) // whether the entry was added, once its request returned
 	stop := context.AfterFunc(ctx, func() {
 		qctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
 		defer cancel()
-		_, _ = b.client.TxPipelined(qctx, func(p goredis.Pipeliner) error {
+		_, err := b.client.TxPipelined(qctx, func(p goredis.Pipeliner) error {
 			p.XAdd(qctx, &goredis.XAddArgs{Stream: quit, Values: []string{"quit", "1"}})
 			p.PExpire(qctx, quit, time.Minute) // should the DEL below not come
 			return nil
 		})
+		added <- err == nil
 	})
 	defer func() {
-		if !stop() { // the entry was added, or is on its way
+		// The entry's request, if it was sent, returns before the
+		// observation does; the stream is deleted if it was added (one
+		// that may have been, on a server that did not answer, expires).
+		if !stop() && <-added {
 			qctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
 			defer cancel()
 			_ = b.client.Del(qctx, quit).Err()

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -121,5 +122,29 @@ func TestReplica(t *testing.T) {
 	t.Logf("TryAcquire on a replica's client: %v", err)
 	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "READONLY") || !strings.Contains(err.Error(), "give the primary's") {
 		t.Fatalf("TryAcquire on a replica's client: %v; want ErrUnavailable saying it is a replica", err)
+	}
+}
+
+// TestInspect_WrongTypeBehindFreeLock: a lock key that holds a hash (set
+// by something other than baton) makes Inspect fail with WRONGTYPE naming
+// it, also when a lock inspected before it is free: the pipeline's error
+// was only the first failed command's, that free lock's GET (Nil), which
+// was ignored, so the hash showed as a free lock and no error.
+func TestInspect_WrongTypeBehindFreeLock(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	ctx := timeout(t, 10*time.Second)
+	key := redis.DefaultPrefix + "b"
+	if err := c.HSet(ctx, key, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	insp := newLocker(t, srv.Addr).Backend().(baton.Inspector)
+	for _, names := range [][]string{{"b"}, {"a", "b"}, {"b", "a"}, nil} {
+		infos, err := insp.Inspect(ctx, names...)
+		if err == nil {
+			t.Errorf("Inspect(%q) = %+v, nil error; want WRONGTYPE naming %s", names, infos, key)
+			continue
+		}
+		refusedForGood(t, fmt.Sprintf("Inspect(%q)", names), err, "WRONGTYPE", key)
 	}
 }

@@ -36,7 +36,7 @@ func TestParseURL(t *testing.T) {
 		}
 	}
 
-	for _, bad := range []string{"redis://", "redis://h:1,h:2", "redis://h:0", "redis://h:port", "redis://h:1/x", "redis://h:1/-1", "redis://h:1/01",
+	for _, bad := range []string{"redis://", "redis://app@h:1", "redis://app:@h:1", "redis://h:1,h:2", "redis://h:0", "redis://h:port", "redis://h:1/x", "redis://h:1/-1", "redis://h:1/01",
 		"redis://h:1?ttl=ten", "redis://h:1?ttl=0", "redis://h:1?colour=red", "redis://h:1?ttl=5s&ttl=6s", "redis://h:1?prefix=", "redis:opaque", "etcd://h:1"} {
 		u, err := baton.ParseURL(bad)
 		if err == nil {
@@ -83,6 +83,28 @@ func TestParseURL(t *testing.T) {
 	} else if cfg, _ := baton.NewConfig(opts...); cfg.Prefix != "a;b#c%" {
 		t.Errorf("ParseURL(%s): prefix %q, want %q", u, cfg.Prefix, "a;b#c%")
 	}
+	// A user without a password would run as the default user (go-redis
+	// sends no AUTH without one): refused, saying what to write. A
+	// password alone is the default user's.
+	for _, raw := range []string{"redis://app@h:1", "redis://app:@h:1/2"} {
+		u, _ := baton.ParseURL(raw)
+		_, _, err := redis.ParseURL(u)
+		var oerr *baton.OptionError
+		if !errors.As(err, &oerr) || !strings.Contains(err.Error(), "app:PASSWORD@") || !strings.Contains(err.Error(), "nopass") {
+			t.Errorf("ParseURL(%q) = %v, want an option error saying to write app:PASSWORD@", raw, err)
+		}
+	}
+	for raw, want := range map[string][2]string{
+		"redis://:pw@h:1":    {"", "pw"},
+		"redis://app:pw@h:1": {"app", "pw"},
+		"redis://:@h:1":      {"", ""},
+		"redis://@h:1":       {"", ""},
+	} {
+		u, _ := baton.ParseURL(raw)
+		if o, _, err := redis.ParseURL(u); err != nil || o.Username != want[0] || o.Password != want[1] {
+			t.Errorf("ParseURL(%q) = %+v, %v; want user %q password %q", raw, o, err, want[0], want[1])
+		}
+	}
 	u, _ = baton.ParseURL("redis://app:secret@h:1?colour=red")
 	if _, _, err := redis.ParseURL(u); err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("error %v shows the password", err)
@@ -90,7 +112,7 @@ func TestParseURL(t *testing.T) {
 }
 
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"redis://127.0.0.1:6379", "redis://u:p@h:1/3?ttl=5s", "redis://[::1]/1", "redis://h:1?renew-every=1s&prefix=a:"} {
+	for _, s := range []string{"redis://127.0.0.1:6379", "redis://u:p@h:1/3?ttl=5s", "redis://[::1]/1", "redis://h:1?renew-every=1s&prefix=a:", "redis://u@h:1", "redis://:p@h", "redis://u:@h"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -113,6 +135,9 @@ func FuzzParseURL(f *testing.F) {
 		}
 		if o.Addr == "" || o.DB < 0 {
 			t.Fatalf("accepted %q with address %q db %d", s, o.Addr, o.DB)
+		}
+		if o.Username != "" && o.Password == "" {
+			t.Fatalf("accepted %q with user %q and no password: it would run as the default user", s, o.Username)
 		}
 	})
 }

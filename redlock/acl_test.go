@@ -80,3 +80,45 @@ func TestACL_Refused_SaysWhatToGrant(t *testing.T) {
 		t.Fatalf("one node refusing the user, one down: %v; want ErrUnavailable, with the refusal among its causes", err)
 	}
 }
+
+// TestOpen_UserWithoutPassword: go-redis sends AUTH only with a password,
+// so a URL naming a user without one (app@, app:@) ran as the default
+// user on every node, without a word. It is refused at Open, saying what
+// to write; a nopass user given any password runs as itself.
+func TestOpen_UserWithoutPassword(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	ctx := timeout(t, 20*time.Second)
+	cs := clients(t, nodes)
+	redistest.SetUser(t, cs, strings.Fields(rediskit.Grants(redlock.DefaultPrefix)+" +info")...)
+	for _, c := range cs {
+		if err := c.Do(ctx, "ACL", "SETUSER", "free", "reset", "on", "nopass", "~*", "&*", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addrs := strings.Join(testsvc.RedisAddrs(nodes), ",")
+	for _, raw := range []string{"redlock://app@" + addrs, "redlock://app:@" + addrs, "redlock://free@" + addrs} {
+		u, _ := url.Parse(raw)
+		l, err := redlock.Open(ctx, u)
+		if err == nil {
+			_ = l.Close()
+		}
+		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), ":PASSWORD@") {
+			t.Errorf("Open(%s) = %v; want an invalid option saying to add :PASSWORD, not a Locker running as the default user", raw, err)
+		}
+	}
+	u, _ := url.Parse("redlock://free:anything@" + addrs)
+	l, err := redlock.Open(ctx, u)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", u.Redacted(), err)
+	}
+	defer l.Close()
+	if _, err := l.TryAcquire(ctx, "who"); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cs {
+		if list := c.ClientList(ctx).Val(); !strings.Contains(list, " user=free ") {
+			t.Errorf("node %d: no connection runs as the nopass user free: %s", i, list)
+		}
+	}
+}

@@ -65,7 +65,13 @@ type backend struct {
 	// with that hold's local deadline (see OnHandoffHeld).
 	beforeHandoffHeld func(deadline time.Time)
 
-	bg sync.WaitGroup // node requests abandoned at their deadline
+	// bgMu guards bgClosed, and every bg.Add (bg.Go) against Close's
+	// bg.Wait: once Close set bgClosed, no request starts, so no Add
+	// comes after the Wait began, and no request is sent on a client
+	// Close closes.
+	bgMu     sync.Mutex
+	bgClosed bool
+	bg       sync.WaitGroup // every node request, abandoned at its deadline or not: awaited by Close
 
 	holds holdset.Set[*hold] // ended by Close
 }
@@ -204,6 +210,10 @@ func (b *backend) ttlMS() int64 { return rediskit.TTLMillis(b.cfg.TTL) }
 // stop said the answers so far were enough.
 var errPending = errors.New("answer not awaited")
 
+// errBackendClosed marks a node not asked because Close has closed the
+// backend (see eachSettled).
+var errBackendClosed = fmt.Errorf("not sent: %w", baton.ErrClosed)
+
 // each runs f on every node in parallel, each bounded by timeout, and
 // returns the per-node results and errors. It returns early when stop (if
 // not nil) says the answers so far settle the question; nodes not heard
@@ -226,7 +236,9 @@ func each[T any](ctx context.Context, b *backend, timeout time.Duration, f func(
 // since they were sent: an undo that waits for it comes after whatever
 // the requests set, except on a node whose request outlived its deadline
 // (a client that ignores context deadlines), which would hold it up to
-// the client's read timeout.
+// the client's read timeout. Once Close is waiting for the requests (or
+// has), it sends none: every node has errBackendClosed, and the channel
+// is closed.
 func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, f func(ctx context.Context, n *node) (T, error), stop func(vals []T, errs []error) bool) ([]T, []error, <-chan struct{}) {
 	type answer struct {
 		i   int
@@ -234,6 +246,18 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 		err error
 	}
 	n := len(b.nodes)
+	vals := make([]T, n)
+	errs := make([]error, n)
+	b.bgMu.Lock() // until every request is counted in bg
+	if b.bgClosed {
+		b.bgMu.Unlock()
+		for i := range errs {
+			errs[i] = errBackendClosed
+		}
+		settled := make(chan struct{})
+		close(settled)
+		return vals, errs, settled
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	answers := make(chan answer, n) // buffered: abandoned requests never block
 	settled := make(chan struct{})
@@ -251,8 +275,7 @@ func eachSettled[T any](ctx context.Context, b *backend, timeout time.Duration, 
 			}
 		})
 	}
-	vals := make([]T, n)
-	errs := make([]error, n)
+	b.bgMu.Unlock()
 	for i := range errs {
 		errs[i] = errPending
 	}
@@ -375,6 +398,9 @@ func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []e
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
+	if slices.Contains(errs, errBackendClosed) { // none was sent (see eachSettled)
+		return fmt.Errorf("%s: %s: %w", b.where, what, baton.ErrClosed)
+	}
 	var noPerm, options, plain []error
 	for i, err := range errs {
 		if err == nil || err == errPending {
@@ -410,10 +436,13 @@ func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []e
 }
 
 // Close ends every hold (freeing its keys on every node), all at once, each
-// within the release timeout; stops the subscriptions, and closes the
-// clients if Open made them. A lost hold is not among them (dropped at its
-// loss): its keys, where still ours, expire with their TTL, unless the
-// caller releases it.
+// within the release timeout; stops the subscriptions, waits for every
+// node request in flight, and closes the clients if Open made them. A
+// lost hold is not among them (dropped at its loss): its keys, where
+// still ours, expire with their TTL, unless the caller releases it before
+// Close comes to its end; a release after that (or a look, such as
+// Inspect) sends nothing and returns an error matching baton.ErrClosed
+// (for a lost lease, Release returns its loss as always).
 func (b *backend) Close() error {
 	holds, first := b.holds.Close()
 	if !first {
@@ -424,6 +453,12 @@ func (b *backend) Close() error {
 	for _, n := range b.nodes {
 		n.wake.Close()
 	}
+	// From here no request starts (see eachSettled): a lost hold released
+	// now sends nothing, and its keys expire with their TTL. Those that
+	// started before are awaited, before their clients close.
+	b.bgMu.Lock()
+	b.bgClosed = true
+	b.bgMu.Unlock()
 	b.bg.Wait()
 	if b.owned {
 		for _, n := range b.nodes {

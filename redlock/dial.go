@@ -162,7 +162,10 @@ func sameServer(ids []string, errs []error) (i, j int, ok bool) {
 }
 
 // ParseURL turns a redlock:// URL into one set of client options per node
-// and baton options.
+// and baton options. It refuses a user name without a password
+// (redlock://app@a,b,c), which go-redis would run as the default user
+// (see rediskit.Credentials); a password alone (redlock://:pw@a,b,c) is
+// the default user's.
 func ParseURL(u *url.URL) ([]*goredis.Options, []baton.Option, error) {
 	bad := func(reason string) error {
 		return &baton.OptionError{Option: "redlock URL", Value: baton.Redact(u.String()), Reason: reason}
@@ -181,10 +184,9 @@ func ParseURL(u *url.URL) ([]*goredis.Options, []baton.Option, error) {
 	if err != nil {
 		return nil, nil, bad(err.Error())
 	}
-	var user, pass string
-	if u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
+	user, pass, err := rediskit.Credentials(u)
+	if err != nil {
+		return nil, nil, bad(err.Error())
 	}
 	seen := map[string]bool{}
 	var out []*goredis.Options

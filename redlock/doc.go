@@ -220,6 +220,8 @@
 //
 //	ACL SETUSER app on >pw ~baton:lock:* ~{baton:lock:* &baton:wake:* +@read +@write +@scripting +@pubsub +@connection +time +info
 //
+// A URL with a user and no password (redlock://app@a,b,c) is refused, as
+// by the redis package: go-redis would run it as the default user.
 // Without INFO, Open cannot tell a server named twice (it then counts as
 // two votes). A node that HELLO says is a replica (which refuses every
 // write, READONLY, and, a replica of another node, is not independent)

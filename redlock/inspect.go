@@ -46,6 +46,8 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 			return nil, err
 		}
 	}
+	var mu sync.Mutex
+	var refusedKeys []string // the keys of the locks whose commands failed, for a WRONGTYPE
 	views, errs := each(ctx, b, b.cfg.RequestTimeout, func(ctx context.Context, n *node) ([]nodeView, error) {
 		out := make([]nodeView, len(names))
 		gets := make([]*goredis.StringCmd, len(names))
@@ -60,7 +62,22 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, goredis.Nil) {
+		// Pipelined's error is only the first failed command's: a lock
+		// that is free (GET's Nil) hid another's WRONGTYPE, which showed
+		// it free. Each command's is looked at, naming its keys.
+		if err := rediskit.CmdErr(now); err != nil {
+			return nil, n.err("inspect", err)
+		}
+		for i, name := range names {
+			if err := rediskit.CmdErr(gets[i], pttls[i], ws[i]); err != nil {
+				k := b.keys(name)
+				mu.Lock()
+				refusedKeys = append(refusedKeys, k.lock, k.w)
+				mu.Unlock()
+				return nil, n.err("inspect "+k.lock, err)
+			}
+		}
+		if err != nil && !errors.Is(err, goredis.Nil) { // not a command's: the pipeline's own
 			return nil, n.err("inspect", err)
 		}
 		for i := range names {
@@ -69,7 +86,11 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		return out, nil
 	}, nil)
 	if failedMajority(b, errs) {
-		return nil, b.unavailable(ctx, "inspect locks", errs)
+		mu.Lock()
+		keys := slices.Clone(refusedKeys)
+		mu.Unlock()
+		slices.Sort(keys)
+		return nil, b.unavailable(ctx, "inspect locks", errs, slices.Compact(keys)...)
 	}
 	out := make([]baton.LockInfo, 0, len(names))
 	for i, name := range names {

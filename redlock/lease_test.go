@@ -1596,3 +1596,97 @@ func TestHandoff_StalledPastDeadline_TriesAgain(t *testing.T) {
 	}
 	_ = lc.Release(context.Background())
 }
+
+// afterClose is a go-redis hook that counts the requests running on its
+// client once closed is set (right after the Locker's Close returned):
+// Close waits for every request it does not refuse to start.
+type afterClose struct {
+	redistest.ProcessOnly
+	closed, late atomic.Bool
+}
+
+func (h *afterClose) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if h.closed.Load() {
+			h.late.Store(true)
+		}
+		err := next(ctx, cmd)
+		if h.closed.Load() {
+			h.late.Store(true)
+		}
+		return err
+	}
+}
+
+// TestRelease_LostLeaseAtClose: a lease lost before Close (dropped from
+// the holds Close ends) and released while Close runs, or after it
+// returned, returns at once with its loss, and sends no request once
+// Close waits for them: its release used to start requests (a WaitGroup
+// Add) while Close's Wait was returning, which may panic, on clients
+// Close then closed; after Close it still sent them, long after Close
+// returned. Its keys expire with their TTL.
+func TestRelease_LostLeaseAtClose(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	admin := clients(t, nodes)
+	for i, whileClosing := range []bool{false, true, true, true, true, true, true, true, true, true} {
+		hook := &afterClose{}
+		cs := clients(t, nodes)
+		for _, c := range cs {
+			c.(*goredis.Client).AddHook(hook)
+		}
+		l, err := redlock.New(cs, baton.WithTTL(redlock.MinTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := timeout(t, 20*time.Second)
+		name := fmt.Sprintf("lost-%d", i)
+		lease, err := l.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitHeld(t, admin, lease.Key(), "")
+		for _, c := range admin {
+			if err := c.Del(ctx, lease.Key()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The next renewal is refused: lost, and dropped from the holds
+		// Close ends.
+		for !errors.Is(lease.Err(), baton.ErrLeaseLost) || redlock.Holds(l) != 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the lease is not lost and dropped 20s after its key was deleted on every node: %v, %d holds", lease.Err(), redlock.Holds(l))
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		released := make(chan error, 1)
+		start := time.Now()
+		if whileClosing {
+			go func() { released <- lease.Release(context.Background()) }()
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		hook.closed.Store(true)
+		if !whileClosing {
+			go func() { released <- lease.Release(context.Background()) }()
+		}
+		select {
+		case err := <-released:
+			if err != nil {
+				t.Errorf("Release of a lost lease (while closing %v) = %v, want nil, the loss Err's", whileClosing, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Release of a lost lease (while closing %v) still runs 5s after it began", whileClosing)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("Close and Release of a lost lease (while closing %v) took %v", whileClosing, d)
+		}
+		if !errors.Is(lease.Err(), baton.ErrLeaseLost) {
+			t.Errorf("Err = %v, want the loss", lease.Err())
+		}
+		if hook.late.Load() {
+			t.Errorf("a request ran after Close returned (release while closing %v)", whileClosing)
+		}
+	}
+}

@@ -169,3 +169,42 @@ func (h *slowHandler) Handle(context.Context, slog.Record) error {
 }
 func (h *slowHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *slowHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestInspect_WrongTypeBehindFreeLock: lock keys that hold a hash (set by
+// something other than baton) on two nodes of three make Inspect fail
+// with WRONGTYPE naming the key, also when a lock inspected before it is
+// free: each node's pipeline error was only the first failed command's,
+// that free lock's GET (Nil), which was ignored, so the hash showed as a
+// free lock and no error. On one node of three, the majority of the
+// others still answers.
+func TestInspect_WrongTypeBehindFreeLock(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	ctx := timeout(t, 30*time.Second)
+	key := redlock.DefaultPrefix + "b"
+	insp := lockerOn(t, cs, baton.WithRequestTimeout(time.Second)).Backend().(baton.Inspector)
+	if err := cs[0].HSet(ctx, key, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if infos, err := insp.Inspect(ctx, "a", "b"); err != nil || len(infos) != 2 || infos[1].Key != "" {
+		t.Fatalf("Inspect(a, b) with one node of three refusing = %+v, %v; want both free, from the others", infos, err)
+	}
+	if err := cs[1].HSet(ctx, key, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, names := range [][]string{{"b"}, {"a", "b"}, {"b", "a"}} {
+		infos, err := insp.Inspect(ctx, names...)
+		t.Logf("Inspect(%q): %v", names, err)
+		var rerr goredis.Error
+		if err == nil || errors.Is(err, baton.ErrUnavailable) || !errors.As(err, &rerr) {
+			t.Errorf("Inspect(%q) with two nodes of three refusing = %+v, %v; want their refusal, not ErrUnavailable", names, infos, err)
+			continue
+		}
+		for _, s := range []string{"WRONGTYPE", key, "2 of 3 nodes", "refused it for good"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("Inspect(%q): %q; want it to say %q", names, err, s)
+			}
+		}
+	}
+}

@@ -60,7 +60,34 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("ParseURL(%q) nodes %s, want %s", raw, got, want)
 		}
 	}
-	for _, bad := range []string{"redlock://", "redlock://h:1",
+	// A user without a password would run as the default user (go-redis
+	// sends no AUTH without one): refused, saying what to write. A
+	// password alone is the default user's.
+	for _, raw := range []string{"redlock://app@a,b,c", "redlock://app:@a,b,c/2"} {
+		u, _ := baton.ParseURL(raw)
+		_, _, err := redlock.ParseURL(u)
+		var oerr *baton.OptionError
+		if !errors.As(err, &oerr) || !strings.Contains(err.Error(), "app:PASSWORD@") || !strings.Contains(err.Error(), "nopass") {
+			t.Errorf("ParseURL(%q) = %v, want an option error saying to write app:PASSWORD@", raw, err)
+		}
+	}
+	for raw, want := range map[string][2]string{
+		"redlock://:pw@a,b,c": {"", "pw"},
+		"redlock://:@a,b,c":   {"", ""},
+	} {
+		u, _ := baton.ParseURL(raw)
+		os, _, err := redlock.ParseURL(u)
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", raw, err)
+			continue
+		}
+		for _, o := range os {
+			if o.Username != want[0] || o.Password != want[1] {
+				t.Errorf("ParseURL(%q): node %s user %q password %q; want %q, %q", raw, o.Addr, o.Username, o.Password, want[0], want[1])
+			}
+		}
+	}
+	for _, bad := range []string{"redlock://", "redlock://h:1", "redlock://app@a,b,c",
 		// one server written twice: its two votes would make a majority alone
 		"redlock://a:1,a:01,b:1", "redlock://a:1,a:+1,b:1", "redlock://a:1,A:1,b:1", "redlock://[::1]:1,[::0001]:1,b:1", "redlock://a:1,b:1", "redlock://a:1,b:1,c:1,d:1", "redlock://a:1,a:1,b:1",
 		"redlock://a:1,,b:1", "redlock://a:1,b:x,c:1", "redlock://a,b,c/x", "redlock://a,b,c?ttl=ten", "redlock://a,b,c?colour=red", "redlock://a,b,c?drift=1ms&drift=2ms", "redis://a,b,c"} {
@@ -103,7 +130,7 @@ func TestParseURL_MalformedQuery(t *testing.T) {
 }
 
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"redlock://a:1,b:2,c:3", "redlock://u:p@a,b,c/2?ttl=5s", "redlock://[::1]:1,[::1]:2,[::1]:3?drift=1ms"} {
+	for _, s := range []string{"redlock://a:1,b:2,c:3", "redlock://u:p@a,b,c/2?ttl=5s", "redlock://[::1]:1,[::1]:2,[::1]:3?drift=1ms", "redlock://u@a,b,c", "redlock://:p@a,b,c", "redlock://u:@a,b,c"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -126,6 +153,11 @@ func FuzzParseURL(f *testing.F) {
 		}
 		if len(nodes) < 3 || len(nodes)%2 == 0 {
 			t.Fatalf("accepted %q with %d nodes", s, len(nodes))
+		}
+		for _, o := range nodes {
+			if o.Username != "" && o.Password == "" {
+				t.Fatalf("accepted %q with user %q and no password: it would run as the default user", s, o.Username)
+			}
 		}
 	})
 }

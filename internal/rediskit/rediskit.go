@@ -119,6 +119,40 @@ func DB(path string) (int, error) {
 	return n, nil
 }
 
+// CmdErr returns the first error among cmds, commands of one pipeline,
+// that is not goredis.Nil (a key that is not there, an answer), or nil.
+// The error go-redis's Pipelined returns is only the first failed
+// command's: when that is a Nil, a later command's error (WRONGTYPE, an
+// ACL refusal) is behind it, and ignoring the Nil ignored it too.
+func CmdErr(cmds ...goredis.Cmder) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, goredis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Credentials returns the user name and password in a redis:// or
+// redlock:// URL's user information. It refuses a user name without a
+// password ("app@", "app:@"): go-redis authenticates only when the
+// password is not empty, so the connection would run as the default user,
+// with its permissions, without a word. A password alone (":pw@", the
+// usual form for requirepass) is the default user's, which go-redis sends
+// as AUTH default pw; no user information, or none of either (":@"), sends
+// no AUTH. It returns the reason for an OptionError.
+func Credentials(u *url.URL) (user, password string, err error) {
+	if u.User == nil {
+		return "", "", nil
+	}
+	user = u.User.Username()
+	password, _ = u.User.Password()
+	if user != "" && password == "" {
+		return "", "", fmt.Errorf("user %s has no password, and without one the connection would run as the default user: write %s:PASSWORD@ (a nopass user takes any password)", strconv.Quote(user), url.User(user).String())
+	}
+	return user, password, nil
+}
+
 // CheckPrefix refuses a key prefix with braces: a lock's queue keys are
 // {KEY}:SUFFIX so that they share KEY's Redis Cluster hash slot, and a
 // brace in the prefix would change the slot.

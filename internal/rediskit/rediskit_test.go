@@ -67,6 +67,38 @@ func TestDB(t *testing.T) {
 	}
 }
 
+// TestCredentials: a user without a password is refused (go-redis sends
+// no AUTH without one, so it would run as the default user); a password
+// alone is the default user's.
+func TestCredentials(t *testing.T) {
+	for raw, want := range map[string][2]string{
+		"redis://h":           {"", ""},
+		"redis://@h":          {"", ""},
+		"redis://:@h":         {"", ""},
+		"redis://:pw@h":       {"", "pw"},
+		"redis://app:pw@h":    {"app", "pw"},
+		"redis://app@h":       {"!", ""},
+		"redis://app:@h":      {"!", ""},
+		"redis://a%0Ab@h":     {"!", ""},
+		"redlock://app@a,b,c": {"!", ""},
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		user, pass, err := Credentials(u)
+		if want[0] == "!" {
+			if err == nil || !strings.Contains(err.Error(), ":PASSWORD@") || strings.ContainsAny(err.Error(), "\n\r") {
+				t.Errorf("Credentials(%q) = %q, %q, %v; want an error saying to add :PASSWORD, on one line", raw, user, pass, err)
+			}
+			continue
+		}
+		if err != nil || user != want[0] || pass != want[1] {
+			t.Errorf("Credentials(%q) = %q, %q, %v; want %q, %q", raw, user, pass, err, want[0], want[1])
+		}
+	}
+}
+
 func TestEscapeGlob(t *testing.T) {
 	if got := EscapeGlob(`a*b?c[d]e\f`); got != `a\*b\?c\[d\]e\\f` {
 		t.Errorf("EscapeGlob = %q", got)
