@@ -108,6 +108,9 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 			If(clientv3.Compare(clientv3.CreateRevision(info.Key), "=", int64(info.Token))).
 			Then(clientv3.OpDelete(info.Key)).
 			Commit()
+		if err != nil && b.refusal("", err) != nil {
+			return false, forcekit.Final(err) // the same again: no try more
+		}
 		return err == nil && resp.Succeeded, err
 	})
 	if err != nil {

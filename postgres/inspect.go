@@ -152,10 +152,6 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 	info := read
 	info.Name, info.Key = name, b.n.key(name)
 	token := int64(read.Token)
-	// A statement the server refused (a privilege, an older baton's
-	// waiters table) rolled the batch back, and would be refused again:
-	// it ends the tries, which are for answers that were lost.
-	var refusal error
 	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		var batch pgx.Batch
 		var (
@@ -177,8 +173,10 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 		batch.Queue(b.sql.handOff, name)
 		if err := b.pool.SendBatch(ctx, &batch).Close(); err != nil {
 			if !failing(err) {
-				refusal = err
-				return false, nil
+				// Refused (a privilege, an older baton's waiters
+				// table): the batch rolled back, and would be
+				// refused again; the tries are for lost answers.
+				return false, forcekit.Final(err)
 			}
 			return false, err
 		}
@@ -187,9 +185,6 @@ func (b *backend) forceRelease(ctx context.Context, name string, read baton.Lock
 		}
 		return found, nil
 	})
-	if refusal != nil {
-		err = refusal
-	}
 	if err != nil {
 		what := fmt.Sprintf("release %q by force", name)
 		if oerr := b.olderWaiters(ctx, what, err); oerr != nil {

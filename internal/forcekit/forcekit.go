@@ -3,6 +3,7 @@ package forcekit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -19,6 +20,12 @@ const retryPause = 50 * time.Millisecond
 // after one whose outcome was unknown counts as done: the holder read is
 // gone either way. Delete returns whether the holder read is gone, or
 // del's last error when the outcome stayed unknown.
+//
+// An error del marks Final (a refusal: a privilege, an ACL) ends the tries
+// at once, and Delete returns it unwrapped with false: the server answered,
+// and would answer so again; nothing was deleted by that try, and an
+// earlier unsure one does not count as done, since the refusal says
+// nothing of it.
 func Delete(ctx context.Context, try time.Duration, del func(context.Context) (bool, error)) (bool, error) {
 	deadline := time.Now().Add(2 * try)
 	unsure := false
@@ -28,6 +35,10 @@ func Delete(ctx context.Context, try time.Duration, del func(context.Context) (b
 		cancel()
 		if err == nil {
 			return deleted || unsure, nil
+		}
+		var f finalError
+		if errors.As(err, &f) {
+			return false, f.err
 		}
 		if ctx.Err() != nil || time.Until(deadline) < retryPause {
 			// No time left for another try.
@@ -43,3 +54,18 @@ func Delete(ctx context.Context, try time.Duration, del func(context.Context) (b
 		}
 	}
 }
+
+// Final marks err, del's, as an answer that trying again cannot change
+// (see Delete). Final(nil) is nil.
+func Final(err error) error {
+	if err == nil {
+		return nil
+	}
+	return finalError{err}
+}
+
+// finalError is an error marked with Final.
+type finalError struct{ err error }
+
+func (f finalError) Error() string { return f.err.Error() }
+func (f finalError) Unwrap() error { return f.err }

@@ -55,3 +55,35 @@ func TestDelete_StopsWithContext(t *testing.T) {
 		t.Errorf("Delete with ctx ended after the first try = %v after %d tries; want its error after 1", err, n)
 	}
 }
+
+// A refusal marked Final ends the tries at once, and is not taken for
+// done after an unsure try: before Final, a refusal was tried again for
+// twice the try's bound, and a try after it that found the holder gone
+// (released meanwhile by itself) reported the lock freed by force.
+func TestDelete_FinalEndsTries(t *testing.T) {
+	refused := errors.New("not allowed")
+	lost := errors.New("answer lost")
+	for _, c := range []struct {
+		name  string
+		tries []error
+		calls int
+	}{
+		{"refused", []error{Final(refused)}, 1},
+		{"answer lost, then refused", []error{lost, Final(refused)}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := 0
+			gone, err := Delete(context.Background(), time.Minute, func(context.Context) (bool, error) {
+				i := min(n, len(c.tries)-1)
+				n++
+				return false, c.tries[i]
+			})
+			if gone || err != refused || n != c.calls {
+				t.Errorf("Delete = %v, %v after %d tries; want false and the refusal itself after %d", gone, err, n, c.calls)
+			}
+		})
+	}
+	if Final(nil) != nil {
+		t.Error("Final(nil) is not nil")
+	}
+}
