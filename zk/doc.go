@@ -240,8 +240,10 @@
 //     ErrSequenceWrap, not baton.ErrUnavailable) once our node's number is
 //     within 2^20 of the limit, and whenever a candidate numbered at or
 //     past it, or two with one number, are in line (another client's, such
-//     as Curator's, zk.Lock's or kazoo's, which need not check); Inspect,
-//     Observe and ForceRelease fail then too, unable to tell the holder.
+//     as Curator's, zk.Lock's or kazoo's, which need not check); Inspect
+//     of that lock, Observe and ForceRelease fail then too, unable to tell
+//     the holder (an Inspect of every lock, as baton status without names,
+//     leaves it out with a warning).
 //     The election node must then be deleted and created again: zkCli
 //     deleteall (a holder's lease is then lost; a server before 3.6 does
 //     not remove such a container node by itself); its numbers start

@@ -21,7 +21,11 @@ var (
 )
 
 // Inspect implements baton.Inspector. TTLLeft is -1: ZooKeeper does not
-// tell anyone but the server how long a session has left.
+// tell anyone but the server how long a session has left. Without names,
+// a lock that cannot be told (its sequence numbers wrapped, an ACL that
+// refuses this identity, one that keeps changing hands) is left out with
+// a warning, so that one odd election node under the root does not hide
+// the others; named, it is an error.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	for _, n := range names {
 		if err := baton.ValidateName(n); err != nil {
@@ -49,6 +53,10 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	out := make([]baton.LockInfo, 0, len(names))
 	for _, n := range names {
 		info, err := b.inspect(ctx, n)
+		if err != nil && heldOnly && ctx.Err() == nil && lockAlone(err) {
+			b.cfg.Logger.Warn("a lock left out of the list: it cannot be told; inspect it by name to see why", "lock", n, "err", err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -60,6 +68,19 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	slices.SortFunc(out, func(a, b baton.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
+
+// lockAlone reports whether err, from inspecting one lock, is that lock's
+// own: its sequence numbers wrapped, its nodes' ACL refuses this identity
+// (the root's did not, or the listing would have failed), or it keeps
+// changing hands; not the connection's or the session's.
+func lockAlone(err error) bool {
+	var oe *baton.OptionError
+	return errors.Is(err, ErrSequenceWrap) || errors.As(err, &oe) || errors.Is(err, errChangingHands)
+}
+
+// errChangingHands says that a lock changed hands each time Inspect
+// looked.
+var errChangingHands = errors.New("it keeps changing hands; look again")
 
 // catchUp syncs, as findGUID does, before Inspect and ForceRelease read:
 // the server this connection uses may be a follower that has not applied
@@ -103,7 +124,7 @@ func (b *backend) inspect(ctx context.Context, name string) (baton.LockInfo, err
 			Waiters: len(cands) - 1,
 		}, nil
 	}
-	return baton.LockInfo{}, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("lock %q keeps changing hands; look again", name)}
+	return baton.LockInfo{}, &baton.UnavailableError{Where: b.place(), Err: fmt.Errorf("lock %q: %w", name, errChangingHands)}
 }
 
 // ForceRelease implements baton.ForceReleaser: it deletes the holder's
@@ -127,8 +148,11 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	}
 	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		_, err := call(b, ctx, func() (struct{}, error) { return struct{}{}, b.conn.Delete(info.Key, -1) })
-		if errors.Is(err, zkgo.ErrNoNode) {
+		switch {
+		case errors.Is(err, zkgo.ErrNoNode):
 			return false, nil
+		case err != nil && !isConnErr(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
+			return false, forcekit.Final(err) // the server's answer (NoAuth): the same again
 		}
 		return err == nil, err
 	})

@@ -3,6 +3,7 @@ package zk_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/asynclog"
+	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/zk"
 )
 
@@ -173,5 +176,88 @@ func TestInspect_BadName_NoRequest(t *testing.T) {
 	defer cancel()
 	if _, err := fl.Locker().Backend().(baton.Inspector).Inspect(ctx, "ok", "bad/name"); !errors.Is(err, baton.ErrInvalidOption) {
 		t.Fatalf("Inspect with a bad name, server unreachable: %v; want ErrInvalidOption at once", err)
+	}
+}
+
+// TestInspect_OddLockLeftOut: a list of every lock (baton status without
+// names) leaves out, with a warning, a lock it cannot tell (its sequence
+// numbers wrapped; an ACL that refuses this identity), and shows the
+// others; named, that lock is an error. Before, one such election node
+// under the root failed the whole list.
+func TestInspect_OddLockLeftOut(t *testing.T) {
+	addr := zkServer.Addr(t)
+	root := "/" + uniqueName(t)
+	ctx := timeout(t, 30*time.Second)
+	holder := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root))
+	lease, err := holder.Acquire(ctx, "good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	var logs syncbuf.Buffer
+	looker := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root),
+		baton.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	insp := looker.Locker().Backend().(baton.Inspector)
+
+	admin := adminConn(t, addr)
+	mkdirs(t, admin, root+"/wrapped")
+	if _, err := admin.Create(root+"/wrapped/"+curator+"-000000001", nil, zkgo.FlagPersistent, zkgo.WorldACL(zkgo.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create(root+"/alices", nil, zkgo.FlagPersistent, zkgo.DigestACL(zkgo.PermAll, "alice", "s3cret")); err != nil {
+		t.Fatal(err)
+	}
+
+	infos, err := insp.Inspect(ctx)
+	if err != nil || len(infos) != 1 || infos[0].Name != "good" || infos[0].Token != lease.Token() {
+		t.Fatalf("Inspect() = %+v, %v; want the good lock alone, held", infos, err)
+	}
+	if err := asynclog.Flush(ctx, looker.Locker().Config().Logger); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"wrapped", "alices"} {
+		if !strings.Contains(logs.String(), "lock="+name) {
+			t.Errorf("no warning that %s was left out; log:\n%s", name, logs.String())
+		}
+	}
+	if _, err := insp.Inspect(ctx, "wrapped"); !errors.Is(err, zk.ErrSequenceWrap) {
+		t.Errorf("Inspect(wrapped) = %v, want ErrSequenceWrap", err)
+	}
+	if _, err := insp.Inspect(ctx, "alices"); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("Inspect(alices) = %v, want the ACL's refusal (ErrInvalidOption)", err)
+	}
+}
+
+// TestForceRelease_Refused_NoRetry: a forced release the server refuses
+// (an identity the election node's ACL lets read, not delete) returns the
+// refusal at its answer, and the holder holds on. Before, the refusal was
+// tried again for twice the request timeout, as if its answer had been
+// lost, and a try that then found the node gone (the holder releasing
+// meanwhile) reported the lock freed by force.
+func TestForceRelease_Refused_NoRetry(t *testing.T) {
+	addr := zkServer.Addr(t)
+	root := "/" + uniqueName(t)
+	ctx := timeout(t, 30*time.Second)
+	acl := append(zkgo.DigestACL(zkgo.PermAll, "alice", "s3cret"), zkgo.WorldACL(zkgo.PermRead)...)
+	alice := zk.Settings{Auth: &zk.Digest{User: "alice", Password: "s3cret"}, ACL: acl}
+	holder := dial(t, []string{addr}, alice, baton.WithPrefix(root))
+	lease, err := holder.Acquire(ctx, "invoices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const requestTimeout = 5 * time.Second
+	other := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root), baton.WithRequestTimeout(requestTimeout))
+	start := time.Now()
+	_, err = other.Locker().Backend().(baton.ForceReleaser).ForceRelease(ctx, "invoices")
+	took := time.Since(start)
+	if !errors.Is(err, baton.ErrInvalidOption) {
+		t.Fatalf("ForceRelease by an identity that may not delete = %v; want the ACL's refusal (ErrInvalidOption)", err)
+	}
+	// A bound on one answer, far from the old twice the request timeout.
+	if took >= requestTimeout {
+		t.Errorf("ForceRelease took %v to return a refusal: tried again, as for a lost answer", took)
+	}
+	if lease.Context().Err() != nil {
+		t.Fatalf("the holder lost its lease to a refused forced release: %v", lease.Err())
 	}
 }
