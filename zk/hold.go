@@ -172,7 +172,14 @@ func (h *hold) Release(ctx context.Context) error {
 		if errors.Is(h.Err(), baton.ErrClosed) {
 			return nil
 		}
-		_, _ = h.b.deleteNode(ctx, h.path) // lost: nothing for the caller to act on
+		if h.b.cs.snapshot().connected() {
+			_, _ = h.b.deleteNode(ctx, h.path) // lost: nothing for the caller to act on
+		} else {
+			// Cut off (a hold lost as SUSPENDED): a delete would wait for
+			// the connection for nothing; the reaper, which the hold gave
+			// its node when it was lost, deletes it once it is back.
+			h.b.reaper.add(h.path)
+		}
 		if err := h.Err(); errors.Is(err, baton.ErrLeaseLost) {
 			return err // the Lease may have marked itself released first
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/zk"
 )
 
@@ -313,5 +314,60 @@ func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
 	var lost *baton.LostError
 	if err := lease.Err(); !errors.As(err, &lost) {
 		t.Fatalf("Release = %v, lease.Err = %v; want a *LostError: a renewal found the node deleted by another client", rerr, err)
+	}
+}
+
+// TestRelease_Suspended_NoWaitForConnection: a lease lost as SUSPENDED
+// (its connection cut, the session alive) is released at once, not after
+// a delete that waits for the connection: the hold gave its node to the
+// reaper when it was lost, which deletes it once the connection is back.
+// Before, Release (and Run's return) waited out the release timeout.
+func TestRelease_Suspended_NoWaitForConnection(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	a := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(10*time.Second))
+	ctx := timeout(t, 60*time.Second)
+	lease, err := a.Acquire(ctx, uniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	proxy.Cut()
+	select {
+	case <-lease.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("the lease not lost 15s after its connection was cut")
+	}
+	if err := lease.Err(); !errors.Is(err, zk.ErrSuspended) {
+		t.Fatalf("lease lost with %v; want SUSPENDED", err)
+	}
+	start := time.Now()
+	err = lease.Release(ctx)
+	// A bound on a release that sends nothing, far from the old wait of
+	// one request timeout (5s).
+	if took := time.Since(start); took >= 2*time.Second {
+		t.Errorf("Release of a lease lost as SUSPENDED took %v: it waited for the cut connection", took)
+	}
+	if err != nil || !errors.Is(lease.Err(), zk.ErrSuspended) {
+		t.Errorf("Release = %v, Err = %v; want nil, and the loss (SUSPENDED) kept", err, lease.Err())
+	}
+	// Back on the same session (10s), the reaper deletes the node; or the
+	// session ended meanwhile, and the node with it.
+	proxy.Unblock()
+	admin := adminConn(t, addr)
+	for {
+		ok, _, err := admin.Exists(lease.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node %s still there once the connection was back", lease.Key())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
