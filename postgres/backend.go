@@ -56,9 +56,12 @@ type backend struct {
 	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
 
 	// schemaReady is set once the first call that writes has made the
-	// tables ready (see prepare); schemaMu is held while one does.
-	schemaMu    sync.Mutex
+	// tables ready (see prepare); schemaRun is the attempt under way, if
+	// any, guarded by mu; schemaWG counts its goroutine, which Close
+	// waits for.
 	schemaReady atomic.Bool
+	schemaRun   *schemaAttempt
+	schemaWG    sync.WaitGroup
 
 	lisMu       sync.Mutex
 	lis         *listener     // started by the first wait; guarded by lisMu
@@ -330,6 +333,7 @@ func (b *backend) Close() error {
 		<-o.done
 	}
 	b.abandoned.Wait()
+	b.schemaWG.Wait()
 	lis := b.stopListening()
 	if lis != nil {
 		lis.stop()

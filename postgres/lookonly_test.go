@@ -290,3 +290,44 @@ func TestAcquire_First_NoCreatePrivilege(t *testing.T) {
 	}
 	_ = lease.Release(ctx)
 }
+
+// TestPrepare_ConcurrentFirstCalls_ShareOneAttempt: the first acquisitions
+// of a Locker whose server does not answer share one attempt at the
+// tables, and each returns with it, or at its own ctx's end. Before, they
+// took the attempt in turn, each a request timeout: four callers returned
+// after 1, 2, 3 and 4 request timeouts.
+func TestPrepare_ConcurrentFirstCalls_ShareOneAttempt(t *testing.T) {
+	dsn := pg.Database(t)
+	p, pdsn := proxied(t, dsn)
+	const requestTimeout = 2 * time.Second
+	l := dial(t, pdsn, baton.WithRequestTimeout(requestTimeout))
+	p.Block()
+	defer p.Unblock()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	took := make([]time.Duration, 4)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = l.TryAcquire(context.Background(), "job")
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, baton.ErrUnavailable) {
+			t.Errorf("caller %d: %v; want ErrUnavailable", i, err)
+		}
+		// One shared attempt: each returns within about one request
+		// timeout, far from the four in turn of before.
+		if took[i] >= 5*requestTimeout/2 {
+			t.Errorf("caller %d returned after %v; want about one request timeout (%v): the attempts ran in turn", i, took[i], requestTimeout)
+		}
+	}
+	// A caller's own ctx ends its wait, the attempt under way or not.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := l.TryAcquire(ctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryAcquire with a ctx of 100ms on a silent server = %v; want its ctx's end", err)
+	}
+}

@@ -58,26 +58,57 @@ func Init(ctx context.Context, db Execer, table string) error {
 	return nil
 }
 
+// schemaAttempt is one run of ensureSchema that prepare's callers share:
+// err is its outcome once done is closed.
+type schemaAttempt struct {
+	done chan struct{}
+	err  error
+}
+
 // prepare readies the schema for the Locker's first call that writes
 // (Acquire, TryAcquire, Observe): ensureSchema, once per Locker. Calls
 // that only look (Inspect, ForceRelease; New and Dial) never run it, so
 // that looking at a lock service changes nothing in it. Concurrent first
-// calls run it once; one that fails returns its error, and the next call
-// tries again. Once it has succeeded, it costs an atomic load.
+// calls share one attempt, which runs on a goroutine of its own, bounded
+// by the request timeout, and each waits for it until its own ctx ends;
+// all get its outcome, and a call after a failed attempt tries again.
+// Once one has succeeded, prepare costs an atomic load.
 func (b *backend) prepare(ctx context.Context) error {
 	if b.schemaReady.Load() {
 		return nil
 	}
-	b.schemaMu.Lock()
-	defer b.schemaMu.Unlock()
-	if b.schemaReady.Load() { // made ready while this call waited
+	b.mu.Lock()
+	if b.schemaReady.Load() {
+		b.mu.Unlock()
 		return nil
 	}
-	if err := b.ensureSchema(ctx); err != nil {
-		return err
+	if b.closed {
+		b.mu.Unlock()
+		return baton.ErrClosed
 	}
-	b.schemaReady.Store(true)
-	return nil
+	a := b.schemaRun
+	if a == nil {
+		a = &schemaAttempt{done: make(chan struct{})}
+		b.schemaRun = a
+		b.schemaWG.Go(func() {
+			err := b.ensureSchema(context.WithoutCancel(ctx))
+			b.mu.Lock()
+			if err == nil {
+				b.schemaReady.Store(true)
+			}
+			b.schemaRun = nil // the next call after a failure tries again
+			b.mu.Unlock()
+			a.err = err
+			close(a.done)
+		})
+	}
+	b.mu.Unlock()
+	select {
+	case <-a.done:
+		return a.err
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // ensureSchema creates the tables and sequences unless they exist already,
