@@ -25,7 +25,8 @@ var (
 // a lock that cannot be told (its sequence numbers wrapped, an ACL that
 // refuses this identity, one that keeps changing hands) is left out with
 // a warning, so that one odd election node under the root does not hide
-// the others; named, it is an error.
+// the others; named, it is an error, and so is the first one's when every
+// lock was left out, rather than a list that says none is held.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	for _, n := range names {
 		if err := baton.ValidateName(n); err != nil {
@@ -51,19 +52,30 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		}
 	}
 	out := make([]baton.LockInfo, 0, len(names))
+	var leftOut error // the first lock's left out, returned when all were
+	told := 0
 	for _, n := range names {
 		info, err := b.inspect(ctx, n)
 		if err != nil && heldOnly && ctx.Err() == nil && lockAlone(err) {
 			b.cfg.Logger.Warn("a lock left out of the list: it cannot be told; inspect it by name to see why", "lock", n, "err", err)
+			if leftOut == nil {
+				leftOut = err
+			}
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
+		told++
 		if heldOnly && info.Key == "" {
 			continue
 		}
 		out = append(out, info)
+	}
+	if leftOut != nil && told == 0 {
+		// Every lock left out (credentials the election nodes' ACLs all
+		// refuse): an empty list would say that none is held.
+		return nil, leftOut
 	}
 	slices.SortFunc(out, func(a, b baton.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -151,8 +163,8 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 		switch {
 		case errors.Is(err, zkgo.ErrNoNode):
 			return false, nil
-		case err != nil && !isConnErr(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
-			return false, forcekit.Final(err) // the server's answer (NoAuth): the same again
+		case errors.Is(err, zkgo.ErrNoAuth) || errors.Is(err, zkgo.ErrInvalidACL):
+			return false, forcekit.Final(err) // the server's refusal: the same again
 		}
 		return err == nil, err
 	})

@@ -226,6 +226,18 @@ func TestInspect_OddLockLeftOut(t *testing.T) {
 	if _, err := insp.Inspect(ctx, "alices"); !errors.Is(err, baton.ErrInvalidOption) {
 		t.Errorf("Inspect(alices) = %v, want the ACL's refusal (ErrInvalidOption)", err)
 	}
+
+	// Every lock left out (credentials that no election node's ACL
+	// takes): the refusal, not an empty list that says none is held.
+	only := "/" + uniqueName(t) + "-refused"
+	mkdirs(t, admin, only)
+	if _, err := admin.Create(only+"/alices", nil, zkgo.FlagPersistent, zkgo.DigestACL(zkgo.PermAll, "alice", "s3cret")); err != nil {
+		t.Fatal(err)
+	}
+	refused := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(only)).Locker().Backend().(baton.Inspector)
+	if infos, err := refused.Inspect(ctx); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("Inspect() with every lock refused = %+v, %v; want the ACL's refusal (ErrInvalidOption)", infos, err)
+	}
 }
 
 // TestForceRelease_Refused_NoRetry: a forced release the server refuses
