@@ -1,7 +1,9 @@
 package etcd_test
 
 import (
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +35,13 @@ func TestRenewal_StuckEndpoint_TriesAnother(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	const ttl = 5 * time.Second
-	fl, err := etcd.New(client, baton.WithTTL(ttl), baton.WithRequestTimeout(700*time.Millisecond))
+	var retried atomic.Int32 // renewals that failed and were tried again
+	fl, err := etcd.New(client, baton.WithTTL(ttl), baton.WithRequestTimeout(700*time.Millisecond),
+		baton.WithLogger(slog.New(logTap(func(r slog.Record) {
+			if strings.Contains(r.Message, "lease renewal failed; retrying") {
+				retried.Add(1)
+			}
+		}))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +60,10 @@ func TestRenewal_StuckEndpoint_TriesAnother(t *testing.T) {
 	case <-time.After(2 * ttl):
 	}
 	proxy.Unblock() // the release's own request is not tried on another endpoint
+	flushLog(t, fl)
+	if retried.Load() == 0 {
+		t.Fatal("no renewal went to the stuck endpoint: the test tried nothing")
+	}
 	if err := lease.Release(timeout(t, 10*time.Second)); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
