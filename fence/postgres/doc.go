@@ -76,11 +76,12 @@
 // of the transaction, whose waiters PostgreSQL serves in order: a check
 // takes it shared just before its row lock, a raise exclusively before
 // its own, unless the fence already holds a newer token (the raise is
-// then refused without waiting, as it would be after). Insert's first
-// statement and MarkDone, single statements, share-lock the row without
-// it: they keep a raise waiting for their own run at most, and one made
-// from inside an open fenced transaction of the same resource must not
-// wait for a raise that waits for that transaction. For the same reason,
+// then refused without waiting, as it would be after). Insert's and
+// MarkDone's first statement share-locks the row without it (a second,
+// which raises the fence, comes only for a new or stale token): they keep
+// a raise waiting for their own run at most, and one made from inside an
+// open fenced transaction of the same resource must not wait for a raise
+// that waits for that transaction. For the same reason,
 // make a transaction's fenced writes in it: a WithTx or Check of the
 // same resource on another connection, inside an open WithTx, waits
 // behind a queued raise, which waits for the open transaction, until a

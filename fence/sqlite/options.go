@@ -76,6 +76,8 @@ func WithRunsTable(name string) Option { return func(c *config) { c.runs = name 
 // WithCreate says whether New creates the tables when they are missing.
 // Default true: New runs CREATE TABLE IF NOT EXISTS. With false, New only
 // checks that both tables exist and otherwise returns a *MissingTableError.
+// It also says whether Open puts the file in WAL journaling, a setting the
+// file keeps: with false, Open leaves the journal mode as it is.
 func WithCreate(create bool) Option { return func(c *config) { c.create = create } }
 
 // WithBusyTimeout sets how long Open's connections wait for the database's
