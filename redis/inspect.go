@@ -151,10 +151,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 	info := baton.LockInfo{Name: name, Holder: rediskit.HolderOf(v), Key: k.lock, TTLLeft: max(ttl.Val(), time.Duration(-1))}
 	gone, err := forcekit.Delete(ctx, b.cfg.RequestTimeout, func(ctx context.Context) (bool, error) {
 		n, err := forceScript.Run(ctx, b.client, k.all(), v).Int()
-		if err != nil && rediskit.Refusal(b.where, "", err, "", nil) != nil {
-			return false, forcekit.Final(err) // the same again: no try more
-		}
-		return n == 1, err
+		return n == 1, rediskit.ForceErr(err)
 	})
 	if err != nil {
 		return baton.LockInfo{}, b.fail(ctx, "delete "+k.lock, err, k.all()...)

@@ -188,10 +188,7 @@ func (b *backend) ForceRelease(ctx context.Context, name string) (baton.LockInfo
 			// leaves time for another.
 			gone, err = forcekit.Delete(ctx, b.cfg.RequestTimeout/2, func(ctx context.Context) (bool, error) {
 				deleted, err := forceScript.Run(ctx, n.client, k.all(), v).Int()
-				if err != nil && rediskit.Refusal(n.where, "", err, "", nil) != nil {
-					return false, forcekit.Final(err) // the same again: no try more
-				}
-				return deleted == 1, err
+				return deleted == 1, rediskit.ForceErr(err)
 			})
 			if !gone {
 				v = "" // changed hands: not ours to delete

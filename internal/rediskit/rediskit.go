@@ -22,6 +22,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/forcekit"
 	"github.com/baton-go/baton/internal/urlparam"
 )
 
@@ -506,4 +507,14 @@ func Role(ctx context.Context, c goredis.UniversalClient) string {
 // the primary's address if it stays so.
 func ReplicaError(where string) error {
 	return &baton.UnavailableError{Where: where, Err: errors.New(ReadOnlyHint)}
+}
+
+// ForceErr is err from a try of a forced release's delete (see
+// forcekit.Delete), marked final when it is a refusal (see Refusal),
+// which the same request again would get again.
+func ForceErr(err error) error {
+	if err != nil && Refusal("", "", err, "", nil) != nil {
+		return forcekit.Final(err)
+	}
+	return err
 }

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/forcekit"
 )
 
 func TestValue(t *testing.T) {
@@ -278,5 +279,36 @@ func TestRefusal(t *testing.T) {
 	}
 	if !ReadOnly(fmt.Errorf("w: %w", replyErr("READONLY You can't write against a read only replica."))) || ReadOnly(replyErr("LOADING x")) {
 		t.Error("ReadOnly")
+	}
+}
+
+// A forced release's refused delete ends its tries; a transient reply or a
+// lost answer is tried again.
+func TestForceErr(t *testing.T) {
+	for _, tc := range []struct {
+		err   error
+		calls int
+	}{
+		{replyErr("NOPERM this user has no permissions to run the 'evalsha' command"), 1},
+		{replyErr("LOADING Redis is loading the dataset in memory"), 2},
+		{context.DeadlineExceeded, 2},
+	} {
+		calls := 0
+		_, err := forcekit.Delete(context.Background(), time.Minute, func(context.Context) (bool, error) {
+			calls++
+			if calls > 1 {
+				return false, nil
+			}
+			return false, ForceErr(tc.err)
+		})
+		if calls != tc.calls {
+			t.Errorf("%v: %d tries, want %d", tc.err, calls, tc.calls)
+		}
+		if tc.calls == 1 && !errors.Is(err, tc.err) {
+			t.Errorf("%v: Delete = %v, want the refusal", tc.err, err)
+		}
+	}
+	if ForceErr(nil) != nil {
+		t.Error("ForceErr(nil) is not nil")
 	}
 }
