@@ -985,13 +985,7 @@ func TestClose_Borrowed_SilentServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy.Block()
-	proxy.Cut()
-	select {
-	case <-lease.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lease outlived the connection")
-	}
+	cutProxy(t, proxy, lease, 10*time.Second)
 	start := time.Now()
 	_ = fl.Close()
 	bound := 2*release + suiteTTL

@@ -279,3 +279,17 @@ func TestClose_WhileRequestsStart(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// cutProxy stops proxy forwarding and closes its connections (new ones are
+// accepted and held), then waits up to within for lease to be lost; a
+// lease still held then fails t.
+func cutProxy(t *testing.T, proxy *testsvc.Proxy, lease interface{ Done() <-chan struct{} }, within time.Duration) {
+	t.Helper()
+	proxy.Block()
+	proxy.Cut()
+	select {
+	case <-lease.Done():
+	case <-time.After(within):
+		t.Fatalf("the lease not lost %v after its connection was cut", within)
+	}
+}
