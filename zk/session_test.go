@@ -1188,7 +1188,37 @@ func TestEnsemble_FollowerCutOff_Matrix(t *testing.T) {
 // lock at or after the holder's deadline and the holder stopped by it,
 // and returns how long after it the waiter took the lock. It leaves the
 // link mended and its clients closed.
+//
+// With its pings dropped, the holder hears from the follower only in
+// answer to its renewals, so a follower that stalls for a third of the
+// TTL (a loaded CI machine; the JVM's pauses) ends the lease before the
+// cut, rightly, and the round checks nothing. Such a round is run again,
+// at most cutOffTries times in all; any other outcome counts.
 func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.Logger) time.Duration {
+	t.Helper()
+	for try := 1; ; try++ {
+		margin, err := cutOffOnce(t, ens, ttl, log)
+		if err == nil {
+			return margin
+		}
+		if try == cutOffTries {
+			t.Fatalf("%v, in all %d tries", err, try)
+		}
+		t.Logf("try %d: %v; trying again", try, err)
+		if err := ens.WaitServing(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// cutOffTries bounds cutOff's rounds: a holder that loses every lease
+// before its first confirmed renewal fails the test.
+const cutOffTries = 3
+
+// cutOffOnce is one round of cutOff. It returns an error, and checks
+// nothing, if the lease ended before the cut; it fails t on any other
+// miss.
+func cutOffOnce(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.Logger) (time.Duration, error) {
 	t.Helper()
 	leader, follower := leaderAndFollower(t, ens)
 	link := ens.Link(t, follower, leader)
@@ -1241,7 +1271,7 @@ func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.
 	select {
 	case <-cutDone:
 	default:
-		t.Fatalf("the lease ended before any renewal was confirmed, so before the cut: %v", la.Err())
+		return 0, fmt.Errorf("the lease ended before any renewal was confirmed, so before the cut: %w", la.Err())
 	}
 	deadline := la.Deadline()
 	if pings.dropped.Load() == 0 {
@@ -1268,7 +1298,7 @@ func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.
 	if !errors.Is(la.Err(), keeper.ErrDeadline) {
 		t.Fatalf("lease lost with %v; want by its local deadline, the cut follower still serving it", la.Err())
 	}
-	return margin
+	return margin, nil
 }
 
 // leaderAndFollower returns the ensemble's leader and one of its
