@@ -198,7 +198,7 @@ func printSummary(out io.Writer, unfenced, fenced *demo.Result) error {
 	fmt.Fprintf(tw, "  second invoices turned away by the primary key\t%d\t%d\n", len(unfenced.Duplicates), len(fenced.Duplicates))
 	_ = tw.Flush()
 	if err := fenced.FenceHeld(); err != nil {
-		return fmt.Errorf("the fenced night did not go as the fence promises, a bug in baton; please report it with this output: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return fmt.Errorf("the fenced night did not go as the fence promises, a bug in baton; please report it with this output: %s", joinLines(err.Error()))
 	}
 	fmt.Fprintf(out, "\n")
 	if len(unfenced.Duplicates)+len(fenced.Duplicates) > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -52,7 +53,36 @@ func cobraUsage(err error) error {
 	if err == nil || errors.As(err, &ee) {
 		return err
 	}
-	return &exitError{code: exitUsage, msg: err.Error() + " (see baton --help)"}
+	return &exitError{code: exitUsage, msg: suggested(err.Error()) + " (see baton --help)"}
+}
+
+// suggested turns the suggestions cobra appends to an unknown command's
+// error, a line of their own after a blank one and one name per line
+// after that, into the end of its first line: unknown command "rn" for
+// "baton"; did you mean "run"?
+func suggested(msg string) string {
+	head, names, ok := strings.Cut(msg, "\n\nDid you mean this?\n")
+	if !ok {
+		return msg
+	}
+	quoted := strings.Fields(names)
+	for i, n := range quoted {
+		quoted[i] = strconv.Quote(n)
+	}
+	return head + "; did you mean " + strings.Join(quoted, " or ") + "?"
+}
+
+// joinLines joins msg's lines with "; ", leaving out blank ones and the
+// space around each, so that an error prints as one line.
+func joinLines(msg string) string {
+	lines := strings.Split(msg, "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); l != "" {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "; ")
 }
 
 // executed marks the errors cobra returns before any hook of ours can see
@@ -136,7 +166,7 @@ func exitCode(stderr io.Writer, err error) int {
 		code = exitUnavailable
 	}
 	if msg != "" {
-		fmt.Fprintf(stderr, "baton: %s\n", strings.ReplaceAll(msg, "\n", "; "))
+		fmt.Fprintf(stderr, "baton: %s\n", joinLines(msg))
 	}
 	return code
 }

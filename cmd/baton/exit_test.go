@@ -21,7 +21,7 @@ func TestExitCode_CobraErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"bogus"}, `unknown command "bogus" for "baton"`},
-		{[]string{"rn", "n", "--", "true"}, "Did you mean this?; \trun"},
+		{[]string{"rn", "n", "--", "true"}, `unknown command "rn" for "baton"; did you mean "run"? (see`},
 		{[]string{"--bogus"}, "unknown flag: --bogus"},
 		{[]string{"run", "-z"}, "unknown shorthand flag: 'z' in -z"},
 		{[]string{"run", "--ttl"}, "flag needs an argument: --ttl"},
@@ -63,4 +63,20 @@ type brokenPipe struct{}
 
 func (brokenPipe) Write([]byte) (int, error) {
 	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+}
+
+// TestJoinLines: an error of several lines prints as one, without the
+// blank lines and indentation that would leave "; ;" and tabs in it.
+func TestJoinLines(t *testing.T) {
+	for in, want := range map[string]string{
+		"one":                     "one",
+		"one\n":                   "one",
+		"one\n\n\ttwo\n  three  ": "one; two; three",
+		"\n\n":                    "",
+		"a: b\nc":                 "a: b; c",
+	} {
+		if got := joinLines(in); got != want {
+			t.Errorf("joinLines(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
