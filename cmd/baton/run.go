@@ -346,7 +346,7 @@ func tryOnce(ctx context.Context, s *leaseSession, name, how string) (held, erro
 	case err == nil:
 		return h, nil
 	case errors.Is(err, baton.ErrNotAcquired):
-		return held{}, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v; not acquired (%s)", unwrapNotAcquired(err), how)}
+		return held{}, &exitError{code: exitNotAcquired, msg: fmt.Sprintf("%v (lock service %s); not acquired (%s)", unwrapNotAcquired(err), s.backendAt, how)}
 	case errors.Is(err, baton.ErrLeaseLost) && ctx.Err() == nil:
 		return held{}, s.unavailable(fmt.Errorf("%v; nothing was held", err)) // not %w: ErrLeaseLost would make it exit 76
 	}

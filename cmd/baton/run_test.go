@@ -839,8 +839,8 @@ func TestRun_WaitOutcome(t *testing.T) {
 	startHolder(t, backend, "w", "--id", "holder-1")
 
 	r := runInProcess("run", "--backend", backend, "--wait", "1s", "w", "--", "true")
-	if r.code != exitNotAcquired || !strings.Contains(r.stderr, "holder-1") {
-		t.Errorf("--wait ran out behind a holder: exit %d, stderr %q; want 75 naming holder-1", r.code, r.stderr)
+	if r.code != exitNotAcquired || !strings.Contains(r.stderr, "holder-1") || !strings.Contains(r.stderr, "(lock service "+baton.Redact(backend)+")") {
+		t.Errorf("--wait ran out behind a holder: exit %d, stderr %q; want 75 naming holder-1 and the lock service", r.code, r.stderr)
 	}
 	oneLine(t, r)
 
