@@ -83,7 +83,9 @@ then every change of leader, including "no leader", one line each (with the
 leader's token on fenced backends), until interrupted (exit 0) or until the
 lock service stops answering or the observation's session ends (exit 69,
 saying why). A PostgreSQL lock table that cannot be observed at the start
-(no observers' triggers, which this user may not add) is exit 1.`,
+(no observers' triggers, which this user may not add) is exit 1. Redlock
+cannot be observed (its nodes keep no common history to follow): elect
+--observe on a redlock:// backend is exit 2.`,
 		Example: `  # on every server: one runs the mailer at a time
   baton elect --backend etcd://10.0.0.1:2379 mailer -- ./mailer
 
@@ -325,6 +327,9 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	defer closeBackend(cmd, g, f.backend, locker)
 	ctx := cmd.Context()
 	terms, err := locker.Observe(ctx, name)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return usageError("elect --observe: %s cannot report changes of leader; observe on etcd, zk, redis or postgres", baton.Redact(f.backend))
+	}
 	if err != nil {
 		return err
 	}

@@ -480,6 +480,17 @@ func TestElect_ObserveOnRedis(t *testing.T) {
 	oneLine(t, r)
 }
 
+// TestElect_ObserveOnRedlock: Redlock cannot be observed; elect --observe
+// says so on one line, with the backends that can, and exits 2.
+func TestElect_ObserveOnRedlock(t *testing.T) {
+	backend := "redlock://" + strings.Join(testsvc.RedisAddrs(testsvc.StartRedisNodes(t, 3)), ",")
+	r := runInProcess("elect", "--observe", "--backend", backend, "mailer")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "cannot report changes of leader; observe on etcd, zk, redis or postgres") {
+		t.Errorf("exit %d, stderr %q; want 2, naming the backends that can be observed", r.code, r.stderr)
+	}
+	oneLine(t, r)
+}
+
 // TestPrintTerm_LeaderNotPrintable: elect --observe prints a term on one
 // line, a leader that is not printable quoted, with or without a token;
 // --json gives the leader as it is.
