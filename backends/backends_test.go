@@ -1,12 +1,18 @@
 package backends_test
 
 import (
+	"context"
+	"os"
 	"reflect"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/backends"
 	"github.com/baton-go/baton/etcd"
+	"github.com/baton-go/baton/internal/urlparam"
 	"github.com/baton-go/baton/postgres"
 	"github.com/baton-go/baton/redis"
 	"github.com/baton-go/baton/redlock"
@@ -52,4 +58,67 @@ func TestUnfenced(t *testing.T) {
 			t.Errorf("Unfenced(%q) = true for a scheme baton does not know", s)
 		}
 	}
+}
+
+// TestDocumentedParameters ties the "URL parameters" row of
+// docs/backends.md to the code: for each backend, the parameters named
+// there (outside parentheses) are those its Open lists when it refuses an
+// unknown one, and for PostgreSQL, whose other parameters go to pgx, the
+// ones baton takes.
+func TestDocumentedParameters(t *testing.T) {
+	md, err := os.ReadFile("../docs/backends.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []string
+	for line := range strings.Lines(string(md)) {
+		if strings.HasPrefix(line, "| URL parameters") {
+			cells = strings.Split(strings.Trim(strings.TrimSpace(line), "|"), " | ")
+		}
+	}
+	columns := []string{"etcd", "zk", "postgres", "redis", "redlock"} // the table's, in its order
+	if len(cells) != 1+len(columns) {
+		t.Fatalf("docs/backends.md: the URL parameters row has %d cells, want %d", len(cells), 1+len(columns))
+	}
+	parens, names := regexp.MustCompile(`\([^)]*\)`), regexp.MustCompile("`([a-z-]+)`")
+	documented := func(cell string) []string {
+		var out []string
+		for _, m := range names.FindAllStringSubmatch(parens.ReplaceAllString(cell, ""), -1) {
+			out = append(out, m[1])
+		}
+		slices.Sort(out)
+		return out
+	}
+	unknown := map[string]string{
+		"etcd":    "etcd://127.0.0.1:1/?bogus=1",
+		"zk":      "zk://127.0.0.1:1/?bogus=1",
+		"redis":   "redis://127.0.0.1:1/?bogus=1",
+		"redlock": "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/?bogus=1",
+	}
+	for i, scheme := range columns {
+		doc := documented(cells[1+i])
+		var known []string
+		if scheme == "postgres" {
+			known = slices.Clone(urlparam.Postgres)
+		} else {
+			_, err := backends.Open(context.Background(), unknown[scheme])
+			_, list, ok := strings.Cut(errString(err), "; known: ")
+			if !ok {
+				t.Errorf("%s: Open(%q) = %v; want an error listing the known parameters", scheme, unknown[scheme], err)
+				continue
+			}
+			known = strings.Split(list, ", ")
+		}
+		slices.Sort(known)
+		if !slices.Equal(doc, known) {
+			t.Errorf("docs/backends.md documents %v for %s; its Open knows %v", doc, scheme, known)
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
