@@ -28,16 +28,18 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 	cd bench && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-## bench: benchmarks against the peers, five runs each (see README for the figures):
-## those in the backends' packages, then the bench module's (Redis, Redlock,
-## PostgreSQL against ZooKeeper's recipe).
+## bench: the command of every row of the README's "Measured" table, with its
+## run count: the backends' packages, ZooKeeper's alternating rounds, then the
+## bench module's (Redis, Redlock, PostgreSQL against ZooKeeper's recipe).
 bench: deps
-	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 $(PKGS)
+	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 ./etcd/ ./postgres/ ./fence/postgres/
+	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench Paired/clients=1 -benchtime 60x -count 10 ./zk/
+	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench Paired/clients=8 -benchtime 10x -count 10 ./zk/
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedisCycle|RedisContended$$' -benchtime 3000x -count 5 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedisPaired$$' -benchtime 400x -count 10 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisPairedLatency -benchtime 64x -count 4 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedisFloor -benchtime 400x -count 6 .
-	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedlockContended$$' -benchtime 1000x -count 5 .
+	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'RedlockContended$$' -benchtime 1000x -count 3 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench 'ContendedLatency' -benchtime 1000x -count 3 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench RedlockPaired -benchtime 100x -count 10 .
 	cd bench && BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench PostgresVsZooKeeper -benchtime 40x -count 5 .
