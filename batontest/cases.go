@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/rounds"
 )
 
 func (s *suite) tryAcquireContended(t *testing.T) {
@@ -463,27 +464,15 @@ func waitDone(t testing.TB, l *baton.Lease, d time.Duration) {
 	}
 }
 
-// renewalRounds bounds the rounds of renewal. A lease at the suite's TTL
-// (1s on some backends) is lost by its local deadline when one renewal
-// goes unanswered for about two thirds of the TTL, as a stall of a loaded
-// test machine can make it; such a round, where nothing overlapped, is run
-// again. A backend that does not renew, or renews too late, loses every
-// round.
-const renewalRounds = 3
-
 // renewal holds a lease for the guide's long job, 5 TTLs, while another
-// client tries to take the lock.
+// client tries to take the lock. A lease at the suite's TTL (1s on some
+// backends) is lost by its local deadline when one renewal goes
+// unanswered for about two thirds of the TTL, as a stall of a loaded test
+// machine can make it; such a round, where nothing overlapped, is run
+// again (rounds.Run). A backend that does not renew, or renews too late,
+// loses every round.
 func (s *suite) renewal(t *testing.T) {
-	for round := 1; ; round++ {
-		err := s.renewalOnce(t)
-		if err == nil {
-			return
-		}
-		if round == renewalRounds {
-			t.Fatalf("%v, in every one of %d rounds", err, round)
-		}
-		t.Logf("round %d: %v; trying again", round, err)
-	}
+	rounds.Run(t, 3, func() error { return s.renewalOnce(t) })
 }
 
 // renewalOnce is one round of renewal. It returns an error when the lease
@@ -494,20 +483,13 @@ func (s *suite) renewalOnce(t *testing.T) error {
 	a := s.locker(t)
 	b := s.locker(t)
 	lease := mustAcquire(t, a, name)
-	var endedAt atomic.Pointer[time.Time]
-	context.AfterFunc(lease.Context(), func() { now := time.Now(); endedAt.Store(&now) })
-	// byDeadline reports whether the lease ended by its local deadline
-	// before since.
-	byDeadline := func(since time.Time) bool {
-		at := endedAt.Load()
-		return at != nil && at.Before(since) && errors.Is(lease.Err(), keeper.ErrDeadline)
-	}
+	ended := rounds.Watch(lease)
 	end := time.Now().Add(5 * s.f.TTL) // the guide's long job: 5 x TTL
 	for time.Now().Before(end) {
 		tried := time.Now()
 		lb, err := b.TryAcquire(ctxFor(t, 10*time.Second), name)
 		if !errors.Is(err, baton.ErrNotAcquired) {
-			if err == nil && byDeadline(tried) {
+			if err == nil && ended.ByDeadline(tried) {
 				_ = lb.Release(ctxFor(t, 10*time.Second))
 				return fmt.Errorf("the lease ended by its local deadline (%v), and another client then took the lock", lease.Err())
 			}

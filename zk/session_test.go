@@ -19,6 +19,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/keeper"
+	"github.com/baton-go/baton/internal/rounds"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/zk"
 )
@@ -1193,27 +1194,24 @@ func TestEnsemble_FollowerCutOff_Matrix(t *testing.T) {
 // answer to its renewals, so a follower that stalls for a third of the
 // TTL (a loaded CI machine; the JVM's pauses) ends the lease before the
 // cut, rightly, and the round checks nothing. Such a round is run again,
-// at most cutOffTries times in all; any other outcome counts.
+// at most three in all (rounds.Run); any other outcome counts.
 func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.Logger) time.Duration {
 	t.Helper()
-	for try := 1; ; try++ {
-		margin, err := cutOffOnce(t, ens, ttl, log)
-		if err == nil {
-			return margin
+	var margin time.Duration
+	first := true
+	rounds.Run(t, 3, func() error {
+		if !first {
+			if err := ens.WaitServing(time.Minute); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if try == cutOffTries {
-			t.Fatalf("%v, in all %d tries", err, try)
-		}
-		t.Logf("try %d: %v; trying again", try, err)
-		if err := ens.WaitServing(time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+		first = false
+		var err error
+		margin, err = cutOffOnce(t, ens, ttl, log)
+		return err
+	})
+	return margin
 }
-
-// cutOffTries bounds cutOff's rounds: a holder that loses every lease
-// before its first confirmed renewal fails the test.
-const cutOffTries = 3
 
 // cutOffOnce is one round of cutOff. It returns an error, and checks
 // nothing, if the lease ended before the cut; it fails t on any other
