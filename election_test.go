@@ -35,6 +35,7 @@ func TestRunScheduler_OutageThenLeadsAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	terms := make(chan baton.Token)
+	ended := make(chan struct{}, 1) // a term's end
 	done := make(chan error, 1)
 	go func() {
 		done <- runScheduler(ctx, locker, func(ctx context.Context, token baton.Token) error {
@@ -43,6 +44,10 @@ func TestRunScheduler_OutageThenLeadsAgain(t *testing.T) {
 			case <-ctx.Done():
 			}
 			<-ctx.Done()
+			select {
+			case ended <- struct{}{}:
+			default:
+			}
 			return nil
 		})
 	}()
@@ -59,11 +64,17 @@ func TestRunScheduler_OutageThenLeadsAgain(t *testing.T) {
 		return 0
 	}
 	first := lead()
-	// Cut off for the lease (2s) and then some: the term ends, and the
-	// campaigns after it get no answer within their 500ms.
+	// Cut off until the term ends (the lease's 2s), and then for three
+	// request timeouts: the campaigns after the term get no answer within
+	// their 500ms, so at least one fails with ErrUnavailable.
 	proxy.Block()
 	proxy.Cut()
-	time.Sleep(4 * time.Second)
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the term outlived a cut-off of 20s, ten times its lease")
+	}
+	time.Sleep(3 * 500 * time.Millisecond)
 	proxy.Unblock()
 	if again := lead(); again <= first {
 		t.Fatalf("token %d after the outage, %d before", again, first)
