@@ -412,11 +412,15 @@ func raiseNotStarved(t *testing.T, table string) {
 		stale, ok int
 	)
 	inside := make(chan struct{}, writers)
+	// The writers stop at the first stale token, or when a raise that
+	// failed ends them (else they would write on for ever).
+	wctx, stopWriters := context.WithCancel(ctx)
+	defer stopWriters()
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
 			for n := 1; ; n++ {
-				err := s.WithTx(ctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
+				err := s.WithTx(wctx, "invoices", 41, func(ctx context.Context, tx pgx.Tx) error {
 					if _, err := postgres.InsertOnce(ctx, tx, invoice(w*100000+n, 41)); err != nil {
 						return err
 					}
@@ -439,7 +443,7 @@ func raiseNotStarved(t *testing.T, table string) {
 				}
 				mu.Unlock()
 				if err != nil {
-					if !errors.Is(err, baton.ErrStaleToken) {
+					if !errors.Is(err, baton.ErrStaleToken) && wctx.Err() == nil {
 						t.Errorf("writer %d: %v", w, err)
 					}
 					return
@@ -456,18 +460,55 @@ func raiseNotStarved(t *testing.T, table string) {
 	mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = newer.Raise(rctx, "invoices", 42)
+	raised := make(chan error, 1)
+	go func() { raised <- newer.Raise(rctx, "invoices", 42) }()
+	// Once the raise is seen waiting for its lock on the server, only the
+	// transactions under way then may commit, one per writer; the next
+	// ones queue behind the raise. Counted from there, not from the send,
+	// so that a raise slow to reach a loaded server counts nothing against
+	// the fence. Starved, it was hundreds.
+	before := -1 // committed when the raise was first seen waiting
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		var waiting bool
+		qerr := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO %baton_fence% AS cur%')`).Scan(&waiting)
+		if qerr != nil {
+			t.Fatal(qerr)
+		}
+		if waiting {
+			mu.Lock()
+			before = committed
+			mu.Unlock()
+			break
+		}
+		select {
+		case err = <-raised:
+			raised <- err // the raise went through before it was seen waiting
+			break wait
+		case <-tick.C:
+		}
+	}
+	err = <-raised
 	took := time.Since(raiseAt)
+	if err != nil {
+		stopWriters()
+	}
 	wg.Wait()
 	if err != nil {
 		t.Fatalf("Raise(42) while the older holder went on writing: %v (after %v; %d of its transactions committed meanwhile)", err, took, committed)
 	}
-	t.Logf("Raise(42) took %v; %d of the older holder's transactions committed after it was sent", took.Round(time.Millisecond), committed)
-	// Each writer's transaction under way as the raise was sent, and at
-	// most one more begun before the raise reached the server (on a
-	// loaded machine); starved, it was hundreds.
-	if committed > 2*writers {
-		t.Errorf("%d of the older holder's transactions committed after the raise was sent; want at most %d: one under way then per writer, and one begun before the raise reached the server", committed, 2*writers)
+	t.Logf("Raise(42) took %v; %d of the older holder's transactions committed after it was sent, %d after it was seen waiting", took.Round(time.Millisecond), committed, committed-before)
+	switch {
+	case before >= 0 && committed-before > writers:
+		t.Errorf("%d of the older holder's transactions committed after the raise was seen waiting; want at most %d, one under way then per writer", committed-before, writers)
+	case before < 0 && committed > 2*writers:
+		// Through before it was seen waiting: each writer's transaction
+		// under way as the raise was sent, and one begun before it
+		// reached the server.
+		t.Errorf("%d of the older holder's transactions committed after the raise was sent; want at most %d", committed, 2*writers)
 	}
 	if stale != writers {
 		t.Errorf("%d writers refused as stale, want %d", stale, writers)
