@@ -1107,6 +1107,13 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 	// A lease lost before the leader froze (a renewal left unanswered for
 	// 0.65s under load) would pass below without a case: such a round runs
 	// again, on an ensemble serving again.
+	ensembleRounds(t, ens, func() error { return leaderFrozenOnce(t, ens, ttl) })
+}
+
+// ensembleRounds runs round with rounds.Run, three rounds at most, each
+// after the first once ens serves again.
+func ensembleRounds(t *testing.T, ens *testsvc.ZKEnsemble, round func() error) {
+	t.Helper()
 	first := true
 	rounds.Run(t, 3, func() error {
 		if !first {
@@ -1115,7 +1122,7 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 			}
 		}
 		first = false
-		return leaderFrozenOnce(t, ens, ttl)
+		return round()
 	})
 }
 
@@ -1218,18 +1225,11 @@ func TestEnsemble_FollowerCutOff_Matrix(t *testing.T) {
 // answer to its renewals, so a follower that stalls for a third of the
 // TTL (a loaded CI machine; the JVM's pauses) ends the lease before the
 // cut, rightly, and the round checks nothing. Such a round is run again,
-// at most three in all (rounds.Run); any other outcome counts.
+// at most three in all (ensembleRounds); any other outcome counts.
 func cutOff(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *slog.Logger) time.Duration {
 	t.Helper()
 	var margin time.Duration
-	first := true
-	rounds.Run(t, 3, func() error {
-		if !first {
-			if err := ens.WaitServing(time.Minute); err != nil {
-				t.Fatal(err)
-			}
-		}
-		first = false
+	ensembleRounds(t, ens, func() error {
 		var err error
 		margin, err = cutOffOnce(t, ens, ttl, log)
 		return err
