@@ -149,6 +149,11 @@ func (b *backend) observe(ctx context.Context, k keys, st lockState, ch chan<- b
 	quit := "{" + k.lock + "}:x:" + rediskit.NewValue("")[:16]
 	added := make(chan bool, 1) // whether the entry was added, once its request returned
 	stop := context.AfterFunc(ctx, func() {
+		// Counted too, so that Close returns only once this goroutine
+		// has: the observation, which waits for added below, still
+		// holds its own count, so this Add never races Close's Wait.
+		b.observers.Add(1)
+		defer b.observers.Done()
 		qctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
 		defer cancel()
 		_, err := b.client.TxPipelined(qctx, func(p goredis.Pipeliner) error {
