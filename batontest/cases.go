@@ -114,7 +114,7 @@ func (s *suite) acquireWaitsOnce(t *testing.T) error {
 		late := g.at.Sub(released)
 		t.Logf("B acquired %v after A's release returned", late.Round(time.Millisecond))
 		if late > wakeBound {
-			return fmt.Errorf("B acquired %v after A's release; want within %v: the release must wake the waiter, not leave it to its next timed look (RenewEvery %v)", late.Round(time.Millisecond), wakeBound, b.Config().RenewEvery)
+			return fmt.Errorf("the waiter, B, acquired %v after A's release; want within %v: the release must wake the waiter, not leave it to its next timed look (RenewEvery %v)", late.Round(time.Millisecond), wakeBound, b.Config().RenewEvery)
 		}
 	case <-time.After(2 * steadyTTL):
 		t.Fatalf("B did not acquire within %v of A's release", 2*steadyTTL)
