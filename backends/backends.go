@@ -35,6 +35,15 @@ func All() baton.Openers {
 // it before it connects.
 func Unfenced(scheme string) bool { return scheme == "redis" || scheme == "redlock" }
 
+// Observable reports whether the backend of URL scheme can report changes
+// of leader (baton.Observer): every one but Redlock, whose nodes keep no
+// common history to follow. A program can refuse an observation before
+// it connects.
+func Observable(scheme string) bool {
+	_, known := All()[scheme]
+	return known && scheme != "redlock"
+}
+
 // Open builds a Locker from a backend URL; see each backend's Open for its
 // URL form.
 func Open(ctx context.Context, rawURL string, opts ...baton.Option) (*baton.Locker, error) {

@@ -2,12 +2,16 @@ package backends_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/backends"
@@ -121,4 +125,37 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestObservable ties Observable to the backends that build without a
+// connection: Redlock's Locker refuses to observe (errors.ErrUnsupported),
+// Redis's can. The others' observers have tests of their own.
+func TestObservable(t *testing.T) {
+	for scheme := range backends.All() {
+		if got, want := backends.Observable(scheme), scheme != "redlock"; got != want {
+			t.Errorf("Observable(%q) = %v, want %v", scheme, got, want)
+		}
+	}
+	if backends.Observable("mysql") {
+		t.Error("Observable of a scheme baton does not know")
+	}
+	unconnected := func(port int) goredis.UniversalClient {
+		return goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
+	}
+	rl, err := redlock.New([]goredis.UniversalClient{unconnected(1), unconnected(2), unconnected(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	if _, err := rl.Observe(context.Background(), "x"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("redlock Observe: %v; want errors.ErrUnsupported, as Observable says", err)
+	}
+	rs, err := redis.New(unconnected(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	if _, ok := rs.Backend().(baton.Observer); !ok {
+		t.Error("redis's backend is not a baton.Observer, and Observable says it is")
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/backends"
 	"github.com/baton-go/baton/internal/asynclog"
 	"github.com/baton-go/baton/internal/obsend"
 )
@@ -318,6 +319,9 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	if err := baton.ValidateName(name); err != nil {
 		return err
 	}
+	if u, err := baton.ParseURL(f.backend); err == nil && !backends.Observable(u.Scheme) {
+		return notObservable(f.backend) // before connecting: its nodes may be down
+	}
 	logger := g.logger(cmd.ErrOrStderr())
 	ended := &endReason{Handler: logger.Handler(), held: &heldReason{}}
 	locker, err := openLogged(cmd, slog.New(ended), f.backend, lookOptions(f.backend)...)
@@ -328,7 +332,7 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	ctx := cmd.Context()
 	terms, err := locker.Observe(ctx, name)
 	if errors.Is(err, errors.ErrUnsupported) {
-		return usageError("elect --observe: %s cannot report changes of leader; observe on etcd, zk, redis or postgres", baton.Redact(f.backend))
+		return notObservable(f.backend)
 	}
 	if err != nil {
 		return err
@@ -355,6 +359,12 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 		why = "the lock service stopped answering, or the session the observation was made on ended"
 	}
 	return &baton.UnavailableError{Where: "lock service " + baton.Redact(f.backend), Err: fmt.Errorf("observation of %s ended: %s", name, why)}
+}
+
+// notObservable is the usage error of elect --observe on a backend that
+// cannot report changes of leader.
+func notObservable(backend string) error {
+	return usageError("elect --observe: %s cannot report changes of leader; observe on etcd, zk, redis or postgres", baton.Redact(backend))
 }
 
 // endReason is a slog.Handler that holds back a backend's warning that an

@@ -481,14 +481,20 @@ func TestElect_ObserveOnRedis(t *testing.T) {
 }
 
 // TestElect_ObserveOnRedlock: Redlock cannot be observed; elect --observe
-// says so on one line, with the backends that can, and exits 2.
+// says so on one line, with the backends that can, and exits 2, before it
+// connects: with its nodes up or down.
 func TestElect_ObserveOnRedlock(t *testing.T) {
-	backend := "redlock://" + strings.Join(testsvc.RedisAddrs(testsvc.StartRedisNodes(t, 3)), ",")
-	r := runInProcess("elect", "--observe", "--backend", backend, "mailer")
-	if r.code != exitUsage || !strings.Contains(r.stderr, "cannot report changes of leader; observe on etcd, zk, redis or postgres") {
-		t.Errorf("exit %d, stderr %q; want 2, naming the backends that can be observed", r.code, r.stderr)
+	closed := testsvc.ClosedPort(t)
+	for what, backend := range map[string]string{
+		"nodes up":   "redlock://" + strings.Join(testsvc.RedisAddrs(testsvc.StartRedisNodes(t, 3)), ","),
+		"nodes down": fmt.Sprintf("redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", closed, closed+1, closed+2),
+	} {
+		r := runInProcess("elect", "--observe", "--backend", backend, "mailer")
+		if r.code != exitUsage || !strings.Contains(r.stderr, "cannot report changes of leader; observe on etcd, zk, redis or postgres") {
+			t.Errorf("%s: exit %d, stderr %q; want 2, naming the backends that can be observed", what, r.code, r.stderr)
+		}
+		oneLine(t, r)
 	}
-	oneLine(t, r)
 }
 
 // TestPrintTerm_LeaderNotPrintable: elect --observe prints a term on one
