@@ -30,7 +30,9 @@ lint:
 
 ## bench: the command of every row of the README's "Measured" table, with its
 ## run count: the backends' packages, ZooKeeper's alternating rounds, then the
-## bench module's (Redis, Redlock, PostgreSQL against ZooKeeper's recipe).
+## bench module's (Redis, Redlock, PostgreSQL against ZooKeeper's recipe), and
+## the bare Redis lock that the redis package doc measures the lease against
+## (RedisFloor).
 bench: deps
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench . -count 5 ./etcd/ ./postgres/ ./fence/postgres/
 	BATON_REQUIRE_SERVICES=1 $(GO) test -run '^$$' -bench Paired/clients=1 -benchtime 60x -count 10 ./zk/
