@@ -17,9 +17,9 @@ type Acquired struct {
 	At         time.Time // when Acquire returned
 	Err        error     // Acquire's error
 	ReleaseErr error     // the release's, when it acquired
-	// Left is how long the lease had until its local deadline when
-	// Acquire returned, when it acquired.
-	Left time.Duration
+	// Deadline is the lease's local deadline, read as soon as Acquire
+	// returned, when it acquired.
+	Deadline time.Time
 }
 
 // AcquireLater acquires name with acquire (a Locker's or a FencedLocker's
@@ -33,7 +33,7 @@ func AcquireLater[L Held](ctx context.Context, acquire func(context.Context, str
 		l, err := acquire(ctx, name)
 		a := Acquired{At: time.Now(), Err: err}
 		if err == nil {
-			a.Left = time.Until(l.Deadline())
+			a.Deadline = l.Deadline()
 			a.ReleaseErr = l.Release(context.Background())
 		}
 		ch <- a

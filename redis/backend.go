@@ -56,9 +56,9 @@ type backend struct {
 	life    context.Context
 	endLife context.CancelCauseFunc
 
-	obsMu     sync.Mutex     // guards obsClosed, and observers.Add against Close's Wait
+	obsMu     sync.Mutex     // guards obsClosed, and an observation's observers.Add against Close's Wait
 	obsClosed bool           // Close began: no observation starts
-	observers sync.WaitGroup // observation goroutines, awaited by Close
+	observers sync.WaitGroup // observation goroutines, and their quit-entry goroutines (added while their observation counts), awaited by Close
 
 	obsTTL, obsRefresh time.Duration // observerTTL and observerRefresh, but in tests
 	obsRead            atomic.Int64  // stream entries its observations read, for tests
@@ -215,7 +215,7 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.obsMu.Lock()
-	b.obsClosed = true // no observers.Add after this: Wait below is the last
+	b.obsClosed = true // no observation starts after this; only its running ones' quit-entry goroutines Add (see observe)
 	b.obsMu.Unlock()
 	b.endLife(baton.ErrClosed) // observations end while the holds do
 

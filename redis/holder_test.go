@@ -69,9 +69,9 @@ func holderMain(raw string) int {
 // key's expiry; the holder, thawed, reports the lease lost at once (its
 // local deadline passed while it was stopped), and the new holder's key is
 // left alone. A stall of a loaded machine can hold the waiter's look at
-// the expiry up past the 200ms: such a round runs again, on a lock name
-// and holder process of its own. A waiter that looks only on its 10s
-// timer misses the 200ms in every round.
+// the expiry up past the 200ms: such a round, late by less than half the
+// waiter's 10s timed look, runs again, on a lock name and holder process
+// of its own. A waiter that looks only on its timer fails at once.
 func TestHolderProcess_SIGSTOP(t *testing.T) {
 	t.Parallel()
 	srv := testsvc.StartRedis(t)
@@ -79,9 +79,7 @@ func TestHolderProcess_SIGSTOP(t *testing.T) {
 	// The waiter's own TTL is long: it looks again every 10s, so only its
 	// look at the key's expiry (as first waiter) can take over in time.
 	waiter := newLocker(t, srv.Addr, baton.WithTTL(30*time.Second), baton.WithHolder("waiter"))
-	round := 0
-	rounds.Run(t, 3, func() error {
-		round++
+	rounds.Run(t, 3, func(round int) error {
 		return holderSIGSTOPOnce(t, srv.Addr, cli, waiter, fmt.Sprintf("invoices-%d", round))
 	})
 }
@@ -149,7 +147,14 @@ func holderSIGSTOPOnce(t *testing.T, addr string, cli *goredis.Client, waiter *b
 	t.Logf("holder frozen at 0; its key expired at +%v (PTTL %v); waiter held at +%v: %v after the expiry",
 		expiry.Sub(stopped).Round(time.Millisecond), pttl, took.Sub(stopped).Round(time.Millisecond), took.Sub(expiry).Round(time.Millisecond))
 	if late := took.Sub(expiry); late > 200*time.Millisecond {
-		return fmt.Errorf("waiter took over %v after the key expired, want within 200ms", late)
+		err := fmt.Errorf("waiter took over %v after the key expired, want within 200ms", late)
+		// Less than half the way to the waiter's timed look (10s): a
+		// stall, and the round runs again; a look at the expiry missed,
+		// even now and then, lands at the timed look and fails at once.
+		if late < waiter.Config().RenewEvery/2 {
+			return err
+		}
+		t.Fatal(err)
 	}
 
 	// Thaw the holder: its next renewal is refused, it reports the loss.

@@ -191,38 +191,47 @@ func TestRenewal_1sLeaseFor10s(t *testing.T) {
 	// loaded machine) ends the lease by its local deadline, rightly: such
 	// a round, where nothing overlapped, runs again. A holder that does
 	// not renew loses every round.
-	round := 0
-	rounds.Run(t, 3, func() error {
-		round++
+	rounds.Run(t, 3, func(round int) error {
 		name := fmt.Sprintf("report-%d", round)
 		lease, err := a.Acquire(timeout(t, 5*time.Second), name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer lease.Release(context.Background())
-		ended := rounds.Watch(lease)
+		// byDeadline says whether the lease ended by its local deadline,
+		// waiting for the report, which comes a moment after it.
+		byDeadline := func() bool {
+			select {
+			case <-lease.Done():
+			case <-time.After(10 * time.Second):
+				return false
+			}
+			return errors.Is(lease.Err(), keeper.ErrDeadline)
+		}
 		start := time.Now()
 		minPTTL := time.Second
 		for time.Since(start) < 10*time.Second {
 			tried := time.Now()
 			if lb, err := b.TryAcquire(timeout(t, 5*time.Second), name); !errors.Is(err, baton.ErrNotAcquired) {
-				if err == nil && ended.ByDeadline(tried) {
+				if err == nil && rounds.TakenAfterEnd(lease, tried, 10*time.Second) {
 					_ = lb.Release(context.Background())
 					return fmt.Errorf("the lease ended by its local deadline after %v (%v), and another client then took the lock", time.Since(start), lease.Err())
 				}
 				t.Fatalf("after %v another client's TryAcquire = %v, the lease's Err %v", time.Since(start), err, lease.Err())
 			}
+			sent := time.Now()
 			pttl := cli.PTTL(timeout(t, time.Second), lease.Key()).Val()
-			if err := lease.Err(); err != nil {
-				if errors.Is(err, keeper.ErrDeadline) {
-					return fmt.Errorf("the lease ended by its local deadline after %v: %w", time.Since(start), err)
-				}
-				t.Fatalf("lease ended after %v: %v", time.Since(start), err)
+			// The key outlives the local deadline: gone before it, it
+			// expired while held. The deadline moves on only with a
+			// renewal, which a key gone refuses.
+			if pttl <= 0 && sent.Before(lease.Deadline()) {
+				t.Fatalf("PTTL %v after %v, read before the lease's local deadline: the key expired while held", pttl, time.Since(start))
 			}
-			// Read while the lease lived: the key outlives the local
-			// deadline, so it must still be there.
-			if pttl <= 0 {
-				t.Fatalf("PTTL %v after %v, the lease still live: the key expired while held", pttl, time.Since(start))
+			if err := lease.Err(); err != nil || pttl <= 0 || !time.Now().Before(lease.Deadline()) {
+				if byDeadline() {
+					return fmt.Errorf("the lease ended by its local deadline after %v: %w", time.Since(start), lease.Err())
+				}
+				t.Fatalf("lease ended after %v: %v", time.Since(start), lease.Err())
 			}
 			minPTTL = min(minPTTL, pttl)
 			time.Sleep(100 * time.Millisecond)
@@ -253,18 +262,20 @@ func TestRenewal_ServerFrozen_LostAtLocalDeadline(t *testing.T) {
 	defer l.Close()
 	// A lease lost before the freeze (a renewal unanswered for 0.4s under
 	// load) would pass below without a case: such a round runs again.
-	round := 0
-	rounds.Run(t, 3, func() error {
-		round++
+	rounds.Run(t, 3, func(round int) error {
 		lease, err := l.Acquire(timeout(t, 5*time.Second), fmt.Sprintf("frozen-%d", round))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer lease.Release(context.Background()) // after the Resume below
+		freezing := time.Now()
 		srv.Pause()
 		defer srv.Resume()
-		if err := lease.Err(); err != nil {
-			return fmt.Errorf("the lease ended before the server froze: %w", err)
+		if past, err := rounds.PastDeadline(lease, freezing, 10*time.Second); past {
+			if errors.Is(err, keeper.ErrDeadline) {
+				return fmt.Errorf("the lease ended by its deadline before the server froze: %w", err)
+			}
+			t.Fatalf("the lease ended before the server froze: %v", err)
 		}
 		late := -batontest.LostBeforeDeadline(t, lease, 5*time.Second)
 		// At the local deadline, not when the client's 10s read timeout
@@ -942,23 +953,58 @@ func observations() []string {
 	return out
 }
 
-// quitEntryDone is the first frame of an observation's quit-entry
-// goroutine (observe's AfterFunc) in its own code, past every call: Close
-// waits for its count, given up as its last deferred call, so one seen
-// so after Close is only returning (seen under load, runnable at its
-// closing brace). A goroutine in any other frame is still at work.
-const quitEntryDone = "github.com/baton-go/baton/redis.(*backend).observe.func1()\n"
+// quitEntry is the frame of an observation's quit-entry goroutine
+// (observe's AfterFunc). Close waits for its count, given up as its last
+// deferred call (WaitGroup.Done, which wakes Close's Wait before it
+// returns), so one seen after Close with only the runtime's and sync's
+// frames above this one is done, and only returning (seen under load,
+// runnable at its closing brace). One in any other frame is still at
+// work: in a request, or in its cancel.
+const quitEntry = "github.com/baton-go/baton/redis.(*backend).observe.func1()"
 
 // observationsAtWork is observations without the quit-entry goroutines
-// that are only returning (quitEntryDone).
+// that are only returning.
 func observationsAtWork() []string {
 	var out []string
 	for _, g := range observations() {
-		if _, frames, _ := strings.Cut(g, "\n"); !strings.HasPrefix(frames, quitEntryDone) {
+		if !onlyReturning(g) {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// TestOnlyReturning: the Close tests leave out a quit-entry goroutine only
+// once its work is done.
+func TestOnlyReturning(t *testing.T) {
+	const file = "\n\t/x/observe.go:165 +0x245"
+	for g, want := range map[string]bool{
+		"goroutine 1 [runnable]:\n" + quitEntry + file + "\ncreated by context.(*afterFuncCtx).cancel.func1 in goroutine 2" + file: true,
+		"goroutine 1 [runnable]:\nsync.(*WaitGroup).Done(0xc0)" + file + "\n" + quitEntry + file:                                   true,
+		"goroutine 1 [select]:\ngithub.com/redis/go-redis/v9.(*baseClient).process(0xc0)" + file + "\n" + quitEntry + file:         false,
+		"goroutine 1 [runnable]:\ncontext.(*cancelCtx).cancel(0xc0)" + file + "\n" + quitEntry + file:                              false,
+		"goroutine 1 [IO wait]:\ngithub.com/baton-go/baton/redis.(*backend).observe(0xc0)" + file:                                  false,
+	} {
+		if got := onlyReturning(g); got != want {
+			t.Errorf("onlyReturning(%q) = %v, want %v", g, got, want)
+		}
+	}
+}
+
+// onlyReturning reports whether the goroutine whose stack is g is a
+// quit-entry goroutine past its work (see quitEntry).
+func onlyReturning(g string) bool {
+	lines := strings.Split(g, "\n")[1:]    // past the "goroutine N [state]:" line
+	for i := 0; i+1 < len(lines); i += 2 { // a function, then its file:line
+		switch fn := lines[i]; {
+		case fn == quitEntry:
+			return true
+		case strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "sync.") || strings.HasPrefix(fn, "internal/"):
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // TestObserve_FrozenServer_Ends: an observation whose server stops
@@ -1191,6 +1237,9 @@ func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 	reg := "{" + la.Key() + "}:n"
 	away := time.Now()
 	sentAt, prev := away, c.PTTL(ctx, reg).Val()
+	if prev < 0 {
+		t.Fatalf("no registration (PTTL %v) as the reader went away", prev)
+	}
 	renewals := 0
 	var renewedLate time.Duration // when the first renewal after 2 TTLs away was seen
 	for {
@@ -1202,6 +1251,9 @@ func TestObserve_SlowReader_KeepsRegistration(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		at := time.Now()
 		pttl := c.PTTL(ctx, reg).Val()
+		if pttl < 0 { // gone: re-created later, it would pass for a renewal
+			t.Fatalf("the registration is gone (PTTL %v) %v after the reader went away", pttl, time.Since(away).Round(time.Millisecond))
+		}
 		if pttl > prev {
 			renewals++
 			if renewedLate == 0 && sentAt.Sub(away) >= 2*ttl {
@@ -2107,20 +2159,7 @@ func TestHandoff_StalledPastDeadline_ConfirmedByAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type acquired struct {
-		deadline        time.Time // the lease's, when Acquire returned
-		err, releaseErr error
-	}
-	got := make(chan acquired, 1)
-	go func() {
-		l, err := w.Acquire(timeout(t, 30*time.Second), "job")
-		r := acquired{err: err}
-		if err == nil {
-			r.deadline = l.Deadline()
-			r.releaseErr = l.Release(context.Background())
-		}
-		got <- r
-	}()
+	got := batontest.AcquireLater(timeout(t, 30*time.Second), w.Acquire, "job")
 	waitQueued(t, cli, held.Key(), 1)
 	if err := held.Release(timeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
@@ -2131,19 +2170,19 @@ func TestHandoff_StalledPastDeadline_ConfirmedByAttempt(t *testing.T) {
 	default:
 		// w's timed retry (RenewEvery, 333ms) came first: it held all
 		// the same, and this run did not test the stall.
-		t.Skipf("the machine stalled: w took the lock without the handoff (%v)", r.err)
+		t.Skipf("the machine stalled: w took the lock without the handoff (%v)", r.Err)
 	}
-	if r.err != nil || r.releaseErr != nil {
-		t.Fatalf("w, stalled past its deadline after the handoff: %v, release %v; want the lock, confirmed by an attempt", r.err, r.releaseErr)
+	if r.Err != nil || r.ReleaseErr != nil {
+		t.Fatalf("w, stalled past its deadline after the handoff: %v, release %v; want the lock, confirmed by an attempt", r.Err, r.ReleaseErr)
 	}
 	// The confirming attempt was sent after the stall ended: the deadline
 	// counts from its send time, however long w then took to return.
 	cfg := w.Config()
 	after := *resumed.Load()
-	t.Logf("w's deadline at %v after the stall ended (TTL %v - drift %v)", r.deadline.Sub(after).Round(time.Millisecond), cfg.TTL, cfg.Drift)
-	if want := after.Add(cfg.TTL - cfg.Drift); r.deadline.Before(want) {
+	t.Logf("w's deadline at %v after the stall ended (TTL %v - drift %v)", r.Deadline.Sub(after).Round(time.Millisecond), cfg.TTL, cfg.Drift)
+	if want := after.Add(cfg.TTL - cfg.Drift); r.Deadline.Before(want) {
 		t.Errorf("w's lease deadline is %v before the stall's end + TTL - drift (%v - %v): not counted from an attempt sent after the stall",
-			want.Sub(r.deadline).Round(time.Millisecond), cfg.TTL, cfg.Drift)
+			want.Sub(r.Deadline).Round(time.Millisecond), cfg.TTL, cfg.Drift)
 	}
 	lc, err := c.TryAcquire(timeout(t, 5*time.Second), "job")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/rediskit/redistest"
 	"github.com/baton-go/baton/internal/rounds"
@@ -214,20 +215,7 @@ func TestAcquire_LateHandoff_Holds(t *testing.T) {
 			srv, cli, ctx, lh := heldByH(t, "late")
 			hook := newWakeHook(t, delay)
 			w := hookedLocker(t, srv.Addr, hook, baton.WithTTL(ttl), baton.WithRenewEvery(renewEvery), baton.WithHolder("w"))
-			type acquired struct {
-				deadline time.Time // the lease's, when Acquire returned
-				err      error
-			}
-			wGot := make(chan acquired, 1)
-			go func() {
-				l, err := w.Acquire(ctx, "late")
-				r := acquired{err: err}
-				if err == nil {
-					r.deadline = l.Deadline()
-					_ = l.Release(context.Background())
-				}
-				wGot <- r
-			}()
+			wGot := batontest.AcquireLater(ctx, w.Acquire, "late")
 			waitQueued(t, cli, lh.Key(), 1)
 			// The handoff comes right after an attempt was answered; its
 			// message is held until tc.at after that attempt was sent
@@ -256,8 +244,8 @@ func TestAcquire_LateHandoff_Holds(t *testing.T) {
 			let := time.Now()
 			hook.Let()
 			r := <-wGot
-			if r.err != nil {
-				t.Fatalf("W, handed the lock by a release: %v", r.err)
+			if r.Err != nil {
+				t.Fatalf("W, handed the lock by a release: %v", r.Err)
 			}
 			select {
 			case next := <-hook.answered: // the first attempt answered since the look above
@@ -271,10 +259,10 @@ func TestAcquire_LateHandoff_Holds(t *testing.T) {
 			// word of the attempt before, it came RenewEvery or more
 			// sooner.
 			cfg := w.Config()
-			t.Logf("W's deadline at %v after the message was let through (TTL %v - drift %v)", r.deadline.Sub(let).Round(time.Millisecond), cfg.TTL, cfg.Drift)
-			if want := let.Add(cfg.TTL - cfg.Drift); r.deadline.Before(want) {
+			t.Logf("W's deadline at %v after the message was let through (TTL %v - drift %v)", r.Deadline.Sub(let).Round(time.Millisecond), cfg.TTL, cfg.Drift)
+			if want := let.Add(cfg.TTL - cfg.Drift); r.Deadline.Before(want) {
 				t.Errorf("W's lease deadline is %v before the message was let through + TTL - drift (%v - %v): not counted from an attempt sent after the handoff's message came",
-					want.Sub(r.deadline).Round(time.Millisecond), cfg.TTL, cfg.Drift)
+					want.Sub(r.Deadline).Round(time.Millisecond), cfg.TTL, cfg.Drift)
 			}
 		})
 	}
@@ -323,9 +311,7 @@ func TestRelease_RenewedDuringSlowRelease_KeyGoneIsALoss(t *testing.T) {
 	cli := client(t, srv.Addr)
 	// A renewal confirmed only after the first deadline (a stall of the
 	// machine) leaves no case to test: such a round runs again.
-	round := 0
-	rounds.Run(t, 3, func() error {
-		round++
+	rounds.Run(t, 3, func(round int) error {
 		return renewedDuringSlowReleaseOnce(t, srv, cli, fmt.Sprintf("renewed-%d", round))
 	})
 }

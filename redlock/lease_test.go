@@ -194,9 +194,7 @@ func TestRefusedByMajority(t *testing.T) {
 	// lease by the deadline, rightly, and such a round runs again. A
 	// holder that does not stop at a refusal (that tries again, as after
 	// a failure) ends by the deadline in every round.
-	round := 0
-	rounds.Run(t, 3, func() error {
-		round++
+	rounds.Run(t, 3, func(round int) error {
 		name := fmt.Sprintf("refused-%d", round)
 		lease, err := l.Acquire(timeout(t, 5*time.Second), name)
 		if err != nil {
@@ -1539,20 +1537,7 @@ func TestHandoff_PastARenewal_Confirmed(t *testing.T) {
 	}
 	cs := clients(t, nodes)
 	redistest.WaitHeld(t, cs, redlock.DefaultPrefix+"job", "a")
-	type acquired struct {
-		deadline time.Time // the lease's, read as soon as Acquire returned
-		err      error
-	}
-	wGot := make(chan acquired, 1)
-	go func() {
-		lease, err := w.Acquire(timeout(t, time.Minute), "job")
-		if err != nil {
-			wGot <- acquired{err: err}
-			return
-		}
-		deadline := lease.Deadline()
-		wGot <- acquired{deadline, lease.Release(context.Background())}
-	}()
+	wGot := batontest.AcquireLater(timeout(t, time.Minute), w.Acquire, "job")
 	redistest.WaitQueued(t, cs, redlock.DefaultPrefix+"job", "a", 1)
 	// The queued round was sent (by its start) at most delay before the
 	// last run recorded; its answers came delay later. Hold the release's
@@ -1573,8 +1558,8 @@ func TestHandoff_PastARenewal_Confirmed(t *testing.T) {
 	let := time.Now() // the messages reach w after this
 	hook.Let()
 	r := <-wGot
-	if r.err != nil {
-		t.Fatalf("w, handed the lock by a release: %v", r.err)
+	if r.Err != nil || r.ReleaseErr != nil {
+		t.Fatalf("w, handed the lock by a release: %v, release %v", r.Err, r.ReleaseErr)
 	}
 	// A lease's deadline is TTL - drift from the start of the round that
 	// took it (or of a renewal since, later still). Confirmed by a round,
@@ -1584,7 +1569,7 @@ func TestHandoff_PastARenewal_Confirmed(t *testing.T) {
 	// were recorded. (Such a lease's first renewal is due at once; the
 	// hook holds it back by delay, so that it cannot move the deadline on
 	// before w reads it.)
-	from := r.deadline.Add(-(ttl - w.Config().Drift))
+	from := r.Deadline.Add(-(ttl - w.Config().Drift))
 	switch {
 	case !from.After(sent):
 		t.Errorf("w's lease counts its deadline from %v before the messages were let through, from the queued round (its last run recorded %v before them): taken on that round's word, not confirmed by a round", let.Sub(from).Round(time.Millisecond), let.Sub(sent).Round(time.Millisecond))

@@ -1110,19 +1110,17 @@ func TestEnsemble_LeaderFrozen_HolderStops(t *testing.T) {
 	ensembleRounds(t, ens, func() error { return leaderFrozenOnce(t, ens, ttl) })
 }
 
-// ensembleRounds runs round with rounds.Run, three rounds at most, each
+// ensembleRounds runs once with rounds.Run, three rounds at most, each
 // after the first once ens serves again.
-func ensembleRounds(t *testing.T, ens *testsvc.ZKEnsemble, round func() error) {
+func ensembleRounds(t *testing.T, ens *testsvc.ZKEnsemble, once func() error) {
 	t.Helper()
-	first := true
-	rounds.Run(t, 3, func() error {
-		if !first {
+	rounds.Run(t, 3, func(round int) error {
+		if round > 1 {
 			if err := ens.WaitServing(time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}
-		first = false
-		return round()
+		return once()
 	})
 }
 
@@ -1141,11 +1139,15 @@ func leaderFrozenOnce(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	freezing := time.Now()
 	leader.Pause()
 	defer leader.Resume()
 	paused := time.Now()
-	if err := la.Err(); err != nil {
-		return fmt.Errorf("the lease ended before the leader froze: %w", err)
+	if past, err := rounds.PastDeadline(la, freezing, 10*time.Second); past {
+		if errors.Is(err, keeper.ErrDeadline) {
+			return fmt.Errorf("the lease ended by its deadline before the leader froze: %w", err)
+		}
+		t.Fatalf("the lease ended before the leader froze: %v", err)
 	}
 	select {
 	case <-la.Done():
@@ -1293,7 +1295,12 @@ func cutOffOnce(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration, log *s
 	select {
 	case <-cutDone:
 	default:
-		return 0, fmt.Errorf("the lease ended before any renewal was confirmed, so before the cut: %w", la.Err())
+		// A stall of the follower answering the holder, whose pings are
+		// dropped: its deadline passes, or its connection times out.
+		if err := la.Err(); errors.Is(err, keeper.ErrDeadline) || errors.Is(err, zk.ErrSuspended) {
+			return 0, fmt.Errorf("the lease ended before any renewal was confirmed, so before the cut: %w", err)
+		}
+		t.Fatalf("the lease ended before the cut, not by its deadline or a lost connection: %v", la.Err())
 	}
 	deadline := la.Deadline()
 	if pings.dropped.Load() == 0 {

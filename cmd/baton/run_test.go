@@ -865,7 +865,7 @@ func waitRunsOut(t *testing.T, backend, name, what string, cut func(), slack tim
 	t.Helper()
 	var start time.Time
 	var waiter *execResult
-	rounds.Run(t, 3, func() error {
+	rounds.Run(t, 3, func(int) error {
 		start = time.Now()
 		waiter = startBaton(t, "run", "--backend", backend, "--wait", "4s", name, "--", "true")
 		waitFor(t, 30*time.Second, func() bool { return waiters(t, backend, name) == 1 },

@@ -1,27 +1,30 @@
 // Package rounds runs a fault test's round again when the test machine,
 // not the code under test, spoiled it: a stall of a loaded CI machine that
 // ended a short lease by its local deadline before the round could make
-// its case. A bug spoils every round; a stall rarely two in a row.
+// its case. A bug that always strikes spoils every round, and a stall
+// rarely two in a row. One that strikes only sometimes may pass a round
+// run again: a round spoils only on the outcome a stall gives (a loss by
+// the local deadline, a timing bound missed by less than the bug would
+// miss it), and fails at once on any other.
 package rounds
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/baton-go/baton/internal/keeper"
 )
 
-// Run calls round until it returns nil, at most n times. A round returns
+// Run calls round until it returns nil, at most n times, with its number
+// (1 for the first: a round names its own lock with it). A round returns
 // an error when it checked nothing (its precondition failed, saying why),
 // and fails tb itself on any other miss. Run logs each spoiled round and
 // fails tb, with the last round's error, when all n were.
-func Run(tb testing.TB, n int, round func() error) {
+func Run(tb testing.TB, n int, round func(round int) error) {
 	tb.Helper()
 	for i := 1; ; i++ {
-		err := round()
+		err := round(i)
 		if err == nil {
 			return
 		}
@@ -33,31 +36,45 @@ func Run(tb testing.TB, n int, round func() error) {
 	}
 }
 
-// Lease is what End watches: a *baton.Lease or a *baton.FencedLease.
+// Lease is what TakenAfterEnd looks at: a *baton.Lease or a
+// *baton.FencedLease.
 type Lease interface {
-	Context() context.Context
+	Deadline() time.Time
+	Done() <-chan struct{}
 	Err() error
 }
 
-// End records when a lease ended.
-type End struct {
-	l  Lease
-	at atomic.Pointer[time.Time]
+// TakenAfterEnd reports, for another client that got the lock l held
+// with an attempt sent at tried, whether that came after l ended by its
+// local deadline: tried is not before l's deadline (which moves on only
+// while l holds, and stands once it is lost), and l reports a loss by
+// that deadline, within wait (its report comes a moment after the
+// deadline). If not, the two may have overlapped: a failure, never a
+// spoiled round.
+func TakenAfterEnd(l Lease, tried time.Time, wait time.Duration) bool {
+	if tried.Before(l.Deadline()) {
+		return false
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(wait):
+		return false
+	}
+	return errors.Is(l.Err(), keeper.ErrDeadline)
 }
 
-// Watch starts recording when l ends.
-func Watch(l Lease) *End {
-	e := &End{l: l}
-	context.AfterFunc(l.Context(), func() {
-		now := time.Now()
-		e.at.Store(&now)
-	})
-	return e
-}
-
-// ByDeadline reports whether the lease ended by its local deadline (no
-// renewal confirmed in time), and did so before since.
-func (e *End) ByDeadline(since time.Time) bool {
-	at := e.at.Load()
-	return at != nil && at.Before(since) && errors.Is(e.l.Err(), keeper.ErrDeadline)
+// PastDeadline reports whether l's local deadline had passed by at (l
+// ended before at, or was about to report it), and if so waits, up to
+// wait, for l's report of the loss, and returns it (nil if none came).
+// A round that needs l alive at at spoils when the loss is by the
+// deadline, and fails otherwise.
+func PastDeadline(l Lease, at time.Time, wait time.Duration) (bool, error) {
+	if at.Before(l.Deadline()) {
+		return false, nil
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(wait):
+	}
+	return true, l.Err()
 }

@@ -1,7 +1,6 @@
 package rounds
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -41,8 +40,11 @@ func TestRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &recorder{}
 			calls := 0
-			Run(r, 3, func() error {
+			Run(r, 3, func(round int) error {
 				calls++
+				if round != calls {
+					t.Errorf("round %d called as %d", calls, round)
+				}
 				if calls <= tc.spoils {
 					return spoiled
 				}
@@ -64,45 +66,52 @@ func TestRun(t *testing.T) {
 }
 
 type fakeLease struct {
-	ctx context.Context
-	err error
+	deadline time.Time
+	done     chan struct{}
+	err      error
 }
 
-func (f *fakeLease) Context() context.Context { return f.ctx }
-func (f *fakeLease) Err() error               { return f.err }
+func (f *fakeLease) Deadline() time.Time   { return f.deadline }
+func (f *fakeLease) Done() <-chan struct{} { return f.done }
+func (f *fakeLease) Err() error            { return f.err }
 
-func TestEnd_ByDeadline(t *testing.T) {
+func TestTakenAfterEnd(t *testing.T) {
+	deadline := time.Now()
+	byDeadline := fmt.Errorf("lease lost: %w", keeper.ErrDeadline)
+	ended := make(chan struct{})
+	close(ended)
 	for _, tc := range []struct {
-		name string
-		err  error
-		want bool
+		name  string
+		tried time.Time
+		l     *fakeLease
+		want  bool
 	}{
-		{"by the deadline", fmt.Errorf("lease lost: %w", keeper.ErrDeadline), true},
-		{"refused", errors.New("lease lost: renewal refused"), false},
+		{"tried at the deadline, lost by it", deadline, &fakeLease{deadline, ended, byDeadline}, true},
+		{"tried after the deadline, lost by it", deadline.Add(time.Second), &fakeLease{deadline, ended, byDeadline}, true},
+		{"tried before the deadline", deadline.Add(-time.Millisecond), &fakeLease{deadline, ended, byDeadline}, false},
+		{"lost otherwise", deadline, &fakeLease{deadline, ended, errors.New("lease lost: renewal refused")}, false},
+		{"not lost", deadline, &fakeLease{deadline, make(chan struct{}), nil}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			l := &fakeLease{ctx: ctx}
-			e := Watch(l)
-			before := time.Now()
-			if e.ByDeadline(time.Now()) {
-				t.Fatal("a live lease: ByDeadline true")
-			}
-			l.err = tc.err
-			cancel()
-			deadline := time.Now().Add(10 * time.Second)
-			for e.at.Load() == nil { // AfterFunc runs on its own goroutine
-				if time.Now().After(deadline) {
-					t.Fatal("the end was not recorded")
-				}
-				time.Sleep(time.Millisecond)
-			}
-			if got := e.ByDeadline(time.Now().Add(time.Second)); got != tc.want {
-				t.Errorf("ByDeadline after the end = %v, want %v", got, tc.want)
-			}
-			if e.ByDeadline(before) {
-				t.Error("ByDeadline(a time before the end) = true")
+			if got := TakenAfterEnd(tc.l, tc.tried, 10*time.Millisecond); got != tc.want {
+				t.Errorf("TakenAfterEnd = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestPastDeadline(t *testing.T) {
+	deadline := time.Now()
+	byDeadline := fmt.Errorf("lease lost: %w", keeper.ErrDeadline)
+	ended := make(chan struct{})
+	close(ended)
+	if past, err := PastDeadline(&fakeLease{deadline, make(chan struct{}), nil}, deadline.Add(-time.Millisecond), time.Millisecond); past || err != nil {
+		t.Errorf("before the deadline: %v, %v; want false, nil", past, err)
+	}
+	if past, err := PastDeadline(&fakeLease{deadline, ended, byDeadline}, deadline, time.Minute); !past || !errors.Is(err, keeper.ErrDeadline) {
+		t.Errorf("at the deadline, lost by it: %v, %v; want true and the loss", past, err)
+	}
+	if past, err := PastDeadline(&fakeLease{deadline, make(chan struct{}), nil}, deadline, 10*time.Millisecond); !past || err != nil {
+		t.Errorf("past the deadline, no loss reported: %v, %v; want true, nil", past, err)
 	}
 }
