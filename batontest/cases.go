@@ -512,24 +512,10 @@ func (s *suite) renewalOnce(t *testing.T) error {
 			}
 			t.Fatalf("after %v another client's TryAcquire = %v, the lease's Err %v; the lease was not renewed", time.Until(end), err, lease.Err())
 		}
-		err = lease.Err()
-		left := time.Until(lease.Deadline())
-		if err == nil && left <= 0 {
-			// Past its deadline: the loss by it is reported a moment later.
-			select {
-			case <-lease.Done():
-				err = lease.Err()
-			case <-time.After(10 * time.Second):
-				t.Fatalf("the lease's deadline passed %v ago, and it is not reported lost", -left)
-			}
+		if err := rounds.Ended(lease, 10*time.Second); err != nil {
+			return rounds.ByDeadline(t, err, "while renewing")
 		}
-		if err != nil {
-			if errors.Is(err, keeper.ErrDeadline) {
-				return fmt.Errorf("the lease ended by its local deadline while renewing: %w", err)
-			}
-			t.Fatalf("lease ended while renewing: %v", err)
-		}
-		if left > s.f.TTL {
+		if left := time.Until(lease.Deadline()); left > s.f.TTL {
 			t.Fatalf("local deadline %v away, want within (0, TTL]", left)
 		}
 		time.Sleep(s.f.TTL / 4)

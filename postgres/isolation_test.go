@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/batontest"
-	"github.com/baton-go/baton/internal/keeper"
 	"github.com/baton-go/baton/internal/rounds"
 	"github.com/baton-go/baton/postgres"
 )
@@ -216,18 +214,8 @@ func firstObserveBehindTableLockOnce(t *testing.T) error {
 	if err := <-observed; err != nil {
 		t.Fatalf("Observe once the table was free: %v", err)
 	}
-	err = lease.Err()
-	if past, perr := rounds.PastDeadline(lease, time.Now(), 10*time.Second); err == nil && past {
-		if perr == nil {
-			t.Fatal("the holder's deadline passed, and the lease did not report its loss within 10s")
-		}
-		err = perr
-	}
-	if err != nil {
-		if errors.Is(err, keeper.ErrDeadline) {
-			return fmt.Errorf("the holder lost its lease by its deadline while the first Observe waited: %w", err)
-		}
-		t.Fatalf("the holder lost its lease while the first Observe waited: %v", err)
+	if err := rounds.Ended(lease, 10*time.Second); err != nil {
+		return rounds.ByDeadline(t, err, "while the first Observe waited")
 	}
 	return nil
 }

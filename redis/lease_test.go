@@ -198,16 +198,6 @@ func TestRenewal_1sLeaseFor10s(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lease.Release(context.Background())
-		// byDeadline says whether the lease ended by its local deadline,
-		// waiting for the report, which comes a moment after it.
-		byDeadline := func() bool {
-			select {
-			case <-lease.Done():
-			case <-time.After(10 * time.Second):
-				return false
-			}
-			return errors.Is(lease.Err(), keeper.ErrDeadline)
-		}
 		start := time.Now()
 		minPTTL := time.Second
 		for time.Since(start) < 10*time.Second {
@@ -227,11 +217,8 @@ func TestRenewal_1sLeaseFor10s(t *testing.T) {
 			if pttl <= 0 && sent.Before(lease.Deadline()) {
 				t.Fatalf("PTTL %v after %v, read before the lease's local deadline: the key expired while held", pttl, time.Since(start))
 			}
-			if err := lease.Err(); err != nil || pttl <= 0 || !time.Now().Before(lease.Deadline()) {
-				if byDeadline() {
-					return fmt.Errorf("the lease ended by its local deadline after %v: %w", time.Since(start), lease.Err())
-				}
-				t.Fatalf("lease ended after %v: %v", time.Since(start), lease.Err())
+			if err := rounds.Ended(lease, 10*time.Second); err != nil {
+				return rounds.ByDeadline(t, err, fmt.Sprintf("after %v", time.Since(start)))
 			}
 			minPTTL = min(minPTTL, pttl)
 			time.Sleep(100 * time.Millisecond)
@@ -272,10 +259,7 @@ func TestRenewal_ServerFrozen_LostAtLocalDeadline(t *testing.T) {
 		srv.Pause()
 		defer srv.Resume()
 		if past, err := rounds.PastDeadline(lease, freezing, 10*time.Second); past {
-			if errors.Is(err, keeper.ErrDeadline) {
-				return fmt.Errorf("the lease ended by its deadline before the server froze: %w", err)
-			}
-			t.Fatalf("the lease ended before the server froze: %v", err)
+			return rounds.ByDeadline(t, err, "before the server froze")
 		}
 		late := -batontest.LostBeforeDeadline(t, lease, 5*time.Second)
 		// At the local deadline, not when the client's 10s read timeout

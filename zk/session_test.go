@@ -1144,10 +1144,7 @@ func leaderFrozenOnce(t *testing.T, ens *testsvc.ZKEnsemble, ttl time.Duration) 
 	defer leader.Resume()
 	paused := time.Now()
 	if past, err := rounds.PastDeadline(la, freezing, 10*time.Second); past {
-		if errors.Is(err, keeper.ErrDeadline) {
-			return fmt.Errorf("the lease ended by its deadline before the leader froze: %w", err)
-		}
-		t.Fatalf("the lease ended before the leader froze: %v", err)
+		return rounds.ByDeadline(t, err, "before the leader froze")
 	}
 	select {
 	case <-la.Done():

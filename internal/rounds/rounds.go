@@ -10,6 +10,7 @@ package rounds
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -77,4 +78,30 @@ func PastDeadline(l Lease, at time.Time, wait time.Duration) (bool, error) {
 	case <-time.After(wait):
 	}
 	return true, l.Err()
+}
+
+// Ended returns l's loss, nil while l holds: its Err, or, once its local
+// deadline has passed, the loss it reports within wait (which comes a
+// moment after the deadline), or an error saying that none came.
+func Ended(l Lease, wait time.Duration) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	past, err := PastDeadline(l, time.Now(), wait)
+	if past && err == nil {
+		return fmt.Errorf("its local deadline passed, and it reported no loss within %v", wait)
+	}
+	return err
+}
+
+// ByDeadline returns err, a lease's loss (when says when it came), as the
+// error of a spoiled round when it is a loss by the local deadline, the
+// one a stall gives; on any other it fails tb.
+func ByDeadline(tb testing.TB, err error, when string) error {
+	tb.Helper()
+	if errors.Is(err, keeper.ErrDeadline) {
+		return fmt.Errorf("the lease ended by its local deadline %s: %w", when, err)
+	}
+	tb.Fatalf("the lease ended %s: %v", when, err)
+	return nil
 }

@@ -115,3 +115,33 @@ func TestPastDeadline(t *testing.T) {
 		t.Errorf("past the deadline, no loss reported: %v, %v; want true, nil", past, err)
 	}
 }
+
+func TestEnded(t *testing.T) {
+	future := time.Now().Add(time.Hour)
+	byDeadline := fmt.Errorf("lease lost: %w", keeper.ErrDeadline)
+	ended := make(chan struct{})
+	close(ended)
+	if err := Ended(&fakeLease{future, make(chan struct{}), nil}, time.Millisecond); err != nil {
+		t.Errorf("a lease that holds: %v, want nil", err)
+	}
+	refused := errors.New("lease lost: renewal refused")
+	if err := Ended(&fakeLease{future, ended, refused}, time.Millisecond); err != refused {
+		t.Errorf("a lease lost: %v, want its loss", err)
+	}
+	if err := Ended(&fakeLease{time.Now(), ended, byDeadline}, time.Minute); !errors.Is(err, keeper.ErrDeadline) {
+		t.Errorf("a lease past its deadline, lost by it: %v, want the loss", err)
+	}
+	if err := Ended(&fakeLease{time.Now(), make(chan struct{}), nil}, 10*time.Millisecond); err == nil || errors.Is(err, keeper.ErrDeadline) {
+		t.Errorf("a lease past its deadline, no loss reported: %v, want an error that is not a loss by the deadline", err)
+	}
+}
+
+func TestByDeadline(t *testing.T) {
+	r := &recorder{}
+	if err := ByDeadline(r, fmt.Errorf("lease lost: %w", keeper.ErrDeadline), "before the freeze"); !errors.Is(err, keeper.ErrDeadline) || r.fatal != "" {
+		t.Errorf("a loss by the deadline: %v, fatal %q; want a spoiled round", err, r.fatal)
+	}
+	if err := ByDeadline(r, errors.New("renewal refused"), "before the freeze"); err != nil || r.fatal != "the lease ended before the freeze: renewal refused" {
+		t.Errorf("another loss: %v, fatal %q; want tb failed", err, r.fatal)
+	}
+}
