@@ -92,13 +92,24 @@ type LockInfo struct {
 	// than it took the lock by its wait.
 	Since   time.Time
 	Waiters int // acquisitions queued behind the holder
+	// Err, in a list of every held lock (Inspect without names), is why
+	// this lock could not be read: keys or nodes that this client may not
+	// read (an ACL), or that another tool wrote (a Redis key of another
+	// type, ZooKeeper sequence numbers that wrapped). Such a lock is
+	// listed with its Name and Err alone, so that one stray entry does not
+	// fail the whole list, nor go unseen; Inspect with its name returns
+	// the same error. Nil otherwise.
+	Err error
 }
 
 // Inspector is implemented by backends that can list their locks, for
 // `baton status`.
 type Inspector interface {
 	// Inspect returns the named locks (held or not), or every held lock
-	// when names is empty, sorted by name.
+	// when names is empty, sorted by name. A lock that cannot be read
+	// makes naming it an error; in a list of every held lock, it is
+	// listed with LockInfo.Err, and the list is an error only when no lock
+	// could be read.
 	Inspect(ctx context.Context, names ...string) ([]LockInfo, error)
 }
 

@@ -26,7 +26,11 @@ var (
 // the key's PTTL, Waiters the live entries of its wait queue (not those
 // of waiters that died, which the queue drops later). Since is not
 // recorded. Without names it lists every key under the prefix, with SCAN
-// (on every master of a Cluster).
+// (on every master of a Cluster). A lock whose keys cannot be read there
+// (a key of another type, set by another tool; an ACL that refuses this
+// user some keys) is listed with its error (LockInfo.Err), so that one
+// stray key under the prefix does not fail the list; named, it is
+// Inspect's error, and so is the first one's when no lock could be read.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	octx, cancel := b.op(ctx)
 	defer cancel()
@@ -63,17 +67,35 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 	if err := rediskit.CmdErr(now); err != nil {
 		return nil, b.fail(ctx, "inspect locks", err)
 	}
+	unread := make([]error, len(names)) // the errors of the locks that cannot be read
+	var firstUnread error               // returned when no lock could be read
 	for i, n := range names {
-		if err := rediskit.CmdErr(cs[i].get, cs[i].pttl, cs[i].wait); err != nil {
+		if cerr := rediskit.CmdErr(cs[i].get, cs[i].pttl, cs[i].wait); cerr != nil {
 			k := b.keys(n)
-			return nil, b.fail(ctx, "inspect "+k.lock, err, k.lock, k.w)
+			err := b.fail(ctx, "inspect "+k.lock, cerr, k.lock, k.w)
+			if !listed || !rediskit.LockAlone(cerr) || ctx.Err() != nil {
+				return nil, err
+			}
+			unread[i] = err
+			if firstUnread == nil {
+				firstUnread = err
+			}
 		}
 	}
-	if err != nil && !errors.Is(err, goredis.Nil) { // not a command's: the pipeline's own
+	if firstUnread != nil && !slices.Contains(unread, nil) {
+		// No lock could be read: a list of errors alone would hide that
+		// this client can read none.
+		return nil, firstUnread
+	}
+	if err != nil && !errors.Is(err, goredis.Nil) && firstUnread == nil { // not a command's: the pipeline's own
 		return nil, b.fail(ctx, "inspect locks", err)
 	}
 	out := make([]baton.LockInfo, 0, len(names))
 	for i, n := range names {
+		if unread[i] != nil {
+			out = append(out, baton.LockInfo{Name: n, Err: unread[i]})
+			continue
+		}
 		info := baton.LockInfo{Name: n, Waiters: rediskit.LiveWaiters(cs[i].wait.Val(), now.Val().UnixMilli())}
 		if v, err := cs[i].get.Result(); err == nil {
 			info.Holder = rediskit.HolderOf(v)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/rediskit"
 	"github.com/baton-go/baton/internal/testsvc"
 	"github.com/baton-go/baton/redis"
 )
@@ -146,5 +148,65 @@ func TestInspect_WrongTypeBehindFreeLock(t *testing.T) {
 			continue
 		}
 		refusedForGood(t, fmt.Sprintf("Inspect(%q)", names), err, "WRONGTYPE", key)
+	}
+}
+
+// TestInspect_ListShowsWhatItCannotRead: listing every lock, one whose
+// keys cannot be read (a hash under the prefix, set by another tool; keys
+// the user's ACL does not grant) is listed with its error, and the others
+// as they are; the stray key failed the whole list. Named, it is
+// Inspect's error, and so is the first one's when no lock can be read.
+func TestInspect_ListShowsWhatItCannotRead(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := client(t, srv.Addr)
+	ctx := timeout(t, 20*time.Second)
+	if err := c.HSet(ctx, redis.DefaultPrefix+"b", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, redis.DefaultPrefix+"a", "set by another tool", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := newLocker(t, srv.Addr, baton.WithHolder("h"), baton.WithTTL(10*time.Second)).Acquire(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	// list checks that l lists held as read and unread with their errors,
+	// each saying want.
+	list := func(l *baton.Locker, held []string, unread []string, want string) {
+		t.Helper()
+		infos, err := l.Backend().(baton.Inspector).Inspect(ctx)
+		if err != nil {
+			t.Fatalf("Inspect() = %v; want %q held and %q unreadable", err, held, unread)
+		}
+		var gotHeld, gotUnread []string
+		for _, in := range infos {
+			if in.Err == nil {
+				gotHeld = append(gotHeld, in.Name)
+				continue
+			}
+			gotUnread = append(gotUnread, in.Name)
+			if !strings.Contains(in.Err.Error(), want) || in.Holder != "" || in.Key != "" {
+				t.Errorf("Inspect(): %+v; want no holder, and an error saying %q", in, want)
+			}
+		}
+		if !slices.Equal(gotHeld, held) || !slices.Equal(gotUnread, unread) {
+			t.Fatalf("Inspect() = %+v; want %q held and %q unreadable", infos, held, unread)
+		}
+	}
+	list(newLocker(t, srv.Addr), []string{"a", "c"}, []string{"b"}, "WRONGTYPE")
+
+	// A user granted c's keys alone: a and b cannot be read (NOPERM).
+	onlyC := aclUser(t, srv, strings.Fields(rediskit.Grants(redis.DefaultPrefix+"c"))...)("looker")
+	list(onlyC, []string{"c"}, []string{"a", "b"}, "NOPERM")
+	if _, err := onlyC.Backend().(baton.Inspector).Inspect(ctx, "a"); !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("Inspect(a) by a user not granted its key = %v; want the ACL's refusal (ErrInvalidOption)", err)
+	}
+
+	// No lock can be read: the refusal, not a list of errors alone.
+	none := aclUser(t, srv, strings.Fields(rediskit.Grants(redis.DefaultPrefix+"nothing"))...)("looker")
+	if infos, err := none.Backend().(baton.Inspector).Inspect(ctx); !errors.Is(err, baton.ErrInvalidOption) {
+		t.Errorf("Inspect() with every lock refused = %+v, %v; want the ACL's refusal (ErrInvalidOption)", infos, err)
 	}
 }

@@ -21,18 +21,26 @@ var (
 	_ baton.ForceReleaser = (*backend)(nil)
 )
 
-// nodeView is one node's view of one lock.
+// nodeView is one node's view of one lock: err is the error of the
+// lock's own commands there (a key of another type, an ACL that refuses
+// its keys), its other fields are valid when err is nil.
 type nodeView struct {
 	value   string
 	pttl    time.Duration
 	waiters int
+	err     error
 }
 
 // Inspect implements baton.Inspector. A lock is shown as held when one
 // value is set on a majority of the nodes; TTLLeft is the shortest PTTL
 // among its nodes, Waiters the most live entries in one node's queue (see
-// rediskit.LiveWaiters). Without names it lists the keys
-// under the prefix on every node that answers.
+// rediskit.LiveWaiters). Without names it lists the keys under the prefix
+// on every node that answers. A lock that no majority can tell because
+// its keys cannot be read on them (a key of another type, set by another
+// tool; an ACL that refuses this user some keys) is listed with its error
+// (LockInfo.Err), so that one stray key under the prefix does not fail
+// the list; named, it is Inspect's error, and so is the first one's when
+// no lock could be read.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	listed := len(names) == 0
 	if listed {
@@ -46,8 +54,6 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 			return nil, err
 		}
 	}
-	var mu sync.Mutex
-	var refusedKeys []string // the keys of the locks whose commands failed, for a WRONGTYPE
 	views, errs := each(ctx, b, b.cfg.RequestTimeout, func(ctx context.Context, n *node) ([]nodeView, error) {
 		out := make([]nodeView, len(names))
 		gets := make([]*goredis.StringCmd, len(names))
@@ -68,37 +74,56 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		if err := rediskit.CmdErr(now); err != nil {
 			return nil, n.err("inspect", err)
 		}
+		alone := false // a lock's own error is among the commands'
 		for i, name := range names {
 			if err := rediskit.CmdErr(gets[i], pttls[i], ws[i]); err != nil {
-				k := b.keys(name)
-				mu.Lock()
-				refusedKeys = append(refusedKeys, k.lock, k.w)
-				mu.Unlock()
-				return nil, n.err("inspect "+k.lock, err)
+				if !rediskit.LockAlone(err) {
+					return nil, n.err("inspect "+b.keys(name).lock, err)
+				}
+				out[i].err, alone = n.err("inspect "+b.keys(name).lock, err), true
 			}
 		}
-		if err != nil && !errors.Is(err, goredis.Nil) { // not a command's: the pipeline's own
+		if err != nil && !errors.Is(err, goredis.Nil) && !alone { // not a command's: the pipeline's own
 			return nil, n.err("inspect", err)
 		}
 		for i := range names {
-			out[i] = nodeView{value: gets[i].Val(), pttl: pttls[i].Val(), waiters: rediskit.LiveWaiters(ws[i].Val(), now.Val().UnixMilli())}
+			if out[i].err == nil {
+				out[i] = nodeView{value: gets[i].Val(), pttl: pttls[i].Val(), waiters: rediskit.LiveWaiters(ws[i].Val(), now.Val().UnixMilli())}
+			}
 		}
 		return out, nil
 	}, nil)
 	if failedMajority(b, errs) {
-		mu.Lock()
-		keys := slices.Clone(refusedKeys)
-		mu.Unlock()
-		slices.Sort(keys)
-		return nil, b.unavailable(ctx, "inspect locks", errs, slices.Compact(keys)...)
+		return nil, b.unavailable(ctx, "inspect locks", errs)
 	}
 	out := make([]baton.LockInfo, 0, len(names))
+	var unread error // the first lock's that cannot be read, returned when none could be
+	told := 0
 	for i, name := range names {
+		k := b.keys(name)
+		lockErrs := slices.Clone(errs) // the nodes' errors for this lock
+		for j, v := range views {
+			if lockErrs[j] == nil {
+				lockErrs[j] = v[i].err
+			}
+		}
+		if failedMajority(b, lockErrs) {
+			err := b.unavailable(ctx, "inspect "+k.lock, lockErrs, k.lock, k.w)
+			if !listed || ctx.Err() != nil {
+				return nil, err
+			}
+			if unread == nil {
+				unread = err
+			}
+			out = append(out, baton.LockInfo{Name: name, Err: err})
+			continue
+		}
+		told++
 		info := baton.LockInfo{Name: name}
 		count := map[string]int{}
 		ttl := map[string]time.Duration{}
 		for j, v := range views {
-			if errs[j] != nil {
+			if lockErrs[j] != nil {
 				continue
 			}
 			nv := v[i]
@@ -113,13 +138,18 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		}
 		for v, c := range count {
 			if c >= b.quorum {
-				info.Holder, info.Key, info.TTLLeft = rediskit.HolderOf(v), b.keys(name).lock, max(ttl[v], -1)
+				info.Holder, info.Key, info.TTLLeft = rediskit.HolderOf(v), k.lock, max(ttl[v], -1)
 			}
 		}
 		if listed && info.Key == "" {
 			continue
 		}
 		out = append(out, info)
+	}
+	if unread != nil && told == 0 {
+		// No lock could be read: a list of errors alone would hide that
+		// this client can read none.
+		return nil, unread
 	}
 	slices.SortFunc(out, func(a, b baton.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

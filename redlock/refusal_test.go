@@ -208,3 +208,39 @@ func TestInspect_WrongTypeBehindFreeLock(t *testing.T) {
 		}
 	}
 }
+
+// TestInspect_ListShowsWhatItCannotRead: listing every lock, one whose
+// key holds a hash on two nodes of three (set by another tool) is listed
+// with its error, and the others as they are; the stray key failed the
+// whole list. When it is the only lock, the list is its error.
+func TestInspect_ListShowsWhatItCannotRead(t *testing.T) {
+	t.Parallel()
+	nodes := testsvc.StartRedisNodes(t, 3)
+	cs := clients(t, nodes)
+	ctx := timeout(t, 30*time.Second)
+	key := redlock.DefaultPrefix + "b"
+	for _, c := range cs[:2] {
+		if err := c.HSet(ctx, key, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, err := lockerOn(t, cs, baton.WithHolder("h"), baton.WithTTL(10*time.Second)).Acquire(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp := lockerOn(t, cs, baton.WithRequestTimeout(time.Second)).Backend().(baton.Inspector)
+	infos, err := insp.Inspect(ctx)
+	var rerr goredis.Error
+	if err != nil || len(infos) != 2 || infos[0].Name != "b" || infos[0].Holder != "" || !errors.As(infos[0].Err, &rerr) ||
+		!strings.Contains(infos[0].Err.Error(), "WRONGTYPE") || infos[1].Name != "c" || infos[1].Holder != "h" || infos[1].Err != nil {
+		t.Fatalf("Inspect() = %+v, %v; want b with its WRONGTYPE, and c held by h", infos, err)
+	}
+
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	infos, err = insp.Inspect(ctx)
+	if err == nil || errors.Is(err, baton.ErrUnavailable) || !errors.As(err, &rerr) || !strings.Contains(err.Error(), key) {
+		t.Errorf("Inspect() with its only lock refused = %+v, %v; want the refusal naming %s", infos, err, key)
+	}
+}

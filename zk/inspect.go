@@ -23,10 +23,10 @@ var (
 // Inspect implements baton.Inspector. TTLLeft is -1: ZooKeeper does not
 // tell anyone but the server how long a session has left. Without names,
 // a lock that cannot be told (its sequence numbers wrapped, an ACL that
-// refuses this identity, one that keeps changing hands) is left out with
-// a warning, so that one odd election node under the root does not hide
-// the others; named, it is an error, and so is the first one's when every
-// lock was left out, rather than a list that says none is held.
+// refuses this identity, one that keeps changing hands) is listed with
+// its error (LockInfo.Err), so that one odd election node under the root
+// does not fail the list; named, it is Inspect's error, and so is the
+// first one's when no lock could be told.
 func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInfo, error) {
 	for _, n := range names {
 		if err := baton.ValidateName(n); err != nil {
@@ -52,15 +52,15 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		}
 	}
 	out := make([]baton.LockInfo, 0, len(names))
-	var leftOut error // the first lock's left out, returned when all were
+	var unread error // the first lock's that cannot be read, returned when none could be
 	told := 0
 	for _, n := range names {
 		info, err := b.inspect(ctx, n)
 		if err != nil && heldOnly && ctx.Err() == nil && lockAlone(err) {
-			b.cfg.Logger.Warn("a lock left out of the list: it cannot be told; inspect it by name to see why", "lock", n, "err", err)
-			if leftOut == nil {
-				leftOut = err
+			if unread == nil {
+				unread = err
 			}
+			out = append(out, baton.LockInfo{Name: n, Err: err})
 			continue
 		}
 		if err != nil {
@@ -72,10 +72,11 @@ func (b *backend) Inspect(ctx context.Context, names ...string) ([]baton.LockInf
 		}
 		out = append(out, info)
 	}
-	if leftOut != nil && told == 0 {
-		// Every lock left out (credentials the election nodes' ACLs all
-		// refuse): an empty list would say that none is held.
-		return nil, leftOut
+	if unread != nil && told == 0 {
+		// No lock could be read (credentials the election nodes' ACLs all
+		// refuse): a list of errors alone would hide that this identity
+		// can read none.
+		return nil, unread
 	}
 	slices.SortFunc(out, func(a, b baton.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -3,7 +3,6 @@ package zk_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +10,6 @@ import (
 	zkgo "github.com/go-zookeeper/zk"
 
 	"github.com/baton-go/baton"
-	"github.com/baton-go/baton/internal/asynclog"
-	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/zk"
 )
 
@@ -179,12 +176,12 @@ func TestInspect_BadName_NoRequest(t *testing.T) {
 	}
 }
 
-// TestInspect_OddLockLeftOut: a list of every lock (baton status without
-// names) leaves out, with a warning, a lock it cannot tell (its sequence
-// numbers wrapped; an ACL that refuses this identity), and shows the
-// others; named, that lock is an error. Before, one such election node
-// under the root failed the whole list.
-func TestInspect_OddLockLeftOut(t *testing.T) {
+// TestInspect_OddLockListedWithItsError: a list of every lock (baton
+// status without names) shows a lock it cannot tell (its sequence numbers
+// wrapped; an ACL that refuses this identity) with its error, and the
+// others as they are; named, that lock is an error. Before, one such
+// election node under the root failed the whole list.
+func TestInspect_OddLockListedWithItsError(t *testing.T) {
 	addr := zkServer.Addr(t)
 	root := "/" + uniqueName(t)
 	ctx := timeout(t, 30*time.Second)
@@ -194,9 +191,7 @@ func TestInspect_OddLockLeftOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	var logs syncbuf.Buffer
-	looker := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root),
-		baton.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	looker := dial(t, []string{addr}, zk.Settings{}, baton.WithPrefix(root))
 	insp := looker.Locker().Backend().(baton.Inspector)
 
 	admin := adminConn(t, addr)
@@ -209,16 +204,14 @@ func TestInspect_OddLockLeftOut(t *testing.T) {
 	}
 
 	infos, err := insp.Inspect(ctx)
-	if err != nil || len(infos) != 1 || infos[0].Name != "good" || infos[0].Token != lease.Token() {
-		t.Fatalf("Inspect() = %+v, %v; want the good lock alone, held", infos, err)
+	if err != nil || len(infos) != 3 || infos[1].Name != "good" || infos[1].Token != lease.Token() || infos[1].Err != nil {
+		t.Fatalf("Inspect() = %+v, %v; want alices and wrapped with their errors, and the good lock held", infos, err)
 	}
-	if err := asynclog.Flush(ctx, looker.Locker().Config().Logger); err != nil {
-		t.Fatal(err)
+	if in := infos[0]; in.Name != "alices" || !errors.Is(in.Err, baton.ErrInvalidOption) || in.Holder != "" {
+		t.Errorf("Inspect()[0] = %+v; want alices with the ACL's refusal (ErrInvalidOption) alone", in)
 	}
-	for _, name := range []string{"wrapped", "alices"} {
-		if !strings.Contains(logs.String(), "lock="+name) {
-			t.Errorf("no warning that %s was left out; log:\n%s", name, logs.String())
-		}
+	if in := infos[2]; in.Name != "wrapped" || !errors.Is(in.Err, zk.ErrSequenceWrap) || in.Holder != "" {
+		t.Errorf("Inspect()[2] = %+v; want wrapped with ErrSequenceWrap alone", in)
 	}
 	if _, err := insp.Inspect(ctx, "wrapped"); !errors.Is(err, zk.ErrSequenceWrap) {
 		t.Errorf("Inspect(wrapped) = %v, want ErrSequenceWrap", err)
@@ -227,8 +220,8 @@ func TestInspect_OddLockLeftOut(t *testing.T) {
 		t.Errorf("Inspect(alices) = %v, want the ACL's refusal (ErrInvalidOption)", err)
 	}
 
-	// Every lock left out (credentials that no election node's ACL
-	// takes): the refusal, not an empty list that says none is held.
+	// No lock can be told (credentials that no election node's ACL
+	// takes): the refusal, not a list of errors alone.
 	only := "/" + uniqueName(t) + "-refused"
 	mkdirs(t, admin, only)
 	if _, err := admin.Create(only+"/alices", nil, zkgo.FlagPersistent, zkgo.DigestACL(zkgo.PermAll, "alice", "s3cret")); err != nil {

@@ -352,6 +352,15 @@ func NoPerm(err error) bool {
 	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "The user executing the script can't")
 }
 
+// LockAlone reports whether err, a command's error on one lock's keys,
+// is that lock's own, not the server's or the connection's: a key of
+// another type (WRONGTYPE) or an ACL that refuses this user those keys
+// (NOPERM; one that refuses a command refuses it on every lock).
+func LockAlone(err error) bool {
+	var rerr goredis.Error
+	return errors.As(err, &rerr) && (hasCode(rerr.Error(), "WRONGTYPE") || NoPerm(err))
+}
+
 // Grants is what a Redis ACL user needs for baton's locks under prefix:
 // their keys, the keys in their hash slot, the wake-up channels, and the
 // commands the requests and scripts send. Redlock's Open also reads INFO
