@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
 
 	"github.com/baton-go/baton"
@@ -25,6 +26,7 @@ import (
 	"github.com/baton-go/baton/internal/rounds"
 	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
+	"github.com/baton-go/baton/redis"
 )
 
 func etcdBackend(t *testing.T) string {
@@ -673,6 +675,42 @@ func TestStatus_NameTwice(t *testing.T) {
 	}
 	if n := strings.Count(r.stdout, `"name": "invoices"`); n != 1 || !strings.Contains(r.stdout, `"name": "stock"`) {
 		t.Fatalf("status invoices stock invoices: %d rows for invoices; %q", n, r.stdout)
+	}
+}
+
+// TestStatus_UnreadableLock: a key of another type under the prefix
+// (written by another tool) shows as (unreadable) in the list of every
+// lock, with an "error" in JSON, beside the held locks; its error follows
+// on stderr, one line, and status exits 1. It failed the whole list, and
+// on ZooKeeper such a lock was left out with a warning the default log
+// level hid.
+func TestStatus_UnreadableLock(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := c.HSet(t.Context(), redis.DefaultPrefix+"cfg", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	backend := srv.URL()
+	p := startHolder(t, backend, "job", "--id", "server-1")
+	defer p.wait(t)
+	defer runInProcess("release", "--force", "--backend", backend, "job")
+
+	r := runInProcess("status", "--backend", backend)
+	rows := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != exitFailure || len(rows) != 3 || !strings.HasPrefix(rows[1], "cfg ") || !strings.Contains(rows[1], "(unreadable)") ||
+		!strings.HasPrefix(rows[2], "job ") || !strings.Contains(rows[2], "server-1") {
+		t.Errorf("status: exit %d, stdout:\n%s\nwant %d, a header, cfg unreadable and job held by server-1", r.code, r.stdout, exitFailure)
+	}
+	if strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "baton: lock cfg could not be read: ") || !strings.Contains(r.stderr, "WRONGTYPE") {
+		t.Errorf("status: stderr %q; want one line saying why cfg could not be read", r.stderr)
+	}
+
+	r = runInProcess("status", "--backend", backend, "--json")
+	var st []struct{ Name, Holder, Error string }
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != exitFailure || len(st) != 2 ||
+		st[0].Name != "cfg" || !strings.Contains(st[0].Error, "WRONGTYPE") || st[1].Holder != "server-1" || st[1].Error != "" {
+		t.Errorf("status --json: exit %d, %v, %+v; want %d, cfg with its error and job held by server-1", r.code, err, st, exitFailure)
 	}
 }
 

@@ -33,12 +33,16 @@ the holder's session, whose time left only its server knows; SINCE on redis
 and redlock, whose keys hold no time.
 
 A lock whose key names no holder (written by a client of another kind) shows
-(unnamed).
+(unnamed). Listing every lock, one that cannot be read (a key of another type
+under the prefix, written by another tool; keys or nodes that the credentials
+may not read) shows (unreadable), with an "error" in JSON; the others are
+listed, each such lock's error follows on stderr, one line each, and status
+exits 1.
 
 Exit codes: 0 listed; 2 bad input, or a server that refuses the URL's
 credentials; 69 the lock service is unreachable; 130 interrupted (SIGINT,
-SIGTERM, SIGHUP or SIGQUIT); 141 the output had no reader left; 1 any other
-failure.`,
+SIGTERM, SIGHUP or SIGQUIT); 141 the output had no reader left; 1 a lock
+that could not be read, or any other failure.`,
 		Example: `  baton status
   baton status invoices stock --json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,10 +68,14 @@ failure.`,
 			if err != nil {
 				return interrupted(cmd.Context(), err, "while listing the locks")
 			}
+			write := writeTable
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), infos)
+				write = writeJSON
 			}
-			return writeTable(cmd.OutOrStdout(), infos)
+			if err := write(cmd.OutOrStdout(), infos); err != nil {
+				return err
+			}
+			return unreadable(cmd.ErrOrStderr(), infos)
 		},
 	}
 	backendFlag(cmd.Flags(), &backend, "lock service URL (env BATON_BACKEND)")
@@ -149,12 +157,35 @@ type statusJSON struct {
 	TTLLeftSec *float64   `json:"ttl_left_seconds,omitempty"`
 	Since      *time.Time `json:"since,omitempty"`
 	Waiters    int        `json:"waiters"`
+	Error      string     `json:"error,omitempty"` // why the lock could not be read
+}
+
+// unreadable writes a line to w for each lock in infos that could not be
+// read, and then returns an error that makes status exit 1 (having said
+// all), or nil when there is none.
+func unreadable(w io.Writer, infos []baton.LockInfo) error {
+	n := 0
+	for _, i := range infos {
+		if i.Err != nil {
+			fmt.Fprintf(w, "baton: lock %s could not be read: %s\n", i.Name, joinLines(i.Err.Error()))
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return &exitError{code: exitFailure}
 }
 
 func writeJSON(w io.Writer, infos []baton.LockInfo) error {
 	out := make([]statusJSON, 0, len(infos))
 	for _, i := range infos {
 		s := statusJSON{Name: i.Name, Holder: i.Holder, Key: i.Key, Token: int64(i.Token), Waiters: i.Waiters}
+		if i.Err != nil {
+			s.Error = i.Err.Error()
+			out = append(out, s)
+			continue
+		}
 		if isHeld(i) && i.TTLLeft >= 0 {
 			sec := i.TTLLeft.Seconds()
 			s.TTLLeftSec = &sec
@@ -176,6 +207,10 @@ func writeTable(w io.Writer, infos []baton.LockInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tTTL LEFT\tSINCE\tWAITERS")
 	for _, i := range infos {
+		if i.Err != nil {
+			fmt.Fprintf(tw, "%s\t(unreadable)\t-\t-\t-\t-\n", i.Name) // its error follows on stderr
+			continue
+		}
 		if !isHeld(i) {
 			fmt.Fprintf(tw, "%s\t(free)\t-\t-\t-\t%d\n", i.Name, i.Waiters)
 			continue
