@@ -243,7 +243,7 @@
 //     as Curator's, zk.Lock's or kazoo's, which need not check); Inspect
 //     of that lock, Observe and ForceRelease fail then too, unable to tell
 //     the holder (an Inspect of every lock, as baton status without names,
-//     leaves it out with a warning).
+//     lists it with its error, LockInfo.Err).
 //     The election node must then be deleted and created again: zkCli
 //     deleteall (a holder's lease is then lost; a server before 3.6 does
 //     not remove such a container node by itself); its numbers start
@@ -275,6 +275,18 @@
 //   - A waiter that gives up leaves its watch on its predecessor's node on
 //     the server until that node goes (go-zookeeper cannot remove a watch);
 //     the event then reaches a client that ignores it.
+//   - go-zookeeper v1.0.4, the newest release, has a data race of its own
+//     (go-zookeeper/zk#35, open): after a reconnection with watches set, it
+//     reads the last zxid it saw, to set them again, while the new
+//     connection's first answers may be raising it. The race detector can
+//     report it, rarely, in a program's -race tests. baton does not depend
+//     on that zxid: at worst the server sends a watch's event again, or
+//     leaves out the event of a change made while the connection was
+//     down, and after every reconnection a waiter looks at its predecessor
+//     again and an observer reads the election again, whatever the events
+//     say. baton does not carry a patched copy, which a program using it
+//     would not get anyway (a replace directive applies to the main module
+//     alone).
 //
 // # Performance
 //

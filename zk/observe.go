@@ -39,12 +39,13 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 		return nil, err
 	}
 	dir := b.lockDir(name)
+	drops := b.observe().mark.drops
 	cur, watch, err := b.leaderW(ctx, name, dir)
 	if err != nil {
 		return nil, err
 	}
 	ch := make(chan baton.Term)
-	go b.follow(ctx, name, dir, cur, watch, ch)
+	go b.follow(ctx, name, dir, cur, watch, drops, ch)
 	return ch, nil
 }
 
@@ -56,8 +57,17 @@ const maxQueued = 1024
 // follow is owned by Observe's caller through ctx; it closes ch when ctx
 // ends or ZooKeeper can no longer be read. It keeps following while the
 // reader is slow: terms wait in a queue, in order, until the reader takes
-// them (ZooKeeper keeps no history to read them back from later).
-func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, watch <-chan zkgo.Event, ch chan<- baton.Term) {
+// them (ZooKeeper keeps no history to read them back from later). cur and
+// watch are from a read made when the connection had dropped drops times.
+//
+// It reads the election again after every reconnection, whatever the
+// watch says. go-zookeeper sets its watches again on the new connection
+// with the last zxid it saw, for the server to send the events of the
+// changes made while it was away; but it reads that zxid while the new
+// connection's first answers may be raising it (go-zookeeper/zk#35), and
+// a zxid past a change's hides the change's event. A leader that came
+// while the observer was cut off would go unseen until the next change.
+func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, watch <-chan zkgo.Event, drops uint64, ch chan<- baton.Term) {
 	defer close(ch)
 	// ended says why the observation ends, unless our Close ends it.
 	ended := func(why string, args ...any) {
@@ -90,7 +100,10 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			return
 		case <-v.changed:
 			v = b.observe()
-			continue
+			if !v.connected() || v.mark.drops == drops {
+				continue
+			}
+			// Reconnected since the last read: read again (see above).
 		case <-down.see(v, b.cfg.TTL):
 			ended("the connection stayed down for the session timeout", "ttl", b.cfg.TTL)
 			flush(ctx, b.life, ch, queue)
@@ -106,6 +119,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 				}
 			}
 		}
+		drops = b.observe().mark.drops
 		next, w, err := b.leaderW(ctx, name, dir)
 		if err != nil {
 			ended("it could not read the election", "err", err)

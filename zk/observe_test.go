@@ -2,9 +2,11 @@ package zk_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"path"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,5 +300,82 @@ func observeQueued(t *testing.T, obs *baton.FencedLocker, name string) (<-chan b
 			t.Fatal("the observation queued no term within 10s while its reader was away")
 			return baton.Term{}
 		}
+	}
+}
+
+// TestObserve_ReadsAgainOnReconnect: a leader that came while the observer
+// was cut off is seen once it reconnects, also when the server did not set
+// its watch again with that change's event. go-zookeeper sets its watches
+// again with the last zxid it saw, which it reads while the new
+// connection's first answers may be raising it (go-zookeeper/zk#35), and a
+// zxid past the change's hides the event. Here the proxy drops that
+// request (setWatches) from the new connection, so that only a read made
+// after the reconnection can see the leader; the observer waited on for
+// the next change.
+func TestObserve_ReadsAgainOnReconnect(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
+	obs := dial(t, []string{proxy.Addr()}, zk.Settings{})
+	name := uniqueName(t)
+	ctx := timeout(t, 60*time.Second)
+	terms, err := obs.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "-" {
+		t.Fatalf("first term: leader %q, want none", got)
+	}
+
+	var dropped atomic.Int64
+	proxy.FilterUp(func() func([]byte) []byte { return dropSetWatches(&dropped) })
+	proxy.Block()
+	proxy.Cut() // the observer reconnects once unblocked, in its session
+	l, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	proxy.Unblock()
+	select {
+	case tm, ok := <-terms:
+		if !ok || tm.Leader != "a" {
+			t.Fatalf("after the reconnection: term %+v (open %v); want a leading", tm, ok)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the leader that came while the observer was cut off was not seen within 10s of its reconnection (%d setWatches dropped)", dropped.Load())
+	}
+	if dropped.Load() == 0 {
+		t.Fatal("the observer's reconnection sent no setWatches to drop: the case was not tested")
+	}
+}
+
+// dropSetWatches is a connection's filter (see testsvc.Proxy.FilterUp)
+// that drops go-zookeeper's setWatches requests, counting them in dropped,
+// and passes the rest on: the connect request, the first frame, then the
+// requests, each a length, an xid and an opcode (setWatches: 101).
+func dropSetWatches(dropped *atomic.Int64) func([]byte) []byte {
+	const opSetWatches = 101
+	var pending []byte // a frame cut across reads
+	first := true
+	return func(chunk []byte) []byte {
+		pending = append(pending, chunk...)
+		var out []byte
+		for len(pending) >= 4 {
+			n := int(binary.BigEndian.Uint32(pending))
+			if len(pending) < 4+n {
+				break
+			}
+			frame := pending[:4+n]
+			if !first && n >= 8 && binary.BigEndian.Uint32(frame[8:12]) == opSetWatches {
+				dropped.Add(1)
+			} else {
+				out = append(out, frame...)
+			}
+			first = false
+			pending = pending[4+n:]
+		}
+		return out
 	}
 }

@@ -23,11 +23,12 @@ type Proxy struct {
 	gate     chan struct{} // closed while forwarding is allowed
 	conns    map[net.Conn]struct{}
 	closed   bool
-	hold     atomic.Pointer[Held] // armed by HoldFirst, until it catches a chunk
-	latency  atomic.Int64         // one-way delay of the connections made from now on, in ns: see SetLatency
-	delaySum atomic.Int64         // the delays latency connections gave their chunks, read to written, in ns
-	delays   atomic.Int64         // how many chunks they gave one
-	caught   []*Held              // released when the proxy closes
+	hold     atomic.Pointer[Held]                       // armed by HoldFirst, until it catches a chunk
+	filter   atomic.Pointer[func() func([]byte) []byte] // see FilterUp
+	latency  atomic.Int64                               // one-way delay of the connections made from now on, in ns: see SetLatency
+	delaySum atomic.Int64                               // the delays latency connections gave their chunks, read to written, in ns
+	delays   atomic.Int64                               // how many chunks they gave one
+	caught   []*Held                                    // released when the proxy closes
 	workers  sync.WaitGroup
 }
 
@@ -75,6 +76,15 @@ func (p *Proxy) HoldFirst(pattern []byte) *Held {
 	h := &Held{pattern: pattern, caught: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
 	p.hold.Store(h)
 	return h
+}
+
+// FilterUp has each connection made from now on pass what its client
+// sends through a filter of its own, made by newFilter: every chunk read
+// goes in, and what the filter returns is forwarded. A filter may keep
+// bytes back (a request cut across two reads) and return them with a
+// later chunk. It is for dropping one kind of request on the wire.
+func (p *Proxy) FilterUp(newFilter func() func(chunk []byte) []byte) {
+	p.filter.Store(&newFilter)
 }
 
 // catch returns the armed Held and disarms it when chunk contains its
@@ -251,11 +261,15 @@ func (p *Proxy) accept() {
 				pipes.Wait()
 				return
 			}
+			var filter func([]byte) []byte
+			if f := p.filter.Load(); f != nil {
+				filter = (*f)()
+			}
 			var pipes sync.WaitGroup
 			var held *Held // set by the client's pipe when it holds a chunk
 			pipes.Add(2)
-			go func() { defer pipes.Done(); held = p.pipe(out, in, true) }()
-			go func() { defer pipes.Done(); p.pipe(in, out, false) }()
+			go func() { defer pipes.Done(); held = p.pipe(out, in, true, filter) }()
+			go func() { defer pipes.Done(); p.pipe(in, out, false, nil) }()
 			pipes.Wait()
 			if held != nil {
 				close(held.done)
@@ -276,13 +290,14 @@ func (p *Proxy) releaseHeld() {
 
 // pipe copies src to dst, holding each chunk at the gate while blocked.
 // On a client's connection (up), it holds the chunk HoldFirst is armed
-// for, and returns that Held.
+// for, and returns that Held; filter, when not nil, has each chunk's say
+// (see FilterUp).
 //
 // When the client's side of a connection on which a chunk was held ends
 // (the client closed it, or reset it), the proxy passes the end on
 // (CloseWrite) and leaves the server's side open, so the connection ends
 // both ways only once the server has closed it.
-func (p *Proxy) pipe(dst, src net.Conn, up bool) (held *Held) {
+func (p *Proxy) pipe(dst, src net.Conn, up bool, filter func([]byte) []byte) (held *Held) {
 	defer func() {
 		if tc, ok := dst.(*net.TCPConn); ok && held != nil {
 			_ = tc.CloseWrite()
@@ -301,8 +316,12 @@ func (p *Proxy) pipe(dst, src net.Conn, up bool) (held *Held) {
 					<-h.release
 				}
 			}
+			chunk := buf[:n]
+			if filter != nil {
+				chunk = filter(chunk)
+			}
 			<-p.currentGate()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(chunk); werr != nil {
 				return held
 			}
 		}
