@@ -76,12 +76,24 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 
 	// One round trip: create our key and read the first key by create
 	// revision. When that is ours, the lock is held.
+	put := clientv3.OpPut(key, string(holderval.Encode(req.Holder)), clientv3.WithLease(s.id))
+	first := clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)
 	octx, cancel := b.op(ctx)
-	resp, err := b.client.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(holderval.Encode(req.Holder)), clientv3.WithLease(s.id)),
-			clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
-		Commit()
+	txn := b.client.Txn(octx)
+	if req.Wait {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(put, first)
+	} else {
+		// Only on a lock without keys (a range compare on no key holds): a
+		// TryAcquire that finds the lock held writes nothing. Its key
+		// queued for a moment would be first in line once the holder left,
+		// and an observer, Leader or a forced release would take it for
+		// the holder's. Else read the holder, and whether our key is there
+		// (a retry of our own create, whose first answer was lost).
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).
+			Then(put, first).
+			Else(first, clientv3.OpGet(key, clientv3.WithCountOnly()))
+	}
+	resp, err := txn.Commit()
 	cancel()
 	if err != nil {
 		if isLeaseGone(err) {
@@ -110,21 +122,24 @@ func (b *backend) acquire(ctx context.Context, s *session, req baton.Request) (b
 		}
 		return nil, b.fail(ctx, "create lock key", err)
 	}
-	if !resp.Succeeded {
+	if !resp.Succeeded && (req.Wait || resp.Responses[1].GetResponseRange().Count > 0) {
 		// The key is unique to this attempt, so only a retry of our own
 		// create (whose first answer was lost) finds it: it is ours, and
 		// another copy may still come (see above).
 		b.abandonKey(ctx, s, key)
 		return nil, b.fail(ctx, "create lock key", fmt.Errorf("key %s already exists (a retried request?); deleted it", key))
 	}
+	if !resp.Succeeded { // a TryAcquire on a held lock: nothing written
+		owner := resp.Responses[0].GetResponseRange().Kvs
+		if len(owner) == 0 { // the compare saw a key in the same revision: never
+			return nil, b.fail(ctx, "create lock key", fmt.Errorf("no key under %s, though the transaction found one", pfx))
+		}
+		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: decodeValue(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
+	}
 	rev := resp.Header.Revision
 	owner := resp.Responses[1].GetResponseRange().Kvs
 	if len(owner) == 0 || owner[0].CreateRevision == rev {
 		return b.held(s, key, rev)
-	}
-	if !req.Wait {
-		b.deleteKey(ctx, s, key)
-		return nil, &baton.NotAcquiredError{Name: req.Name, Holder: decodeValue(owner[0].Value).Holder, Token: baton.Token(owner[0].CreateRevision)}
 	}
 	if err := b.wait(ctx, s, pfx, key, rev); err != nil {
 		select {

@@ -327,6 +327,54 @@ func TestDial_Unreachable(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// TestTryAcquire_HeldWritesNothing: a TryAcquire that finds the lock held
+// writes nothing, on the embedded server and on Debian's etcd 3.4 (the
+// range compare it sends). It created its key and deleted it: a key that,
+// when the holder left in between, was first in line for a moment, which
+// an observer, Leader and a forced release took for the holder's. The
+// first change to the lock's keys after the TryAcquire must be the
+// holder's own release.
+func TestTryAcquire_HeldWritesNothing(t *testing.T) {
+	for _, srv := range []struct {
+		name     string
+		endpoint func(t *testing.T) string
+	}{
+		{"embedded", func(t *testing.T) string { return testsvc.StartEtcd(t).Endpoint }},
+		{"etcd34", func(t *testing.T) string { return testsvc.StartEtcdBinary(t).Endpoint }},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			endpoint := srv.endpoint(t)
+			ctx := timeout(t, 20*time.Second)
+			h, err := newLocker(t, endpoint, baton.WithHolder("h")).Acquire(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin := testsvc.Client(t, endpoint)
+			pfx := h.Key()[:strings.LastIndex(h.Key(), "/")+1]
+			g, err := admin.Get(ctx, pfx, clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var nae *baton.NotAcquiredError
+			if _, err := newLocker(t, endpoint, baton.WithHolder("t")).TryAcquire(ctx, "x"); !errors.As(err, &nae) || nae.Holder != "h" {
+				t.Fatalf("TryAcquire of a lock h holds = %v; want not acquired, held by h", err)
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			wr := <-admin.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(g.Header.Revision+1))
+			if err := wr.Err(); err != nil || len(wr.Events) == 0 {
+				t.Fatalf("watch of %s: %v, %d events", pfx, err, len(wr.Events))
+			}
+			if ev := wr.Events[0]; ev.Type != clientv3.EventTypeDelete || string(ev.Kv.Key) != h.Key() {
+				t.Fatalf("first change to the lock's keys after the TryAcquire: %v %s; want the holder's release, a delete of %s", ev.Type, ev.Kv.Key, h.Key())
+			}
+		})
+	}
+}
+
 // TestAcquire_AnswerLost_KeyDeleted: when the create of a lock key is
 // applied but its answer does not reach the caller (here a client
 // interceptor drops it, as a cancelled context or a broken connection

@@ -25,6 +25,12 @@ var _ baton.Observer = (*backend)(nil)
 // handing a slow reader then still reaches it first. It also ends when the
 // backend closes: Close waits for it, and returns with the channel closed;
 // an Observe after Close returns baton.ErrClosed.
+//
+// A term is the first key in line, as with concurrency.Election: a waiter
+// that gives up just as the holder leaves can be first for the moment its
+// key takes to go, and is reported then as a leader that never held the
+// lock. A TryAcquire that finds the lock held writes no key, so it is
+// never reported.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err

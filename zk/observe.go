@@ -34,6 +34,12 @@ var _ baton.Observer = (*backend)(nil)
 // drop, ends: the session, and its watch, are gone, and the leader is
 // unknown; the reader gets the terms queued before, then the channel
 // closes.
+//
+// A term is the first candidate in line, as in the recipe: a candidate
+// that leaves the line just as the holder leaves (a waiter that gives up,
+// or a TryAcquire that found the lock held: it creates its node, then
+// deletes it) can be first for the moment its node takes to go, and is
+// reported then as a leader that never held the lock.
 func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, error) {
 	if err := baton.ValidateName(name); err != nil {
 		return nil, err
