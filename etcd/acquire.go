@@ -170,6 +170,9 @@ func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
 	if hk := b.hooks.Load(); hk != nil && hk.tracked != nil {
 		hk.tracked(key, s.k.Done())
 	}
+	if hk := b.hooks.Load(); hk != nil && hk.made != nil {
+		hk.made(h)
+	}
 	h.start()
 	return h, nil
 }

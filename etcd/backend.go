@@ -63,6 +63,8 @@ type hooks struct {
 	// tracked is called with a new hold's key and its session's Done
 	// once the hold is tracked, before it follows the session's end.
 	tracked func(key string, sessionDone <-chan struct{})
+	// made is called with each new hold once it is tracked.
+	made func(*hold)
 }
 
 var _ baton.FencedBackend = (*backend)(nil)

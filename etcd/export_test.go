@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"weak"
 
 	"github.com/baton-go/baton"
 )
@@ -34,6 +35,17 @@ func OnObserved(l *baton.Locker, fn func(baton.Term)) {
 // session's end.
 func OnHoldTracked(l *baton.Locker, fn func(key string, sessionDone <-chan struct{})) {
 	setHook(l, func(h *hooks) { h.tracked = fn })
+}
+
+// OnHoldCollectable calls fn for each new hold of l with a function that
+// reports whether the garbage collector has freed the hold.
+func OnHoldCollectable(l *baton.Locker, fn func(collected func() bool)) {
+	setHook(l, func(hk *hooks) {
+		hk.made = func(h *hold) {
+			w := weak.Make(h)
+			fn(func() bool { return w.Value() == nil })
+		}
+	})
 }
 
 // setHook sets one of l's hooks, keeping the others.

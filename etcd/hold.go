@@ -45,6 +45,17 @@ func (h *hold) detach() {
 	})
 }
 
+// drop is detach for the watcher that found the key gone, as it exits: it
+// also stops relaying the session's end and ends its own context, both
+// registered on the session's context, which would keep the hold (a lost
+// lease dropped without Release) until the session ends, and a session
+// lives as long as the Locker's other holds do.
+func (h *hold) drop() {
+	h.unhook()
+	h.cancel()
+	h.detach()
+}
+
 // newHold makes the hold; start begins following it.
 func newHold(b *backend, s *session, key string, rev int64) *hold {
 	ctx, cancel := context.WithCancel(s.k.Context())
@@ -121,7 +132,7 @@ func (h *hold) watch(ctx context.Context) {
 				if ev.Type == mvccpb.DELETE {
 					if ctx.Err() == nil {
 						h.lose(fmt.Errorf("%w: lock key %s was deleted: by another client (a forced release), or with its session's lease, which expired (this process stopped or cut off past the TTL)", baton.ErrLeaseLost, h.key))
-						h.detach()
+						h.drop()
 					}
 					return
 				}
@@ -142,7 +153,7 @@ func (h *hold) watch(ctx context.Context) {
 		if err == nil {
 			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != h.rev {
 				h.lose(fmt.Errorf("%w: lock key %s is gone", baton.ErrLeaseLost, h.key))
-				h.detach()
+				h.drop()
 				return
 			}
 			from = g.Header.Revision + 1

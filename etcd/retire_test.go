@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/etcd"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -224,6 +227,55 @@ func TestForceRelease_AnswerLost(t *testing.T) {
 	case <-la.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the forced holder's lease did not end")
+	}
+}
+
+// TestForceRelease_LostHoldDroppedIsFreed: a hold lost to a forced
+// release, whose lease the caller drops without Release, is freed while
+// its session lives on (another hold keeps it). Its watcher left the
+// hold's relay of the session's end, and its own context, registered on
+// the session's context, which kept the hold until the session ended.
+func TestForceRelease_LostHoldDroppedIsFreed(t *testing.T) {
+	srv := testsvc.StartEtcd(t)
+	ctx := timeout(t, 20*time.Second)
+	l := newLocker(t, srv.Endpoint, baton.WithTTL(10*time.Second))
+	keep, err := l.Acquire(ctx, "keep") // the session lives while this holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Release(ctx)
+	var collected func() bool
+	etcd.OnHoldCollectable(l.Locker(), func(c func() bool) { collected = c })
+	// The first watcher to exit is the lost hold's (keep's may have
+	// started after this hook was set, and exits at its Release).
+	exited := make(chan struct{})
+	var once sync.Once
+	etcd.OnWatchExit(l.Locker(), func() { once.Do(func() { close(exited) }) })
+	lost, err := l.Acquire(ctx, "forced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newLocker(t, srv.Endpoint).Locker().Backend().(baton.ForceReleaser).ForceRelease(ctx, "forced"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost.Done():
+	case <-ctx.Done():
+		t.Fatal("the forced holder's lease did not end")
+	}
+	<-exited
+	lost = nil // dropped without Release
+	for range 5 {
+		if collected() {
+			break
+		}
+		runtime.GC()
+	}
+	if !collected() {
+		t.Fatal("a lost hold dropped without Release is still kept while its session lives")
+	}
+	if err := keep.Err(); err != nil {
+		t.Fatalf("the other hold on the session: %v", err)
 	}
 }
 
