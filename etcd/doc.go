@@ -8,7 +8,10 @@
 // /baton/lock/NAME` and baton exclude each other). Every acquisition creates
 // its own key there, attached to the Locker's session lease; the key with
 // the lowest create revision holds the lock, and the others wait in create
-// revision order, each watching only the key just before its own.
+// revision order, each watching only the key just before its own. A
+// TryAcquire creates its key only when the range has none, in the same
+// transaction (a compare on the key range: etcd 3.3 or later), so one that
+// finds the lock held writes nothing.
 //
 // The fencing token is the holder key's create revision. It is monotonic
 // because etcd's revision only grows, across leader changes too (it is the
