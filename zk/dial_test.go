@@ -113,19 +113,25 @@ func FuzzParseURL(f *testing.F) {
 
 // TestDial_SessionTimeoutOutsideServerLimits: the test server grants 1s to
 // 10s (tickTime 500ms x 2 ... x 20); Dial refuses a TTL outside that,
-// naming the limit, instead of holding a session of another length.
+// naming the limit, instead of holding a session of another length, and
+// says what was granted (a *zk.SessionTimeoutError).
 func TestDial_SessionTimeoutOutsideServerLimits(t *testing.T) {
 	addr := zkServer.Addr(t)
 	for _, tc := range []struct {
-		ttl  time.Duration
-		want string
+		ttl     time.Duration
+		want    string
+		granted time.Duration
 	}{
-		{500 * time.Millisecond, "1s or more"},
-		{30 * time.Second, "10s or less"},
+		{500 * time.Millisecond, "1s or more", time.Second},
+		{30 * time.Second, "10s or less", 10 * time.Second},
 	} {
 		_, err := zk.Dial(timeout(t, 20*time.Second), []string{addr}, baton.WithTTL(tc.ttl))
 		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "tickTime") {
 			t.Errorf("TTL %v: err = %v, want ErrInvalidOption naming %q and tickTime", tc.ttl, err, tc.want)
+		}
+		var ste *zk.SessionTimeoutError
+		if !errors.As(err, &ste) || ste.Asked != tc.ttl || ste.Granted != tc.granted {
+			t.Errorf("TTL %v: err = %#v; want a *zk.SessionTimeoutError, %v asked and %v granted", tc.ttl, err, tc.ttl, tc.granted)
 		}
 	}
 	fl, err := zk.Dial(timeout(t, 20*time.Second), []string{addr}, baton.WithTTL(10*time.Second))

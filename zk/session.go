@@ -298,6 +298,23 @@ func (b *backend) renewer(s *session) keeper.RenewFunc {
 	}
 }
 
+// SessionTimeoutError is the error of a Dial, or of a session made later,
+// when the ZooKeeper servers grant a session timeout other than the TTL
+// asked for: a *baton.OptionError (matching baton.ErrInvalidOption), and
+// also what was granted, for a program that can take it. One that holds
+// nothing (it only looks, as baton status does) may Dial again with
+// baton.WithTTL(Granted); a holder should choose its TTL within the
+// servers' limits.
+type SessionTimeoutError struct {
+	Asked, Granted time.Duration
+	err            *baton.OptionError
+}
+
+func (e *SessionTimeoutError) Error() string { return e.err.Error() }
+
+// Unwrap returns the *baton.OptionError.
+func (e *SessionTimeoutError) Unwrap() error { return e.err }
+
 // timeoutError says the granted session timeout differs from the TTL.
 func (b *backend) timeoutError(granted time.Duration) error {
 	reason := fmt.Sprintf("the ZooKeeper servers at %s granted a session timeout of %v instead", b.place(), granted)
@@ -307,5 +324,5 @@ func (b *backend) timeoutError(granted time.Duration) error {
 	case granted < b.cfg.TTL:
 		reason += fmt.Sprintf(": their maximum is tickTime x 20 unless maxSessionTimeout says otherwise; use a TTL (session timeout) of %v or less", granted)
 	}
-	return &baton.OptionError{Option: "ttl", Value: b.cfg.TTL.String(), Reason: reason}
+	return &SessionTimeoutError{Asked: b.cfg.TTL, Granted: granted, err: &baton.OptionError{Option: "ttl", Value: b.cfg.TTL.String(), Reason: reason}}
 }

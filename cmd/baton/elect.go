@@ -324,7 +324,7 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	}
 	logger := g.logger(cmd.ErrOrStderr())
 	ended := &endReason{Handler: logger.Handler(), held: &heldReason{}}
-	locker, err := openLogged(cmd, slog.New(ended), f.backend, lookOptions(f.backend)...)
+	locker, err := openLooking(cmd, slog.New(ended), f.backend)
 	if err != nil {
 		return err
 	}

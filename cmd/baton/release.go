@@ -36,7 +36,7 @@ between the look and the delete (nothing freed).`,
 			if !force {
 				return usageError("release frees a lock someone else holds; pass --force to do it: baton release --force %s", name)
 			}
-			locker, err := openBackend(cmd, g, backend, lookOptions(backend)...)
+			locker, err := openLooking(cmd, g.logger(cmd.ErrOrStderr()), backend)
 			if err != nil {
 				return err
 			}

@@ -776,22 +776,42 @@ func TestFence_ShowMissingFile(t *testing.T) {
 	}
 }
 
-// TestLook_ZooKeeperSessionTimeoutFromURL: the commands that only look
-// (status, release, elect --observe) hold with a short TTL of their own
-// unless the URL sets one: a ZooKeeper whose minimum session timeout is
-// above it refuses that TTL, and the URL's session-timeout must win.
-func TestLook_ZooKeeperSessionTimeoutFromURL(t *testing.T) {
+// TestLook_ZooKeeperSessionTimeout: the commands that only look (status,
+// release, elect --observe) hold with a short TTL of their own unless the
+// URL sets one. A ZooKeeper whose minimum session timeout is above it
+// (here 6s; a tickTime of 3s has the same) refused that TTL, exit 2, with
+// advice (a TTL of 6s or more) that these commands take no flag for: they
+// now take the timeout the server grants. The URL's session-timeout wins.
+func TestLook_ZooKeeperSessionTimeout(t *testing.T) {
 	srv := testsvc.StartZooKeeperWith(t, "minSessionTimeout=6000\nmaxSessionTimeout=20000\n")
-	backend := "zk://" + srv.Addr + "/baton-look?session-timeout=8s"
-	r := runInProcess("status", "--backend", backend)
-	if r.code != 0 {
-		t.Errorf("status with session-timeout=8s in the URL: exit %d, %q", r.code, r.stderr)
+	for _, backend := range []string{
+		"zk://" + srv.Addr + "/baton-look",
+		"zk://" + srv.Addr + "/baton-look?session-timeout=8s",
+	} {
+		r := runInProcess("status", "--backend", backend)
+		if r.code != 0 {
+			t.Errorf("status --backend %s: exit %d, %q", backend, r.code, r.stderr)
+		}
+		r = runInProcess("release", "--force", "--backend", backend, "free")
+		if r.code != 0 || !strings.Contains(r.stdout, "not held") {
+			t.Errorf("release --force --backend %s of a free lock: exit %d, stdout %q, stderr %q; want 0, not held", backend, r.code, r.stdout, r.stderr)
+		}
 	}
-	r = runInProcess("release", "--force", "--backend", backend, "free")
-	if r.code == exitUsage || r.code == exitUnavailable || strings.Contains(r.stderr, "session timeout") {
-		t.Errorf("release --force with session-timeout=8s in the URL: exit %d, %q", r.code, r.stderr)
+	obs := startBaton(t, "elect", "--observe", "--backend", "zk://"+srv.Addr+"/baton-look", "mailer")
+	waitFor(t, 30*time.Second, func() bool {
+		_, exited := obs.exited()
+		return exited || strings.Contains(obs.stdout.String(), "no leader")
+	}, func() string { return obs.stderr.String() })
+	_ = obs.cmd.Process.Signal(syscall.SIGTERM)
+	if got := obs.wait(t); got.code != 0 || !strings.Contains(got.stdout, "no leader") {
+		t.Errorf("elect --observe: exit %d, stdout %q, stderr %q; want the first term, then 0 after SIGTERM", got.code, got.stdout, got.stderr)
 	}
-	t.Logf("release --force of a free lock: exit %d, %q", r.code, strings.TrimSpace(r.stderr))
+
+	// A TTL the URL sets is the user's: refused, not replaced.
+	r := runInProcess("status", "--backend", "zk://"+srv.Addr+"/baton-look?session-timeout=4s")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "6s or more") {
+		t.Errorf("status with session-timeout=4s in the URL: exit %d, %q; want 2, naming the server's minimum", r.code, r.stderr)
+	}
 }
 
 // TestRun_LostWithStderrGone: a lease lost while baton's stderr is a pipe

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/backends"
 	"github.com/baton-go/baton/fence"
+	"github.com/baton-go/baton/zk"
 )
 
 func newStatus(g *globals) *cobra.Command {
@@ -55,7 +56,7 @@ that could not be read, or any other failure.`,
 					names = append(names, n)
 				}
 			}
-			locker, err := openBackend(cmd, g, backend, lookOptions(backend)...)
+			locker, err := openLooking(cmd, g.logger(cmd.ErrOrStderr()), backend)
 			if err != nil {
 				return err
 			}
@@ -81,6 +82,22 @@ that could not be read, or any other failure.`,
 	backendFlag(cmd.Flags(), &backend, "lock service URL (env BATON_BACKEND)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, one array of objects")
 	return cmd
+}
+
+// openLooking opens backend for a command that only looks (status,
+// release, elect --observe), with lookOptions and logger. A ZooKeeper that
+// grants another session timeout than lookTTL (a tickTime of 2.5s or more,
+// or limits set in its configuration) is dialled again with the one it
+// grants: the command holds nothing, so any timeout the server takes will
+// do. A TTL the URL sets is the user's, and stays refused.
+func openLooking(cmd *cobra.Command, logger *slog.Logger, backend string) (*baton.Locker, error) {
+	opts := lookOptions(backend)
+	locker, err := openLogged(cmd, logger, backend, opts...)
+	var ste *zk.SessionTimeoutError
+	if len(opts) > 0 && errors.As(err, &ste) {
+		locker, err = openLogged(cmd, logger, backend, baton.WithTTL(ste.Granted))
+	}
+	return locker, err
 }
 
 // lookTTL is the TTL of the commands that only look (status, release,
