@@ -81,9 +81,10 @@ rebuilt): elect exits 77, saying so, since no later term would fare better.
 
 With --observe, elect does not campaign: it prints the current leader and
 then every change of leader, including "no leader", one line each (with the
-leader's token on fenced backends), until interrupted (exit 0) or until the
+leader's token on fenced backends), until interrupted (exit 0), until the
 lock service stops answering or the observation's session ends (exit 69,
-saying why). A PostgreSQL lock table that cannot be observed at the start
+saying why), or until its standard output, a pipe, has no reader left (exit
+141 as soon as the reader goes: elect --observe | head -1). A PostgreSQL lock table that cannot be observed at the start
 (no observers' triggers, which this user may not add) is exit 1. Redlock
 cannot be observed (its nodes keep no common history to follow): elect
 --observe on a redlock:// backend is exit 2.`,
@@ -329,10 +330,18 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 		return err
 	}
 	defer closeBackend(cmd, g, f.backend, locker)
-	ctx := cmd.Context()
+	// A reader that goes away (| head -1) ends the observation at once,
+	// not at the next change of leader, which may be days away.
+	ctx, cancel := context.WithCancelCause(cmd.Context())
+	defer cancel(nil)
+	stop := watchOutput(cmd.OutOrStdout(), func() { cancel(errOutputGone) })
+	defer stop()
 	terms, err := locker.Observe(ctx, name)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return notObservable(f.backend)
+	}
+	if err != nil && errors.Is(context.Cause(ctx), errOutputGone) {
+		return errOutputGone
 	}
 	if err != nil {
 		return err
@@ -343,6 +352,9 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 			return err
 		}
 	}
+	if errors.Is(context.Cause(ctx), errOutputGone) {
+		return errOutputGone // exit 141, as SIGPIPE would end it
+	}
 	if ctx.Err() != nil {
 		return nil // interrupted: the normal way to stop observing
 	}
@@ -351,9 +363,9 @@ func observe(cmd *cobra.Command, g *globals, f electFlags, name string) error {
 	// observed (exit 69, as a service that is unreachable at the start),
 	// as the backend's warning, held back for this one line, says.
 	// The backend's records reach ended from the log queue's goroutine.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	_ = asynclog.Flush(fctx, locker.Config().Logger)
-	cancel()
+	fcancel()
 	why := ended.reason()
 	if why == "" {
 		why = "the lock service stopped answering, or the session the observation was made on ended"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -1052,6 +1053,35 @@ func TestObserve_StdoutGone(t *testing.T) {
 	_ = w.Close()
 	if code := cmd.ProcessState.ExitCode(); code != exitBrokenPipe || stderr.Len() != 0 {
 		t.Fatalf("elect --observe with its stdout gone: %v, exit %d, stderr %q; want 141 and nothing said", err, code, stderr.String())
+	}
+}
+
+// TestObserve_ReaderGoneAfterFirstTerm: baton elect --observe | head -1
+// ends, 141 without a line, as soon as head has read the first term and
+// gone; it ran on until the next change of leader, which may be days away,
+// since only a write could find the reader gone.
+func TestObserve_ReaderGoneAfterFirstTerm(t *testing.T) {
+	backend := etcdBackend(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := batonCmd("elect", "--observe", "--backend", backend, "mailer")
+	cmd.Stdout = w
+	p := startCmd(t, cmd)
+	_ = w.Close()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil || !strings.Contains(line, "no leader") {
+		t.Fatalf("first line %q, %v; want no leader", line, err)
+	}
+	_ = r.Close() // as head -1 exits
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("elect --observe went on for 10s after its reader had gone")
+	}
+	if got := p.wait(t); got.code != exitBrokenPipe || got.stderr != "" {
+		t.Fatalf("elect --observe with its reader gone: exit %d, stderr %q; want 141 and nothing said", got.code, got.stderr)
 	}
 }
 
