@@ -92,8 +92,8 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (_ *baton.Fence
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if pgkit.Refused(err) {
-			return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: fmt.Sprintf("the server refused it (%v): check the user, the password and the database name", err)}
+		if cause, advice := pgkit.Refusal(err); advice != "" {
+			return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: fmt.Sprintf("the server refused it (%v): %s", cause, advice)}
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)

@@ -122,18 +122,25 @@ func TestDial_Unreachable(t *testing.T) {
 	}
 }
 
-// TestDial_Refused: a server that answers but refuses the URL's database
-// or user is a configuration error (the CLI's exit 2), not unavailable.
+// TestDial_Refused: a server that answers but refuses the URL's database,
+// user, TLS or a parameter is a configuration error (the CLI's exit 2),
+// not unavailable, saying what to check.
 func TestDial_Refused(t *testing.T) {
 	admin := pg.Admin(t)
 	port := strings.TrimPrefix(admin[strings.LastIndex(admin, ":"):strings.LastIndex(admin, "/")], ":")
-	for _, dsn := range []string{
-		"postgres://postgres:s3cret@127.0.0.1:" + port + "/no_such_db?sslmode=disable",
-		"postgres://nobody:s3cret@127.0.0.1:" + port + "/postgres?sslmode=disable",
+	for _, tc := range []struct{ dsn, advice string }{
+		{"postgres://postgres:s3cret@127.0.0.1:" + port + "/no_such_db?sslmode=disable", "check the database name"},
+		{"postgres://nobody:s3cret@127.0.0.1:" + port + "/postgres?sslmode=disable", "check the user"},
+		// The server has ssl off: it says no to TLS, which no retry mends.
+		{"postgres://postgres:s3cret@127.0.0.1:" + port + "/postgres?sslmode=require", "sslmode=prefer or disable"},
+		{"postgres://postgres:s3cret@127.0.0.1:" + port + "/postgres?sslmode=disable&bogus=1", "the URL's parameters"},
 	} {
-		_, err := postgres.Dial(context.Background(), dsn, baton.WithRequestTimeout(5*time.Second))
+		_, err := postgres.Dial(context.Background(), tc.dsn, baton.WithRequestTimeout(5*time.Second))
 		if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "refused") || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("Dial = %v; want an invalid option the server refused, without the password", err)
+		}
+		if err != nil && !strings.Contains(err.Error(), tc.advice) {
+			t.Errorf("Dial = %v; want it to say %q", err, tc.advice)
 		}
 	}
 }

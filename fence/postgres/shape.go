@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/pgkit"
 )
 
 // column is a column the store's statements use.
@@ -133,7 +134,11 @@ func (s *Store) checkTables(ctx context.Context) error {
 		&fence.found, &fence.names, &fence.types, &fence.defaulted, &fence.notNull, &fence.keyed,
 		&runs.found, &runs.names, &runs.types, &runs.defaulted, &runs.notNull, &runs.keyed)
 	if err != nil {
-		return s.wrap(ctx, "check the fence tables", err, hintConnect)
+		op := "check the fence tables"
+		if pgkit.ConnFailure(err) {
+			op = "connect" // the first statement of a Store: its connection's failure
+		}
+		return s.wrap(ctx, op, err, hintConnect)
 	}
 	where := s.where
 	if where == "" {

@@ -81,11 +81,11 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 	if cfg.create && errors.As(err, &missing) {
 		err = s.Init(ctx)
 	}
-	if pgkit.Refused(err) {
+	if cause, advice := pgkit.Refusal(err); advice != "" {
 		// At the first contact a refusal is the settings' (exit 2 from the
 		// CLI); later, a new connection refused (a rotated password, a
 		// role being re-created) is the server's passing failure.
-		return nil, &baton.OptionError{Option: "PostgreSQL store", Value: s.where, Reason: fmt.Sprintf("the server refused it (%v): check the user, the password and the database name", errors.Unwrap(err))}
+		return nil, &baton.OptionError{Option: "PostgreSQL store", Value: s.where, Reason: fmt.Sprintf("the server refused it (%v): %s", cause, advice)}
 	}
 	if err != nil {
 		return nil, err

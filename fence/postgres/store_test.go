@@ -149,10 +149,13 @@ func TestStore_Open_Unavailable(t *testing.T) {
 	for _, tc := range []struct {
 		name, dsn string
 		refused   bool
+		advice    string // what the refusal says to check
 	}{
-		{"closed port", "postgres://postgres:s3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", false},
-		{"no such database", "postgres://postgres:s3cret@127.0.0.1:" + port + "/no_such_db?sslmode=disable&connect_timeout=2", true},
-		{"no such user", "postgres://nobody:s3cret@127.0.0.1:" + port + "/postgres?sslmode=disable&connect_timeout=2", true},
+		{"closed port", "postgres://postgres:s3cret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", false, ""},
+		{"no such database", "postgres://postgres:s3cret@127.0.0.1:" + port + "/no_such_db?sslmode=disable&connect_timeout=2", true, "check the database name"},
+		{"no such user", "postgres://nobody:s3cret@127.0.0.1:" + port + "/postgres?sslmode=disable&connect_timeout=2", true, "check the user"},
+		{"TLS required", "postgres://postgres:s3cret@127.0.0.1:" + port + "/postgres?sslmode=require&connect_timeout=2", true, "sslmode=prefer or disable"},
+		{"unknown parameter", "postgres://postgres:s3cret@127.0.0.1:" + port + "/postgres?sslmode=disable&bogus=1&connect_timeout=2", true, "the URL's parameters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -167,8 +170,12 @@ func TestStore_Open_Unavailable(t *testing.T) {
 				if !errors.Is(err, baton.ErrInvalidOption) || errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "refused") {
 					t.Errorf("Open: %v, want an invalid option the server refused", err)
 				}
-			} else if !errors.Is(err, baton.ErrUnavailable) {
-				t.Errorf("Open: %v, want ErrUnavailable", err)
+				// One piece of advice: not also the unreachable server's.
+				if !strings.Contains(err.Error(), tc.advice) || strings.Contains(err.Error(), "check that PostgreSQL is running") {
+					t.Errorf("Open: %v; want it to say %q, and nothing of a server not running", err, tc.advice)
+				}
+			} else if !errors.Is(err, baton.ErrUnavailable) || !strings.HasPrefix(err.Error(), "connect: ") {
+				t.Errorf("Open: %v, want ErrUnavailable, failing to connect (not to check the tables)", err)
 			}
 			if !strings.Contains(err.Error(), "127.0.0.1:") {
 				t.Errorf("Open: %v, want it to name 127.0.0.1", err)

@@ -4,6 +4,8 @@
 package pgkit
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -64,23 +66,61 @@ func ParseReason(err error) string {
 }
 
 // Refused reports whether err is the server's refusal of the connection's
-// own settings, which trying again cannot mend: an unknown role, a wrong
-// password, a database that does not exist or may not be connected to, a
-// run-time parameter (such as lock_timeout in the URL) it does not know or
-// whose value it refuses.
+// own settings, which trying again cannot mend (see Refusal).
 func Refused(err error) bool {
+	_, advice := Refusal(err)
+	return advice != ""
+}
+
+// errTLSRefused is pgx's error when the server answers a request for TLS
+// with a no (sslmode=require or verify-*, ssl off on the server); pgx makes
+// it with errors.New, so its text is what there is to know it by.
+const errTLSRefused = "server refused TLS connection"
+
+// Refusal tells whether err is the server's refusal of the connection's
+// own settings, which trying again cannot mend, and if so returns the
+// refusal (the server's error, or pgx's for TLS) and what to check: an
+// unknown role or a wrong password, a database that does not exist or may
+// not be connected to, a run-time parameter (such as lock_timeout in the
+// URL) the server does not know or whose value it refuses, a server that
+// takes no TLS when the URL requires it, or a certificate that does not
+// verify. It returns "" for anything else.
+func Refusal(err error) (cause error, advice string) {
+	if err == nil {
+		return nil, ""
+	}
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "28P01":
+			return pgErr, "check the user and the password"
+		case pgErr.Code == "28000": // invalid_authorization_specification: no such role, or no pg_hba.conf entry
+			return pgErr, "check the user, and that the server's pg_hba.conf lets it connect from here"
+		case pgErr.Code == "3D000": // invalid_catalog_name
+			return pgErr, "check the database name"
+		case pgErr.Severity != "FATAL": // not at login: the statement's
+		case pgErr.Code == "42501": // insufficient_privilege: no CONNECT on the database
+			return pgErr, "the user may not connect to that database: GRANT CONNECT, or use another user"
+		case pgErr.Code == "42704", pgErr.Code == "22023": // undefined_object, invalid_parameter_value
+			return pgErr, "check the URL's parameters: the server does not know one, or refuses its value"
+		}
+		return nil, ""
 	}
-	switch pgErr.Code {
-	case "28000", "28P01", "3D000": // invalid_authorization_specification, invalid_password, invalid_catalog_name
-		return true
-	case "42501", // insufficient_privilege: no CONNECT on the database
-		"42704", "22023": // undefined_object, invalid_parameter_value: a run-time parameter in the URL the server does not take
-		return pgErr.Severity == "FATAL" // at login; from a statement, they are the statement's
+	cause = err // pgx's error for the connection, without what wraps it
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		cause = ce
 	}
-	return false
+	var certErr *tls.CertificateVerificationError
+	var hostErr x509.HostnameError
+	var authErr x509.UnknownAuthorityError
+	switch {
+	case errors.As(err, &certErr), errors.As(err, &hostErr), errors.As(err, &authErr):
+		return cause, "the server's TLS certificate does not verify: check sslrootcert and the host name, or the URL's sslmode"
+	case strings.Contains(err.Error(), errTLSRefused):
+		return cause, "the server takes no TLS connections: give sslmode=prefer or disable, or turn ssl on in the server"
+	}
+	return nil, ""
 }
 
 // ConnFailure reports whether err means the connection failed or the server

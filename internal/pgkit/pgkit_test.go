@@ -1,8 +1,12 @@
 package pgkit
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,6 +72,27 @@ func TestRefused(t *testing.T) {
 		err := fmt.Errorf("connect: %w", &pgconn.PgError{Code: tc.code, Severity: tc.severity})
 		if got := Refused(err); got != tc.want {
 			t.Errorf("Refused(%s %s) = %v, want %v", tc.severity, tc.code, got, tc.want)
+		}
+	}
+}
+
+// TestRefusal_TLS: a server that says no to TLS, and a certificate that
+// does not verify, are refusals that say what to check; a connection that
+// failed otherwise, or nil, is none.
+func TestRefusal_TLS(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		advice string
+	}{
+		{fmt.Errorf("tls error: %w", errors.New("server refused TLS connection")), "sslmode=prefer or disable"},
+		{fmt.Errorf("tls error: %w", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), "does not verify"},
+		{fmt.Errorf("tls error: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "db"}), "does not verify"},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), ""},
+		{nil, ""},
+	} {
+		cause, advice := Refusal(tc.err)
+		if !strings.Contains(advice, tc.advice) || (tc.advice == "") != (advice == "") || (advice != "") != (cause != nil) {
+			t.Errorf("Refusal(%v) = %v, %q; want advice saying %q", tc.err, cause, advice, tc.advice)
 		}
 	}
 }
