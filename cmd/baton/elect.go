@@ -138,6 +138,9 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 	if err := f.validate(cmd.Flags()); err != nil {
 		return err
 	}
+	if err := findCommand(argv); err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	s, err := f.open(cmd, g)
 	if err != nil {

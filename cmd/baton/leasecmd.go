@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -64,6 +65,22 @@ func (c *leaseCmd) nameAndCommand(cmd *cobra.Command, args []string) (string, []
 		return "", nil, usageError("no command after --: %s %s -- COMMAND [ARGS...]", use, args[0])
 	}
 	return args[0], args[1:], nil
+}
+
+// findCommand looks COMMAND up as starting it will (exec.LookPath), before
+// the lock service is touched: one that is not there, or not executable,
+// is exit 127 at once, not once the lock is taken and a fence raised. A
+// script whose interpreter is missing is found only as it starts.
+func findCommand(argv []string) error {
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return cannotRun(argv, err)
+	}
+	return nil
+}
+
+// cannotRun is the error, exit 127, of a command that could not start.
+func cannotRun(argv []string, err error) error {
+	return &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
 }
 
 // validate checks the shared flags that need no lock service; fl says

@@ -223,6 +223,30 @@ func TestRun_SignalPassedOn(t *testing.T) {
 	}
 }
 
+// TestRun_CommandNotFound: a COMMAND that is not there, or not
+// executable, is exit 127 on one line before the lock service is touched:
+// here it does not answer, which would be exit 69; run found the command
+// missing only once the lock was taken and the fence raised.
+func TestRun_CommandNotFound(t *testing.T) {
+	backend := fmt.Sprintf("etcd://127.0.0.1:%d?request-timeout=1s", testsvc.ClosedPort(t))
+	notExec := filepath.Join(t.TempDir(), "job.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho ran\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"run", "--backend", backend, "job", "--", "no-such-command-here"},
+		{"run", "--backend", backend, "job", "--", notExec},
+		{"elect", "--backend", backend, "job", "--", "./no-such-script.sh"},
+	} {
+		r := runInProcess(args...)
+		if r.code != exitCannotRun || !strings.Contains(r.stderr, "cannot start") {
+			t.Errorf("baton %s: exit %d, stderr %q; want %d, cannot start", strings.Join(args, " "), r.code, r.stderr, exitCannotRun)
+			continue
+		}
+		oneLine(t, r)
+	}
+}
+
 // TestRun_BadInput: every usage problem is one line and the right code, and
 // no line shows the password of a URL it names: the URLs that can carry one
 // here (lock service and fence store, parseable or not, reachable or not)

@@ -162,7 +162,7 @@ func supervise(ctx context.Context, lease *baton.Lease, argv, env []string, grac
 		return supervised{}, &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v; %s not started", err, argv[0])}
 	}
 	if err := cmd.Start(); err != nil {
-		return supervised{}, &exitError{code: exitCannotRun, msg: fmt.Sprintf("cannot start %q: %v", argv[0], err)}
+		return supervised{}, cannotRun(argv, err)
 	}
 	// Listened for only now: one that came before, while baton waited,
 	// is dropped, not handed to a command that has yet to set a handler
