@@ -46,14 +46,18 @@ func usageError(format string, args ...any) error {
 
 // cobraUsage marks an error of cobra's own (a flag it cannot parse,
 // arguments a command does not take, an unknown command, a required flag
-// not given) as a usage error, pointing to the help; nil stays nil, and an
-// error already marked is left as it is.
-func cobraUsage(err error) error {
+// not given) as a usage error, pointing to cmd's help (the root's when cmd
+// is nil); nil stays nil, and an error already marked is left as it is.
+func cobraUsage(cmd *cobra.Command, err error) error {
 	var ee *exitError
 	if err == nil || errors.As(err, &ee) {
 		return err
 	}
-	return &exitError{code: exitUsage, msg: suggested(err.Error()) + " (see baton --help)"}
+	path := "baton"
+	if cmd != nil && cmd.Name() != cobra.ShellCompRequestCmd {
+		path = cmd.CommandPath()
+	}
+	return &exitError{code: exitUsage, msg: suggested(err.Error()) + " (see " + path + " --help)"}
 }
 
 // suggested turns the suggestions cobra appends to an unknown command's
@@ -92,7 +96,7 @@ func joinLines(msg string) string {
 // and err are what ExecuteC returned.
 func executed(cmd *cobra.Command, err error) error {
 	if err != nil && (cmd.CalledAs() == "" || cmd.Name() == cobra.ShellCompRequestCmd) {
-		return cobraUsage(err)
+		return cobraUsage(cmd, err)
 	}
 	return err
 }

@@ -12,30 +12,32 @@ import (
 )
 
 // TestExitCode_CobraErrors: every kind of error cobra returns itself is a
-// usage error, exit 2, on one line that points to the help; it is marked by
-// a hook (flags, Args, required flags) or by executed (unknown command,
+// usage error, exit 2, on one line that points to the help of the command
+// at fault (it pointed to baton --help for all); it is marked by a hook
+// (flags, Args, required flags) or by executed (unknown command,
 // __complete), never by its text.
 func TestExitCode_CobraErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		help string // whose help the line points to
 	}{
-		{[]string{"bogus"}, `unknown command "bogus" for "baton"`},
-		{[]string{"rn", "n", "--", "true"}, `unknown command "rn" for "baton"; did you mean "run"? (see`},
-		{[]string{"--bogus"}, "unknown flag: --bogus"},
-		{[]string{"run", "-z"}, "unknown shorthand flag: 'z' in -z"},
-		{[]string{"run", "--ttl"}, "flag needs an argument: --ttl"},
-		{[]string{"elect", "--ttl", "nope"}, `invalid argument "nope" for "--ttl" flag`},
-		{[]string{"release", "a", "b"}, "accepts 1 arg(s), received 2"},
-		{[]string{"version", "extra"}, `unknown command "extra" for "baton version"`},
-		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "baton completion bash"`},
-		{[]string{"fence", "show"}, `required flag(s) "store" not set`},
-		{[]string{"__complete"}, "requires at least 1 arg(s), only received 0"},
+		{[]string{"bogus"}, `unknown command "bogus" for "baton"`, "baton"},
+		{[]string{"rn", "n", "--", "true"}, `unknown command "rn" for "baton"; did you mean "run"? (see`, "baton"},
+		{[]string{"--bogus"}, "unknown flag: --bogus", "baton"},
+		{[]string{"run", "-z"}, "unknown shorthand flag: 'z' in -z", "baton run"},
+		{[]string{"run", "--ttl"}, "flag needs an argument: --ttl", "baton run"},
+		{[]string{"elect", "--ttl", "nope"}, `invalid argument "nope" for "--ttl" flag`, "baton elect"},
+		{[]string{"release", "a", "b"}, "accepts 1 arg(s), received 2", "baton release"},
+		{[]string{"version", "extra"}, `unknown command "extra" for "baton version"`, "baton version"},
+		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "baton completion bash"`, "baton completion bash"},
+		{[]string{"fence", "show"}, `required flag(s) "store" not set`, "baton fence show"},
+		{[]string{"__complete"}, "requires at least 1 arg(s), only received 0", "baton"},
 	} {
 		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
 			r := runInProcess(tc.args...)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || !strings.HasSuffix(r.stderr, " (see baton --help)\n") {
-				t.Errorf("exit %d, stderr %q; want exit 2, %q and the pointer to the help", r.code, r.stderr, tc.want)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) || !strings.HasSuffix(r.stderr, " (see "+tc.help+" --help)\n") {
+				t.Errorf("exit %d, stderr %q; want exit 2, %q and the pointer to %s --help", r.code, r.stderr, tc.want, tc.help)
 			}
 			oneLine(t, r)
 		})

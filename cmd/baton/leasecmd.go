@@ -59,6 +59,8 @@ func (c *leaseCmd) nameAndCommand(cmd *cobra.Command, args []string) (string, []
 		return "", nil, usageError("%s needs %s %s name and a command: %s NAME -- COMMAND [ARGS...]", cmd.Name(), a, c.noun, use)
 	case dash < 0:
 		return "", nil, usageError("put -- between the %s name and the command: %s %s -- COMMAND [ARGS...]", c.noun, use, args[0])
+	case dash == 0:
+		return "", nil, usageError("give the %s name before --: %s NAME -- %s", c.noun, use, strings.Join(args, " "))
 	case dash != 1:
 		return "", nil, usageError("give exactly one %s name before --, got %d: %q", c.noun, dash, args[:dash])
 	case len(args) == 1:

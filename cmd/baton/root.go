@@ -70,7 +70,7 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "error", "log level: debug, info, warn or error (failures are always reported on one line)")
 	// Every command (cobra asks the nearest parent that has one) reports the
 	// flags it cannot parse as usage errors.
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cobraUsage(err) })
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return cobraUsage(cmd, err) })
 	// The root's persistent hook runs before every command, as no command
 	// has one of its own.
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -85,9 +85,9 @@ frozen server wakes up and keeps billing, on an embedded etcd.`,
 		// returns their errors as they are; checked here first, they are
 		// usage errors.
 		if err := cmd.ValidateRequiredFlags(); err != nil {
-			return cobraUsage(err)
+			return cobraUsage(cmd, err)
 		}
-		return cobraUsage(cmd.ValidateFlagGroups())
+		return cobraUsage(cmd, cmd.ValidateFlagGroups())
 	}
 	root.AddCommand(newRun(g), newElect(g), newStatus(g), newRelease(g), newFence(g), newServe(g), newDemo(), newVersion())
 	// Cobra adds its help and completion commands when it executes, unless
@@ -191,7 +191,7 @@ func strictHelp(root *cobra.Command) {
 // command: see executed.
 func markArgErrors(c *cobra.Command) {
 	if check := c.Args; check != nil {
-		c.Args = func(cmd *cobra.Command, args []string) error { return cobraUsage(check(cmd, args)) }
+		c.Args = func(cmd *cobra.Command, args []string) error { return cobraUsage(cmd, check(cmd, args)) }
 	}
 	for _, sub := range c.Commands() {
 		markArgErrors(sub)

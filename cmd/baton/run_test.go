@@ -307,6 +307,8 @@ func TestRun_BadInput(t *testing.T) {
 		{[]string{"run", "--backend", backend, "n", "true"}, exitUsage, "put -- between"},
 		{[]string{"run", "--backend", backend, "n", "--"}, exitUsage, "no command"},
 		{[]string{"run", "--backend", backend}, exitUsage, "needs a lock name"},
+		{[]string{"run", "--backend", backend, "--", "true"}, exitUsage, "give the lock name before --: baton run NAME -- true"},
+		{[]string{"run", "--backend", backend, "a", "b", "--", "true"}, exitUsage, `give exactly one lock name before --, got 2: ["a" "b"]`},
 		{[]string{"run", "--backend", backend, "a/b", "--", "true"}, exitUsage, "lock name"},
 		{[]string{"run", "--backend", backend, "--once", "x", "n", "--", "true"}, exitUsage, "--once needs --fence"},
 		{[]string{"run", "--backend", backend, "--fence", store, "n", "--", "true"}, exitFailure, "baton fence init"},
