@@ -147,10 +147,12 @@ return {0, cur or head or '', redis.call('pttl', k), first}
 // that left). It returns 1 when the lock was ours. Release, a waiter giving up and Close
 // all use it. A lock with neither a queue nor an observer, and a value
 // not in the queue, are done with before the helpers are defined (each
-// definition makes a closure, on every run). A holder is never in the queue (each
-// way of taking the lock leaves it), so a holder's release skips the
-// queue's ZREM and HDEL, and a handoff overwrites the key instead of
-// deleting it first. EXISTS of the queue and the observers' mark counts
+// definition makes a closure, on every run). A holder is in the queue only
+// when a copy of its claim took the lock late, while it waited (each way
+// of taking the lock leaves the queue, but that copy, the acquisition's
+// first attempt, knows no queue): its release skips the queue's ZREM and
+// HDEL, the handoff taking its entry out if it meets it, and overwrites
+// the key instead of deleting it first. EXISTS of the queue and the observers' mark counts
 // both: 2 says someone observes, and 1 does unless the handoff found the
 // queue (when it finds none, one more EXISTS tells).
 var releaseScript = goredis.NewScript(`
@@ -185,7 +187,7 @@ if cur ~= v then
   if h then redis.call('publish', select(4, entry(e)), h) end
   return 0
 end
-local h = handoff(k, q, w)
+local h = handoff(k, q, w, v)
 if not h then redis.call('del', k) end
 if marks == 2 or (marks == 1 and not h and redis.call('exists', n) == 1) then
   record(o, h or '')
@@ -211,7 +213,7 @@ return 0
 var forceScript = goredis.NewScript(rediskit.LuaQueue + luaHelpers + `
 local k, q, w, o, n = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if redis.call('get', k) ~= ARGV[1] then return 0 end
-local h = redis.call('exists', q) == 1 and handoff(k, q, w)
+local h = redis.call('exists', q) == 1 and handoff(k, q, w, ARGV[1])
 if not h then redis.call('del', k) end
 note(o, n, h or '')
 return 1

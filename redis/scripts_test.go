@@ -212,3 +212,53 @@ func TestTrimCount(t *testing.T) {
 		t.Errorf("in between: %d missed, counting from %d, %d read; want none, unchanged (10, 2)", got, tc.base, tc.read)
 	}
 }
+
+// TestReleaseScript_HolderStillQueued: a holder whose key a late copy of
+// its claim set while it waited (the copy knows no queue) holds the lock
+// and still has its entry; at its next attempt it finds the key its own,
+// and holds on. Its release hands the lock to the waiter behind it, its
+// own entry taken out, or frees it: it handed the lock back to the value
+// releasing it, which no one would use, so that the lock stayed taken for
+// up to one TTL. The forced release does the same.
+func TestReleaseScript_HolderStillQueued(t *testing.T) {
+	for _, forced := range []bool{false, true} {
+		for _, behind := range []bool{false, true} {
+			t.Run(fmt.Sprintf("forced=%v,waiter_behind=%v", forced, behind), func(t *testing.T) {
+				s, k := redistest.Start(t), scriptKeys
+				s.Hold(k.lock, "x")
+				if r := acquireAs(s, "v"); r.Held {
+					t.Fatalf("v joining behind x: %+v, want queued", r)
+				}
+				if behind {
+					if r := acquireAs(s, "w"); r.Held {
+						t.Fatalf("w joining behind v: %+v, want queued", r)
+					}
+				}
+				s.Hold(k.lock, "v") // the late copy of v's claim
+				if r := acquireAs(s, "v"); !r.Held {
+					t.Fatalf("v's next attempt with the key its own: %+v, want held", r)
+				}
+				var n int
+				var err error
+				if forced {
+					n, err = forceScript.Run(s.Ctx, s.C, k.all(), "v").Int()
+				} else {
+					n, err = releaseScript.Run(s.Ctx, s.C, k.all(), "v").Int()
+				}
+				if err != nil || n != 1 {
+					t.Fatalf("release: %d, %v", n, err)
+				}
+				got, err := s.C.Get(s.Ctx, k.lock).Result()
+				switch {
+				case behind && got != "w":
+					t.Fatalf("after v's release the lock holds %q (%v); want w's, the waiter behind", got, err)
+				case !behind && err != goredis.Nil:
+					t.Fatalf("after v's release the lock holds %q (%v); want it free", got, err)
+				}
+				if _, err := s.C.ZScore(s.Ctx, k.q, "v").Result(); err != goredis.Nil {
+					t.Errorf("v is still queued after its release (%v)", err)
+				}
+			})
+		}
+	}
+}

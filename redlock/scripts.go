@@ -201,7 +201,7 @@ if ours then
       return 1
     end
   end
-  if not handoff(k, q, w) then redis.call('del', k) end
+  if not handoff(k, q, w, false) then redis.call('del', k) end
   return 1
 end
 if behind then

@@ -128,7 +128,7 @@ local function take(k, q, w, v, ttl, queued)
 end
 `
 
-// LuaHandoff, after LuaQueue, defines handoff(k, q, w): the function by
+// LuaHandoff, after LuaQueue, defines handoff(k, q, w, skip): the function by
 // which a release hands lock k to the first live waiter in queue q (see
 // its comment). The redis backend's release and forced release use it;
 // redlock's release, on each node.
@@ -146,16 +146,19 @@ const LuaHandoff = `
 -- which counts from that attempt's send time, and no later, so that a
 -- waiter gone since its last attempt blocks the lock no longer than its
 -- entry did (or than one TTL, should the clock have stepped back since
--- SEEN). It returns the new holder's value, or false when no waiter was
--- live.
-local function handoff(k, q, w)
+-- SEEN). skip, the value the key held (or false), is never handed the
+-- lock: an entry of its own, which the holder's acquisition may have left
+-- (a copy of its claim that took the lock late, while it waited), is taken
+-- out like a dead one. It returns the new holder's value, or false when
+-- no other waiter was live.
+local function handoff(k, q, w, skip)
   local now = clock()
   while true do
     local h = redis.call('zpopmin', q)[1]
     if not h then return false end
     local e = redis.call('hget', w, h)
     redis.call('hdel', w, h)
-    if e and live(e, now) then
+    if e and h ~= skip and live(e, now) then
       local seen, ttl, n, ch = entry(e)
       redis.call('set', k, h)
       redis.call('pexpireat', k, string.format('%.0f', math.min(tonumber(seen), tonumber(now)) + tonumber(ttl) + 1))
