@@ -82,3 +82,25 @@ func TestJoinLines(t *testing.T) {
 		}
 	}
 }
+
+// TestWithHint: an unreachable etcd on this machine is told to start one
+// with baton serve; one elsewhere, or any other service, to check that it
+// runs and is reachable (a remote cluster was told to run baton serve).
+func TestWithHint(t *testing.T) {
+	unavailable := &baton.UnavailableError{Where: "x", Err: fmt.Errorf("no answer")}
+	for backend, serve := range map[string]bool{
+		"etcd://127.0.0.1:2379":              true,
+		"etcd://localhost:2379,[::1]:2379":   true,
+		"etcd://127.0.0.1:2379/app":          true,
+		"etcd://10.0.0.5:2379":               false,
+		"etcd://db1:2379,127.0.0.1:2379":     false,
+		"etcd://app:pw@etcd.internal:2379":   false,
+		"redis://127.0.0.1:6379":             false,
+		"postgres://app@127.0.0.1:5432/jobs": false,
+	} {
+		err := withHint(backend, unavailable)
+		if got := strings.Contains(err.Error(), "baton serve"); got != serve || !strings.Contains(err.Error(), "pass --backend") {
+			t.Errorf("withHint(%s) = %q; want baton serve named: %v", backend, err, serve)
+		}
+	}
+}

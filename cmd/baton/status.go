@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -160,10 +162,25 @@ func withHint(backend string, err error) error {
 	if err == nil || !errors.Is(err, baton.ErrUnavailable) {
 		return err
 	}
-	if u, perr := baton.ParseURL(backend); perr == nil && u.Scheme == "etcd" {
+	if u, perr := baton.ParseURL(backend); perr == nil && u.Scheme == "etcd" && loopbackOnly(u.Host) {
 		return fmt.Errorf("%w; start one with `baton serve` or pass --backend", err)
 	}
 	return fmt.Errorf("%w; check that it runs and is reachable, or pass --backend", err)
+}
+
+// loopbackOnly reports whether every host:port in hosts (comma-separated)
+// is on this machine, where `baton serve` could be what is missing.
+func loopbackOnly(hosts string) bool {
+	for _, hp := range strings.Split(hosts, ",") {
+		h, _, err := net.SplitHostPort(hp)
+		if err != nil {
+			h = hp
+		}
+		if ip := net.ParseIP(h); h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
 }
 
 type statusJSON struct {
