@@ -226,7 +226,7 @@ func lead(cmd *cobra.Command, g *globals, f electFlags, name string, argv []stri
 			// meanwhile still says the command ran part of the time
 			// without it.
 			if res.lost != nil {
-				return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (lock service %s); stopped %s (%s)", res.lost, s.backendAt, argv[0], res.status)}
+				return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s (lock service %s); stopped %s (%s)", saidLost(res.lost), s.backendAt, argv[0], res.status)}
 			}
 			if err := lostLate(lease, argv, res, when); err != nil {
 				return err

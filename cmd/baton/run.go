@@ -214,7 +214,7 @@ func runLocked(cmd *cobra.Command, g *globals, f runFlags, name string, argv []s
 		return err
 	}
 	if res.lost != nil {
-		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%v (lock service %s); stopped %s (%s)", res.lost, s.backendAt, argv[0], res.status)}
+		return &exitError{code: exitLeaseLost, msg: fmt.Sprintf("%s (lock service %s); stopped %s (%s)", saidLost(res.lost), s.backendAt, argv[0], res.status)}
 	}
 	// A loss seen only as the command exited (both were ready at once, or
 	// the local deadline passed and the timer has not fired yet) still

@@ -22,6 +22,20 @@ import (
 	"github.com/baton-go/baton/internal/proc"
 )
 
+// saidLost is lost, the loss for which supervise stopped the command,
+// told again once the command has ended: supervise said why at the loss,
+// so the lease alone, not the cause a second time.
+func saidLost(lost error) string {
+	var le *baton.LostError
+	switch {
+	case !errors.As(lost, &le):
+		return lost.Error()
+	case le.Token != 0:
+		return fmt.Sprintf("lease on %q (token %d) lost, as said above", le.Name, le.Token)
+	}
+	return fmt.Sprintf("lease on %q lost, as said above", le.Name)
+}
+
 // supervised is how a supervised command ended.
 type supervised struct {
 	code     int   // its exit code (128+N if killed by signal N)
