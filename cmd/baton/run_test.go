@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -367,6 +368,10 @@ func TestStatusAndForceRelease(t *testing.T) {
 	}
 	if got := holder.wait(t); got.code != exitLeaseLost || !strings.Contains(got.stderr, "(lock service "+backend+")") {
 		t.Fatalf("holder after a forced release: exit %d, want 76 naming the lock service; %q", got.code, got.stderr)
+	} else if n := strings.Count(got.stderr, "was deleted"); n != 1 || !regexp.MustCompile(`lease on "invoices" \(token \d+\) lost, as said above \(lock service`).MatchString(got.stderr) {
+		// The cause is told once, as the command is stopped; the exit
+		// line names the lease and points back to it.
+		t.Errorf("holder after a forced release: the cause told %d times, want once, then the lease lost \"as said above\"; %q", n, got.stderr)
 	}
 }
 
