@@ -442,8 +442,12 @@
 //     lease has expired by the database's clock, before the next holder has
 //     raised the fence (the guide's first gap).
 //   - A statement cut off by the request timeout may still have committed:
-//     an acquisition nobody heard back from ends within one TTL (sooner if
-//     its waiter leaves the queue, which frees it). pgx sends a cancel
+//     an acquisition nobody heard back from ends within one TTL. Sooner
+//     only where it was granted to a place in the queue: the waiter that
+//     gave up leaves the queue, which frees what was handed to it. A
+//     lock granted at once, with nobody queued, keeps no trace of which
+//     attempt took it, so it stays taken until its TTL runs out (nobody
+//     holds it meanwhile; the lock is only late). pgx sends a cancel
 //     request when it gives up on a statement, and for a client cut off
 //     from the server, so that the cancel cannot get through either, Dial
 //     sets statement_timeout to half the request timeout (New leaves that
