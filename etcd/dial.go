@@ -10,9 +10,13 @@ import (
 	"strconv"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/asynclog"
@@ -21,7 +25,11 @@ import (
 
 // Dial connects to the etcd endpoints (host:port or http://host:port), checks
 // that the cluster answers within the request timeout, and returns a
-// FencedLocker that owns the client: closing the Locker closes it.
+// FencedLocker that owns the client: closing the Locker closes it. When
+// every endpoint fails its connection (refused, or cut short by a server
+// that does not speak gRPC), Dial returns a *baton.UnavailableError saying
+// so at once; an endpoint still connecting, or a cluster without a leader,
+// is waited for up to the request timeout.
 func Dial(ctx context.Context, endpoints []string, opts ...baton.Option) (_ *baton.FencedLocker, err error) {
 	return dial(ctx, clientv3.Config{Endpoints: endpoints}, opts)
 }
@@ -54,9 +62,24 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 		return nil, err
 	}
 	// clientv3.New does not wait for a connection; one read does. It reads
-	// under the prefix, the only keys a user limited to it may read.
+	// under the prefix, the only keys a user limited to it may read. The
+	// first read does not wait for a connection every endpoint failed to
+	// make (refused, or no etcd on it): that is said at once, as the redis
+	// and postgres backends do, not after the request timeout.
 	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-	_, err = client.Get(pctx, b.prefix, clientv3.WithCountOnly())
+	err = probe(pctx, client, b.prefix)
+	if err != nil && ctx.Err() == nil {
+		if cerr := connError(err); cerr != nil {
+			cancel()
+			b.bgStop()
+			_ = client.Close()
+			return nil, &baton.UnavailableError{Where: where, Err: cerr}
+		}
+		// Anything else (an error of the server's own, such as no
+		// leader) is waited out, as the client's reads retry it.
+		_, err = client.Get(pctx, b.prefix, clientv3.WithCountOnly())
+	}
+	answered := pctx.Err() == nil // an error before the deadline is an answer
 	cancel()
 	if err != nil {
 		b.bgStop()
@@ -67,7 +90,7 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 		if err := refused(err, where, b.prefix, "may not read keys under it"); err != nil {
 			return nil, err
 		}
-		if pctx.Err() == nil { // an answer, not a timeout
+		if answered {
 			return nil, &baton.UnavailableError{Where: where, Err: fmt.Errorf("a read under %s failed: %w", b.prefix, err)}
 		}
 		return nil, &baton.UnavailableError{Where: where, Err: fmt.Errorf("no answer within %v: %w", cfg.RequestTimeout, err)}
@@ -167,3 +190,44 @@ func refused(err error, where, prefix, denied string) error {
 	}
 	return nil
 }
+
+// probe reads under prefix (a count, no values) without waiting for a
+// connection: gRPC fails the call at once when every endpoint's connection
+// has failed, and waits while one is still being made. It goes through the
+// client's connection, so its credentials and interceptors, but not through
+// its KV, which would retry a failed connection until ctx ends and then
+// report the deadline alone.
+func probe(ctx context.Context, client *clientv3.Client, prefix string) error {
+	req := &pb.RangeRequest{Key: []byte(prefix), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(prefix)), CountOnly: true}
+	_, err := pb.NewKVClient(client.ActiveConnection()).Range(ctx, req, grpc.WaitForReady(false))
+	return err
+}
+
+// dialFailed is gRPC's "Error while dialing" before the dial's own error.
+const dialFailed = "Error while dialing: "
+
+// connError returns, for a probe that failed because no endpoint could be
+// connected to, the cause in a line ("cannot reach the server: dial tcp
+// ...: connection refused"), wrapping err; nil for any other error. gRPC
+// gives the cause only as text (status Unavailable, "connection error:
+// desc = ..."), which is kept whole where its form is not the expected one.
+func connError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable || !strings.HasPrefix(st.Message(), "connection error") {
+		return nil
+	}
+	msg := st.Message()
+	if i := strings.Index(msg, dialFailed); i >= 0 {
+		msg = strings.TrimSuffix(msg[i+len(dialFailed):], `"`)
+	}
+	return &causeError{msg: "cannot reach the server: " + msg, err: err}
+}
+
+// causeError is an error told in its own words, wrapping the one it tells.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e *causeError) Error() string { return e.msg }
+func (e *causeError) Unwrap() error { return e.err }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,18 +313,76 @@ func TestNew_TTLTooLong(t *testing.T) {
 	}
 }
 
+// TestDial_Unreachable: a Dial to endpoints that all refuse the connection
+// fails at once, saying so, and does not wait out the request timeout
+// (here a minute, which the bound below is far from) for a server that is
+// not there.
 func TestDial_Unreachable(t *testing.T) {
-	port := testsvc.ClosedPort(t) // refuses connections until the test ends
+	ports := []int{testsvc.ClosedPort(t), testsvc.ClosedPort(t)} // refuse connections until the test ends
 	start := time.Now()
-	_, err := etcd.Dial(context.Background(), []string{"127.0.0.1:" + itoa(port)}, baton.WithRequestTimeout(time.Second))
+	_, err := etcd.Dial(context.Background(), []string{"127.0.0.1:" + itoa(ports[0]), "127.0.0.1:" + itoa(ports[1])}, baton.WithRequestTimeout(time.Minute))
 	if !errors.Is(err, baton.ErrUnavailable) {
-		t.Fatalf("Dial to a closed port: err = %v, want ErrUnavailable", err)
+		t.Fatalf("Dial to closed ports: err = %v, want ErrUnavailable", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Dial took %v to fail with a 1s request timeout", d)
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Dial took %v to fail on refused connections, as if it waited for the 1m request timeout", d)
 	}
-	if !strings.Contains(err.Error(), "127.0.0.1:"+itoa(port)) {
-		t.Errorf("error %q does not say where", err)
+	for _, want := range []string{"127.0.0.1:" + itoa(ports[0]), "cannot reach the server", "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if st, ok := status.FromError(err); !ok || st.Code() != codes.Unavailable {
+		t.Errorf("error %q does not wrap gRPC's Unavailable", err)
+	}
+}
+
+// TestDial_Silent: an endpoint that takes the connection and never answers
+// is waited for until the request timeout, and said to have given no
+// answer.
+func TestDial_Silent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); conns.Wait() })
+	conns.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }) // until the client closes it
+		}
+	})
+	start := time.Now()
+	_, err = etcd.Dial(context.Background(), []string{ln.Addr().String()}, baton.WithRequestTimeout(time.Second))
+	took := time.Since(start)
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "no answer within 1s") {
+		t.Fatalf("Dial to a silent endpoint: err = %v, want ErrUnavailable, no answer within 1s", err)
+	}
+	if took < time.Second {
+		t.Errorf("Dial gave up after %v, before its 1s request timeout", took)
+	}
+}
+
+// TestDial_NotEtcd: a server that answers, but not as etcd (an HTTP/2
+// server that has no gRPC), is told as the read's failure, at once, not as
+// a server that gave no answer.
+func TestDial_NotEtcd(t *testing.T) {
+	srv := &http.Server{Handler: http.NotFoundHandler(), Protocols: new(http.Protocols)}
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-served })
+	_, err = etcd.Dial(context.Background(), []string{ln.Addr().String()}, baton.WithRequestTimeout(time.Minute))
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "a read under /baton/lock/ failed") || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("Dial to an HTTP server: err = %v, want ErrUnavailable, the read failed with its 404", err)
 	}
 }
 
