@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
@@ -32,8 +33,11 @@ func Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.F
 // host:port, or is given twice, is a *baton.OptionError; a chroot, as in
 // a Java connect string (zk1:2181/app), is the root: baton.WithPrefix.
 //
-// It waits, within the request timeout, for a session, and checks the
-// session timeout the server granted: a server grants from 2 to 20 times
+// It waits, within the request timeout, for a session (servers that all
+// refuse the connection, or take more than go-zookeeper's second to accept
+// it, are a *baton.UnavailableError as soon as each was dialed once, with
+// their errors; one that takes the connection is waited for), and checks
+// the session timeout the server granted: a server grants from 2 to 20 times
 // its tickTime (unless minSessionTimeout and maxSessionTimeout say
 // otherwise) and silently raises or lowers a request outside that range,
 // which would make the local deadline wrong; Dial refuses that with a
@@ -75,8 +79,10 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 	cs := newConnState()
 	tap := &logTap{log: cfg.Logger, cs: cs}
 	dials := new(dialClock)
+	reach := newReach(dials.dial)
 	conn, events, err := zkgo.Connect(servers, cfg.TTL,
-		zkgo.WithDialer(dials.dial),
+		zkgo.WithDialer(reach.dial),
+		zkgo.WithHostProvider(reach),
 		zkgo.WithLogger(tap),
 		zkgo.WithLogInfo(true), // the granted session timeout is only in an info line
 		zkgo.WithEventCallback(func(ev zkgo.Event) {
@@ -95,7 +101,7 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 	}
 	b.owned, b.events, b.dials = true, events, dials
 	b.start()
-	if err := b.handshake(ctx); err != nil {
+	if err := b.handshake(ctx, reach.unreachable()); err != nil {
 		_ = b.Close()
 		return nil, err
 	}
@@ -103,8 +109,10 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 }
 
 // handshake waits for the first session and the timeout the server
-// granted, checks it against the TTL, and authenticates.
-func (b *backend) handshake(ctx context.Context) error {
+// granted, checks it against the TTL, and authenticates. It gives up at
+// once when unreachable is closed: every server was dialed, and none took
+// the connection (see reach).
+func (b *backend) handshake(ctx context.Context, unreachable <-chan error) error {
 	t := time.NewTimer(b.cfg.RequestTimeout)
 	defer t.Stop()
 	for {
@@ -119,6 +127,8 @@ func (b *backend) handshake(ctx context.Context) error {
 		case <-v.changed:
 		case <-ctx.Done():
 			return context.Cause(ctx)
+		case err := <-unreachable:
+			return &baton.UnavailableError{Where: b.place(), Err: err}
 		case <-t.C:
 			if v.connected() {
 				return &baton.UnavailableError{Where: b.place(), Err: errors.New("go-zookeeper did not report the session timeout the server granted; cannot check it against the TTL")}
@@ -152,6 +162,76 @@ func (b *backend) probeRoot(ctx context.Context) error {
 	}
 	return b.fail(ctx, "list "+b.root, err)
 }
+
+// reach is go-zookeeper's host provider (its own DNSHostProvider) and the
+// dialer under it, which tells Dial when every server has been dialed once
+// and none took the connection (each refused it, or did not answer within
+// the connect timeout): a server that is not there is said at once, with
+// the dials' errors, as the other backends do, not after the request
+// timeout. A server that took the connection and then failed the session's
+// handshake (an ensemble still forming its quorum) is waited for.
+type reach struct {
+	zkgo.DNSHostProvider
+	dialer zkgo.Dialer
+
+	mu    sync.Mutex
+	took  bool             // a dial succeeded: the servers are there
+	errs  map[string]error // each failed server's last dial error
+	order []string         // the failed servers, in the order first failed
+	told  bool             // done has had its error
+	done  chan error       // gets the errors once every server failed (buffered)
+}
+
+func newReach(dialer zkgo.Dialer) *reach {
+	return &reach{dialer: dialer, errs: make(map[string]error), done: make(chan error, 1)}
+}
+
+// dial dials through the dialer, noting the outcome.
+func (r *reach) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := r.dialer(network, address, timeout)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if _, ok := r.errs[address]; !ok {
+			r.order = append(r.order, address)
+		}
+		r.errs[address] = err
+	} else {
+		r.took = true
+	}
+	return c, err
+}
+
+// Next implements zkgo.HostProvider: go-zookeeper's provider says
+// retryStart when it has gone through every server without a session.
+func (r *reach) Next() (string, bool) {
+	server, retryStart := r.DNSHostProvider.Next()
+	if retryStart {
+		r.mu.Lock()
+		if !r.took && !r.told && len(r.order) > 0 {
+			errs := make([]string, len(r.order))
+			for i, a := range r.order {
+				errs[i] = r.errs[a].Error()
+			}
+			r.done <- &causeError{msg: "cannot reach any server: " + strings.Join(errs, "; "), err: r.errs[r.order[len(r.order)-1]]}
+			r.told = true
+		}
+		r.mu.Unlock()
+	}
+	return server, retryStart
+}
+
+// unreachable returns the channel that gets reach's error, once.
+func (r *reach) unreachable() <-chan error { return r.done }
+
+// causeError is an error told in its own words, wrapping the one it tells.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e *causeError) Error() string { return e.msg }
+func (e *causeError) Unwrap() error { return e.err }
 
 // logTap receives go-zookeeper's log lines: it passes them on to the
 // Logger at debug level, and reads from one of them the session timeout

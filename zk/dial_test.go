@@ -3,8 +3,11 @@ package zk_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,25 +200,67 @@ func TestLeaderHeard(t *testing.T) {
 	}
 }
 
+// TestDial_Unreachable: a Dial to servers that all refuse the connection
+// fails as soon as each was dialed, with their errors, and does not wait
+// out the request timeout (here a minute, which the bound below is far
+// from) for servers that are not there.
 func TestDial_Unreachable(t *testing.T) {
-	port := testsvc.ClosedPort(t) // refuses connections until the test ends
-	where := "127.0.0.1:" + strconv.Itoa(port)
+	ports := []int{testsvc.ClosedPort(t), testsvc.ClosedPort(t)} // refuse connections until the test ends
+	where := "127.0.0.1:" + strconv.Itoa(ports[0])
+	other := "127.0.0.1:" + strconv.Itoa(ports[1])
 	start := time.Now()
-	_, err := zk.Dial(context.Background(), []string{where}, baton.WithRequestTimeout(time.Second))
+	_, err := zk.Dial(context.Background(), []string{where, other}, baton.WithRequestTimeout(time.Minute))
 	if !errors.Is(err, baton.ErrUnavailable) {
-		t.Fatalf("Dial to a closed port: err = %v, want ErrUnavailable", err)
+		t.Fatalf("Dial to closed ports: err = %v, want ErrUnavailable", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Dial took %v to fail with a 1s request timeout", d)
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Dial took %v to fail on refused connections, as if it waited for the 1m request timeout", d)
 	}
-	if !strings.Contains(err.Error(), where) {
-		t.Errorf("error %q does not say where", err)
+	for _, want := range []string{"cannot reach any server", "dial tcp " + where + ": connect: connection refused", "dial tcp " + other + ": connect: connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("error %q does not wrap ECONNREFUSED", err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("caller gave up")
 	cancel(cause)
 	if _, err := zk.Dial(ctx, []string{where}); !errors.Is(err, cause) {
 		t.Errorf("Dial with a cancelled ctx: %v, want the ctx's cause", err)
+	}
+}
+
+// TestDial_HangsUp: a server that takes the connection and hangs up (as
+// one does while its ensemble forms a quorum) is waited for until the
+// request timeout, and said to have given no answer, also when another
+// server refuses the connection.
+func TestDial_HangsUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); accepted.Wait() })
+	accepted.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	})
+	start := time.Now()
+	refusing := "127.0.0.1:" + strconv.Itoa(testsvc.ClosedPort(t))
+	_, err = zk.Dial(context.Background(), []string{ln.Addr().String(), refusing}, baton.WithRequestTimeout(time.Second))
+	took := time.Since(start)
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "no ZooKeeper server answered within 1s") {
+		t.Fatalf("Dial to a server that hangs up: err = %v, want ErrUnavailable, no answer within 1s", err)
+	}
+	if took < time.Second {
+		t.Errorf("Dial gave up after %v, before its 1s request timeout", took)
 	}
 }
 
