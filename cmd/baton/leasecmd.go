@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -71,11 +73,54 @@ func (c *leaseCmd) nameAndCommand(cmd *cobra.Command, args []string) (string, []
 
 // findCommand looks COMMAND up as starting it will (exec.LookPath), before
 // the lock service is touched: one that is not there, or not executable,
-// is exit 127 at once, not once the lock is taken and a fence raised. A
-// script whose interpreter is missing is found only as it starts.
+// or a script whose #! line names an interpreter that is not there (which
+// exec reports as the script itself not found), is exit 127 at once, not
+// once the lock is taken and a fence raised.
 func findCommand(argv []string) error {
-	if _, err := exec.LookPath(argv[0]); err != nil {
+	path, err := exec.LookPath(argv[0])
+	if err == nil {
+		err = checkInterpreter(path)
+	}
+	if err != nil {
 		return cannotRun(argv, err)
+	}
+	return nil
+}
+
+// checkInterpreter returns an error when path is a script whose #! line
+// names no interpreter, or one that is not there or not executable. A
+// file it cannot read (execute-only) or that has no #! line is left to
+// the start to judge.
+func checkInterpreter(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var buf [256]byte // Linux reads a #! line of up to 256 bytes
+	n, _ := io.ReadFull(f, buf[:])
+	line, _, _ := strings.Cut(string(buf[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return nil
+	}
+	// The kernel splits the line at spaces and tabs only: a "\r" of a
+	// file with Windows line ends is part of the interpreter's name.
+	fields := strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' })
+	if len(fields) == 0 {
+		return errors.New("its #! line names no interpreter")
+	}
+	interp := fields[0]
+	st, err := os.Stat(interp)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && strings.HasSuffix(interp, "\r"):
+		return fmt.Errorf("its #! line names %q, which is not there: the file has Windows line ends (\\r\\n); convert it, as with dos2unix", interp)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("its #! line names %q, which is not there", interp)
+	case err != nil:
+		return fmt.Errorf("its #! line names %q: %w", interp, err)
+	case st.IsDir() || st.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("its #! line names %q, which is not executable", interp)
 	}
 	return nil
 }

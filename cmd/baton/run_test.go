@@ -225,26 +225,78 @@ func TestRun_SignalPassedOn(t *testing.T) {
 }
 
 // TestRun_CommandNotFound: a COMMAND that is not there, or not
-// executable, is exit 127 on one line before the lock service is touched:
-// here it does not answer, which would be exit 69; run found the command
-// missing only once the lock was taken and the fence raised.
+// executable, or a script whose #! interpreter is not there (which exec
+// reports as the script not found), is exit 127 on one line before the
+// lock service is touched: here it does not answer, which would be exit
+// 69; run found the command missing only once the lock was taken and the
+// fence raised.
 func TestRun_CommandNotFound(t *testing.T) {
 	backend := fmt.Sprintf("etcd://127.0.0.1:%d?request-timeout=1s", testsvc.ClosedPort(t))
-	notExec := filepath.Join(t.TempDir(), "job.sh")
-	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho ran\n"), 0o644); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	script := func(name, text string, mode os.FileMode) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	for _, args := range [][]string{
-		{"run", "--backend", backend, "job", "--", "no-such-command-here"},
-		{"run", "--backend", backend, "job", "--", notExec},
-		{"elect", "--backend", backend, "job", "--", "./no-such-script.sh"},
+	notExec := script("job.sh", "#!/bin/sh\necho ran\n", 0o644)
+	noInterp := script("nointerp.sh", "#!/no/such/interpreter -e\necho ran\n", 0o755)
+	crlf := script("crlf.sh", "#!/bin/sh\r\necho ran\r\n", 0o755)
+	empty := script("empty.sh", "#! \necho ran\n", 0o755)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"run", "--backend", backend, "job", "--", "no-such-command-here"}, "executable file not found"},
+		{[]string{"run", "--backend", backend, "job", "--", notExec}, "permission denied"},
+		{[]string{"elect", "--backend", backend, "job", "--", "./no-such-script.sh"}, "no such file"},
+		{[]string{"run", "--backend", backend, "job", "--", noInterp}, `its #! line names "/no/such/interpreter", which is not there`},
+		{[]string{"elect", "--backend", backend, "job", "--", crlf}, `its #! line names "/bin/sh\r", which is not there: the file has Windows line ends`},
+		{[]string{"run", "--backend", backend, "job", "--", empty}, "its #! line names no interpreter"},
 	} {
-		r := runInProcess(args...)
-		if r.code != exitCannotRun || !strings.Contains(r.stderr, "cannot start") {
-			t.Errorf("baton %s: exit %d, stderr %q; want %d, cannot start", strings.Join(args, " "), r.code, r.stderr, exitCannotRun)
+		r := runInProcess(tc.args...)
+		if r.code != exitCannotRun || !strings.Contains(r.stderr, "cannot start") || !strings.Contains(r.stderr, tc.says) {
+			t.Errorf("baton %s: exit %d, stderr %q; want %d, cannot start: %s", strings.Join(tc.args, " "), r.code, r.stderr, exitCannotRun, tc.says)
 			continue
 		}
 		oneLine(t, r)
+	}
+}
+
+// TestCheckInterpreter: scripts whose interpreter is there, and files
+// that are not scripts, pass; the interpreter is checked as the kernel
+// reads the line (split at spaces and tabs, after "#!" with or without a
+// space).
+func TestCheckInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		text string
+		ok   bool
+	}{
+		{"#!/bin/sh\necho\n", true},
+		{"#! /bin/sh -e\necho\n", true},
+		{"#!/bin/sh\t-e\n", true},
+		{"#!/bin/sh", true}, // no newline: the whole file is the line
+		{"echo no line\n", true},
+		{"\x7fELF\x02\x01", true},
+		{"", true},
+		{"#!/bin\n", false},          // a directory
+		{"#!" + plain + "\n", false}, // not executable
+		{"#!/bin/sh\r\n", false},
+		{"#!\n", false},
+	} {
+		path := filepath.Join(dir, "s")
+		if err := os.WriteFile(path, []byte(tc.text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkInterpreter(path); (err == nil) != tc.ok {
+			t.Errorf("%q: err = %v, want ok %v", tc.text, err, tc.ok)
+		}
 	}
 }
 
