@@ -245,7 +245,7 @@ func (b *backend) attempt(ctx context.Context, req baton.Request, slot int32, ti
 	})
 	if err := b.pool.SendBatch(octx, &batch).Close(); err != nil {
 		b.failures.Add(1)
-		return r, b.fail(ctx, fmt.Sprintf("acquire %q", req.Name), err)
+		return r, b.fail(ctx, "take the lease row", err)
 	}
 	return r, nil
 }
@@ -288,7 +288,7 @@ func (b *backend) held(ctx context.Context, name string, token baton.Token, sent
 	}
 	if took := time.Since(sent); took >= b.cfg.TTL-b.cfg.Drift {
 		b.freeDetached(ctx, name, token)
-		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("acquire %q: %w (it took %v; TTL %v)", name, errTooSlow, took.Round(time.Millisecond), b.cfg.TTL)}
+		return nil, &baton.UnavailableError{Where: b.where, Err: fmt.Errorf("%w (it took %v; TTL %v)", errTooSlow, took.Round(time.Millisecond), b.cfg.TTL)}
 	}
 	h := newHold(b, name, token, sent)
 	if !b.track(h) {

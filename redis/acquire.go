@@ -63,7 +63,7 @@ func (b *backend) claim(ctx context.Context, k keys, value string, holder bool) 
 			// the undo waits its timeout.
 			b.undos.Go(func() { b.leave(ctx, k, value) })
 		}
-		return attempt{}, b.fail(ctx, "acquire "+k.lock, err, k.all()...)
+		return attempt{}, b.fail(ctx, "take lock key "+k.lock, err, k.all()...)
 	case !c.Ours:
 		return attempt{holder: c.Holder}, nil
 	case !c.Marked:
@@ -87,7 +87,7 @@ func (b *backend) runAcquire(ctx context.Context, k keys, value, wait, claimed, 
 		r, err = rediskit.ParseReply(res)
 	}
 	if err != nil {
-		return attempt{}, b.fail(ctx, "acquire "+k.lock, err, k.all()...)
+		return attempt{}, b.fail(ctx, "take lock key "+k.lock, err, k.all()...)
 	}
 	return attempt{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
 }
@@ -153,7 +153,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			h, late, err := b.held(ctx, k, value, sent)
 			if late {
 				b.leave(ctx, k, value)
-				return nil, b.fail(ctx, "acquire "+k.lock, fmt.Errorf("the answer came %v after the request, past the lease's local deadline (TTL %v - drift %v)", time.Since(sent).Round(time.Millisecond), b.cfg.TTL, b.cfg.Drift))
+				return nil, b.fail(ctx, "take lock key "+k.lock, fmt.Errorf("the answer came %v after the request, past the lease's local deadline (TTL %v - drift %v)", time.Since(sent).Round(time.Millisecond), b.cfg.TTL, b.cfg.Drift))
 			}
 			return h, err
 		}

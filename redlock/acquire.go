@@ -113,7 +113,7 @@ func (b *backend) claim(ctx context.Context, n *node, k keys, value string, scor
 	c, err := rediskit.Claim(ctx, n.client, k.lock, value, b.ttlMS(), true, k.q)
 	switch {
 	case err != nil:
-		return nodeResult{}, n.err("acquire "+k.lock, err)
+		return nodeResult{}, n.err("take lock key "+k.lock, err)
 	case !c.Ours:
 		return nodeResult{holder: c.Holder}, nil
 	case !c.Marked:
@@ -132,7 +132,7 @@ func (b *backend) runAcquire(ctx context.Context, n *node, k keys, value string,
 		r, err = rediskit.ParseReply(res)
 	}
 	if err != nil {
-		return nodeResult{}, n.err("acquire "+k.lock, err)
+		return nodeResult{}, n.err("take lock key "+k.lock, err)
 	}
 	return nodeResult{held: r.Held, holder: r.Holder, pttl: r.PTTL, head: r.Head, yielded: r.Yielded}, nil
 }
@@ -303,7 +303,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 					during = fmt.Sprintf(" in every round for %v", time.Since(failingSince).Round(time.Millisecond))
 				}
 				why := b.noMajority(r.errs, during)
-				return nil, b.unavailableWhy(ctx, "acquire "+k.lock, why, r.errs, k.all()...)
+				return nil, b.unavailableWhy(ctx, "take lock key "+k.lock, why, r.errs, k.all()...)
 			}
 		} else {
 			failingSince = time.Time{}
