@@ -39,6 +39,9 @@ func TestAcquire_PrivilegeRefusedIsNotUnavailable(t *testing.T) {
 				t.Errorf("%s by a user who may only read: %v; want it to say %q", c.what, err, want)
 			}
 		}
+		if n := strings.Count(err.Error(), `acquire "refused"`); n != 1 {
+			t.Errorf("%s: %v; says acquire \"refused\" %d times, want once", c.what, err, n)
+		}
 	}
 }
 
