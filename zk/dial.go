@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
@@ -34,14 +35,14 @@ func Dial(ctx context.Context, servers []string, opts ...baton.Option) (*baton.F
 // a Java connect string (zk1:2181/app), is the root: baton.WithPrefix.
 //
 // It waits, within the request timeout, for a session (servers that all
-// refuse the connection, or take more than go-zookeeper's second to accept
-// it, are a *baton.UnavailableError as soon as each was dialed once, with
-// their errors; one that takes the connection is waited for), and checks
-// the session timeout the server granted: a server grants from 2 to 20 times
-// its tickTime (unless minSessionTimeout and maxSessionTimeout say
-// otherwise) and silently raises or lowers a request outside that range,
-// which would make the local deadline wrong; Dial refuses that with a
-// *baton.OptionError that names the limit. With s.Auth it adds the digest
+// refuse the connection, or cannot be routed to, are a
+// *baton.UnavailableError as soon as each was dialed once, with their
+// errors; one that takes the connection, or does not answer the dial, is
+// waited for), and checks the session timeout the server granted: a
+// server grants from 2 to 20 times its tickTime (unless minSessionTimeout
+// and maxSessionTimeout say otherwise) and silently raises or lowers a
+// request outside that range, which would make the local deadline wrong;
+// Dial refuses that with a *baton.OptionError that names the limit. With s.Auth it adds the digest
 // identity to the connection before any request. It lists the root, when
 // it exists, and returns a *baton.OptionError when the root's ACL refuses
 // the connection's identity (ZooKeeper accepts any digest identity and
@@ -110,8 +111,8 @@ func (s Settings) Dial(ctx context.Context, servers []string, opts ...baton.Opti
 
 // handshake waits for the first session and the timeout the server
 // granted, checks it against the TTL, and authenticates. It gives up at
-// once when unreachable is closed: every server was dialed, and none took
-// the connection (see reach).
+// once when unreachable gets an error: every server was dialed, and each
+// refused the connection (see reach).
 func (b *backend) handshake(ctx context.Context, unreachable <-chan error) error {
 	t := time.NewTimer(b.cfg.RequestTimeout)
 	defer t.Stop()
@@ -128,6 +129,9 @@ func (b *backend) handshake(ctx context.Context, unreachable <-chan error) error
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case err := <-unreachable:
+			if ctx.Err() != nil { // both ready: the caller's cause wins, as it would have before
+				return context.Cause(ctx)
+			}
 			return &baton.UnavailableError{Where: b.place(), Err: err}
 		case <-t.C:
 			if v.connected() {
@@ -165,21 +169,24 @@ func (b *backend) probeRoot(ctx context.Context) error {
 
 // reach is go-zookeeper's host provider (its own DNSHostProvider) and the
 // dialer under it, which tells Dial when every server has been dialed once
-// and none took the connection (each refused it, or did not answer within
-// the connect timeout): a server that is not there is said at once, with
-// the dials' errors, as the other backends do, not after the request
-// timeout. A server that took the connection and then failed the session's
-// handshake (an ensemble still forming its quorum) is waited for.
+// and each refused the connection (or the host or network was
+// unreachable): a server that is not there is said at once, with the
+// dials' errors, as the other backends do, not after the request timeout.
+// A dial that timed out (a lost SYN is sent again only after a second,
+// go-zookeeper's connect timeout) may reach a server on the next try, and
+// a server that took the connection and then failed the session's
+// handshake (an ensemble still forming its quorum) may yet answer: either
+// is waited for, up to the request timeout.
 type reach struct {
 	zkgo.DNSHostProvider
 	dialer zkgo.Dialer
 
 	mu    sync.Mutex
-	took  bool             // a dial succeeded: the servers are there
-	errs  map[string]error // each failed server's last dial error
-	order []string         // the failed servers, in the order first failed
+	maybe bool             // a dial succeeded or timed out: a server may be there
+	errs  map[string]error // each refusing server's last dial error
+	order []string         // the refusing servers, in the order first refused
 	told  bool             // done has had its error
-	done  chan error       // gets the errors once every server failed (buffered)
+	done  chan error       // gets the errors once every server refused (buffered)
 }
 
 func newReach(dialer zkgo.Dialer) *reach {
@@ -191,15 +198,22 @@ func (r *reach) dial(network, address string, timeout time.Duration) (net.Conn, 
 	c, err := r.dialer(network, address, timeout)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err != nil {
+	switch {
+	case err == nil, !refusal(err):
+		r.maybe = true
+	default:
 		if _, ok := r.errs[address]; !ok {
 			r.order = append(r.order, address)
 		}
 		r.errs[address] = err
-	} else {
-		r.took = true
 	}
 	return c, err
+}
+
+// refusal reports whether a dial's err says that nothing is there to
+// reach: the connection refused, or no route to the host or network.
+func refusal(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 // Next implements zkgo.HostProvider: go-zookeeper's provider says
@@ -208,7 +222,7 @@ func (r *reach) Next() (string, bool) {
 	server, retryStart := r.DNSHostProvider.Next()
 	if retryStart {
 		r.mu.Lock()
-		if !r.took && !r.told && len(r.order) > 0 {
+		if !r.maybe && !r.told && len(r.order) > 0 {
 			errs := make([]string, len(r.order))
 			for i, a := range r.order {
 				errs[i] = r.errs[a].Error()

@@ -264,6 +264,24 @@ func TestDial_HangsUp(t *testing.T) {
 	}
 }
 
+// TestDial_DialTimesOut: a server whose dial times out (its SYNs dropped,
+// as one lost packet, or a firewall, does) may answer the next dial: Dial
+// waits for it up to the request timeout, also when the other server
+// refuses the connection, and says no server answered.
+func TestDial_DialTimesOut(t *testing.T) {
+	dropping := "127.0.0.1:" + strconv.Itoa(testsvc.DroppingPort(t))
+	refusing := "127.0.0.1:" + strconv.Itoa(testsvc.ClosedPort(t))
+	start := time.Now()
+	_, err := zk.Dial(context.Background(), []string{dropping, refusing}, baton.WithRequestTimeout(2500*time.Millisecond))
+	took := time.Since(start)
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "no ZooKeeper server answered within 2.5s") {
+		t.Fatalf("Dial to a server whose dials time out: err = %v, want ErrUnavailable, no answer within 2.5s", err)
+	}
+	if took < 2500*time.Millisecond {
+		t.Errorf("Dial gave up after %v, before its 2.5s request timeout", took)
+	}
+}
+
 // TestDial_BadServers: Dial checks each server as ParseURL does, before it
 // connects: a Java connect string's chroot (zk1:2181/app) is refused at
 // once, pointing to the root option with the chroot before the root,

@@ -10,6 +10,7 @@ package testsvc
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,6 +113,38 @@ func ClosedPort(tb testing.TB) int {
 		tb.Fatalf("closed port: getsockname: %v", err)
 	}
 	return sa.(*syscall.SockaddrInet4).Port
+}
+
+// DroppingPort returns a TCP port on 127.0.0.1 where a dial gets no answer
+// (it times out), for as long as tb runs: a socket listening there with a
+// backlog of none, whose one queued connection is never accepted, so that
+// the kernel drops every later SYN, as a host behind a firewall that
+// drops packets would.
+func DroppingPort(tb testing.TB) int {
+	tb.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("dropping port: socket: %v", err)
+	}
+	tb.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatalf("dropping port: bind 127.0.0.1:0: %v", err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		tb.Fatalf("dropping port: listen: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		tb.Fatalf("dropping port: getsockname: %v", err)
+	}
+	port := sa.(*syscall.SockaddrInet4).Port
+	// The queue holds one connection: fill it.
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
+	if err != nil {
+		tb.Fatalf("dropping port: fill the queue: %v", err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return port
 }
 
 // boundedCommand is exec.CommandContext for a short command that must not
