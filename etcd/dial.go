@@ -49,6 +49,13 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	cc.DialTimeout = cfg.RequestTimeout
 	cc.Logger = zap.NewNop()
 	cc.Context = ctx
+	if cc.Username != "" {
+		// clientv3.New authenticates first, and waits for a connection to
+		// do it: a client without the credentials looks first.
+		if err := reachable(ctx, cc, cfg.Prefix); err != nil {
+			return nil, &baton.UnavailableError{Where: where, Err: err}
+		}
+	}
 	client, err := clientv3.New(cc)
 	if err != nil {
 		if err := refused(err, where, "", ""); err != nil {
@@ -69,7 +76,7 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	err = probe(pctx, client, b.prefix)
 	if err != nil && ctx.Err() == nil {
-		if cerr := connError(err); cerr != nil {
+		if cerr := connError(err, len(cc.Endpoints)); cerr != nil {
 			cancel()
 			b.bgStop()
 			_ = client.Close()
@@ -203,15 +210,34 @@ func probe(ctx context.Context, client *clientv3.Client, prefix string) error {
 	return err
 }
 
+// reachable returns connError's error when a client of cc, without its
+// credentials, finds that no endpoint can be connected to; nil otherwise
+// (also when the server refuses the client without credentials).
+func reachable(ctx context.Context, cc clientv3.Config, key string) error {
+	cc.Username, cc.Password = "", ""
+	if key == "" {
+		key = "/"
+	}
+	client, err := clientv3.New(cc)
+	if err != nil {
+		return nil // the client with them will say
+	}
+	defer client.Close()
+	pctx, cancel := context.WithTimeout(ctx, cc.DialTimeout)
+	defer cancel()
+	return connError(probe(pctx, client, key), len(cc.Endpoints))
+}
+
 // dialFailed is gRPC's "Error while dialing" before the dial's own error.
 const dialFailed = "Error while dialing: "
 
-// connError returns, for a probe that failed because no endpoint could be
-// connected to, the cause in a line ("cannot reach the server: dial tcp
-// ...: connection refused"), wrapping err; nil for any other error. gRPC
-// gives the cause only as text (status Unavailable, "connection error:
-// desc = ..."), which is kept whole where its form is not the expected one.
-func connError(err error) error {
+// connError returns, for a probe that failed because none of n endpoints
+// could be connected to, the cause in a line ("cannot reach the server:
+// dial tcp ...: connection refused"), wrapping err; nil for any other
+// error. gRPC gives the cause only as text (status Unavailable,
+// "connection error: desc = ..."), which is kept whole where its form is
+// not the expected one, and only the last endpoint's.
+func connError(err error, n int) error {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.Unavailable || !strings.HasPrefix(st.Message(), "connection error") {
 		return nil
@@ -219,6 +245,9 @@ func connError(err error) error {
 	msg := st.Message()
 	if i := strings.Index(msg, dialFailed); i >= 0 {
 		msg = strings.TrimSuffix(msg[i+len(dialFailed):], `"`)
+	}
+	if n > 1 {
+		return &causeError{msg: fmt.Sprintf("cannot reach any of the %d endpoints (the last tried: %s)", n, msg), err: err}
 	}
 	return &causeError{msg: "cannot reach the server: " + msg, err: err}
 }

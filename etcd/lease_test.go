@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -327,13 +328,27 @@ func TestDial_Unreachable(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("Dial took %v to fail on refused connections, as if it waited for the 1m request timeout", d)
 	}
-	for _, want := range []string{"127.0.0.1:" + itoa(ports[0]), "cannot reach the server", "connection refused"} {
+	for _, want := range []string{"127.0.0.1:" + itoa(ports[0]), "cannot reach any of the 2 endpoints (the last tried: dial tcp 127.0.0.1:", "connection refused"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
 	if st, ok := status.FromError(err); !ok || st.Code() != codes.Unavailable {
 		t.Errorf("error %q does not wrap gRPC's Unavailable", err)
+	}
+
+	// With credentials, which the client sends before its first read.
+	u, err := url.Parse("etcd://app:s3cret@127.0.0.1:" + itoa(ports[0]) + "?request-timeout=1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, err = etcd.Open(context.Background(), u)
+	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "cannot reach the server: dial tcp 127.0.0.1:"+itoa(ports[0])+": connect: connection refused") {
+		t.Errorf("Open with credentials to a closed port: err = %v, want ErrUnavailable, cannot reach the server", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Open with credentials took %v to fail on a refused connection, as if it waited for the 1m request timeout", d)
 	}
 }
 
