@@ -264,6 +264,26 @@ func TestRun_CommandNotFound(t *testing.T) {
 	}
 }
 
+// TestSaidLost: the exit line after a loss names the lease and points back
+// to the cause told as the command was stopped; an error that names no
+// lease is told whole.
+func TestSaidLost(t *testing.T) {
+	cause := fmt.Errorf("%w: lock key deleted", baton.ErrLeaseLost)
+	for _, tc := range []struct {
+		lost error
+		want string
+	}{
+		{&baton.LostError{Name: "x", Token: 5, Cause: cause}, `lease on "x" (token 5) lost, as said above`},
+		{&baton.LostError{Name: "x", Cause: cause}, `lease on "x" lost, as said above`},
+		{fmt.Errorf("renewal: %w", &baton.LostError{Name: "x", Cause: cause}), `lease on "x" lost, as said above`},
+		{cause, "lease lost: lock key deleted"},
+	} {
+		if got := saidLost(tc.lost); got != tc.want {
+			t.Errorf("saidLost(%v) = %q, want %q", tc.lost, got, tc.want)
+		}
+	}
+}
+
 // TestCheckInterpreter: scripts whose interpreter is there, and files
 // that are not scripts, pass; the interpreter is checked as the kernel
 // reads the line (split at spaces and tabs, after "#!" with or without a

@@ -492,14 +492,15 @@ func causeSignal(ctx context.Context) syscall.Signal {
 }
 
 // leaseErr is lease's loss, counting a local deadline passed that the
-// backend's timer has not reported yet; nil while the lease holds (after
-// a release, ErrReleased).
+// backend's timer has not reported yet (a *baton.LostError, as the
+// backend's would be, without the token, which a Lease does not tell);
+// nil while the lease holds (after a release, ErrReleased).
 func leaseErr(lease *baton.Lease) error {
 	if err := lease.Err(); err != nil {
 		return err
 	}
 	if d := lease.Deadline(); !time.Now().Before(d) {
-		return fmt.Errorf("%w: its local deadline (%s) passed", baton.ErrLeaseLost, d.Format(time.StampMilli))
+		return &baton.LostError{Name: lease.Name(), Cause: fmt.Errorf("%w: its local deadline (%s) passed", baton.ErrLeaseLost, d.Format(time.StampMilli))}
 	}
 	return nil
 }

@@ -141,8 +141,8 @@ func TestRun_LossFoundByRelease(t *testing.T) {
 func TestRun_DeadlinePassedBeforeStart(t *testing.T) {
 	ran := filepath.Join(t.TempDir(), "ran")
 	r := runInProcess("run", "--backend", useFake(t, &fakeBackend{deadline: -time.Second}), "stock", "--", "touch", ran)
-	if r.code != exitLeaseLost || !strings.Contains(r.stderr, "not started") {
-		t.Fatalf("run: exit %d, stderr %q; want %d and the command not started", r.code, r.stderr, exitLeaseLost)
+	if r.code != exitLeaseLost || !strings.Contains(r.stderr, `lease on "stock"`) || !strings.Contains(r.stderr, "not started") {
+		t.Fatalf("run: exit %d, stderr %q; want %d, the lease named, and the command not started", r.code, r.stderr, exitLeaseLost)
 	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Fatal("run: the command ran past its lease's deadline")
