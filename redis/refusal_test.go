@@ -71,6 +71,11 @@ func TestAcquire_WrongType(t *testing.T) {
 	}
 	_, err = l.Acquire(timeout(t, 5*time.Second), "job")
 	refusedForGood(t, "Acquire behind a holder", err, "WRONGTYPE", q)
+	// Redis 7 says where in the script the error was raised: baton's
+	// business, not the user's.
+	if strings.Contains(err.Error(), ", on @user_script:") {
+		t.Errorf("Acquire behind a holder: %q tells the script's SHA1 and line", err)
+	}
 }
 
 // TestAcquire_UnknownCommand: a server whose scripting commands are

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -418,25 +419,50 @@ func Refusal(where, what string, err error, grants string, keys []string) error 
 		return nil
 	}
 	msg := rerr.Error()
+	reply := Told(rerr)
 	switch {
 	case NoPerm(rerr):
-		return PermissionError(where, what, rerr, grants)
+		return PermissionError(where, what, reply, grants)
 	case transientReply(msg):
 		return nil
 	case hasCode(msg, "NOAUTH"), hasCode(msg, "WRONGPASS"):
-		return &baton.OptionError{Option: "Redis credentials for", Value: where, Reason: fmt.Sprintf("%s: %v; the server no longer accepts the user:password given: check them", what, rerr)}
+		return &baton.OptionError{Option: "Redis credentials for", Value: where, Reason: fmt.Sprintf("%s: %v; the server no longer accepts the user:password given: check them", what, reply)}
 	case hasCode(msg, "WRONGTYPE"):
 		which := "a key it touched"
 		if len(keys) > 0 {
 			which = "one of " + strings.Join(keys, ", ")
 		}
-		return fmt.Errorf("%s: %s: %w; a key of the lock (%s) holds a value of another type, not set by baton: delete it, or use another prefix", where, what, rerr, which)
+		return fmt.Errorf("%s: %s: %w; a key of the lock (%s) holds a value of another type, not set by baton: delete it, or use another prefix", where, what, reply, which)
 	case strings.Contains(msg, "unknown command"), strings.Contains(msg, "unknown subcommand"),
 		strings.HasPrefix(msg, "ERR ") && strings.Contains(msg, "not allowed"):
-		return fmt.Errorf("%s: %s: %w (the server does not run a command baton sends: renamed or disabled in its configuration, or refused by a proxy in front of it; trying again will not mend it)", where, what, rerr)
+		return fmt.Errorf("%s: %s: %w (the server does not run a command baton sends: renamed or disabled in its configuration, or refused by a proxy in front of it; trying again will not mend it)", where, what, reply)
 	}
 	return nil
 }
+
+// scriptWhere is what Redis 7 appends to an error raised inside a script:
+// the script's SHA1 and its line, which are baton's, not the user's to act on.
+var scriptWhere = regexp.MustCompile(` script: [0-9a-f]{40}, on @user_script:[0-9]+\.$`)
+
+// Told returns rerr, an error reply, as it is told to a user: without
+// where in baton's scripts it was raised. The error it returns wraps rerr.
+func Told(rerr goredis.Error) error {
+	msg := rerr.Error()
+	loc := scriptWhere.FindStringIndex(msg)
+	if loc == nil {
+		return rerr
+	}
+	return &replyError{msg: msg[:loc[0]], reply: rerr}
+}
+
+// replyError is an error reply told without its script's place.
+type replyError struct {
+	msg   string
+	reply goredis.Error
+}
+
+func (e *replyError) Error() string { return e.msg }
+func (e *replyError) Unwrap() error { return e.reply }
 
 // transientReply reports whether msg, an error reply, may change on its
 // own, and so stays the service failing: a server loading its data

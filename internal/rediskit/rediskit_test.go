@@ -282,6 +282,27 @@ func TestRefusal(t *testing.T) {
 	}
 }
 
+// TestTold: an error reply raised in a script is told without the script's
+// SHA1 and line that Redis 7 appends, and still wraps the reply; any other
+// reply is told as it is.
+func TestTold(t *testing.T) {
+	const sha = "403ba0a63699b9a0b8ad9b960ef44cf37391b00d"
+	for _, tc := range []struct{ reply, told string }{
+		{"WRONGTYPE Operation against a key holding the wrong kind of value script: " + sha + ", on @user_script:65.", "WRONGTYPE Operation against a key holding the wrong kind of value"},
+		{"NOPERM this user has no permissions to access one of the keys used as arguments script: " + sha + ", on @user_script:12.", "NOPERM this user has no permissions to access one of the keys used as arguments"},
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", "WRONGTYPE Operation against a key holding the wrong kind of value"},
+		{"ERR Error running script (call to f_" + sha + "): @user_script:5: WRONGTYPE Operation", "ERR Error running script (call to f_" + sha + "): @user_script:5: WRONGTYPE Operation"},
+		{"ERR x script: 1234, on @user_script:5.", "ERR x script: 1234, on @user_script:5."}, // no SHA1: not Redis's form
+	} {
+		rerr := replyErr(tc.reply)
+		got := Told(rerr)
+		var back goredis.Error
+		if got.Error() != tc.told || !errors.As(got, &back) || back.Error() != tc.reply {
+			t.Errorf("Told(%q) = %q (wrapping the reply: %v), want %q wrapping it", tc.reply, got, errors.As(got, &back), tc.told)
+		}
+	}
+}
+
 // A forced release's refused delete ends its tries; a transient reply or a
 // lost answer is tried again.
 func TestForceErr(t *testing.T) {
