@@ -92,7 +92,7 @@ func Dial(ctx context.Context, dsn string, opts ...baton.Option) (_ *baton.Fence
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if cause, advice := pgkit.Refusal(err); advice != "" {
+		if advice, cause := pgkit.Refusal(err); advice != "" {
 			return nil, &baton.OptionError{Option: "PostgreSQL URL", Value: baton.Redact(dsn), Reason: fmt.Sprintf("the server refused it (%v): %s", cause, advice)}
 		}
 		if errors.Is(err, context.DeadlineExceeded) {

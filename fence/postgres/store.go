@@ -81,7 +81,7 @@ func New(ctx context.Context, db DB, opts ...Option) (*Store, error) {
 	if cfg.create && errors.As(err, &missing) {
 		err = s.Init(ctx)
 	}
-	if cause, advice := pgkit.Refusal(err); advice != "" {
+	if advice, cause := pgkit.Refusal(err); advice != "" {
 		// At the first contact a refusal is the settings' (exit 2 from the
 		// CLI); later, a new connection refused (a rotated password, a
 		// role being re-created) is the server's passing failure.

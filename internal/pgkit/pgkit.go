@@ -68,7 +68,7 @@ func ParseReason(err error) string {
 // Refused reports whether err is the server's refusal of the connection's
 // own settings, which trying again cannot mend (see Refusal).
 func Refused(err error) bool {
-	_, advice := Refusal(err)
+	advice, _ := Refusal(err)
 	return advice != ""
 }
 
@@ -78,33 +78,33 @@ func Refused(err error) bool {
 const errTLSRefused = "server refused TLS connection"
 
 // Refusal tells whether err is the server's refusal of the connection's
-// own settings, which trying again cannot mend, and if so returns the
-// refusal (the server's error, or pgx's for TLS) and what to check: an
+// own settings, which trying again cannot mend, and if so returns what to
+// check and the refusal (the server's error, or pgx's for TLS): an
 // unknown role or a wrong password, a database that does not exist or may
 // not be connected to, a run-time parameter (such as lock_timeout in the
 // URL) the server does not know or whose value it refuses, a server that
 // takes no TLS when the URL requires it, or a certificate that does not
-// verify. It returns "" for anything else.
-func Refusal(err error) (cause error, advice string) {
+// verify. It returns "" and nil for anything else.
+func Refusal(err error) (advice string, cause error) {
 	if err == nil {
-		return nil, ""
+		return "", nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "28P01":
-			return pgErr, "check the user and the password"
+			return "check the user and the password", pgErr
 		case pgErr.Code == "28000": // invalid_authorization_specification: no such role, or no pg_hba.conf entry
-			return pgErr, "check the user, and that the server's pg_hba.conf lets it connect from here"
+			return "check the user, and that the server's pg_hba.conf lets it connect from here", pgErr
 		case pgErr.Code == "3D000": // invalid_catalog_name
-			return pgErr, "check the database name"
+			return "check the database name", pgErr
 		case pgErr.Severity != "FATAL": // not at login: the statement's
 		case pgErr.Code == "42501": // insufficient_privilege: no CONNECT on the database
-			return pgErr, "the user may not connect to that database: GRANT CONNECT, or use another user"
+			return "the user may not connect to that database: GRANT CONNECT, or use another user", pgErr
 		case pgErr.Code == "42704", pgErr.Code == "22023": // undefined_object, invalid_parameter_value
-			return pgErr, "check the URL's parameters: the server does not know one, or refuses its value"
+			return "check the URL's parameters: the server does not know one, or refuses its value", pgErr
 		}
-		return nil, ""
+		return "", nil
 	}
 	cause = err // pgx's error for the connection, without what wraps it
 	var ce *pgconn.ConnectError
@@ -116,11 +116,11 @@ func Refusal(err error) (cause error, advice string) {
 	var authErr x509.UnknownAuthorityError
 	switch {
 	case errors.As(err, &certErr), errors.As(err, &hostErr), errors.As(err, &authErr):
-		return cause, "the server's TLS certificate does not verify: check sslrootcert and the host name, or the URL's sslmode"
+		return "the server's TLS certificate does not verify: check sslrootcert and the host name, or the URL's sslmode", cause
 	case strings.Contains(err.Error(), errTLSRefused):
-		return cause, "the server takes no TLS connections: give sslmode=prefer or disable, or turn ssl on in the server"
+		return "the server takes no TLS connections: give sslmode=prefer or disable, or turn ssl on in the server", cause
 	}
-	return nil, ""
+	return "", nil
 }
 
 // ConnFailure reports whether err means the connection failed or the server

@@ -90,7 +90,7 @@ func TestRefusal_TLS(t *testing.T) {
 		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), ""},
 		{nil, ""},
 	} {
-		cause, advice := Refusal(tc.err)
+		advice, cause := Refusal(tc.err)
 		if !strings.Contains(advice, tc.advice) || (tc.advice == "") != (advice == "") || (advice != "") != (cause != nil) {
 			t.Errorf("Refusal(%v) = %v, %q; want advice saying %q", tc.err, cause, advice, tc.advice)
 		}
