@@ -100,19 +100,28 @@ func FreePort() (int, error) { return etcdserver.FreePort() }
 // connect does not take a port bound this way as its local port.
 func ClosedPort(tb testing.TB) int {
 	tb.Helper()
+	_, port := boundSocket(tb, "closed port")
+	return port
+}
+
+// boundSocket returns a TCP socket bound to a port of its own on
+// 127.0.0.1, and the port; the socket is closed when tb ends. what names
+// the caller's port in a failure.
+func boundSocket(tb testing.TB, what string) (fd, port int) {
+	tb.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		tb.Fatalf("closed port: socket: %v", err)
+		tb.Fatalf("%s: socket: %v", what, err)
 	}
 	tb.Cleanup(func() { _ = syscall.Close(fd) })
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		tb.Fatalf("closed port: bind 127.0.0.1:0: %v", err)
+		tb.Fatalf("%s: bind 127.0.0.1:0: %v", what, err)
 	}
 	sa, err := syscall.Getsockname(fd)
 	if err != nil {
-		tb.Fatalf("closed port: getsockname: %v", err)
+		tb.Fatalf("%s: getsockname: %v", what, err)
 	}
-	return sa.(*syscall.SockaddrInet4).Port
+	return fd, sa.(*syscall.SockaddrInet4).Port
 }
 
 // DroppingPort returns a TCP port on 127.0.0.1 where a dial gets no answer
@@ -122,22 +131,10 @@ func ClosedPort(tb testing.TB) int {
 // drops packets would.
 func DroppingPort(tb testing.TB) int {
 	tb.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		tb.Fatalf("dropping port: socket: %v", err)
-	}
-	tb.Cleanup(func() { _ = syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		tb.Fatalf("dropping port: bind 127.0.0.1:0: %v", err)
-	}
+	fd, port := boundSocket(tb, "dropping port")
 	if err := syscall.Listen(fd, 0); err != nil {
 		tb.Fatalf("dropping port: listen: %v", err)
 	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		tb.Fatalf("dropping port: getsockname: %v", err)
-	}
-	port := sa.(*syscall.SockaddrInet4).Port
 	// The queue holds one connection: fill it.
 	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
 	if err != nil {
