@@ -410,7 +410,7 @@ func (b *backend) unavailableWhy(ctx context.Context, what, why string, errs []e
 		switch {
 		case r == nil:
 		case rediskit.NoPerm(err):
-			noPerm = append(noPerm, err)
+			noPerm = append(noPerm, rediskit.Told(err))
 		case errors.Is(r, baton.ErrInvalidOption):
 			options = append(options, r)
 		default:

@@ -442,27 +442,27 @@ func Refusal(where, what string, err error, grants string, keys []string) error 
 
 // scriptWhere is what Redis 7 appends to an error raised inside a script:
 // the script's SHA1 and its line, which are baton's, not the user's to act on.
-var scriptWhere = regexp.MustCompile(` script: [0-9a-f]{40}, on @user_script:[0-9]+\.$`)
+var scriptWhere = regexp.MustCompile(` script: [0-9a-f]{40}, on @user_script:[0-9]+\.`)
 
-// Told returns rerr, an error reply, as it is told to a user: without
-// where in baton's scripts it was raised. The error it returns wraps rerr.
-func Told(rerr goredis.Error) error {
-	msg := rerr.Error()
-	loc := scriptWhere.FindStringIndex(msg)
-	if loc == nil {
-		return rerr
+// Told returns err, an error reply or an error that tells one, as it is
+// told to a user: without where in baton's scripts the reply was raised.
+// The error it returns wraps err.
+func Told(err error) error {
+	msg := err.Error()
+	if !scriptWhere.MatchString(msg) {
+		return err
 	}
-	return &replyError{msg: msg[:loc[0]], reply: rerr}
+	return &toldError{msg: scriptWhere.ReplaceAllString(msg, ""), err: err}
 }
 
-// replyError is an error reply told without its script's place.
-type replyError struct {
-	msg   string
-	reply goredis.Error
+// toldError is an error told without its script's place.
+type toldError struct {
+	msg string
+	err error
 }
 
-func (e *replyError) Error() string { return e.msg }
-func (e *replyError) Unwrap() error { return e.reply }
+func (e *toldError) Error() string { return e.msg }
+func (e *toldError) Unwrap() error { return e.err }
 
 // transientReply reports whether msg, an error reply, may change on its
 // own, and so stays the service failing: a server loading its data

@@ -294,6 +294,10 @@ func TestTold(t *testing.T) {
 		{"ERR Error running script (call to f_" + sha + "): @user_script:5: WRONGTYPE Operation", "ERR Error running script (call to f_" + sha + "): @user_script:5: WRONGTYPE Operation"},
 		{"ERR x script: 1234, on @user_script:5.", "ERR x script: 1234, on @user_script:5."}, // no SHA1: not Redis's form
 	} {
+		wrapped := fmt.Errorf("node redis://h:1: %w", replyErr(tc.reply))
+		if got := Told(wrapped); got.Error() != "node redis://h:1: "+tc.told || !errors.Is(got, wrapped) {
+			t.Errorf("Told(%q) = %q, want the wrapping kept and the reply told as %q", wrapped, got, tc.told)
+		}
 		rerr := replyErr(tc.reply)
 		got := Told(rerr)
 		var back goredis.Error
