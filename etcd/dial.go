@@ -211,8 +211,10 @@ func probe(ctx context.Context, client *clientv3.Client, prefix string) error {
 }
 
 // reachable returns connError's error when a client of cc, without its
-// credentials, finds that no endpoint can be connected to; nil otherwise
-// (also when the server refuses the client without credentials).
+// credentials, finds that no endpoint can be connected to, and an error
+// saying so when its read got no answer within cc.DialTimeout; nil
+// otherwise (also when the server refuses the client without
+// credentials).
 func reachable(ctx context.Context, cc clientv3.Config, key string) error {
 	cc.Username, cc.Password = "", ""
 	if key == "" {
@@ -225,7 +227,15 @@ func reachable(ctx context.Context, cc clientv3.Config, key string) error {
 	defer client.Close()
 	pctx, cancel := context.WithTimeout(ctx, cc.DialTimeout)
 	defer cancel()
-	return connError(probe(pctx, client, key), len(cc.Endpoints))
+	err = probe(pctx, client, key)
+	if cerr := connError(err, len(cc.Endpoints)); cerr != nil {
+		return cerr
+	}
+	if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+		// Authenticating would wait as long again.
+		return fmt.Errorf("no answer within %v: %w", cc.DialTimeout, err)
+	}
+	return nil
 }
 
 // dialFailed is gRPC's "Error while dialing" before the dial's own error.
@@ -236,7 +246,7 @@ const dialFailed = "Error while dialing: "
 // dial tcp ...: connection refused"), wrapping err; nil for any other
 // error. gRPC gives the cause only as text (status Unavailable,
 // "connection error: desc = ..."), which is kept whole where its form is
-// not the expected one, and only the last endpoint's.
+// not the expected one, and for one endpoint only.
 func connError(err error, n int) error {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.Unavailable || !strings.HasPrefix(st.Message(), "connection error") {
@@ -247,7 +257,7 @@ func connError(err error, n int) error {
 		msg = strings.TrimSuffix(msg[i+len(dialFailed):], `"`)
 	}
 	if n > 1 {
-		return &causeError{msg: fmt.Sprintf("cannot reach any of the %d endpoints (the last tried: %s)", n, msg), err: err}
+		return &causeError{msg: fmt.Sprintf("cannot reach any of the %d endpoints (one of them: %s)", n, msg), err: err}
 	}
 	return &causeError{msg: "cannot reach the server: " + msg, err: err}
 }
