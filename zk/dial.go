@@ -211,9 +211,16 @@ func (r *reach) dial(network, address string, timeout time.Duration) (net.Conn, 
 }
 
 // refusal reports whether a dial's err says that nothing is there to
-// reach: the connection refused, or no route to the host or network.
+// reach: the connection refused, no route to the host or network, or an
+// address this machine cannot dial from (::1 for localhost where IPv6 is
+// off).
 func refusal(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
+	for _, e := range []error{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EADDRNOTAVAIL, syscall.EAFNOSUPPORT} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Next implements zkgo.HostProvider: go-zookeeper's provider says
