@@ -75,12 +75,23 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 		return nil, fmt.Errorf("observe %q: %w", name, baton.ErrClosed)
 	}
 	// The observation ends with ctx or at Close, whichever comes first.
+	// Its goroutine returns only once the callback that Close started (in
+	// a goroutine of its own) has, so that Close, which waits for it,
+	// leaves nothing running.
 	octx, cancel := context.WithCancelCause(ctx)
-	stopLife := context.AfterFunc(b.life, func() { cancel(context.Cause(b.life)) })
+	lifeEnded := make(chan struct{})
+	stopLife := context.AfterFunc(b.life, func() {
+		defer close(lifeEnded)
+		cancel(context.Cause(b.life))
+	})
 	ch := make(chan baton.Term)
 	b.observers.Go(func() {
 		defer cancel(nil)
-		defer stopLife()
+		defer func() {
+			if !stopLife() {
+				<-lifeEnded
+			}
+		}()
 		b.observe(octx, k, st, ch)
 	})
 	return ch, nil
