@@ -56,7 +56,11 @@
 // once its entry has run out, one TTL on: by the next refresh of the live
 // waiter ahead of it, or when it comes first) and covers a lost message. A key removed early by someone
 // else (a DEL, a clock jump) is noticed at that timed retry. Keyspace
-// notifications are not used.
+// notifications are not used. The Locker's subscription, quiet for 3s, is
+// sent a PING; one not answered within 3s more (a connection a NAT or
+// firewall dropped without a word, where go-redis would read on until TCP
+// keepalive gave up, minutes on) is made again on a new connection, and
+// the timed retries cover the wake-ups lost meanwhile.
 //
 // # What is guaranteed
 //

@@ -141,7 +141,7 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 		}
 		w := describe(c)
 		addrs[i] = w
-		b.nodes = append(b.nodes, &node{client: c, where: "redis://" + w, wake: rediswake.New(c, b.channel, 100*time.Millisecond)})
+		b.nodes = append(b.nodes, &node{client: c, where: "redis://" + w, wake: rediswake.New(c, b.channel, 100*time.Millisecond, rediswake.CheckEvery)})
 	}
 	b.where = "redlock://" + strings.Join(addrs, ",")
 	return b, nil

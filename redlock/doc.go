@@ -93,7 +93,9 @@
 // jitter under 10ms whatever the TTL; every waiter at
 // least every RenewEvery) cover a crashed holder and lost messages; a
 // first waiter that gives up wakes the one now first, which then looks
-// at the holder's PTTL itself.
+// at the holder's PTTL itself. Each node's subscription is checked as
+// the redis package's is: quiet for 3s, a PING; not answered within 3s
+// more, a new connection.
 //
 // # What is guaranteed
 //

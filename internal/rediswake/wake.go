@@ -6,13 +6,17 @@
 // Waker passes the tag ("" without one) to that waiter alone. So a release
 // wakes one waiter, not a herd.
 //
-// A message lost while a connection is re-established is covered by the
-// waiters' timed retries.
+// A subscription that has had nothing for a while is sent a PING; one
+// that does not answer it in as long again (a connection silently dropped
+// by a NAT or firewall, or a server that froze) is made again on a new
+// connection. A message lost meanwhile, or while a connection is
+// re-established, is covered by the waiters' timed retries.
 package rediswake
 
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +31,7 @@ type Waker struct {
 	client  goredis.UniversalClient
 	channel string
 	pause   time.Duration // between reads while the server is away
+	check   time.Duration // quiet this long, the subscription is sent a PING, which must be answered as soon
 
 	startMu sync.Mutex // serialises Start
 	mu      sync.Mutex
@@ -45,10 +50,16 @@ func (w *Waker) OnSignal(fn func(value string)) { w.signaled.Store(&fn) }
 
 // New returns a Waker for channel on c, not yet subscribed. pause is how
 // long its dispatcher waits after a failed read before reading again (the
-// next read reconnects), so that a server that is away is not spun on.
-func New(c goredis.UniversalClient, channel string, pause time.Duration) *Waker {
-	return &Waker{client: c, channel: channel, pause: pause, waiters: map[string]func(tag string){}}
+// next read reconnects), so that a server that is away is not spun on;
+// check is how long a quiet subscription waits before it is sent a PING,
+// and how long the PING has to be answered (see the package doc).
+func New(c goredis.UniversalClient, channel string, pause, check time.Duration) *Waker {
+	return &Waker{client: c, channel: channel, pause: pause, check: check, waiters: map[string]func(tag string){}}
 }
+
+// CheckEvery is the check interval the backends give New: a subscription
+// silently cut off is made again within twice that.
+const CheckEvery = 3 * time.Second
 
 // Channel is the channel the Waker subscribes to.
 func (w *Waker) Channel() string { return w.channel }
@@ -89,19 +100,44 @@ func (w *Waker) Start(ctx context.Context) error {
 
 // dispatch is owned by the Waker and ends when Close closes the
 // subscription. It reads messages itself (not through PubSub.Channel,
-// which adds a goroutine and a channel hop to every handoff). After a
-// broken connection the next read reconnects and subscribes again.
+// which adds a goroutine and a channel hop to every handoff, and whose
+// health check ends a connection only when a PING cannot be written,
+// which on a silently dropped one it can). After a broken connection the
+// next read reconnects and subscribes again.
 func (w *Waker) dispatch(ps *goredis.PubSub) {
 	defer close(w.exited)
 	ctx := context.Background()
+	pinged := false // a PING went out after a quiet w.check, unanswered yet
 	for {
-		m, err := ps.ReceiveMessage(ctx)
+		var msg any
+		var err error
+		if pinged {
+			// Bounded by a context's deadline, not a timeout: go-redis
+			// takes a read that runs out of it for a broken connection,
+			// which it closes; the next read subscribes on a new one.
+			rctx, cancel := context.WithTimeout(ctx, w.check)
+			msg, err = ps.ReceiveTimeout(rctx, 0)
+			cancel()
+		} else {
+			msg, err = ps.ReceiveTimeout(ctx, w.check)
+		}
 		if err != nil {
 			if errors.Is(err, goredis.ErrClosed) || w.isClosed() {
 				return
 			}
+			var ne net.Error
+			if !pinged && errors.As(err, &ne) && ne.Timeout() {
+				pinged = ps.Ping(ctx) == nil
+				continue
+			}
+			pinged = false
 			time.Sleep(w.pause)
 			continue
+		}
+		pinged = false
+		m, ok := msg.(*goredis.Message)
+		if !ok {
+			continue // *goredis.Subscription, *goredis.Pong
 		}
 		value, tag := m.Payload, ""
 		w.mu.Lock()

@@ -13,7 +13,8 @@ import (
 // Proxy is a TCP proxy on loopback that a test can partition: Block stops
 // forwarding bytes in both directions (connections stay open, as in a
 // network partition, and nothing is delivered until Unblock), Cut closes
-// every connection, SetLatency delays what it forwards. It models the
+// every connection, Stall silences the open ones for good, SetLatency
+// delays what it forwards. It models the
 // network, not a backend: the server behind it is real.
 type Proxy struct {
 	ln     net.Listener
@@ -29,6 +30,8 @@ type Proxy struct {
 	delaySum atomic.Int64                               // the delays latency connections gave their chunks, read to written, in ns
 	delays   atomic.Int64                               // how many chunks they gave one
 	caught   []*Held                                    // released when the proxy closes
+	stalls   atomic.Int64                               // how many times Stall was called: a connection made before the last stalls
+	done     chan struct{}                              // closed by Close: stalled connections end
 	workers  sync.WaitGroup
 }
 
@@ -112,7 +115,7 @@ func NewProxy(tb testing.TB, target string) *Proxy {
 	if err != nil {
 		tb.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, gate: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, gate: make(chan struct{}), conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	close(p.gate)
 	p.workers.Add(1)
 	go p.accept()
@@ -175,6 +178,13 @@ func (p *Proxy) MeanDelay() time.Duration {
 	return time.Duration(p.delaySum.Load() / n)
 }
 
+// Stall stops forwarding on every connection open now, both ways, for
+// good: their bytes are held until the proxy closes, and neither side is
+// told, as when a NAT or firewall drops an idle connection's state.
+// Connections made after it flow as usual. Not for connections made with
+// a latency (SetLatency).
+func (p *Proxy) Stall() { p.stalls.Add(1) }
+
 // Cut closes every open connection; new ones are still accepted.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
@@ -192,6 +202,7 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	close(p.done)
 	_ = p.ln.Close()
 	for c := range p.conns {
 		_ = c.Close()
@@ -265,11 +276,12 @@ func (p *Proxy) accept() {
 			if f := p.filter.Load(); f != nil {
 				filter = (*f)()
 			}
+			stalls := p.stalls.Load()
 			var pipes sync.WaitGroup
 			var held *Held // set by the client's pipe when it holds a chunk
 			pipes.Add(2)
-			go func() { defer pipes.Done(); held = p.pipe(out, in, true, filter) }()
-			go func() { defer pipes.Done(); p.pipe(in, out, false, nil) }()
+			go func() { defer pipes.Done(); held = p.pipe(out, in, true, filter, stalls) }()
+			go func() { defer pipes.Done(); p.pipe(in, out, false, nil, stalls) }()
 			pipes.Wait()
 			if held != nil {
 				close(held.done)
@@ -288,7 +300,9 @@ func (p *Proxy) releaseHeld() {
 	}
 }
 
-// pipe copies src to dst, holding each chunk at the gate while blocked.
+// pipe copies src to dst, holding each chunk at the gate while blocked,
+// and for good once Stall was called more than stalls times (the count
+// when the connection was made).
 // On a client's connection (up), it holds the chunk HoldFirst is armed
 // for, and returns that Held; filter, when not nil, has each chunk's say
 // (see FilterUp).
@@ -297,7 +311,7 @@ func (p *Proxy) releaseHeld() {
 // (the client closed it, or reset it), the proxy passes the end on
 // (CloseWrite) and leaves the server's side open, so the connection ends
 // both ways only once the server has closed it.
-func (p *Proxy) pipe(dst, src net.Conn, up bool, filter func([]byte) []byte) (held *Held) {
+func (p *Proxy) pipe(dst, src net.Conn, up bool, filter func([]byte) []byte, stalls int64) (held *Held) {
 	defer func() {
 		if tc, ok := dst.(*net.TCPConn); ok && held != nil {
 			_ = tc.CloseWrite()
@@ -321,6 +335,10 @@ func (p *Proxy) pipe(dst, src net.Conn, up bool, filter func([]byte) []byte) (he
 				chunk = filter(chunk)
 			}
 			<-p.currentGate()
+			if p.stalls.Load() != stalls {
+				<-p.done
+				return held
+			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return held
 			}

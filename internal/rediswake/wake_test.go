@@ -1,0 +1,151 @@
+package rediswake_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-go/baton/internal/rediswake"
+	"github.com/baton-go/baton/internal/testsvc"
+)
+
+const (
+	channel = "rediswake-test"
+	check   = 200 * time.Millisecond
+)
+
+// start returns a Waker subscribed through a proxy in front of a real
+// redis-server, a client straight to the server that publishes, and the
+// proxy.
+func start(t *testing.T) (*rediswake.Waker, *goredis.Client, *testsvc.Proxy) {
+	t.Helper()
+	srv := testsvc.StartRedis(t)
+	proxy := testsvc.NewProxy(t, srv.Addr)
+	via := goredis.NewClient(&goredis.Options{Addr: proxy.Addr()})
+	direct := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = via.Close(); _ = direct.Close() })
+	w := rediswake.New(via, channel, 10*time.Millisecond, check)
+	t.Cleanup(w.Close) // before the clients close: cleanups run last first
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w, direct, proxy
+}
+
+// wokenWithin publishes a message for the waiter whose channel is ch every
+// 50ms until one arrives, and reports whether one did within bound.
+func wokenWithin(t *testing.T, pub *goredis.Client, ch chan string, bound time.Duration) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_ = pub.Publish(ctx, channel, "v tag").Err()
+		select {
+		case tag := <-ch:
+			if tag != "tag" {
+				t.Fatalf("woken with tag %q, want %q", tag, "tag")
+			}
+			return true
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// pubsubClients returns the ids of the server's clients in Pub/Sub mode.
+func pubsubClients(t *testing.T, c *goredis.Client) []string {
+	t.Helper()
+	list, err := c.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for line := range strings.Lines(list) {
+		if strings.Contains(line, " sub=1 ") {
+			id, _, _ := strings.Cut(line, " ")
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// pings returns how many PINGs the server has answered.
+func pings(t *testing.T, c *goredis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_ping:calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			calls, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("commandstats line %q: %v", line, err)
+			}
+			return calls
+		}
+	}
+	return 0
+}
+
+// TestSilentlyDroppedSubscription: a subscription whose connection goes
+// silent both ways, without either side being told (a NAT or firewall
+// that dropped an idle connection's state: the proxy stalls it), is made
+// again on a new connection, and wakes its waiters again. go-redis alone
+// would read from the silent connection for as long as TCP keepalive
+// takes to give up on it, or for ever when, as here, the peer's kernel
+// still answers the probes.
+func TestSilentlyDroppedSubscription(t *testing.T) {
+	w, pub, proxy := start(t)
+	ch := make(chan string, 1)
+	w.Register("v", ch)
+	if !wokenWithin(t, pub, ch, 5*time.Second) {
+		t.Fatal("not woken before the connection went silent")
+	}
+	before := pubsubClients(t, pub)
+	proxy.Stall()
+	// A PING after a quiet check, unanswered for another: 2 x 200ms,
+	// and the new connection's subscription.
+	if !wokenWithin(t, pub, ch, 10*time.Second) {
+		t.Fatalf("not woken within 10s after the subscription's connection went silent (check %v)", check)
+	}
+	if after := pubsubClients(t, pub); len(after) == 0 || after[len(after)-1] == before[len(before)-1] {
+		t.Errorf("subscribed clients %v before the stall, %v after; want a new one", before, after)
+	}
+}
+
+// TestQuietSubscriptionKept: a subscription that is quiet but answers its
+// PINGs keeps its connection.
+func TestQuietSubscriptionKept(t *testing.T) {
+	w, pub, _ := start(t)
+	ch := make(chan string, 1)
+	w.Register("v", ch)
+	before := pubsubClients(t, pub)
+	if len(before) != 1 {
+		t.Fatalf("subscribed clients %v, want one", before)
+	}
+	// Five quiet checks, each a PING that must be answered in time.
+	deadline := time.Now().Add(10 * time.Second)
+	for pings(t, pub) < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d PINGs in 10s of quiet, checking every %v", pings(t, pub), check)
+		}
+		time.Sleep(check / 4)
+	}
+	if after := pubsubClients(t, pub); len(after) != 1 || after[0] != before[0] {
+		t.Errorf("subscribed clients %v before five quiet checks, %v after; want the same one", before, after)
+	}
+	if !wokenWithin(t, pub, ch, 5*time.Second) {
+		t.Fatal("not woken after five quiet checks")
+	}
+}
