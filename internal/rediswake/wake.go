@@ -126,11 +126,11 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 				return
 			}
 			var ne net.Error
-			if !pinged && errors.As(err, &ne) && ne.Timeout() {
-				pinged = ps.Ping(ctx) == nil
+			if !pinged && errors.As(err, &ne) && ne.Timeout() && ps.Ping(ctx) == nil {
+				pinged = true
 				continue
 			}
-			pinged = false
+			pinged = false // a Ping that failed, too, is paused after
 			time.Sleep(w.pause)
 			continue
 		}
