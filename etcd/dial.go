@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/asynclog"
+	"github.com/baton-go/baton/internal/failkit"
 	"github.com/baton-go/baton/internal/urlparam"
 )
 
@@ -75,24 +76,24 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	// and postgres backends do, not after the request timeout.
 	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	err = probe(pctx, client, b.prefix)
+	var unreachable error
 	if err != nil && ctx.Err() == nil {
-		if cerr := connError(err, len(cc.Endpoints)); cerr != nil {
-			cancel()
-			b.bgStop()
-			_ = client.Close()
-			return nil, &baton.UnavailableError{Where: where, Err: cerr}
+		// Anything but no connection (an error of the server's own, such
+		// as no leader) is waited out, as the client's reads retry it.
+		if unreachable = connError(err, len(cc.Endpoints)); unreachable == nil {
+			_, err = client.Get(pctx, b.prefix, clientv3.WithCountOnly())
 		}
-		// Anything else (an error of the server's own, such as no
-		// leader) is waited out, as the client's reads retry it.
-		_, err = client.Get(pctx, b.prefix, clientv3.WithCountOnly())
 	}
 	answered := pctx.Err() == nil // an error before the deadline is an answer
 	cancel()
 	if err != nil {
 		b.bgStop()
 		_ = client.Close()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, context.Cause(ctx)
+		case unreachable != nil:
+			return nil, &baton.UnavailableError{Where: where, Err: unreachable}
 		}
 		if err := refused(err, where, b.prefix, "may not read keys under it"); err != nil {
 			return nil, err
@@ -257,16 +258,7 @@ func connError(err error, n int) error {
 		msg = strings.TrimSuffix(msg[i+len(dialFailed):], `"`)
 	}
 	if n > 1 {
-		return &causeError{msg: fmt.Sprintf("cannot reach any of the %d endpoints (one of them: %s)", n, msg), err: err}
+		return failkit.Reworded(fmt.Sprintf("cannot reach any of the %d endpoints (one of them: %s)", n, msg), err)
 	}
-	return &causeError{msg: "cannot reach the server: " + msg, err: err}
+	return failkit.Reworded("cannot reach the server: "+msg, err)
 }
-
-// causeError is an error told in its own words, wrapping the one it tells.
-type causeError struct {
-	msg string
-	err error
-}
-
-func (e *causeError) Error() string { return e.msg }
-func (e *causeError) Unwrap() error { return e.err }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-go/baton"
 	"github.com/baton-go/baton/internal/asynclog"
+	"github.com/baton-go/baton/internal/failkit"
 	"github.com/baton-go/baton/internal/urlparam"
 )
 
@@ -234,7 +235,7 @@ func (r *reach) Next() (string, bool) {
 			for i, a := range r.order {
 				errs[i] = r.errs[a].Error()
 			}
-			r.done <- &causeError{msg: "cannot reach any server: " + strings.Join(errs, "; "), err: r.errs[r.order[len(r.order)-1]]}
+			r.done <- failkit.Reworded("cannot reach any server: "+strings.Join(errs, "; "), r.errs[r.order[len(r.order)-1]])
 			r.told = true
 		}
 		r.mu.Unlock()
@@ -244,15 +245,6 @@ func (r *reach) Next() (string, bool) {
 
 // unreachable returns the channel that gets reach's error, once.
 func (r *reach) unreachable() <-chan error { return r.done }
-
-// causeError is an error told in its own words, wrapping the one it tells.
-type causeError struct {
-	msg string
-	err error
-}
-
-func (e *causeError) Error() string { return e.msg }
-func (e *causeError) Unwrap() error { return e.err }
 
 // logTap receives go-zookeeper's log lines: it passes them on to the
 // Logger at debug level, and reads from one of them the session timeout

@@ -24,3 +24,17 @@ func Unavailable(ctx context.Context, where, what string, err error, timedOut bo
 	}
 	return &baton.UnavailableError{Where: where, Err: fmt.Errorf("%s: %w", what, err)}
 }
+
+// Reworded returns an error that says msg and wraps err: a cause told in
+// words a user can act on (the dial error gRPC gives only as text, a
+// Redis reply without its script's place), which errors.Is and errors.As
+// still find.
+func Reworded(msg string, err error) error { return &reworded{msg: msg, err: err} }
+
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e *reworded) Error() string { return e.msg }
+func (e *reworded) Unwrap() error { return e.err }

@@ -23,6 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/failkit"
 	"github.com/baton-go/baton/internal/forcekit"
 	"github.com/baton-go/baton/internal/urlparam"
 )
@@ -452,17 +453,8 @@ func Told(err error) error {
 	if !scriptWhere.MatchString(msg) {
 		return err
 	}
-	return &toldError{msg: scriptWhere.ReplaceAllString(msg, ""), err: err}
+	return failkit.Reworded(scriptWhere.ReplaceAllString(msg, ""), err)
 }
-
-// toldError is an error told without its script's place.
-type toldError struct {
-	msg string
-	err error
-}
-
-func (e *toldError) Error() string { return e.msg }
-func (e *toldError) Unwrap() error { return e.err }
 
 // transientReply reports whether msg, an error reply, may change on its
 // own, and so stays the service failing: a server loading its data
