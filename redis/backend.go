@@ -125,7 +125,7 @@ func newBackend(client goredis.UniversalClient, opts []baton.Option) (*backend, 
 		obsRefresh: observerRefresh,
 	}
 	b.life, b.endLife = context.WithCancelCause(context.Background())
-	b.wake = rediswake.New(client, rediskit.NewWakeChannel(), 10*time.Millisecond, rediswake.CheckEvery)
+	b.wake = rediswake.New(client, rediskit.NewWakeChannel(), 10*time.Millisecond, rediswake.CheckEvery, cfg.Logger)
 	return b, nil
 }
 

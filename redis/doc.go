@@ -60,7 +60,10 @@
 // sent a PING; one not answered within 3s more (a connection a NAT or
 // firewall dropped without a word, where go-redis would read on until TCP
 // keepalive gave up, minutes on) is made again on a new connection, and
-// the timed retries cover the wake-ups lost meanwhile.
+// the timed retries cover the wake-ups lost meanwhile. A subscription the
+// server refuses on a new connection (an ACL that no longer grants the
+// channel) is logged, a warning, and asked for again every 3s until the
+// server takes it; go-redis asks once per connection.
 //
 // # What is guaranteed
 //

@@ -141,7 +141,8 @@ func newBackend(clients []goredis.UniversalClient, opts []baton.Option) (*backen
 		}
 		w := describe(c)
 		addrs[i] = w
-		b.nodes = append(b.nodes, &node{client: c, where: "redis://" + w, wake: rediswake.New(c, b.channel, 100*time.Millisecond, rediswake.CheckEvery)})
+		where := "redis://" + w
+		b.nodes = append(b.nodes, &node{client: c, where: where, wake: rediswake.New(c, b.channel, 100*time.Millisecond, rediswake.CheckEvery, cfg.Logger.With("node", where))})
 	}
 	b.where = "redlock://" + strings.Join(addrs, ",")
 	return b, nil

@@ -95,7 +95,8 @@
 // first waiter that gives up wakes the one now first, which then looks
 // at the holder's PTTL itself. Each node's subscription is checked as
 // the redis package's is: quiet for 3s, a PING; not answered within 3s
-// more, a new connection.
+// more, a new connection; refused by the server, logged and asked for
+// again every 3s.
 //
 // # What is guaranteed
 //

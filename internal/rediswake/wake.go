@@ -9,13 +9,17 @@
 // A subscription that has had nothing for a while is sent a PING; one
 // that does not answer it in as long again (a connection silently dropped
 // by a NAT or firewall, or a server that froze) is made again on a new
-// connection. A message lost meanwhile, or while a connection is
-// re-established, is covered by the waiters' timed retries.
+// connection. A subscription the server refuses (a reconnect's SUBSCRIBE,
+// under an ACL that no longer grants the channel) is asked for again after
+// a check's time, until the server takes it. A message lost meanwhile, or
+// while a connection is re-established, is covered by the waiters' timed
+// retries.
 package rediswake
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -32,6 +36,7 @@ type Waker struct {
 	channel string
 	pause   time.Duration // between reads while the server is away
 	check   time.Duration // quiet this long, the subscription is sent a PING, which must be answered as soon
+	log     *slog.Logger
 
 	startMu sync.Mutex // serialises Start
 	mu      sync.Mutex
@@ -39,6 +44,7 @@ type Waker struct {
 	closed  bool
 	waiters map[string]func(tag string)
 	exited  chan struct{} // closed when the dispatcher returns
+	stop    chan struct{} // closed by Close: the dispatcher's pauses end
 
 	signaled atomic.Pointer[func(value string)] // test hook: see OnSignal
 }
@@ -52,9 +58,11 @@ func (w *Waker) OnSignal(fn func(value string)) { w.signaled.Store(&fn) }
 // long its dispatcher waits after a failed read before reading again (the
 // next read reconnects), so that a server that is away is not spun on;
 // check is how long a quiet subscription waits before it is sent a PING,
-// and how long the PING has to be answered (see the package doc).
-func New(c goredis.UniversalClient, channel string, pause, check time.Duration) *Waker {
-	return &Waker{client: c, channel: channel, pause: pause, check: check, waiters: map[string]func(tag string){}}
+// how long the PING has to be answered, and how long after a refusal the
+// subscription is asked for again (see the package doc). A refusal, and
+// the subscription taken again after one, are logged to log.
+func New(c goredis.UniversalClient, channel string, pause, check time.Duration, log *slog.Logger) *Waker {
+	return &Waker{client: c, channel: channel, pause: pause, check: check, log: log, waiters: map[string]func(tag string){}, stop: make(chan struct{})}
 }
 
 // CheckEvery is the check interval the backends give New: a subscription
@@ -107,7 +115,8 @@ func (w *Waker) Start(ctx context.Context) error {
 func (w *Waker) dispatch(ps *goredis.PubSub) {
 	defer close(w.exited)
 	ctx := context.Background()
-	pinged := false // a PING went out after a quiet w.check, unanswered yet
+	pinged := false  // a PING went out after a quiet w.check, unanswered yet
+	refused := false // the server refused the subscription, asked for again since
 	for {
 		var msg any
 		var err error
@@ -131,12 +140,36 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 				continue
 			}
 			pinged = false // a Ping that failed, too, is paused after
-			time.Sleep(w.pause)
+			if _, isReply := errors.AsType[goredis.Error](err); isReply {
+				// The server refused a request: the SUBSCRIBE that
+				// go-redis sends on a new connection, once (the reply
+				// read as the next message), or the connection's log-in.
+				// Ask again, a check later: the connection stays up,
+				// and unasked it would stay unsubscribed.
+				if !refused {
+					w.log.Warn("the server refused the wake-up subscription; waiters are woken by their timed retries, and it is asked for again every "+w.check.String(), "channel", w.channel, "err", err)
+				}
+				refused = true
+				if !w.sleep(w.check) {
+					return
+				}
+				sctx, cancel := context.WithTimeout(ctx, w.check)
+				_ = ps.Subscribe(sctx, w.channel) // its answer is read as the next message
+				cancel()
+				continue
+			}
+			if !w.sleep(w.pause) {
+				return
+			}
 			continue
 		}
 		pinged = false
 		m, ok := msg.(*goredis.Message)
 		if !ok {
+			if _, ok := msg.(*goredis.Subscription); ok && refused {
+				refused = false
+				w.log.Info("the server took the wake-up subscription again", "channel", w.channel)
+			}
 			continue // *goredis.Subscription, *goredis.Pong
 		}
 		value, tag := m.Payload, ""
@@ -155,6 +188,18 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 				(*fn)(value)
 			}
 		}
+	}
+}
+
+// sleep waits d, and reports false when Close came first.
+func (w *Waker) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+		return false
 	}
 }
 
@@ -206,6 +251,9 @@ func (w *Waker) Unregister(value string) {
 // Close ends the subscription and waits for the dispatcher.
 func (w *Waker) Close() {
 	w.mu.Lock()
+	if !w.closed {
+		close(w.stop)
+	}
 	w.closed = true
 	ps, exited := w.ps, w.exited
 	w.ps = nil

@@ -2,6 +2,7 @@ package rediswake_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton/internal/rediswake"
+	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
 )
 
@@ -25,7 +27,7 @@ func start(t *testing.T, check time.Duration) (*rediswake.Waker, *goredis.Client
 	via := goredis.NewClient(&goredis.Options{Addr: proxy.Addr()})
 	direct := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = via.Close(); _ = direct.Close() })
-	w := rediswake.New(via, channel, 10*time.Millisecond, check)
+	w := rediswake.New(via, channel, 10*time.Millisecond, check, slog.New(slog.DiscardHandler))
 	t.Cleanup(w.Close) // before the clients close: cleanups run last first
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -148,5 +150,104 @@ func TestQuietSubscriptionKept(t *testing.T) {
 	}
 	if !wokenWithin(t, pub, ch, 5*time.Second) {
 		t.Fatal("not woken after three quiet checks")
+	}
+}
+
+// refused returns a Waker checking every check, logged in as an ACL user
+// whose channel was taken away after the Waker was woken once, and
+// which the server has since refused: Redis disconnects a client
+// subscribed to a channel its user loses, and the Waker's next read
+// connects again. It also returns a client of the server's default user,
+// a function that gives the channel back, and the Waker's log.
+func refused(t *testing.T, check time.Duration) (w *rediswake.Waker, admin *goredis.Client, ch chan string, giveBack func(), logs *syncbuf.Buffer) {
+	t.Helper()
+	srv := testsvc.StartRedis(t)
+	admin = goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	setUser := func(rule string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := admin.Do(ctx, "ACL", "SETUSER", "waker", "on", ">pw", "+@all", rule).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUser("&" + channel)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: "waker", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	logs = new(syncbuf.Buffer)
+	w = rediswake.New(c, channel, 10*time.Millisecond, check, slog.New(slog.NewTextHandler(logs, nil)))
+	t.Cleanup(w.Close)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch = make(chan string, 1)
+	w.Register("v", ch)
+	if !wokenWithin(t, admin, ch, 5*time.Second) {
+		t.Fatal("not woken before the channel was taken away")
+	}
+	if err := admin.ACLLogReset(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	setUser("resetchannels")
+	for refused := false; !refused; {
+		entries, err := admin.ACLLog(ctx, 10).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			refused = refused || e.Reason == "channel" && e.Username == "waker"
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the server never refused the Waker's subscription after the channel was taken away")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return w, admin, ch, func() { setUser("&" + channel) }, logs
+}
+
+// TestRefusedSubscriptionTriedAgain: a subscription the server refuses on
+// a reconnect (an ACL that took the channel away, then gave it back) is
+// asked for again until the server takes it. go-redis sends SUBSCRIBE once
+// per connection and reads the refusal as one more reply, so the
+// connection, its PINGs answered, stayed up unsubscribed: no waiter was
+// woken again.
+func TestRefusedSubscriptionTriedAgain(t *testing.T) {
+	const check = 200 * time.Millisecond
+	_, admin, ch, giveBack, logs := refused(t, check)
+	giveBack()
+	if !wokenWithin(t, admin, ch, 10*time.Second) {
+		t.Fatalf("not woken within 10s after the channel was given back (check %v)", check)
+	}
+	for _, want := range []string{
+		`level=WARN msg="the server refused the wake-up subscription; waiters are woken by their timed retries, and it is asked for again every 200ms" channel=rediswake-test err="NOPERM`,
+		`level=INFO msg="the server took the wake-up subscription again" channel=rediswake-test`,
+	} {
+		if n := strings.Count(logs.String(), want); n != 1 {
+			t.Errorf("log has %d lines with %s, want one; log:\n%s", n, want, logs.String())
+		}
+	}
+}
+
+// TestClose_WhileRefused: Close does not wait out the pause before a
+// refused subscription is asked for again (here a minute).
+func TestClose_WhileRefused(t *testing.T) {
+	w, _, _, _, logs := refused(t, time.Minute)
+	// The warning is logged just before the pause.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "refused the wake-up subscription") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal logged in 10s; log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { w.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return within 20s while the subscription was refused (the pause is a minute)")
 	}
 }
