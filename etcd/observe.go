@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/ctxhook"
 	"github.com/baton-go/baton/internal/obsend"
 )
 
@@ -76,9 +77,11 @@ func (b *backend) observe(ctx context.Context, name, pfx string, keys map[string
 	defer close(ch)
 	// From here on ctx ends with the caller's, or with Close: every send
 	// and request gives up then, a send to a reader that is gone too.
+	// The callback that Close starts has returned before observe does,
+	// so that Close, which waits for observe, leaves nothing running.
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	unhook := context.AfterFunc(b.bgCtx, stop)
+	unhook := ctxhook.AfterFunc(b.bgCtx, stop)
 	defer unhook()
 	// A client that reaches no member at all keeps its watch open and
 	// silent, reconnecting for ever (and a new watch blocks as long):

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/internal/ctxhook"
 	"github.com/baton-go/baton/internal/obsend"
 	"github.com/baton-go/baton/internal/rediskit"
 )
@@ -79,19 +80,11 @@ func (b *backend) Observe(ctx context.Context, name string) (<-chan baton.Term, 
 	// a goroutine of its own) has, so that Close, which waits for it,
 	// leaves nothing running.
 	octx, cancel := context.WithCancelCause(ctx)
-	lifeEnded := make(chan struct{})
-	stopLife := context.AfterFunc(b.life, func() {
-		defer close(lifeEnded)
-		cancel(context.Cause(b.life))
-	})
+	stopLife := ctxhook.AfterFunc(b.life, func() { cancel(context.Cause(b.life)) })
 	ch := make(chan baton.Term)
 	b.observers.Go(func() {
 		defer cancel(nil)
-		defer func() {
-			if !stopLife() {
-				<-lifeEnded
-			}
-		}()
+		defer stopLife()
 		b.observe(octx, k, st, ch)
 	})
 	return ch, nil

@@ -1,0 +1,50 @@
+package ctxhook_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/baton-go/baton/internal/ctxhook"
+)
+
+// TestAfterFunc_StopWaitsForStarted: a stop called while f runs returns
+// only after f has.
+func TestAfterFunc_StopWaitsForStarted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	started, release := make(chan struct{}), make(chan struct{})
+	var returned atomic.Bool
+	stop := ctxhook.AfterFunc(ctx, func() {
+		close(started)
+		<-release
+		returned.Store(true)
+	})
+	cancel()
+	<-started
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while f was running")
+	default:
+	}
+	close(release)
+	<-stopped
+	if !returned.Load() {
+		t.Fatal("stop returned before f did")
+	}
+}
+
+// TestAfterFunc_StopBeforeEnd: a stop before ctx ends keeps f from being
+// called.
+func TestAfterFunc_StopBeforeEnd(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var called atomic.Bool
+	stop := ctxhook.AfterFunc(ctx, func() { called.Store(true) })
+	stop()
+	cancel()
+	stop() // again: returns at once
+	if called.Load() {
+		t.Fatal("f called after stop")
+	}
+}
