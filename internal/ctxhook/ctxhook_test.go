@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/baton-go/baton/internal/ctxhook"
 )
@@ -23,10 +24,12 @@ func TestAfterFunc_StopWaitsForStarted(t *testing.T) {
 	<-started
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
+	// A stop that does not wait returns at once; one that does is still
+	// blocked when the wait ends (it cannot fail a right one).
 	select {
 	case <-stopped:
 		t.Fatal("stop returned while f was running")
-	default:
+	case <-time.After(50 * time.Millisecond):
 	}
 	close(release)
 	<-stopped

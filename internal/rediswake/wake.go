@@ -43,8 +43,9 @@ type Waker struct {
 	ps      *goredis.PubSub
 	closed  bool
 	waiters map[string]func(tag string)
-	exited  chan struct{} // closed when the dispatcher returns
-	stop    chan struct{} // closed by Close: the dispatcher's pauses end
+	exited  chan struct{}   // closed when the dispatcher returns
+	life    context.Context // ended by Close: the dispatcher's pauses and requests end
+	end     context.CancelFunc
 
 	signaled atomic.Pointer[func(value string)] // test hook: see OnSignal
 }
@@ -62,7 +63,8 @@ func (w *Waker) OnSignal(fn func(value string)) { w.signaled.Store(&fn) }
 // subscription is asked for again (see the package doc). A refusal, and
 // the subscription taken again after one, are logged to log.
 func New(c goredis.UniversalClient, channel string, pause, check time.Duration, log *slog.Logger) *Waker {
-	return &Waker{client: c, channel: channel, pause: pause, check: check, log: log, waiters: map[string]func(tag string){}, stop: make(chan struct{})}
+	life, end := context.WithCancel(context.Background())
+	return &Waker{client: c, channel: channel, pause: pause, check: check, log: log, waiters: map[string]func(tag string){}, life: life, end: end}
 }
 
 // CheckEvery is the check interval the backends give New: a subscription
@@ -139,25 +141,25 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 				pinged = true
 				continue
 			}
-			pinged = false // a Ping that failed, too, is paused after
-			if _, isReply := errors.AsType[goredis.Error](err); isReply {
-				// The server refused a request: the SUBSCRIBE that
-				// go-redis sends on a new connection, once (the reply
-				// read as the next message), or the connection's log-in.
-				// Ask again, a check later: the connection stays up,
-				// and unasked it would stay unsubscribed.
+			if refusal(err, pinged) {
+				// The server refused the SUBSCRIBE that go-redis sends on
+				// a new connection, once (the reply read as the next
+				// message), or the connection's log-in. Ask again, a
+				// check later: the connection stays up, and unasked it
+				// would stay unsubscribed.
 				if !refused {
-					w.log.Warn("the server refused the wake-up subscription; waiters are woken by their timed retries, and it is asked for again every "+w.check.String(), "channel", w.channel, "err", err)
+					w.log.Warn("the server refused the wake-up subscription or its connection's log-in; waiters are woken by their timed retries, and it is asked for again every "+w.check.String(), "channel", w.channel, "err", err)
 				}
-				refused = true
+				refused, pinged = true, false
 				if !w.sleep(w.check) {
 					return
 				}
-				sctx, cancel := context.WithTimeout(ctx, w.check)
+				sctx, cancel := context.WithTimeout(w.life, w.check)
 				_ = ps.Subscribe(sctx, w.channel) // its answer is read as the next message
 				cancel()
 				continue
 			}
+			pinged = false // a Ping that failed, or was refused, too, is paused after
 			if !w.sleep(w.pause) {
 				return
 			}
@@ -191,6 +193,24 @@ func (w *Waker) dispatch(ps *goredis.PubSub) {
 	}
 }
 
+// refusal reports whether err, a read's, is the server refusing the
+// subscription: an error reply that is not the answer to our PING
+// (pinged: an ACL without PING; a server loading its data refuses PING,
+// not SUBSCRIBE) and not a passing state of the server's (loading, a
+// script running long, a replica without its primary), which a read a
+// pause later gets past.
+func refusal(err error, pinged bool) bool {
+	if _, isReply := errors.AsType[goredis.Error](err); !isReply || pinged {
+		return false
+	}
+	for _, passing := range []string{"LOADING", "BUSY", "MASTERDOWN"} {
+		if goredis.HasErrorPrefix(err, passing) {
+			return false
+		}
+	}
+	return true
+}
+
 // sleep waits d, and reports false when Close came first.
 func (w *Waker) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -198,7 +218,7 @@ func (w *Waker) sleep(d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
-	case <-w.stop:
+	case <-w.life.Done():
 		return false
 	}
 }
@@ -250,10 +270,8 @@ func (w *Waker) Unregister(value string) {
 
 // Close ends the subscription and waits for the dispatcher.
 func (w *Waker) Close() {
+	w.end()
 	w.mu.Lock()
-	if !w.closed {
-		close(w.stop)
-	}
 	w.closed = true
 	ps, exited := w.ps, w.exited
 	w.ps = nil

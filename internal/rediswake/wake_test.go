@@ -222,7 +222,7 @@ func TestRefusedSubscriptionTriedAgain(t *testing.T) {
 		t.Fatalf("not woken within 10s after the channel was given back (check %v)", check)
 	}
 	for _, want := range []string{
-		`level=WARN msg="the server refused the wake-up subscription; waiters are woken by their timed retries, and it is asked for again every 200ms" channel=rediswake-test err="NOPERM`,
+		`level=WARN msg="the server refused the wake-up subscription or its connection's log-in; waiters are woken by their timed retries, and it is asked for again every 200ms" channel=rediswake-test err="NOPERM`,
 		`level=INFO msg="the server took the wake-up subscription again" channel=rediswake-test`,
 	} {
 		if n := strings.Count(logs.String(), want); n != 1 {
@@ -249,5 +249,58 @@ func TestClose_WhileRefused(t *testing.T) {
 	case <-closed:
 	case <-time.After(20 * time.Second):
 		t.Fatal("Close did not return within 20s while the subscription was refused (the pause is a minute)")
+	}
+}
+
+// TestRefusedPingIsNoRefusedSubscription: a PING the server refuses (an
+// ACL user without it; a server loading its data refuses PING, not
+// SUBSCRIBE) is not taken for a refused subscription, which would be
+// logged as one and paused after for a check, the subscription up and
+// unread.
+func TestRefusedPingIsNoRefusedSubscription(t *testing.T) {
+	const check = 100 * time.Millisecond
+	srv := testsvc.StartRedis(t)
+	admin := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "waker", "on", ">pw", "+@all", "-ping", "&"+channel).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, Username: "waker", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	var logs syncbuf.Buffer
+	w := rediswake.New(c, channel, 10*time.Millisecond, check, slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(w.Close)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 1)
+	w.Register("v", ch)
+	if !wokenWithin(t, admin, ch, 5*time.Second) {
+		t.Fatal("not woken")
+	}
+	// Three refused PINGs, counted by the server.
+	for pings := 0; pings < 3; {
+		entries, err := admin.ACLLog(ctx, 10).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pings = 0
+		for _, e := range entries {
+			if e.Username == "waker" && e.Object == "ping" {
+				pings += int(e.Count)
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d PINGs refused in 30s, checking every %v", pings, check)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(logs.String(), "refused") {
+		t.Errorf("a refused PING was logged as a refused subscription:\n%s", logs.String())
+	}
+	if !wokenWithin(t, admin, ch, 5*time.Second) {
+		t.Fatal("not woken after three refused PINGs")
 	}
 }
