@@ -325,6 +325,13 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			// Subscribe on every node that answers before joining the
 			// queues, so that no wake-up is published before we listen.
 			b.subscribe(ctx)
+			if ctx.Err() != nil {
+				// Ended while we subscribed: a round now would join the
+				// queues after the end, for a give-up that may overtake
+				// it there. Nothing is queued yet, and the attempt was
+				// undone above.
+				return nil, context.Cause(ctx)
+			}
 			hand.listen(b, value)
 			queued = true
 			continue
@@ -393,6 +400,12 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 			case <-timer.C:
 				break wait
 			}
+		}
+		if ctx.Err() != nil {
+			// Ended as the timer fired or a wake-up came (select picks
+			// either): no round after the end.
+			b.giveUp(ctx, k, value, olds, true, r.settled)
+			return nil, context.Cause(ctx)
 		}
 	}
 }

@@ -1749,3 +1749,72 @@ func TestRelease_LostLeaseAtClose(t *testing.T) {
 		}
 	}
 }
+
+// cancelAtSubscribe is a go-redis hook that, once its client's first
+// pipeline (an acquisition's claim) has run, cancels an acquisition's
+// context when the client dials (the Locker's wake-up subscription), and
+// from then on counts the acquire script's runs.
+type cancelAtSubscribe struct {
+	redistest.ProcessOnly
+	cancel    context.CancelFunc
+	armed     *atomic.Bool // shared by the nodes' hooks
+	cancelled *atomic.Bool
+	after     *atomic.Int64
+}
+
+func (h *cancelAtSubscribe) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		err := next(ctx, cmds)
+		h.armed.Store(true)
+		return err
+	}
+}
+
+func (h *cancelAtSubscribe) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.armed.Load() && h.cancelled.CompareAndSwap(false, true) {
+			h.cancel()
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *cancelAtSubscribe) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if h.cancelled.Load() && redistest.ScriptSHA(cmd) == redlock.AcquireScriptHash {
+			h.after.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestAcquire_CancelledWhileSubscribing: an acquisition whose context
+// ends while it subscribes (its claim found the lock held) returns the
+// context's cause and sends no round after it, which would join the
+// queues after the end, for a give-up that may overtake it.
+func TestAcquire_CancelledWhileSubscribing(t *testing.T) {
+	nodes := testsvc.StartRedisNodes(t, 3)
+	if _, err := newLocker(t, nodes).Acquire(timeout(t, 5*time.Second), "job"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	var armed, cancelled atomic.Bool
+	var after atomic.Int64
+	why := errors.New("the caller gave up")
+	cs := clients(t, nodes)
+	for _, c := range cs {
+		c.(*goredis.Client).AddHook(&cancelAtSubscribe{cancel: func() { cancel(why) }, armed: &armed, cancelled: &cancelled, after: &after})
+	}
+	w := lockerOn(t, cs, baton.WithTTL(2*time.Second))
+	_, err := w.Acquire(ctx, "job")
+	if !errors.Is(err, why) {
+		t.Fatalf("Acquire cancelled while it subscribed: %v; want the cause, %v", err, why)
+	}
+	if !cancelled.Load() {
+		t.Fatal("the acquisition never subscribed: the test did not cancel it")
+	}
+	if n := after.Load(); n != 0 {
+		t.Errorf("%d runs of the acquire script after the acquisition's context ended; want none", n)
+	}
+}
