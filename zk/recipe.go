@@ -398,7 +398,18 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			close(sent)
 			return b.create(prefix, dir, data)
 		})
-		<-sent
+		// Wait until the create is on its way, so that the listing goes
+		// out behind it; unless start refused it (our Close drains): then
+		// it was never sent, and its answer is there already.
+		refused := false
+		select {
+		case <-sent:
+		default:
+			refused = len(cc) > 0
+		}
+		if !refused {
+			<-sent
+		}
 		var lc <-chan result[[]string]
 		if b.crowded.Load() {
 			lc = async(b, func() ([]string, error) {
@@ -433,6 +444,8 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			}
 			cands, err := b.listCandidates(ctx, dir, waiter)
 			return own, cands, err
+		case refused && errors.Is(err, zkgo.ErrClosing):
+			return created{}, nil, baton.ErrClosed
 		case errors.Is(err, zkgo.ErrNoNode):
 			if err := b.ensureDir(ctx, dir); err != nil {
 				return created{}, nil, err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	zkgo "github.com/go-zookeeper/zk"
 
@@ -52,5 +53,30 @@ func TestIsConnErr(t *testing.T) {
 		if got := isConnErr(c.err); got != c.want {
 			t.Errorf("isConnErr(%v) = %v; want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestCreateAndList_Closing: a create refused because Close has begun
+// (never sent) ends the acquisition's create at once, where it waited for
+// the create to be on its way for ever.
+func TestCreateAndList_Closing(t *testing.T) {
+	cfg, err := newConfig([]baton.Option{baton.WithTTL(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{cfg: cfg}
+	b.calls.drain() // what Close does first
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := b.createAndList(context.Background(), DefaultRoot+"/x", nil, nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, baton.ErrClosed) && !errors.Is(err, zkgo.ErrClosing) {
+			t.Errorf("createAndList after Close began: %v; want an error saying the Locker is closing", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("createAndList after Close began still waits 10s on")
 	}
 }
