@@ -89,6 +89,9 @@ type hooks struct {
 	// observed is called with each term an observation queues for its
 	// reader.
 	observed func(baton.Term)
+	// observeRead is called each time an observation reads the election
+	// again, after its first read.
+	observeRead func()
 	// renewed is called by each renewal that confirmed the session, before
 	// the keeper counts it.
 	renewed func()

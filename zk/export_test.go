@@ -138,6 +138,12 @@ func SetObserverQueue(l *baton.Locker, n int) {
 	backendOf(l).obsQueue = n
 }
 
+// OnObserveRead calls fn each time one of l's observations reads the
+// election again, keeping the other hooks set.
+func OnObserveRead(l *baton.Locker, fn func()) {
+	setHook(l, func(h *hooks) { h.observeRead = fn })
+}
+
 // OnObserved calls fn with each term one of l's observations queues for
 // its reader, keeping the other hooks set.
 func OnObserved(l *baton.Locker, fn func(baton.Term)) {

@@ -90,6 +90,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 	var down outage
 	defer down.stop()
 	v := b.observe()
+	reread := false // a read failed for want of the connection: read again once connected
 	for {
 		var out chan<- baton.Term // nil, blocking, while nothing waits
 		var head baton.Term
@@ -106,7 +107,7 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			return
 		case <-v.changed:
 			v = b.observe()
-			if !v.connected() || v.mark.drops == drops {
+			if !v.connected() || (v.mark.drops == drops && !reread) {
 				continue
 			}
 			// Reconnected since the last read: read again (see above).
@@ -126,13 +127,24 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 			}
 		}
 		drops = b.observe().mark.drops
+		if hk := b.hooks.Load(); hk != nil && hk.observeRead != nil {
+			hk.observeRead()
+		}
 		next, w, err := b.leaderW(ctx, name, dir)
 		if err != nil {
+			if isConnErr(err) && !errors.Is(err, zkgo.ErrClosing) && ctx.Err() == nil && b.life.Err() == nil {
+				// The connection dropped, and the read gave up after the
+				// request timeout: the session, and the observation, last
+				// until the connection was down for the session timeout
+				// (down, above). Read again once connected.
+				watch, reread = nil, true
+				continue
+			}
 			ended("it could not read the election", "err", err)
 			flush(ctx, b.life, ch, queue)
 			return
 		}
-		watch = w
+		watch, reread = w, false
 		if next.Key != cur.Key {
 			cur = next
 			if len(queue) >= b.obsQueue {

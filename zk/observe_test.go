@@ -379,3 +379,55 @@ func dropSetWatches(dropped *atomic.Int64) func([]byte) []byte {
 		return out
 	}
 }
+
+// TestObserve_ReadOutlastsRequestTimeout: an observation whose read after
+// a change finds the connection down goes on while the session may live
+// (the session timeout), not only the request timeout, and reads again
+// once connected. Here the connection is cut as the leader leaves, for
+// 2.5s: past the request timeout (1s), within the session timeout (8s).
+func TestObserve_ReadOutlastsRequestTimeout(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
+	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(8*time.Second), baton.WithRequestTimeout(time.Second))
+	name := uniqueName(t)
+	ctx := timeout(t, 60*time.Second)
+	l, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "a" {
+		t.Fatalf("first term: leader %q, want a", got)
+	}
+	const outage = 2500 * time.Millisecond
+	var cut atomic.Bool
+	zk.OnObserveRead(obs.Locker(), func() {
+		if cut.CompareAndSwap(false, true) {
+			proxy.Block()
+			proxy.Cut()
+			time.AfterFunc(outage, proxy.Unblock)
+		}
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tm, ok := <-terms:
+		if !ok {
+			t.Fatalf("the observation ended when its read after the leader left found the connection down for %v (request timeout 1s, session timeout 8s)", outage)
+		}
+		if !tm.NoLeader() {
+			t.Fatalf("after the outage: term %+v; want no leader", tm)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no term within 20s of the leader's release")
+	}
+	if !cut.Load() {
+		t.Fatal("the observation read nothing after the release: the case was not tested")
+	}
+}
