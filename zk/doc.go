@@ -262,7 +262,9 @@
 //   - A node deleted by someone else is noticed at the session's next
 //     confirmation, at most RenewEvery later: a holder's, forced by an
 //     operator, and also a waiter's (a forced release that read the lock
-//     just as its holder left). Such a waiter may still be granted the
+//     just as its holder left, or a zkCli deleteall of the election node,
+//     as the sequence wrap above calls for, which deletes the waiters'
+//     nodes with the holder's). Such a waiter may still be granted the
 //     lock when the candidate ahead goes, while the candidate behind it
 //     takes the lock too, until that confirmation ends its lease. Writes
 //     through a fence are safe meanwhile: the later holder's token is
