@@ -265,6 +265,15 @@ func (b *backend) waitPredecessor(ctx context.Context, s *session, ours, pred st
 				hk.predecessorEvent(ours, pred)
 			}
 			if ev.Type == zkgo.EventNotWatching {
+				if errors.Is(ev.Err, zkgo.ErrClosing) {
+					// The connection was closed: by our Close, or by the
+					// caller that gave it to New. Neither comes back.
+					if b.life.Err() != nil {
+						return false, baton.ErrClosed
+					}
+					b.connGone.Store(true)
+					return false, fmt.Errorf("the ZooKeeper connection given to New was closed: %w", baton.ErrClosed)
+				}
 				if err := b.changed(s, b.observe()); err != nil {
 					return false, err
 				}

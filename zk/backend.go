@@ -51,6 +51,11 @@ type backend struct {
 	// says connected until the client gives up on it, and the nodes then
 	// last until the session times out.
 	closedConnected atomic.Bool
+	// connGone says a watch event told that conn was closed (see
+	// waitPredecessor): by the caller that gave it to New, since our own
+	// Close had not begun. go-zookeeper's Close ends the session, and
+	// its nodes with it.
+	connGone atomic.Bool
 
 	mu     sync.Mutex
 	sess   *session
@@ -132,6 +137,12 @@ func New(conn *zkgo.Conn, opts ...baton.Option) (*baton.FencedLocker, error) {
 // delivers them only to the channel and callback given to zk.Connect), so it
 // polls conn.State every few milliseconds: it sees every disconnection that
 // lasts longer than that, which is every one that can cost the session.
+// Close the Locker before conn: an acquisition waiting for the holder
+// when conn is closed ends at once with an error matching
+// baton.ErrClosed (and the Locker's Close then waits for nothing: the
+// session and its nodes ended with conn), but one with a request on its
+// way then takes the closed connection for one that dropped, and ends
+// only once the session timeout has passed, as Close does.
 // baton.WithPrefix sets the root node (default DefaultRoot).
 func (s Settings) New(conn *zkgo.Conn, opts ...baton.Option) (*baton.FencedLocker, error) {
 	if conn == nil {
@@ -330,8 +341,8 @@ func (b *backend) Close() error {
 // expiry may have made a node on (the old session's nodes are gone: their
 // deletes find nothing).
 func (b *backend) outwaitSession() {
-	if b.reaper.pending() == 0 {
-		return
+	if b.reaper.pending() == 0 || b.connGone.Load() {
+		return // nothing to delete, or the session ended with conn
 	}
 	limit := time.NewTimer(b.cfg.TTL)
 	defer limit.Stop()

@@ -1041,3 +1041,48 @@ func TestClose_Owned_ReleaseUnderWay(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestNew_BorrowedConnectionClosed_WaiterTold: a waiter on a caller's
+// connection that the caller closes while it waits for the holder is told
+// so at once, not after the session timeout as a connection that stayed
+// down.
+func TestNew_BorrowedConnectionClosed_WaiterTold(t *testing.T) {
+	addr := zkServer.Addr(t)
+	name := uniqueName(t)
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
+	if _, err := a.Acquire(timeout(t, 10*time.Second), name); err != nil {
+		t.Fatal(err)
+	}
+	conn, fl := borrowed(t, addr)
+	watching := make(chan struct{})
+	var once sync.Once
+	zk.OnWatching(fl.Locker(), func(string, string) { once.Do(func() { close(watching) }) })
+	got := make(chan error, 1)
+	go func() {
+		_, err := fl.Acquire(timeout(t, 60*time.Second), name)
+		got <- err
+	}()
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter set no watch within 10s")
+	}
+	conn.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, baton.ErrClosed) || !strings.Contains(err.Error(), "connection given to New was closed") {
+			t.Fatalf("a waiter whose connection its owner closed: %v; want an error matching baton.ErrClosed, saying the connection was closed", err)
+		}
+		// The session ended with the connection, and the waiter's node
+		// with it: Close has nothing to wait for.
+		closed := make(chan struct{})
+		go func() { _ = fl.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(longTTL / 2):
+			t.Fatalf("Close of a Locker whose connection was closed still waits %v on (session timeout %v)", longTTL/2, longTTL)
+		}
+	case <-time.After(longTTL / 2):
+		t.Fatalf("a waiter whose connection its owner closed still waits %v on (session timeout %v)", longTTL/2, longTTL)
+	}
+}
