@@ -191,7 +191,7 @@ func (b *backend) held(s *session, key string, rev int64) (baton.Hold, error) {
 // revision at which we saw the predecessor, since it then sees everything
 // that happened to it after.
 func (b *backend) wait(ctx context.Context, s *session, pfx, key string, rev int64) error {
-	for {
+	for tries := 0; ; {
 		// Our key must still be there; find the last key before it.
 		octx, cancel := b.op(ctx)
 		resp, err := b.client.Txn(octx).
@@ -200,8 +200,20 @@ func (b *backend) wait(ctx context.Context, s *session, pfx, key string, rev int
 			Commit()
 		cancel()
 		if err != nil {
-			return b.fail(ctx, "find predecessor", err)
+			// A read, safe to send again: a waiter keeps its place in
+			// line while its session lives, through a read that had no
+			// answer (an endpoint gone silent, a leader election).
+			ferr := b.fail(ctx, "find predecessor", err)
+			if !errors.Is(ferr, baton.ErrUnavailable) {
+				return ferr
+			}
+			if err := b.readAgain(ctx, s, tries); err != nil {
+				return err
+			}
+			tries++
+			continue
 		}
+		tries = 0
 		if !resp.Succeeded {
 			select {
 			case <-s.k.Done():
@@ -220,12 +232,38 @@ func (b *backend) wait(ctx context.Context, s *session, pfx, key string, rev int
 	}
 }
 
+// readAgain waits before a waiter's read that failed for want of an
+// answer is sent again: 50ms, doubling with each try, at most RenewEvery.
+// It fails when ctx or the session ends first.
+func (b *backend) readAgain(ctx context.Context, s *session, tries int) error {
+	t := time.NewTimer(min(b.cfg.RenewEvery, 50*time.Millisecond<<min(tries, 10)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-s.k.Done():
+		return fmt.Errorf("session ended while waiting: %w", s.k.Err())
+	}
+}
+
 // waitDelete returns when key (created at rev, and still there at revision
-// seen) is gone.
+// seen) is gone, or may be: the caller looks again.
+//
+// It also looks at key itself every RenewEvery. clientv3 puts all of a
+// client's watches on one gRPC stream, to one endpoint: when that endpoint
+// goes silent (a host that died, packets dropped with no reset), the watch
+// hears nothing, and WithRequireLeader cannot end it, for as long as TCP
+// takes to give up (minutes), while reads go to the other endpoints. A
+// Locker from Dial pings its connections (see keepAliveTime); one from
+// New has what the caller's client has.
 func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, seen int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := b.client.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithCreatedNotify())
+	look := time.NewTicker(b.cfg.RenewEvery)
+	defer look.Stop()
 
 	created := false
 	for {
@@ -234,6 +272,10 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, s
 			return context.Cause(ctx)
 		case <-s.k.Done():
 			return fmt.Errorf("session ended while waiting: %w", s.k.Err())
+		case <-look.C:
+			if gone, err := b.gone(ctx, key, rev); err != nil || gone {
+				return nil // the caller looks again, and reads again after a failure
+			}
 		case wr, ok := <-wch:
 			if !ok || wr.Canceled || wr.Err() != nil {
 				if ctx.Err() != nil {
@@ -252,14 +294,8 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, s
 				// layout, keeps one key name per session: a holder that
 				// locks again makes the name anew, behind us).
 				if wr.Header.Revision > seen {
-					octx, ocancel := b.op(ctx)
-					g, err := b.client.Get(octx, key, clientv3.WithKeysOnly())
-					ocancel()
-					if err != nil {
-						return b.fail(ctx, "check predecessor", err)
-					}
-					if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev {
-						return nil
+					if gone, err := b.gone(ctx, key, rev); err != nil || gone {
+						return nil // the caller looks again, and reads again after a failure
 					}
 				}
 			}
@@ -270,6 +306,17 @@ func (b *backend) waitDelete(ctx context.Context, s *session, key string, rev, s
 			}
 		}
 	}
+}
+
+// gone reports whether key, created at rev, is gone (or was made again).
+func (b *backend) gone(ctx context.Context, key string, rev int64) (bool, error) {
+	octx, cancel := b.op(ctx)
+	defer cancel()
+	g, err := b.client.Get(octx, key, clientv3.WithKeysOnly())
+	if err != nil {
+		return false, err
+	}
+	return len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev, nil
 }
 
 // abandonKey cleans up after a create of key on s whose outcome is

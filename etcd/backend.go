@@ -77,7 +77,11 @@ const maxLeaseTTL = 9_000_000_000 * time.Second
 // closing the Locker does not close it. Options: baton.WithTTL (whole
 // seconds, at least the server's minimum lease TTL, 2s with etcd's default
 // election timeout), baton.WithPrefix (default DefaultPrefix), and the rest
-// of baton's.
+// of baton's. Give the client gRPC keep-alive (clientv3.Config's
+// DialKeepAliveTime and DialKeepAliveTimeout; Dial sets 10s and the
+// request timeout): without it, a holder's watch on a connection gone
+// silent misses a forced release for as long as TCP takes to give up
+// (see the package doc, "What is not").
 func New(client *clientv3.Client, opts ...baton.Option) (*baton.FencedLocker, error) {
 	b, err := newBackend(client, opts)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -35,6 +36,11 @@ func Dial(ctx context.Context, endpoints []string, opts ...baton.Option) (_ *bat
 	return dial(ctx, clientv3.Config{Endpoints: endpoints}, opts)
 }
 
+// keepAliveTime is how long a connection Dial made may hear nothing
+// before it is pinged: twice etcd's default --grpc-keepalive-min-time
+// (5s), below which a server ends a connection that pings too often.
+const keepAliveTime = 10 * time.Second
+
 func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.FencedLocker, error) {
 	cfg, err := baton.NewConfig(opts...)
 	if err != nil {
@@ -48,6 +54,15 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	}
 	where := "etcd://" + strings.Join(stripSchemes(cc.Endpoints), ",")
 	cc.DialTimeout = cfg.RequestTimeout
+	// gRPC keep-alive: a connection that hears nothing for keepAliveTime
+	// is pinged, and closed when the ping is not answered within the
+	// request timeout; its watches then go on over a new one. Without it,
+	// a connection gone silent (a host that died, a NAT or firewall that
+	// dropped its state) kept the client's watches, all on one stream,
+	// waiting for as long as TCP takes to give up: minutes, and waiters
+	// with them.
+	cc.DialKeepAliveTime = keepAliveTime
+	cc.DialKeepAliveTimeout = cfg.RequestTimeout
 	cc.Logger = zap.NewNop()
 	cc.Context = ctx
 	if cc.Username != "" {

@@ -100,7 +100,18 @@
 //     through a fence, which refuses the stale token.
 //   - A key deleted by someone else while the holder's watch is cut off
 //     from the cluster is noticed when the watch comes back, or at the
-//     local deadline when renewals fail too; a fence covers the gap. When
+//     local deadline when renewals fail too; a fence covers the gap.
+//     clientv3 puts all of a client's watches on one gRPC stream, to one
+//     endpoint; when that endpoint goes silent (a host that died, a NAT
+//     or firewall that dropped the connection's state), the watch comes
+//     back only once the connection is found dead. A Locker from Dial
+//     pings its connections after 10s without a word and drops one that
+//     does not answer within the request timeout; a client passed to New
+//     has the caller's settings (set clientv3.Config's DialKeepAliveTime
+//     and DialKeepAliveTimeout), and without them TCP takes minutes. A
+//     waiter also looks at the key ahead of it every RenewEvery, and
+//     looks again after a read with no answer, so it takes a free lock
+//     whatever its watch hears. When
 //     the holder's Release hears first, after the local deadline, it
 //     cannot tell the delete from the key's running out with the session's
 //     lease after the work stopped, and returns nil (see baton's "What is
