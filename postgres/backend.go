@@ -48,12 +48,13 @@ type backend struct {
 	// clock.
 	now func() time.Time
 
-	waiterSeq atomic.Uint64 // numbers this Locker's waiters
-	slots     slots         // this Locker's rows in the waiters table
-	kept      keptRows      // the locks this Locker has waited on, which keep its rows
-	attempts  atomic.Int64  // acquisition statements sent, for tests
-	failures  atomic.Int64  // acquisition statements that failed, for tests
-	deaf      atomic.Bool   // drop every NOTIFY, for tests of lost ones
+	waiterSeq   atomic.Uint64 // numbers this Locker's waiters
+	slots       slots         // this Locker's rows in the waiters table
+	kept        keptRows      // the locks this Locker has waited on, which keep its rows
+	attempts    atomic.Int64  // acquisition statements sent, for tests
+	failures    atomic.Int64  // acquisition statements that failed, for tests
+	deaf        atomic.Bool   // drop every NOTIFY, for tests of lost ones
+	listenCheck time.Duration // see listener; tests shorten it
 
 	// schemaReady is set once the first call that writes has made the
 	// tables ready (see prepare); schemaRun is the attempt under way, if
@@ -152,8 +153,9 @@ func newBackend(ctx context.Context, pool *pgxpool.Pool, opts []baton.Option) (*
 		sched:   keeper.NewScheduler(),
 		now:     time.Now,
 
-		observers: map[*observer]context.CancelCauseFunc{},
-		obsQueue:  maxQueued,
+		observers:   map[*observer]context.CancelCauseFunc{},
+		obsQueue:    maxQueued,
+		listenCheck: listenCheck,
 	}
 	// Only reads: the tables are made ready by the first call that
 	// writes (prepare), not by a Locker that may only look.

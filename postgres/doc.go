@@ -278,7 +278,11 @@
 // waits for the holder's lease to end). That look claims a lock
 // handed to it whose NOTIFY was lost (the listener reconnecting), and a
 // place whose waiter died lapses within one TTL, as does a lock handed to
-// it. PostgreSQL (up to 17 at least) signals every backend LISTENing in the
+// it. The listening connection, quiet for 3s, is sent SELECT 1; one not
+// answered within the request timeout (a connection a NAT or firewall, or
+// a proxy whose server side died, left open and silent, which TCP
+// keepalive takes minutes to end, or never) is replaced, and every waiter
+// looks again. PostgreSQL (up to 17 at least) signals every backend LISTENing in the
 // database on each NOTIFY, so each waiting Locker's listener wakes on the
 // server once per release, to find nothing for it; that costs server CPU,
 // not statements.

@@ -60,3 +60,8 @@ func Holds(l *baton.Locker) int {
 func Prepare(ctx context.Context, l *baton.Locker) error {
 	return l.Backend().(*backend).prepare(ctx)
 }
+
+// SetListenCheck sets how long l's wake-up listener's connection may be
+// quiet before the server is asked whether it is there; call it before
+// l's first wait.
+func SetListenCheck(l *baton.Locker, d time.Duration) { l.Backend().(*backend).listenCheck = d }

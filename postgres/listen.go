@@ -20,6 +20,10 @@ const (
 	relistenMax = 2 * time.Second
 )
 
+// listenCheck is how long the listener's connection may be quiet before
+// the server is asked whether it is there (see listener).
+const listenCheck = 3 * time.Second
+
 // listener is a Locker's dedicated connection that LISTENs on the Locker's
 // own channel and routes each NOTIFY to the waiter its payload names,
 // "KEY TOKEN": a release hands the lock to the first live waiter in the
@@ -30,11 +34,17 @@ const (
 // When the connection breaks it reconnects with backoff and wakes every
 // waiter, since a wake-up may have been lost meanwhile; waiters also look
 // again on their own timers, so a lost NOTIFY delays a waiter, never
-// strands it.
+// strands it. A connection quiet for check is sent SELECT 1, which must
+// be answered within the request timeout: one gone silent (a NAT or
+// firewall that dropped its state, a proxy whose server side died) breaks
+// nothing it can read, and would be waited on for as long as TCP
+// keepalive takes, or for ever, every handoff to its waiters waiting for
+// their timers meanwhile.
 type listener struct {
 	dial    func(context.Context, func(*pgx.ConnConfig)) (*pgx.Conn, error) // the backend's connect
 	channel string
 	timeout time.Duration
+	check   time.Duration
 	log     *slog.Logger
 	deaf    *atomic.Bool // drop every NOTIFY (tests)
 
@@ -48,11 +58,12 @@ type listener struct {
 
 // startListener connects and LISTENs, and returns once the server has
 // confirmed the LISTEN: no NOTIFY sent after it returns is missed.
-func startListener(ctx context.Context, dial func(context.Context, func(*pgx.ConnConfig)) (*pgx.Conn, error), channel string, timeout time.Duration, log *slog.Logger, deaf *atomic.Bool) (*listener, error) {
+func startListener(ctx context.Context, dial func(context.Context, func(*pgx.ConnConfig)) (*pgx.Conn, error), channel string, timeout, check time.Duration, log *slog.Logger, deaf *atomic.Bool) (*listener, error) {
 	l := &listener{
 		dial:    dial,
 		channel: channel,
 		timeout: timeout,
+		check:   check,
 		log:     log,
 		deaf:    deaf,
 		exited:  make(chan struct{}),
@@ -98,7 +109,20 @@ func (l *listener) run(conn *pgx.Conn) {
 	defer timer.Stop()
 	for {
 		for conn != nil {
-			n, err := conn.WaitForNotification(l.ctx)
+			wctx, cancel := context.WithTimeout(l.ctx, l.check)
+			n, err := conn.WaitForNotification(wctx)
+			quiet := err != nil && wctx.Err() != nil && l.ctx.Err() == nil
+			cancel()
+			if quiet {
+				// Quiet for a check (pgx keeps the connection after a
+				// read that ran out of time): is the server there?
+				pctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+				_, err = conn.Exec(pctx, "SELECT 1")
+				cancel()
+				if err == nil {
+					continue
+				}
+			}
 			if err != nil {
 				l.close(conn)
 				conn = nil
@@ -221,7 +245,7 @@ func (b *backend) listener(ctx context.Context) (*listener, error) {
 		b.lisStarting = starting
 		b.lisMu.Unlock()
 
-		l, err := startListener(ctx, b.connect, b.channel, b.cfg.RequestTimeout, b.cfg.Logger, &b.deaf)
+		l, err := startListener(ctx, b.connect, b.channel, b.cfg.RequestTimeout, b.listenCheck, b.cfg.Logger, &b.deaf)
 		b.lisMu.Lock()
 		b.lisStarting = nil
 		close(starting)

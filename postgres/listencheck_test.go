@@ -1,0 +1,136 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/baton-go/baton"
+	"github.com/baton-go/baton/postgres"
+)
+
+// deafConns dials connections that can be made deaf: the wake-up
+// listener's (the one that sent LISTEN) reads nothing the server sends
+// once deaf is set, as a connection whose state a NAT or firewall dropped:
+// no error, no data.
+type deafConns struct {
+	mu    sync.Mutex
+	conns []*deafConn
+	dials atomic.Int64
+}
+
+type deafConn struct {
+	net.Conn
+	listener, deaf atomic.Bool
+}
+
+func (c *deafConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte(`LISTEN "baton.`)) {
+		c.listener.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *deafConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err != nil || !c.deaf.Load() {
+			return n, err
+		}
+	}
+}
+
+func (d *deafConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	d.dials.Add(1)
+	dc := &deafConn{Conn: c}
+	d.mu.Lock()
+	d.conns = append(d.conns, dc)
+	d.mu.Unlock()
+	return dc, nil
+}
+
+// deafenListener makes the listeners' connections deaf, and reports how
+// many it found.
+func (d *deafConns) deafenListener() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.conns {
+		if c.listener.Load() {
+			c.deaf.Store(true)
+			n++
+		}
+	}
+	return n
+}
+
+// TestListener_SilentConnection_Replaced: a wake-up listener whose
+// connection goes silent (no error, nothing read) asks the server after a
+// quiet check, gets no answer within the request timeout, and connects
+// again: the next handoff wakes its waiter, where it waited for the
+// waiter's own timer (RenewEvery, here 30s).
+func TestListener_SilentConnection_Replaced(t *testing.T) {
+	dsn := pg.Database(t)
+	var conns deafConns
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DialFunc = conns.dial
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ctx := timeout(t, 60*time.Second)
+	opts := []baton.Option{baton.WithTTL(90 * time.Second), baton.WithRequestTimeout(time.Second)}
+	w, err := postgres.New(ctx, pool, append(opts, baton.WithHolder("w"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	postgres.SetListenCheck(w.Locker(), 200*time.Millisecond)
+	h := dial(t, dsn, append(opts, baton.WithHolder("h"))...)
+
+	handoff := func(name string) {
+		t.Helper()
+		lh, err := h.Acquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := acquireAsync(t, w, ctx, name)
+		waitQueued(t, h, name)
+		if name == "after" {
+			if n := conns.deafenListener(); n != 1 {
+				t.Fatalf("%d listener connections to deafen; want 1", n)
+			}
+		}
+		if err := lh.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.done:
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the waiter was not handed the lock within 10s (RenewEvery 30s, listener check 200ms)", name)
+		}
+	}
+	handoff("before") // the listener is up
+	dials := conns.dials.Load()
+	handoff("after")
+	if conns.dials.Load() == dials {
+		t.Error("the listener did not connect again")
+	}
+}
