@@ -310,7 +310,13 @@ func (b *backend) unavailable(ctx context.Context, what string, err error) error
 // the end of their ctx (see Acquire) to finish, stops the listener and
 // every observer (closing their channels) and closes the pool if Dial made
 // it. A lost hold is not among them (dropped at its loss), as Close would
-// not free its row anyway.
+// not free its row anyway. Against a server that stopped answering, Close
+// takes a release timeout for the holds, another for this Locker's rows in
+// the waiters table when it waited, and, for a pool Dial made, up to 15s
+// more: pgx closes a connection cut off mid-statement by sending the
+// server a cancel request, and its pool's Close waits up to 15s for that.
+// Bound it with a timeout of your own where that matters (baton's CLI
+// does).
 func (b *backend) Close() error {
 	b.mu.Lock()
 	if b.closed {

@@ -107,10 +107,12 @@
 //   - The lock is acquired and renewed with a minority of nodes dead or
 //     frozen, and reported unavailable (a *baton.UnavailableError naming
 //     the nodes) when a majority cannot answer: not contended, not
-//     cancelled. TryAcquire reports it within the per-node timeout; a
-//     waiting Acquire, when a node did not answer in time (it may only be
-//     slow), tries again after a random delay until a request timeout
-//     has passed with no round answered by a majority.
+//     cancelled. TryAcquire reports it within about twice the per-node
+//     timeout (its attempt's, then an undo's on the nodes that did not
+//     answer, where the attempt may have run); a waiting Acquire, when a
+//     node did not answer in time (it may only be slow), tries again
+//     after a random delay until a request timeout has passed with no
+//     round answered by a majority.
 //   - Release and renewal act only on our own value.
 //
 // # What is not
