@@ -34,11 +34,6 @@ func (silentWatcher) Watch(ctx context.Context, _ string, _ ...clientv3.OpOption
 // it looks at the key every RenewEvery.
 func TestWait_SilentWatch_LooksEveryRenewal(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
-	holder := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
-	l, err := holder.Acquire(timeout(t, 10*time.Second), "job")
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := testsvc.Client(t, srv.Endpoint)
 	client.Watcher = silentWatcher{client.Watcher}
 	w, err := etcd.New(client, baton.WithTTL(3*time.Second), baton.WithHolder("w")) // RenewEvery 1s
@@ -46,26 +41,7 @@ func TestWait_SilentWatch_LooksEveryRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
-	got := make(chan error, 1)
-	go func() {
-		wl, err := w.Acquire(timeout(t, 30*time.Second), "job")
-		if err == nil {
-			err = wl.Release(context.Background())
-		}
-		got <- err
-	}()
-	waitForKeys(t, testsvc.Client(t, srv.Endpoint), etcd.DefaultPrefix+"job/", 2)
-	if err := l.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("the waiter whose watch was silent: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter whose watch was silent did not take the free lock within 10s (RenewEvery 1s)")
-	}
+	takesOver(t, srv, w, func() {}, 10*time.Second, "watch was silent (RenewEvery 1s)")
 }
 
 // TestDial_StalledConnection_WaiterGoesOn: a waiter of a Locker from Dial
@@ -75,40 +51,15 @@ func TestWait_SilentWatch_LooksEveryRenewal(t *testing.T) {
 // dead and the client makes a new one, where TCP would take minutes.
 func TestDial_StalledConnection_WaiterGoesOn(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
-	holder := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
-	l, err := holder.Acquire(timeout(t, 10*time.Second), "job")
-	if err != nil {
-		t.Fatal(err)
-	}
 	proxy := testsvc.NewProxy(t, strings.TrimPrefix(srv.Endpoint, "http://"))
 	// TTL 20s: the waiter's session outlives the stall's detection
-	// (a ping after 5s without a read, unanswered for a request timeout).
+	// (a ping after 10s without a read, unanswered for a request timeout).
 	w, err := etcd.Dial(timeout(t, 10*time.Second), []string{proxy.Addr()}, baton.WithTTL(20*time.Second), baton.WithRequestTimeout(time.Second), baton.WithHolder("w"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
-	got := make(chan error, 1)
-	go func() {
-		wl, err := w.Acquire(timeout(t, 60*time.Second), "job")
-		if err == nil {
-			err = wl.Release(context.Background())
-		}
-		got <- err
-	}()
-	waitForKeys(t, testsvc.Client(t, srv.Endpoint), etcd.DefaultPrefix+"job/", 2)
-	proxy.Stall()
-	if err := l.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("the waiter whose connection stalled: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the waiter whose connection stalled did not take the free lock within 20s")
-	}
+	takesOver(t, srv, w, proxy.Stall, 20*time.Second, "connection stalled")
 }
 
 // failingTxns is a clientv3.KV whose next n transactions fail as a
@@ -143,11 +94,6 @@ func (t failingTxn) Commit() (*clientv3.TxnResponse, error) {
 // its place in line, and takes the lock once the holder leaves.
 func TestWait_FailedRead_KeepsPlace(t *testing.T) {
 	srv := testsvc.StartEtcd(t)
-	holder := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
-	l, err := holder.Acquire(timeout(t, 10*time.Second), "job")
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := testsvc.Client(t, srv.Endpoint)
 	var fail atomic.Int64
 	client.KV = failingTxns{client.KV, &fail}
@@ -156,28 +102,42 @@ func TestWait_FailedRead_KeepsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
+	// The waiter's next looks, once the holder's key goes.
+	takesOver(t, srv, w, func() { fail.Store(3) }, 10*time.Second, "looks failed three times")
+	if n := fail.Load(); n >= 0 {
+		t.Fatalf("%d injected failures left: the case was not tested", n+1)
+	}
+}
+
+// takesOver has w wait for a lock another Locker on srv holds, calls
+// before once w is queued, then releases the lock, and checks that w
+// takes it within bound; what names w's plight in a failure.
+func takesOver(t *testing.T, srv *testsvc.Etcd, w *baton.FencedLocker, before func(), bound time.Duration, what string) {
+	t.Helper()
+	holder := newLocker(t, srv.Endpoint, baton.WithHolder("h"))
+	l, err := holder.Acquire(timeout(t, 10*time.Second), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := make(chan error, 1)
 	go func() {
-		wl, err := w.Acquire(timeout(t, 30*time.Second), "job")
+		wl, err := w.Acquire(timeout(t, 60*time.Second), "job")
 		if err == nil {
 			err = wl.Release(context.Background())
 		}
 		got <- err
 	}()
 	waitForKeys(t, testsvc.Client(t, srv.Endpoint), etcd.DefaultPrefix+"job/", 2)
-	fail.Store(3) // the waiter's next looks, once the holder's key goes
+	before()
 	if err := l.Release(timeout(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-got:
 		if err != nil {
-			t.Fatalf("the waiter whose looks failed three times: %v", err)
+			t.Fatalf("the waiter whose %s: %v", what, err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter whose looks failed did not take the free lock within 10s")
-	}
-	if n := fail.Load(); n >= 0 {
-		t.Fatalf("%d injected failures left: the case was not tested", n+1)
+	case <-time.After(bound):
+		t.Fatalf("the waiter whose %s did not take the free lock within %v", what, bound)
 	}
 }
