@@ -178,6 +178,12 @@ func Redact(s string) string { return Printable(redact(s)) }
 
 // redact is Redact before Printable.
 func redact(s string) string {
+	// White space around a URL (from an env file, a template) is kept,
+	// and what it surrounds redacted as it would be without it.
+	if t := strings.TrimSpace(s); t != s && t != "" {
+		start := strings.Index(s, t)
+		return s[:start] + redact(t) + s[start+len(t):]
+	}
 	s = kvPassword.ReplaceAllString(s, "${1}xxxxx")
 	// A query's password, with or without a well-formed "://" before it.
 	s = queryPassword.ReplaceAllString(s, "${1}xxxxx")

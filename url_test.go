@@ -78,6 +78,7 @@ func FuzzRedact(f *testing.F) {
 			"postgres://" + user + ":" + pw + "@" + strings.ReplaceAll(rest, "@", ""),
 			"postgres://" + user + ":" + pw + "@" + rest,
 			"redis://" + strings.ReplaceAll(rest, "@", "") + "?password=" + strings.ReplaceAll(pw, "&", ""),
+			" \tpostgres://" + user + ":" + pw + "@" + strings.ReplaceAll(rest, "@", "") + "\n", // white space around it
 		} {
 			if got := unquoted(baton.Redact(s)); strings.Contains(got, pw) {
 				t.Fatalf("Redact(%q) = %q keeps the password %q", s, got, pw)
@@ -376,6 +377,8 @@ func TestParseURL_SaysWhatToDo(t *testing.T) {
 		{" etcd://h:2379", `invalid URL " etcd://h:2379": has white space around it; remove it`},
 		{"sqlite:/tmp/100%.db", `; write it as sqlite:PATH, with a '%' in PATH as %25`},
 		{"etcd://u:s3cret@h:2379/x\n", `invalid URL "etcd://u:xxxxx@h:2379/x\n": has white space around it`},
+		{" postgres://u:s3cret@h/db", `invalid URL " postgres://u:xxxxx@h/db": has white space around it`},
+		{"\tredis://:s3cret@h:6379 ", `invalid URL "\tredis://:xxxxx@h:6379 ": has white space around it`},
 	} {
 		_, err := baton.ParseURL(tc.in)
 		if !errors.Is(err, baton.ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
