@@ -50,7 +50,8 @@ running after COMMAND exited get SIGTERM, SIGKILL after --grace). SIGINT,
 SIGTERM, SIGHUP and SIGQUIT sent to elect while COMMAND runs are passed on to its
 process group, and elect then exits with COMMAND's code, or 76 if leadership
 was lost meanwhile; any of them while elect still campaigns makes it exit
-130; one ignored when elect started (SIGHUP under nohup) stays ignored.
+130; SIGHUP or SIGINT ignored when elect started (SIGHUP under nohup) stays
+ignored (Go keeps those two ignored, not SIGTERM or SIGQUIT).
 SIGUSR1, SIGUSR2 and SIGWINCH are passed on to the group alone while
 COMMAND runs, and dropped between terms. Ctrl-Z stops COMMAND's group, then elect, and a killed elect takes
 COMMAND's group with it, as under baton run. Processes of COMMAND's group

@@ -46,7 +46,7 @@ func mainCode() int {
 }
 
 // signalContext is cancelled by sigs (main gives SIGINT, SIGTERM, SIGHUP
-// and SIGQUIT, those not ignored at start: see handled), with the signal
+// and SIGQUIT, less SIGHUP or SIGINT ignored at start: see handled), with the signal
 // as its cause (a signalCause), which ends a wait for a lock (exit 130)
 // and leaves its queue. While baton run or elect runs a command, supervise
 // passes the same signals on to the command's process group instead. As

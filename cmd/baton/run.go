@@ -58,8 +58,9 @@ group of its own, unless that is killed too (pkill -9 baton). SIGINT, SIGTERM,
 SIGHUP and SIGQUIT sent to baton while COMMAND runs are passed on to its
 process group, each SIGTERM or passed-on signal followed by SIGCONT so that a
 stopped process acts on it, and baton then exits with COMMAND's code; any of
-them while baton still waits for the lock makes it exit 130. A signal ignored
-when baton started (SIGHUP under nohup) stays ignored. SIGUSR1, SIGUSR2 and
+them while baton still waits for the lock makes it exit 130. SIGHUP or SIGINT
+ignored when baton started (SIGHUP under nohup) stays ignored, for baton and
+COMMAND (Go keeps those two ignored, not SIGTERM or SIGQUIT). SIGUSR1, SIGUSR2 and
 SIGWINCH sent to baton while COMMAND runs are passed on to its group alone
 (a log rotation, a terminal's resize), and change nothing else; while baton
 waits, they are dropped. Ctrl-Z (SIGTSTP, and

@@ -29,9 +29,10 @@ func newServe(g *globals) *cobra.Command {
 		Long: `serve runs an etcd server inside baton, for a machine that has none: a single
 node by default, or one member of a cluster. baton run's default backend,
 etcd://127.0.0.1:2379, is what it serves by default. It stops cleanly on
-SIGTERM, SIGINT, SIGQUIT or SIGHUP; one that was ignored when it started
-stays ignored (SIGHUP under nohup; SIGINT and SIGQUIT for a job a script
-started with &: stop that one with SIGTERM). Stopped before it serves, it
+SIGTERM, SIGINT, SIGQUIT or SIGHUP; SIGHUP or SIGINT ignored when it started
+stays ignored (SIGHUP under nohup; SIGINT for a job a script started with &:
+stop that one with SIGTERM). Go keeps only those two ignored: SIGQUIT, which
+a script's & ignores too, stops it. Stopped before it serves, it
 exits 130.
 
 A cluster member waits for a quorum of the members --initial-cluster names

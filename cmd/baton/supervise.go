@@ -69,9 +69,12 @@ var relayed = []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 
 // handled returns sigs without the signals ignored when baton started
 // (SIGHUP under nohup): those stay ignored, for baton and, as the kernel
-// passes an ignored disposition on, for the command. Go keeps a signal
-// ignored at start-up ignored until it is asked to notify of it, which
-// baton never does, so handled gives the same answer all along.
+// passes an ignored disposition on, for the command. Go keeps SIGHUP and
+// SIGINT ignored at start-up ignored until it is asked to notify of them,
+// which baton never does, so handled gives the same answer all along. It
+// keeps no other signal so: it installs its own handler for SIGTERM and
+// SIGQUIT whatever their disposition at start, and signal.Ignored cannot
+// tell that they were ignored.
 func handled(sigs ...os.Signal) []os.Signal {
 	var out []os.Signal
 	for _, s := range sigs {
