@@ -25,6 +25,7 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -120,11 +121,23 @@ func CheckURL(rawURL string) error {
 	return err
 }
 
+// The example URL that baton.ParseURL's errors give, and the one a fence
+// store's give in its place.
+const (
+	lockURLExample  = "such as etcd://127.0.0.1:2379"
+	storeURLExample = "such as postgres://user@127.0.0.1:5432/database"
+)
+
 // parse parses rawURL and checks that its scheme names a fence store:
 // postgres (or postgresql) or sqlite.
 func parse(rawURL string) (*url.URL, error) {
 	u, err := baton.ParseURL(rawURL)
 	if err != nil {
+		// ParseURL's example is a lock service's, which no fence store is.
+		var oe *baton.OptionError
+		if errors.As(err, &oe) {
+			oe.Reason = strings.Replace(oe.Reason, lockURLExample, storeURLExample, 1)
+		}
 		return nil, err
 	}
 	switch u.Scheme {
