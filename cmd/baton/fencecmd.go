@@ -51,6 +51,11 @@ exist; 'baton fence init' creates them.`,
 			if err := checkStoreURL("--store", store); err != nil {
 				return err
 			}
+			for _, r := range resources { // a fence's resource is a lock name
+				if err := baton.ValidateName(r); err != nil {
+					return err
+				}
+			}
 			s, err := fence.Open(cmd.Context(), store)
 			if err != nil {
 				return interrupted(cmd.Context(), err, "while opening the fence store "+baton.Redact(store))

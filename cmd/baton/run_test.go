@@ -866,6 +866,18 @@ func TestFence_UnknownSubcommand(t *testing.T) {
 	}
 }
 
+// TestFence_ShowInvalidName: fence show of a resource no fence can have
+// (a resource is a lock name) is a usage error, said before the store is
+// opened, as status says it of a lock name; it showed "never".
+func TestFence_ShowInvalidName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	r := runInProcess("fence", "show", "--store", "sqlite:"+path, "bad/name")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "bad/name") || strings.Contains(r.stderr, "does not exist") {
+		t.Fatalf("fence show bad/name: exit %d, stderr %q; want %d, naming it, before the store is opened", r.code, r.stderr, exitUsage)
+	}
+	oneLine(t, r)
+}
+
 // TestFence_ShowMissingFile: fence show of a SQLite file that does not
 // exist says so and creates nothing.
 func TestFence_ShowMissingFile(t *testing.T) {
