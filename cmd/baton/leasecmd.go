@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -88,9 +90,12 @@ func findCommand(argv []string) error {
 }
 
 // checkInterpreter returns an error when path is a script whose #! line
-// names no interpreter, or one that is not there or not executable. A
-// file it cannot read (execute-only) or that has no #! line is left to
-// the start to judge.
+// names no interpreter, or one that is not there or not executable, or a
+// text file with no #! line, which the kernel will not run (a shell
+// falls back to running it with sh; exec does not). A file it cannot read
+// (execute-only), or one that may be a binary (not text: an ELF file, a
+// format the kernel was taught with binfmt_misc), is left to the start
+// to judge.
 func checkInterpreter(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -102,6 +107,13 @@ func checkInterpreter(path string) error {
 	line, _, _ := strings.Cut(string(buf[:n]), "\n")
 	rest, ok := strings.CutPrefix(line, "#!")
 	if !ok {
+		text := buf[:n]
+		if n == len(buf) {
+			text = text[:n-utf8.UTFMax+1] // a character cut at the end is not a binary's
+		}
+		if n > 0 && utf8.Valid(text) && !bytes.ContainsFunc(text, isControl) {
+			return errors.New("it has no #! line, so the kernel will not run it: make its first line #!/bin/sh (or its interpreter's), or run it as sh SCRIPT")
+		}
 		return nil
 	}
 	// The kernel splits the line at spaces and tabs only: a "\r" of a
@@ -123,6 +135,13 @@ func checkInterpreter(path string) error {
 		return fmt.Errorf("its #! line names %q, which is not executable", interp)
 	}
 	return nil
+}
+
+// isControl reports whether r is a control character that text has not
+// (a binary's bytes): any but tab, line feed, carriage return and form
+// feed.
+func isControl(r rune) bool {
+	return (r < 0x20 && r != '\t' && r != '\n' && r != '\r' && r != '\f') || r == 0x7f
 }
 
 // cannotRun is the error, exit 127, of a command that could not start.

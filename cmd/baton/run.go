@@ -103,7 +103,7 @@ Exit codes:
   76             the lease was lost while COMMAND ran (also if found only as it exited, or by the release), or before it could start
   77             the fence refused the token (a newer holder exists, or the fence is ahead of the lock service's tokens: the message says which)
   69             the lock service or fence store is unreachable
-  127            COMMAND could not be started (not found, not executable, or its #! interpreter missing: looked up before the lock is taken)
+  127            COMMAND could not be started (not found, not executable, its #! interpreter missing, or a text file with no #! line: looked up before the lock is taken)
   130            interrupted (SIGINT, SIGTERM, SIGHUP or SIGQUIT) while waiting for the lock or the fence store
   141            not from run, which writes no output of its own: a subcommand's output (elect --observe) had no reader left, as SIGPIPE would end it
   2              usage error, or a server that refuses the URL's credentials, database, parameters, or (etcd, ZooKeeper) prefix, or a user the server does not let write the locks

@@ -226,7 +226,8 @@ func TestRun_SignalPassedOn(t *testing.T) {
 
 // TestRun_CommandNotFound: a COMMAND that is not there, or not
 // executable, or a script whose #! interpreter is not there (which exec
-// reports as the script not found), is exit 127 on one line before the
+// reports as the script not found), or a text file with no #! line (exec
+// format error), is exit 127 on one line before the
 // lock service is touched: here it does not answer, which would be exit
 // 69; run found the command missing only once the lock was taken and the
 // fence raised.
@@ -244,6 +245,7 @@ func TestRun_CommandNotFound(t *testing.T) {
 	noInterp := script("nointerp.sh", "#!/no/such/interpreter -e\necho ran\n", 0o755)
 	crlf := script("crlf.sh", "#!/bin/sh\r\necho ran\r\n", 0o755)
 	empty := script("empty.sh", "#! \necho ran\n", 0o755)
+	noLine := script("noline.sh", "echo ran\n", 0o755)
 	for _, tc := range []struct {
 		args []string
 		says string
@@ -254,6 +256,7 @@ func TestRun_CommandNotFound(t *testing.T) {
 		{[]string{"run", "--backend", backend, "job", "--", noInterp}, `its #! line names "/no/such/interpreter", which is not there`},
 		{[]string{"elect", "--backend", backend, "job", "--", crlf}, `its #! line names "/bin/sh\r", which is not there: the file has Windows line ends`},
 		{[]string{"run", "--backend", backend, "job", "--", empty}, "its #! line names no interpreter"},
+		{[]string{"elect", "--backend", backend, "job", "--", noLine}, "it has no #! line, so the kernel will not run it"},
 	} {
 		r := runInProcess(tc.args...)
 		if r.code != exitCannotRun || !strings.Contains(r.stderr, "cannot start") || !strings.Contains(r.stderr, tc.says) {
@@ -285,7 +288,7 @@ func TestSaidLost(t *testing.T) {
 }
 
 // TestCheckInterpreter: scripts whose interpreter is there, and files
-// that are not scripts, pass; the interpreter is checked as the kernel
+// that are not text (binaries), pass; text with no #! line does not; the interpreter is checked as the kernel
 // reads the line (split at spaces and tabs, after "#!" with or without a
 // space).
 func TestCheckInterpreter(t *testing.T) {
@@ -301,9 +304,11 @@ func TestCheckInterpreter(t *testing.T) {
 		{"#!/bin/sh\necho\n", true},
 		{"#! /bin/sh -e\necho\n", true},
 		{"#!/bin/sh\t-e\n", true},
-		{"#!/bin/sh", true}, // no newline: the whole file is the line
-		{"echo no line\n", true},
+		{"#!/bin/sh", true},                      // no newline: the whole file is the line
+		{"echo no line\n", false},                // text with no #! line: ENOEXEC
+		{"echo 'no line, café'\r\n\tx\n", false}, // UTF-8, Windows line ends, a tab
 		{"\x7fELF\x02\x01", true},
+		{"MZ\x90\x00\x03", true}, // a binary of a format binfmt_misc may know
 		{"", true},
 		{"#!/bin\n", false},          // a directory
 		{"#!" + plain + "\n", false}, // not executable
