@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -72,6 +73,7 @@ const (
 	givenDrift
 	givenReleaseTimeout
 	givenRequestTimeout
+	givenHolder
 )
 
 // Option sets one field of a Config.
@@ -98,8 +100,11 @@ func WithDrift(d time.Duration) Option {
 	return func(c *Config) { c.Drift, c.given = d, c.given|givenDrift }
 }
 
-// WithHolder sets the identity stored with every lock. Default host:pid.
-func WithHolder(id string) Option { return func(c *Config) { c.Holder = id } }
+// WithHolder sets the identity stored with every lock. Default host:pid
+// (leave the option out for it); id must not be empty or blank.
+func WithHolder(id string) Option {
+	return func(c *Config) { c.Holder, c.given = id, c.given|givenHolder }
+}
 
 // WithReleaseTimeout bounds each Release. Default 5s; d must be positive.
 func WithReleaseTimeout(d time.Duration) Option {
@@ -159,6 +164,9 @@ func (c *Config) checkGiven() error {
 		if c.given&f.bit != 0 && f.d <= 0 {
 			return &OptionError{f.name, f.d.String(), fmt.Sprintf("must be positive; leave the option out for the default (%s)", f.def)}
 		}
+	}
+	if c.given&givenHolder != 0 && strings.TrimSpace(c.Holder) == "" {
+		return &OptionError{"holder", strconv.Quote(c.Holder), "names no one; give an identity, or leave the option out for the default (host:pid)"}
 	}
 	return nil
 }

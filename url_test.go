@@ -284,6 +284,8 @@ func TestNewConfig(t *testing.T) {
 		{baton.WithRequestTimeout(-1)},
 		{baton.WithReleaseTimeout(-1)},
 		{baton.WithHolder(strings.Repeat("h", baton.MaxNameLen+1))},
+		{baton.WithHolder("")},  // given, empty: no silent host:pid
+		{baton.WithHolder(" ")}, // blank: shown as a holder no one can read
 	} {
 		if _, err := baton.NewConfig(opts...); !errors.Is(err, baton.ErrInvalidOption) {
 			t.Errorf("NewConfig = %v, want ErrInvalidOption", err)
