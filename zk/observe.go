@@ -132,11 +132,14 @@ func (b *backend) follow(ctx context.Context, name, dir string, cur baton.Term, 
 		}
 		next, w, err := b.leaderW(ctx, name, dir)
 		if err != nil {
-			if isConnErr(err) && !errors.Is(err, zkgo.ErrClosing) && ctx.Err() == nil && b.life.Err() == nil {
+			if isConnErr(err) && !errors.Is(err, zkgo.ErrClosing) && ctx.Err() == nil && b.life.Err() == nil && !b.observe().connected() {
 				// The connection dropped, and the read gave up after the
 				// request timeout: the session, and the observation, last
 				// until the connection was down for the session timeout
-				// (down, above). Read again once connected.
+				// (down, above). Read again once connected (a change of
+				// state since v, the reconnection, wakes the loop). A
+				// read with no answer on a connection still up ends the
+				// observation, as before: no change of state may come.
 				watch, reread = nil, true
 				continue
 			}

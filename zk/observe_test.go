@@ -431,3 +431,50 @@ func TestObserve_ReadOutlastsRequestTimeout(t *testing.T) {
 		t.Fatal("the observation read nothing after the release: the case was not tested")
 	}
 }
+
+// TestObserve_ReadUnansweredConnected_Ends: an observation whose read
+// after a change has no answer within the request timeout while the
+// connection stays up (a server that paused, 2s here, shorter than the
+// connection's own timeout) ends, as it always did; it must not wait for
+// a reconnection that never comes, with no watch set, for ever.
+func TestObserve_ReadUnansweredConnected_Ends(t *testing.T) {
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	defer proxy.Unblock()
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
+	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(8*time.Second), baton.WithRequestTimeout(time.Second))
+	name := uniqueName(t)
+	ctx := timeout(t, 60*time.Second)
+	l, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "a" {
+		t.Fatalf("first term: leader %q, want a", got)
+	}
+	var paused atomic.Bool
+	zk.OnObserveRead(obs.Locker(), func() {
+		if paused.CompareAndSwap(false, true) {
+			proxy.Block()
+			time.AfterFunc(2*time.Second, proxy.Unblock)
+		}
+	})
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tm, ok := <-terms:
+		if ok {
+			t.Fatalf("after an unanswered read: term %+v; want the observation ended", tm)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the observation whose read had no answer, its connection up, neither ended nor went on within 15s")
+	}
+	if !paused.Load() {
+		t.Fatal("the observation read nothing after the release: the case was not tested")
+	}
+}
