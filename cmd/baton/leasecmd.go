@@ -95,7 +95,8 @@ func findCommand(argv []string) error {
 // falls back to running it with sh; exec does not). A file it cannot read
 // (execute-only), or one that may be a binary (not text: an ELF file, a
 // format the kernel was taught with binfmt_misc), is left to the start
-// to judge.
+// to judge. (A text format that binfmt_misc was taught to run by its
+// file's extension, which is rare, is refused too.)
 func checkInterpreter(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -109,7 +110,16 @@ func checkInterpreter(path string) error {
 	if !ok {
 		text := buf[:n]
 		if n == len(buf) {
-			text = text[:n-utf8.UTFMax+1] // a character cut at the end is not a binary's
+			// A character cut at the end of what was read is not a
+			// binary's: drop its first bytes, at most UTFMax-1 of them.
+			for i := 1; i < utf8.UTFMax && i <= n; i++ {
+				if utf8.RuneStart(text[n-i]) {
+					if !utf8.FullRune(text[n-i:]) {
+						text = text[:n-i]
+					}
+					break
+				}
+			}
 		}
 		if n > 0 && utf8.Valid(text) && !bytes.ContainsFunc(text, isControl) {
 			return errors.New("it has no #! line, so the kernel will not run it: make its first line #!/bin/sh (or its interpreter's), or run it as sh SCRIPT")

@@ -308,7 +308,9 @@ func TestCheckInterpreter(t *testing.T) {
 		{"echo no line\n", false},                // text with no #! line: ENOEXEC
 		{"echo 'no line, café'\r\n\tx\n", false}, // UTF-8, Windows line ends, a tab
 		{"\x7fELF\x02\x01", true},
-		{"MZ\x90\x00\x03", true}, // a binary of a format binfmt_misc may know
+		{"MZ\x90\x00\x03", true},                                     // a binary of a format binfmt_misc may know
+		{"echo " + strings.Repeat("x", 247) + "é and more\n", false}, // a character at bytes 252 and 253
+		{"echo " + strings.Repeat("x", 250) + "é and more\n", false}, // a character across the 256 bytes read
 		{"", true},
 		{"#!/bin\n", false},          // a directory
 		{"#!" + plain + "\n", false}, // not executable
