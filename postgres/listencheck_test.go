@@ -21,21 +21,27 @@ import (
 // once deaf is set, as a connection whose state a NAT or firewall dropped:
 // no error, no data.
 type deafConns struct {
-	mu    sync.Mutex
-	conns []*deafConn
-	dials atomic.Int64
+	mu      sync.Mutex
+	conns   []*deafConn
+	listens atomic.Int64 // connections that sent LISTEN: the listener's, one per connect
 }
 
 type deafConn struct {
 	net.Conn
-	listener, deaf atomic.Bool
+	of                     *deafConns
+	listener, deaf, closed atomic.Bool
 }
 
 func (c *deafConn) Write(b []byte) (int, error) {
-	if bytes.Contains(b, []byte(`LISTEN "baton.`)) {
-		c.listener.Store(true)
+	if bytes.Contains(b, []byte(`LISTEN "baton.`)) && c.listener.CompareAndSwap(false, true) {
+		c.of.listens.Add(1)
 	}
 	return c.Conn.Write(b)
+}
+
+func (c *deafConn) Close() error {
+	c.closed.Store(true)
+	return c.Conn.Close()
 }
 
 func (c *deafConn) Read(b []byte) (int, error) {
@@ -52,22 +58,21 @@ func (d *deafConns) dial(ctx context.Context, network, addr string) (net.Conn, e
 	if err != nil {
 		return nil, err
 	}
-	d.dials.Add(1)
-	dc := &deafConn{Conn: c}
+	dc := &deafConn{Conn: c, of: d}
 	d.mu.Lock()
 	d.conns = append(d.conns, dc)
 	d.mu.Unlock()
 	return dc, nil
 }
 
-// deafenListener makes the listeners' connections deaf, and reports how
-// many it found.
+// deafenListener makes the open listener connections deaf, and reports
+// how many it found.
 func (d *deafConns) deafenListener() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := 0
 	for _, c := range d.conns {
-		if c.listener.Load() {
+		if c.listener.Load() && !c.closed.Load() {
 			c.deaf.Store(true)
 			n++
 		}
@@ -112,13 +117,13 @@ func TestListener_SilentConnection_Replaced(t *testing.T) {
 		g := acquireAsync(t, w, ctx, name)
 		waitQueued(t, h, name)
 		if name == "after" {
-			dials := conns.dials.Load()
+			listens := conns.listens.Load()
 			if n := conns.deafenListener(); n != 1 {
 				t.Fatalf("%d listener connections to deafen; want 1", n)
 			}
 			// Without the check, nothing ever notices.
 			batontest.WaitFor(t, 10*time.Second, "the listener connected again (check 200ms, request timeout 1s)", func() bool {
-				return conns.dials.Load() > dials
+				return conns.listens.Load() > listens
 			})
 		}
 		if err := lh.Release(ctx); err != nil {

@@ -359,8 +359,7 @@ func (b *backend) Acquire(ctx context.Context, req baton.Request) (baton.Hold, e
 		for {
 			select {
 			case <-ctx.Done():
-				b.giveUp(ctx, k, value, olds, true, r.settled)
-				return nil, context.Cause(ctx)
+				break wait // given up below
 			case <-hand.wake:
 				n, other := hand.look()
 				if retire {

@@ -79,7 +79,7 @@ func TestKilledNodes(t *testing.T) {
 		}
 		switch {
 		case !wait && took > time.Second:
-			t.Errorf("TryAcquire took %v to report it, want about the per-node timeout (TTL/10)", took)
+			t.Errorf("TryAcquire took %v to report it, want about twice the per-node timeout (TTL/10: an attempt and an undo)", took)
 		case wait && (took < requestTimeout || took > requestTimeout+2*time.Second):
 			t.Errorf("Acquire took %v to report it, want about the request timeout (%v) and a round", took, requestTimeout)
 		}

@@ -73,7 +73,7 @@ func TestCreateAndList_Closing(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, baton.ErrClosed) && !errors.Is(err, zkgo.ErrClosing) {
+		if !errors.Is(err, baton.ErrClosed) {
 			t.Errorf("createAndList after Close began: %v; want an error saying the Locker is closing", err)
 		}
 	case <-time.After(10 * time.Second):

@@ -46,7 +46,8 @@ func TestAfterFunc_StopBeforeEnd(t *testing.T) {
 	stop := ctxhook.AfterFunc(ctx, func() { called.Store(true) })
 	stop()
 	cancel()
-	stop() // again: returns at once
+	stop()                            // again: returns at once
+	time.Sleep(50 * time.Millisecond) // a callback wrongly started has run by then
 	if called.Load() {
 		t.Fatal("f called after stop")
 	}
