@@ -307,6 +307,11 @@ func TestRelease_FailedWhileRenewalFindsNodeGone_IsALoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-sd.existsSent // the renewal whose exists finds the node gone
+	// And its sync, sent on a goroutine of its own: one that left after
+	// the release's delete would be answered behind that delete's held
+	// answer, and the renewal would say nothing before Release gave up
+	// (CI, once, under load).
+	<-sd.syncSent
 	if err := lease.Err(); err != nil {
 		t.Fatalf("the lease ended before Release: %v; no renewal's answer can come before the release's delete leaves", err)
 	}
