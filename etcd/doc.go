@@ -109,9 +109,10 @@
 //     does not answer within the request timeout; a client passed to New
 //     has the caller's settings (set clientv3.Config's DialKeepAliveTime
 //     and DialKeepAliveTimeout), and without them TCP takes minutes. A
-//     waiter also looks at the key ahead of it every RenewEvery, and
-//     looks again after a read with no answer, so it takes a free lock
-//     whatever its watch hears. When
+//     waiter also looks at the key ahead of it every RenewEvery (one
+//     read per waiter), and looks again after a read with no answer, so
+//     it takes a free lock whatever its watch hears; through an outage of
+//     the cluster it waits as long as its session lives. When
 //     the holder's Release hears first, after the local deadline, it
 //     cannot tell the delete from the key's running out with the session's
 //     lease after the work stopped, and returns nil (see baton's "What is
