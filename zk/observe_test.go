@@ -386,24 +386,8 @@ func dropSetWatches(dropped *atomic.Int64) func([]byte) []byte {
 // once connected. Here the connection is cut as the leader leaves, for
 // 2.5s: past the request timeout (1s), within the session timeout (8s).
 func TestObserve_ReadOutlastsRequestTimeout(t *testing.T) {
-	addr := zkServer.Addr(t)
-	proxy := testsvc.NewProxy(t, addr)
-	defer proxy.Unblock()
-	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
-	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(8*time.Second), baton.WithRequestTimeout(time.Second))
-	name := uniqueName(t)
+	proxy, obs, l, terms := observedThroughProxy(t)
 	ctx := timeout(t, 60*time.Second)
-	l, err := a.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	terms, err := obs.Observe(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "a" {
-		t.Fatalf("first term: leader %q, want a", got)
-	}
 	const outage = 2500 * time.Millisecond
 	var cut atomic.Bool
 	zk.OnObserveRead(obs.Locker(), func() {
@@ -438,24 +422,8 @@ func TestObserve_ReadOutlastsRequestTimeout(t *testing.T) {
 // connection's own timeout) ends, as it always did; it must not wait for
 // a reconnection that never comes, with no watch set, for ever.
 func TestObserve_ReadUnansweredConnected_Ends(t *testing.T) {
-	addr := zkServer.Addr(t)
-	proxy := testsvc.NewProxy(t, addr)
-	defer proxy.Unblock()
-	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
-	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(8*time.Second), baton.WithRequestTimeout(time.Second))
-	name := uniqueName(t)
+	proxy, obs, l, terms := observedThroughProxy(t)
 	ctx := timeout(t, 60*time.Second)
-	l, err := a.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	terms, err := obs.Observe(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "a" {
-		t.Fatalf("first term: leader %q, want a", got)
-	}
 	var paused atomic.Bool
 	zk.OnObserveRead(obs.Locker(), func() {
 		if paused.CompareAndSwap(false, true) {
@@ -477,4 +445,31 @@ func TestObserve_ReadUnansweredConnected_Ends(t *testing.T) {
 	if !paused.Load() {
 		t.Fatal("the observation read nothing after the release: the case was not tested")
 	}
+}
+
+// observedThroughProxy has a holds a lock, and an observer, whose
+// connection goes through the returned proxy (request timeout 1s, session
+// timeout 8s), observe it up to its first term, a's. The proxy is
+// unblocked when t ends.
+func observedThroughProxy(t *testing.T) (*testsvc.Proxy, *baton.FencedLocker, *baton.FencedLease, <-chan baton.Term) {
+	t.Helper()
+	addr := zkServer.Addr(t)
+	proxy := testsvc.NewProxy(t, addr)
+	a := dial(t, []string{addr}, zk.Settings{}, baton.WithHolder("a"))
+	obs := dial(t, []string{proxy.Addr()}, zk.Settings{}, baton.WithTTL(8*time.Second), baton.WithRequestTimeout(time.Second))
+	t.Cleanup(proxy.Unblock) // before the Lockers close: cleanups run last first
+	name := uniqueName(t)
+	ctx := timeout(t, 60*time.Second)
+	l, err := a.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms, err := obs.Observe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := batontest.NextLeader(t, terms, 10*time.Second); got != "a" {
+		t.Fatalf("first term: leader %q, want a", got)
+	}
+	return proxy, obs, l, terms
 }
