@@ -399,15 +399,9 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			return b.create(prefix, dir, data)
 		})
 		// Wait until the create is on its way, so that the listing goes
-		// out behind it; unless start refused it (our Close drains): then
-		// it was never sent, and its answer is there already.
-		refused := false
-		select {
-		case <-sent:
-		default:
-			refused = len(cc) > 0
-		}
-		if !refused {
+		// out behind it; unless our Close drains requests, when start
+		// may have refused it (never sent: its answer is there already).
+		if !b.calls.closing() {
 			<-sent
 		}
 		var lc <-chan result[[]string]
@@ -444,8 +438,8 @@ func (b *backend) createAndList(ctx context.Context, dir string, data []byte, wa
 			}
 			cands, err := b.listCandidates(ctx, dir, waiter)
 			return own, cands, err
-		case refused && errors.Is(err, zkgo.ErrClosing):
-			return created{}, nil, baton.ErrClosed
+		case errors.Is(err, zkgo.ErrClosing) && b.calls.closing():
+			return created{}, nil, baton.ErrClosed // refused by start: our Close drains
 		case errors.Is(err, zkgo.ErrNoNode):
 			if err := b.ensureDir(ctx, dir); err != nil {
 				return created{}, nil, err

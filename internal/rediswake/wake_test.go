@@ -10,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/baton-go/baton/batontest"
 	"github.com/baton-go/baton/internal/rediswake"
 	"github.com/baton-go/baton/internal/syncbuf"
 	"github.com/baton-go/baton/internal/testsvc"
@@ -142,13 +143,9 @@ func TestQuietSubscriptionKept(t *testing.T) {
 	}
 	// Three quiet checks, each a PING that must be answered in time.
 	from := pings(t, pub)
-	deadline := time.Now().Add(20 * time.Second)
-	for pings(t, pub) < from+3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d PINGs in 20s of quiet, checking every %v", pings(t, pub)-from, check)
-		}
-		time.Sleep(check / 4)
-	}
+	batontest.WaitFor(t, 20*time.Second, "three PINGs answered in quiet, checking every "+check.String(), func() bool {
+		return pings(t, pub) >= from+3
+	})
 	if after := pubsubClients(t, pub); len(after) != 1 || after[0] != before[0] {
 		t.Errorf("subscribed clients %v before three quiet checks, %v after; want the same one", before, after)
 	}
@@ -196,19 +193,9 @@ func refused(t *testing.T, check time.Duration) (w *rediswake.Waker, admin *gore
 		t.Fatal(err)
 	}
 	setUser("resetchannels")
-	for refused := false; !refused; {
-		entries, err := admin.ACLLog(ctx, 10).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			refused = refused || e.Reason == "channel" && e.Username == "waker"
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the server never refused the Waker's subscription after the channel was taken away")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	batontest.WaitFor(t, 30*time.Second, "the server refused the Waker's subscription after the channel was taken away", func() bool {
+		return aclRefusals(t, admin, func(e *goredis.ACLLogEntry) bool { return e.Reason == "channel" }) > 0
+	})
 	return w, admin, ch, func() { setUser("&" + channel) }, logs
 }
 
@@ -240,13 +227,9 @@ func TestRefusedSubscriptionTriedAgain(t *testing.T) {
 func TestClose_WhileRefused(t *testing.T) {
 	w, _, _, _, logs := refused(t, time.Minute)
 	// The warning is logged just before the pause.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "refused the wake-up subscription") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no refusal logged in 10s; log:\n%s", logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	batontest.WaitFor(t, 10*time.Second, "the refusal logged", func() bool {
+		return strings.Contains(logs.String(), "refused the wake-up subscription")
+	})
 	closed := make(chan struct{})
 	go func() { w.Close(); close(closed) }()
 	select {
@@ -284,27 +267,30 @@ func TestRefusedPingIsNoRefusedSubscription(t *testing.T) {
 	if !wokenWithin(t, admin, ch, 5*time.Second) {
 		t.Fatal("not woken")
 	}
-	// Three refused PINGs, counted by the server.
-	for pings := 0; pings < 3; {
-		entries, err := admin.ACLLog(ctx, 10).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pings = 0
-		for _, e := range entries {
-			if e.Username == "waker" && e.Object == "ping" {
-				pings += int(e.Count)
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%d PINGs refused in 30s, checking every %v", pings, check)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	batontest.WaitFor(t, 30*time.Second, "three PINGs refused, checking every "+check.String(), func() bool {
+		return aclRefusals(t, admin, func(e *goredis.ACLLogEntry) bool { return e.Object == "ping" }) >= 3
+	})
 	if strings.Contains(logs.String(), "refused") {
 		t.Errorf("a refused PING was logged as a refused subscription:\n%s", logs.String())
 	}
 	if !wokenWithin(t, admin, ch, 5*time.Second) {
 		t.Fatal("not woken after three refused PINGs")
 	}
+}
+
+// aclRefusals counts the server's refusals of the user waker that match,
+// from its ACL LOG (an entry counts its repeats).
+func aclRefusals(t *testing.T, c *goredis.Client, match func(*goredis.ACLLogEntry) bool) int64 {
+	t.Helper()
+	entries, err := c.ACLLog(context.Background(), 100).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range entries {
+		if e.Username == "waker" && match(e) {
+			n += e.Count
+		}
+	}
+	return n
 }
