@@ -356,23 +356,9 @@ func TestDial_Unreachable(t *testing.T) {
 // is waited for until the request timeout, and said to have given no
 // answer; with credentials too, once, not a second time to authenticate.
 func TestDial_Silent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); conns.Wait() })
-	conns.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Go(func() { _, _ = io.Copy(io.Discard, c); _ = c.Close() }) // until the client closes it
-		}
-	})
+	addr := testsvc.Listen(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }) // until the client closes it
 	start := time.Now()
-	_, err = etcd.Dial(context.Background(), []string{ln.Addr().String()}, baton.WithRequestTimeout(time.Second))
+	_, err := etcd.Dial(context.Background(), []string{addr}, baton.WithRequestTimeout(time.Second))
 	took := time.Since(start)
 	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "no answer within 1s") {
 		t.Fatalf("Dial to a silent endpoint: err = %v, want ErrUnavailable, no answer within 1s", err)
@@ -381,7 +367,7 @@ func TestDial_Silent(t *testing.T) {
 		t.Errorf("Dial gave up after %v, before its 1s request timeout", took)
 	}
 
-	u, err := url.Parse("etcd://app:s3cret@" + ln.Addr().String() + "?request-timeout=2s")
+	u, err := url.Parse("etcd://app:s3cret@" + addr + "?request-timeout=2s")
 	if err != nil {
 		t.Fatal(err)
 	}

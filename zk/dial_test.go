@@ -6,7 +6,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -237,24 +236,10 @@ func TestDial_Unreachable(t *testing.T) {
 // request timeout, and said to have given no answer, also when another
 // server refuses the connection.
 func TestDial_HangsUp(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var accepted sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); accepted.Wait() })
-	accepted.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	})
+	addr := testsvc.Listen(t, func(net.Conn) {})
 	start := time.Now()
 	refusing := "127.0.0.1:" + strconv.Itoa(testsvc.ClosedPort(t))
-	_, err = zk.Dial(context.Background(), []string{ln.Addr().String(), refusing}, baton.WithRequestTimeout(time.Second))
+	_, err := zk.Dial(context.Background(), []string{addr, refusing}, baton.WithRequestTimeout(time.Second))
 	took := time.Since(start)
 	if !errors.Is(err, baton.ErrUnavailable) || !strings.Contains(err.Error(), "no ZooKeeper server answered within 1s") {
 		t.Fatalf("Dial to a server that hangs up: err = %v, want ErrUnavailable, no answer within 1s", err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -976,30 +977,17 @@ func TestRun_LostWithStderrGone(t *testing.T) {
 // connects to a lock service that does not answer is exit 130, as while it
 // waits for the lock.
 func TestRun_InterruptedWhileConnecting(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c // held open, never answered
+	connected := make(chan struct{}, 1)
+	addr := testsvc.Listen(t, func(c net.Conn) {
+		select {
+		case connected <- struct{}{}:
+		default:
 		}
-	}()
-	defer func() {
-		for len(accepted) > 0 {
-			_ = (<-accepted).Close()
-		}
-	}()
-	p := startBaton(t, "run", "--backend", "redis://"+ln.Addr().String()+"?request-timeout=30s", "x", "--", "true")
+		_, _ = io.Copy(io.Discard, c) // held open, never answered
+	})
+	p := startBaton(t, "run", "--backend", "redis://"+addr+"?request-timeout=30s", "x", "--", "true")
 	select {
-	case c := <-accepted:
-		accepted <- c
+	case <-connected:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("baton never connected: %q", p.stderr.String())
 	}
