@@ -93,9 +93,10 @@ func dial(ctx context.Context, cc clientv3.Config, opts []baton.Option) (*baton.
 	err = probe(pctx, client, b.prefix)
 	var unreachable error
 	if err != nil && ctx.Err() == nil {
-		// Anything but no connection (an error of the server's own, such
-		// as no leader) is waited out, as the client's reads retry it.
-		if unreachable = connError(err, len(cc.Endpoints)); unreachable == nil {
+		// Anything but no connection or a refusal (an error of the
+		// server's own, such as no leader) is waited out, as the client's
+		// reads retry it; a refusal is said below, not asked again.
+		if unreachable = connError(err, len(cc.Endpoints)); unreachable == nil && refused(err, where, b.prefix, "") == nil {
 			_, err = client.Get(pctx, b.prefix, clientv3.WithCountOnly())
 		}
 	}
